@@ -1,0 +1,3 @@
+from lightfed.cli import main
+
+main()

@@ -1,0 +1,46 @@
+"""Checkpoint files: written atomically, found again by ``--ckpt_path last``."""
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from lightfed.errors import ConfigError
+
+LAST = "last.ckpt"
+
+
+def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    """Writes ``state`` to ``path`` through a temporary file, so a crash never leaves a broken checkpoint."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"checkpoint {path} does not exist; check --ckpt_path")
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def find_last_checkpoint(run_root: Path) -> Path:
+    """The most recently written ``last.ckpt`` under ``run_root`` (one folder per run version)."""
+    candidates = sorted(run_root.glob(f"*/checkpoints/{LAST}"), key=lambda p: p.stat().st_mtime)
+    if not candidates:
+        raise ConfigError(f"--ckpt_path last: no {LAST} under {run_root.resolve()}; start without --ckpt_path")
+    return candidates[-1]
+
+
+def rng_states() -> dict[str, Any]:
+    """The global RNG states of this process."""
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def restore_rng_states(states: dict[str, Any]) -> None:
+    torch.set_rng_state(states["torch"])
+    np.random.set_state(states["numpy"])
+    random.setstate(states["python"])

@@ -1,0 +1,43 @@
+"""A module's parameters and buffers as views into contiguous flat buffers."""
+
+import torch
+from torch import Tensor, nn
+
+
+def _flatten_into_views(tensors: list[Tensor], device: torch.device) -> Tensor:
+    """Copies ``tensors`` into one flat buffer and makes each tensor's ``.data`` a view of it."""
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) > 1:
+        raise TypeError(f"cannot flatten tensors of mixed dtypes {sorted(map(str, dtypes))}")
+    dtype = dtypes.pop() if dtypes else torch.float32
+    flat = torch.empty(sum(t.numel() for t in tensors), dtype=dtype, device=device)
+    offset = 0
+    for t in tensors:
+        view = flat[offset : offset + t.numel()].view_as(t)
+        view.copy_(t.data)
+        t.data = view
+        offset += t.numel()
+    return flat
+
+
+class FlatModule:
+    """Zero-copy flat views of a module's parameters and floating-point buffers.
+
+    Loading new weights is one ``copy_`` per buffer; integer buffers (e.g. ``num_batches_tracked``) are not part of
+    the federated state and are restored to their initial values by ``load``.
+    """
+
+    def __init__(self, module: nn.Module, device: torch.device) -> None:
+        module.to(device)
+        buffers = [b for b in module.buffers() if b.is_floating_point()]
+        self._int_buffers = [(b, b.detach().clone()) for b in module.buffers() if not b.is_floating_point()]
+        self.params = _flatten_into_views(list(module.parameters()), device)
+        self.buffers = _flatten_into_views(buffers, device)
+
+    def load(self, params: Tensor, buffers: Tensor) -> None:
+        """Copies global weights into the live module in place."""
+        with torch.no_grad():
+            self.params.copy_(params)
+            self.buffers.copy_(buffers)
+            for buffer, initial in self._int_buffers:
+                buffer.copy_(initial)

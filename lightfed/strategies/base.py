@@ -1,0 +1,50 @@
+"""The server side of a federated algorithm."""
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any
+
+from torch import Tensor
+
+from lightfed.sums import Sums
+from lightfed.types import ClientPlan, ClientUpdate
+
+
+class Strategy(ABC):
+    """What each client is told, how client updates are summed and turned into the next global model.
+
+    Strategies see only flat fp32 tensors. Client contributions are added into named sums (``sum_sizes`` declares
+    them) on whichever process trained the client; one all-reduce combines them before ``aggregate``.
+    """
+
+    def setup(self, params: Tensor, num_clients: int) -> None:
+        """Called once with the initial global parameters before the first round (and before a resume)."""
+        self.num_params = params.numel()
+        self.num_clients = num_clients
+
+    def configure_client(self, plan: ClientPlan) -> ClientPlan:
+        """Adjusts a client's plan for this round (local work, learning rate). Default: unchanged."""
+        return plan
+
+    @abstractmethod
+    def sum_sizes(self) -> dict[str, int]:
+        """Names and lengths of the sums that ``accumulate`` adds into."""
+
+    @abstractmethod
+    def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
+        """Adds one client's contribution into ``sums``."""
+
+    @abstractmethod
+    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
+        """The next global parameters from the current ones and the sums over all clients of the round."""
+
+    def metrics(self) -> dict[str, float]:
+        """Scalars to log after each round."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume; tensors are saved as they are."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores what ``state_dict`` returned."""

@@ -1,0 +1,314 @@
+"""FederatedTrainer: federated rounds on one Fabric — sample, shard, train, reduce, aggregate, evaluate, log, save."""
+
+import time
+from pathlib import Path
+import numpy as np
+import torch
+from lightning import LightningModule
+from lightning.fabric import Fabric
+from lightning.fabric.loggers import TensorBoardLogger
+from lightning.pytorch.utilities.model_helpers import is_overridden
+from torch import Tensor
+from tqdm import tqdm
+
+from lightfed.capture import LoggedValues
+from lightfed.checkpoint import LAST, find_last_checkpoint, load_checkpoint, restore_rng_states, rng_states, save_checkpoint
+from lightfed.client import ClientTrainer
+from lightfed.data.module import FederatedDataModule
+from lightfed.errors import ConfigError, DivergenceError
+from lightfed.seeding import CLIENT, derived_seed, sample_clients
+from lightfed.strategies.base import Strategy
+from lightfed.sums import Sums
+from lightfed.types import ClientPlan
+
+PRECISIONS = ("32-true", "16-mixed", "bf16-mixed")
+
+
+class FederatedTrainer:
+    """Runs federated rounds of a LightningModule under a server ``Strategy`` on one ``lightning.fabric.Fabric``.
+
+    Each process holds one module instance; the clients of a round are split across processes and their
+    contributions combined by one all-reduce per round.
+    """
+
+    def __init__(
+        self,
+        accelerator: str = "auto",
+        devices: int | str = 1,
+        num_nodes: int = 1,
+        precision: str = "32-true",
+        rounds: int = 10,
+        clients_per_round: int = 10,
+        local_epochs: int | None = 1,
+        local_steps: int | None = None,
+        eval_interval: int = 1,
+        client_eval_interval: int = 0,
+        checkpoint_interval: int = 1,
+        monitor: str = "val_acc",
+        seed: int = 0,
+        root_dir: str = "runs",
+        name: str = "lightfed",
+        progress_bar: bool = True,
+    ) -> None:
+        """
+        Args:
+            accelerator: Fabric accelerator: "cpu", "gpu", "auto", ...
+            devices: Processes (devices) per node; the clients of a round are split across all of them.
+            num_nodes: Number of nodes.
+            precision: "32-true", "16-mixed" or "bf16-mixed" (parameters stay fp32).
+            rounds: Total number of federated rounds (a resumed run continues up to this number).
+            clients_per_round: Clients sampled (without replacement) in each round.
+            local_epochs: Passes over its data each client makes per round; set to null when using local_steps.
+            local_steps: Optimizer steps each client takes per round, instead of local_epochs.
+            eval_interval: Evaluate the global model on the central test set every this many rounds (and at the end).
+            client_eval_interval: Evaluate the global model on every client's own data every this many rounds
+                (0: never); logs the distribution over clients of ``monitor``.
+            checkpoint_interval: Write ``last.ckpt`` every this many rounds (and at the end).
+            monitor: Logged metric shown in the progress bar and used for per-client evaluation.
+            seed: Seed of the server's client sampling and of every client's local randomness.
+            root_dir: Folder under which each run gets ``<name>/version_<n>`` with TensorBoard logs, config and
+                checkpoints.
+            name: Experiment name (sub-folder of root_dir).
+            progress_bar: Show a progress bar over rounds.
+        """
+        if precision not in PRECISIONS:
+            raise ConfigError(f"trainer.precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        if (local_epochs is None) == (local_steps is None):
+            raise ConfigError("set exactly one of trainer.local_epochs and trainer.local_steps (the other to null)")
+        for key, value, low in [
+            ("rounds", rounds, 1),
+            ("clients_per_round", clients_per_round, 1),
+            ("local_epochs", local_epochs or 1, 1),
+            ("local_steps", local_steps or 1, 1),
+            ("eval_interval", eval_interval, 1),
+            ("client_eval_interval", client_eval_interval, 0),
+            ("checkpoint_interval", checkpoint_interval, 1),
+        ]:
+            if value < low:
+                raise ConfigError(f"trainer.{key} must be >= {low}, got {value}")
+        self.fabric = Fabric(accelerator=accelerator, devices=devices, num_nodes=num_nodes, precision=precision)
+        self.rounds = rounds
+        self.clients_per_round = clients_per_round
+        self.local_epochs = local_epochs
+        self.local_steps = local_steps
+        self.eval_interval = eval_interval
+        self.client_eval_interval = client_eval_interval
+        self.checkpoint_interval = checkpoint_interval
+        self.monitor = monitor
+        self.seed = seed
+        self.run_root = Path(root_dir) / name
+        self.progress_bar = progress_bar
+        self.log_dir: Path | None = None  # set when a run starts
+        self._launched = False
+
+    # ----------------------------------------------------------------- entry points
+
+    def fit(
+        self,
+        model: LightningModule,
+        data: FederatedDataModule,
+        strategy: Strategy,
+        ckpt_path: str | None = None,
+        run_config: str | None = None,
+    ) -> dict[str, float]:
+        """Trains for ``rounds`` rounds; returns the last logged metrics.
+
+        ``ckpt_path``: a checkpoint file, or "last" for the newest ``last.ckpt`` of this experiment, to resume from.
+        ``run_config``: text saved as ``config.yaml`` in the run folder.
+        """
+        checkpoint = self._start(model, data, ckpt_path, run_config)
+        if self.clients_per_round > data.num_clients:
+            raise ConfigError(
+                f"trainer.clients_per_round ({self.clients_per_round}) is larger than the number of clients "
+                f"({data.num_clients}); lower it or add clients"
+            )
+        if self.clients_per_round < self.fabric.world_size:
+            raise ConfigError(
+                f"trainer.clients_per_round ({self.clients_per_round}) must be at least the number of processes "
+                f"({self.fabric.world_size}); lower trainer.devices"
+            )
+        client = ClientTrainer(self.fabric, model, data)
+        params = self.fabric.broadcast(client.flat.params.clone())
+        buffers = self.fabric.broadcast(client.flat.buffers.clone())
+        strategy.setup(params, data.num_clients)
+        start, metrics = 0, {}
+        if checkpoint is not None:
+            params, buffers = self._restore_weights(checkpoint, params, buffers)
+            strategy.load_state_dict(checkpoint["strategy"])
+            restore_rng_states(checkpoint["rng"])
+            start, metrics = checkpoint["round"], checkpoint["metrics"]
+        sums = Sums(
+            {**strategy.sum_sizes(), "_buffers": buffers.numel(), "_examples": 1, "_train_loss": 1, "_clients": 1},
+            self.fabric.device,
+        )
+        bar = tqdm(
+            range(start, self.rounds),
+            initial=start,
+            total=self.rounds,
+            desc="rounds",
+            disable=not (self.progress_bar and self.fabric.is_global_zero),
+        )
+        for round in bar:
+            began = time.perf_counter()
+            sums.zero_()
+            clients = sample_clients(self.seed, round, data.num_clients, self.clients_per_round)
+            for client_id in clients[self.fabric.global_rank :: self.fabric.world_size]:
+                plan = strategy.configure_client(
+                    ClientPlan(
+                        client_id=client_id,
+                        round=round,
+                        seed=derived_seed(self.seed, CLIENT, round, client_id),
+                        epochs=self.local_epochs,
+                        steps=self.local_steps,
+                    )
+                )
+                update = client.train(plan, params, buffers)
+                strategy.accumulate(sums, update)
+                sums.add("_buffers", update.buffers, weight=update.num_examples)
+                sums.add("_examples", update.num_examples)
+                sums.add("_train_loss", update.train_loss)
+                sums.add("_clients", 1)
+            sums.buffer.copy_(self.fabric.all_reduce(sums.buffer, reduce_op="sum"))
+            params = strategy.aggregate(params, sums, round)
+            buffers = (sums["_buffers"] / sums["_examples"]).to(buffers.dtype)
+            done = round + 1
+            if not (torch.isfinite(params).all() and torch.isfinite(buffers).all()):
+                raise DivergenceError(
+                    f"the global weights became NaN/Inf in round {done}; lower the learning rate (model lr or "
+                    f"strategy.server_lr); the last good checkpoint is kept in {self.log_dir / 'checkpoints'}"
+                )
+            metrics = {
+                "round/clients": float(sums["_clients"]),
+                "round/client_train_loss": float(sums["_train_loss"] / sums["_clients"]),
+                **client.logged.compute(self.fabric),
+                **{f"strategy/{k}": v for k, v in strategy.metrics().items()},
+            }
+            if done % self.eval_interval == 0 or done == self.rounds:
+                metrics.update(self._evaluate(client, params, buffers, "validation_step"))
+            if self.client_eval_interval and (done % self.client_eval_interval == 0 or done == self.rounds):
+                metrics.update(self._evaluate_clients(client, params, buffers, done))
+            metrics["round/time_s"] = time.perf_counter() - began
+            self._logger.log_metrics(metrics, step=done)
+            if self.monitor in metrics:
+                bar.set_postfix({self.monitor: f"{metrics[self.monitor]:.4f}"})
+            if done % self.checkpoint_interval == 0 or done == self.rounds:
+                self._save(done, params, buffers, strategy, metrics)
+        self._logger.finalize("success")
+        client.flat.load(params, buffers)
+        return metrics
+
+    def validate(
+        self, model: LightningModule, data: FederatedDataModule, ckpt_path: str | None = None, run_config: str | None = None
+    ) -> dict[str, float]:
+        """Evaluates the (checkpointed) global model with ``validation_step`` on the central test set."""
+        return self._evaluate_once(model, data, ckpt_path, run_config, "validation_step")
+
+    def test(
+        self, model: LightningModule, data: FederatedDataModule, ckpt_path: str | None = None, run_config: str | None = None
+    ) -> dict[str, float]:
+        """Evaluates the (checkpointed) global model with ``test_step`` on the central test set."""
+        return self._evaluate_once(model, data, ckpt_path, run_config, "test_step")
+
+    # ----------------------------------------------------------------- set-up and checkpoints
+
+    def _start(
+        self, model: LightningModule, data: FederatedDataModule, ckpt_path: str | None, run_config: str | None, step: str = "validation_step"
+    ) -> dict | None:
+        """Launches the processes, fixes the run folder, loads the data and the checkpoint to resume from."""
+        if not is_overridden(step, model, LightningModule):
+            raise ConfigError(f"{type(model).__name__} must define {step} to evaluate the global model")
+        if not self._launched:
+            self.fabric.launch()
+            self._launched = True
+        path = None
+        if self.fabric.is_global_zero:
+            path = find_last_checkpoint(self.run_root) if ckpt_path == "last" else ckpt_path and Path(ckpt_path)
+            resumed_run = path is not None and path.parent.name == "checkpoints"
+            self.log_dir = path.parent.parent if resumed_run else Path(TensorBoardLogger(self.run_root.parent, self.run_root.name).log_dir)
+            if run_config is not None:
+                self.log_dir.mkdir(parents=True, exist_ok=True)
+                (self.log_dir / "config.yaml").write_text(run_config)
+        path, self.log_dir = self.fabric.broadcast((path, self.log_dir))
+        self._logger = TensorBoardLogger(self.log_dir.parent.parent, self.log_dir.parent.name, self.log_dir.name)
+        data.setup(self.seed, self.fabric.device)
+        return None if path is None else load_checkpoint(path)
+
+    @staticmethod
+    def _restore_weights(checkpoint: dict, params: Tensor, buffers: Tensor) -> tuple[Tensor, Tensor]:
+        saved_params, saved_buffers = checkpoint["params"], checkpoint["buffers"]
+        if saved_params.shape != params.shape or saved_buffers.shape != buffers.shape:
+            raise ConfigError(
+                f"the checkpoint holds {saved_params.numel()} parameters, the model has {params.numel()}; "
+                "resume with the model configuration the checkpoint was written with"
+            )
+        return saved_params.to(params), saved_buffers.to(buffers)
+
+    def _save(self, done: int, params: Tensor, buffers: Tensor, strategy: Strategy, metrics: dict) -> None:
+        if self.fabric.is_global_zero:
+            state = {
+                "round": done,
+                "params": params.cpu(),
+                "buffers": buffers.cpu(),
+                "strategy": strategy.state_dict(),
+                "rng": rng_states(),
+                "metrics": metrics,
+            }
+            save_checkpoint(self.log_dir / "checkpoints" / LAST, state)
+        self.fabric.barrier()
+
+    # ----------------------------------------------------------------- evaluation
+
+    def _evaluate_once(
+        self, model: LightningModule, data: FederatedDataModule, ckpt_path: str | None, run_config: str | None, step: str
+    ) -> dict[str, float]:
+        checkpoint = self._start(model, data, ckpt_path, run_config, step)
+        client = ClientTrainer(self.fabric, model, data)
+        params, buffers = client.flat.params.clone(), client.flat.buffers.clone()
+        done = 0
+        if checkpoint is not None:
+            params, buffers = self._restore_weights(checkpoint, params, buffers)
+            done = checkpoint["round"]
+        metrics = self._evaluate(client, params, buffers, step)
+        self._logger.log_metrics(metrics, step=done)
+        self._logger.finalize("success")
+        return metrics
+
+    def _evaluate(self, client: ClientTrainer, params: Tensor, buffers: Tensor, step: str) -> dict[str, float]:
+        """Global model on this process's share of the central test set, reduced over all processes."""
+        rank, world = self.fabric.global_rank, self.fabric.world_size
+        logged = self._run_eval_pass(client, params, buffers, step, client.data.test_batches(rank, world))
+        return logged.compute(self.fabric)
+
+    def _evaluate_clients(self, client: ClientTrainer, params: Tensor, buffers: Tensor, done: int) -> dict[str, float]:
+        """Global model on every client's own data; logs the distribution of ``monitor`` over clients."""
+        data = client.data
+        values = torch.zeros(data.num_clients, dtype=torch.float64, device=self.fabric.device)
+        for client_id in range(self.fabric.global_rank, data.num_clients, self.fabric.world_size):
+            logged = self._run_eval_pass(client, params, buffers, "validation_step", data.client_eval_batches(client_id))
+            result = logged.compute()
+            if self.monitor not in result:
+                raise ConfigError(f"per-client evaluation needs validation_step to log {self.monitor!r} (trainer.monitor)")
+            values[client_id] = result[self.monitor]
+        values = self.fabric.all_reduce(values, reduce_op="sum").cpu().numpy()
+        if self.fabric.is_global_zero:
+            self._logger.experiment.add_histogram(f"clients/{self.monitor}", values, global_step=done)
+        return {
+            f"clients/{self.monitor}_mean": float(values.mean()),
+            f"clients/{self.monitor}_std": float(values.std()),
+            f"clients/{self.monitor}_min": float(values.min()),
+            f"clients/{self.monitor}_p10": float(np.percentile(values, 10)),
+        }
+
+    def _run_eval_pass(self, client: ClientTrainer, params: Tensor, buffers: Tensor, step: str, batches) -> LoggedValues:
+        client.flat.load(params, buffers)
+        module = client.module
+        module.eval()
+        step_fn = getattr(module, step)
+        logged = LoggedValues()
+        with torch.no_grad(), logged.attached(module):
+            for batch_idx, batch in enumerate(batches):
+                logged.batch_size = len(batch[1])
+                with self.fabric.autocast():
+                    step_fn(batch, batch_idx)
+        return logged
+

@@ -1,0 +1,33 @@
+"""Small values that travel between the server and its clients."""
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class ClientPlan:
+    """What a client is told to do in one round."""
+
+    client_id: int
+    round: int
+    seed: int
+    epochs: int | None = None
+    steps: int | None = None
+    lr: float | None = None  # None keeps the learning rate of the module's optimizer
+
+
+@dataclass(frozen=True)
+class ClientUpdate:
+    """What a client sends back: its flat parameter change and how much work produced it.
+
+    ``delta`` and ``buffers`` live in buffers the client reuses: consume them before the next client trains.
+    """
+
+    client_id: int
+    delta: Tensor  # final parameters minus the global parameters, flat fp32
+    buffers: Tensor  # final floating-point buffers (e.g. BatchNorm statistics), flat
+    num_examples: int
+    num_steps: int
+    local_time: float  # sum of the step sizes taken
+    train_loss: Tensor  # mean training loss over the steps, 0-d, left on the device

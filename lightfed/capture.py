@@ -65,4 +65,5 @@ class LoggedValues:
             result[name] = float(metric.compute())
             metric._to_sync = metric.sync_on_compute
             metric.reset()
+        self._metrics.clear()
         return result

@@ -25,8 +25,8 @@ def _subcommand_parser(name: str) -> ArgumentParser:
     parser.add_class_arguments(FederatedTrainer, "trainer", skip={"seed"})
     parser.add_subclass_arguments(LightningModule, "model", default=lazy_instance(SmallCNN))
     parser.add_class_arguments(FederatedDataModule, "data")
-    if name == "fit":
-        parser.add_subclass_arguments(Strategy, "strategy", default=lazy_instance(FedAvg))
+    # every subcommand takes the strategy, so one config file serves fit, validate and test
+    parser.add_subclass_arguments(Strategy, "strategy", default=lazy_instance(FedAvg))
     parser.add_argument("--ckpt_path", type=str | None, default=None, help='Checkpoint to start from, or "last".')
     return parser
 
@@ -47,18 +47,31 @@ def run(argv: list[str] | None = None) -> dict[str, float]:
     name = config.subcommand
     sub_config = config[name]
     seed_everything(sub_config.seed_everything, verbose=False)  # before the model is built
-    objects = parser.instantiate_classes(config)[name]
+    objects = parser.instantiate(config)[name]
     trainer = FederatedTrainer(**{**vars(sub_config.trainer), "seed": sub_config.seed_everything})
-    run_config = parsers[name].dump(sub_config, skip_none=False)
+    run_config = parsers[name].dump(sub_config)
     if name == "fit":
-        return trainer.fit(objects.model, objects.data, objects.strategy, sub_config.ckpt_path, run_config)
-    return getattr(trainer, name)(objects.model, objects.data, sub_config.ckpt_path, run_config)
+        metrics = trainer.fit(objects.model, objects.data, objects.strategy, sub_config.ckpt_path, run_config)
+    else:
+        metrics = getattr(trainer, name)(objects.model, objects.data, sub_config.ckpt_path, run_config)
+    trainer.fabric.print(" ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items()) if not k.startswith("round/")))
+    trainer.fabric.print(f"logs, config and checkpoints: {trainer.log_dir}")
+    return metrics
+
+
+def _user_error(error: BaseException | None) -> LightfedError | None:
+    """The LightfedError behind ``error``, also when jsonargparse wrapped it while building a component."""
+    while error is not None and not isinstance(error, LightfedError):
+        error = error.__cause__ or error.__context__
+    return error
 
 
 def main(argv: list[str] | None = None) -> None:
     try:
-        metrics = run(argv)
-    except LightfedError as error:
-        print(f"lightfed: error: {error}", file=sys.stderr)
+        run(argv)
+    except Exception as error:
+        user_error = _user_error(error)
+        if user_error is None:
+            raise
+        print(f"lightfed: error: {user_error}", file=sys.stderr)
         sys.exit(2)
-    print(" ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items()) if not k.startswith("round/")))

@@ -1,0 +1,29 @@
+import torch
+from torchmetrics.classification import MulticlassAccuracy
+
+from lightfed.capture import LoggedValues
+from lightfed.models import SmallCNN
+
+
+def test_batch_weighted_means_and_metric_compute():
+    logged = LoggedValues()
+    accuracy = MulticlassAccuracy(3, average="micro")
+    logged.log("loss", torch.tensor(1.0), batch_size=1)
+    logged.batch_size = 3
+    logged.log("loss", torch.tensor(3.0))  # batch size taken from the loop
+    accuracy.update(torch.tensor([0, 1, 2, 2]), torch.tensor([0, 1, 1, 1]))
+    logged.log("acc", accuracy)
+    result = logged.compute()
+    assert result == {"loss": (1.0 + 9.0) / 4, "acc": 0.5}
+    assert logged.compute() == {}  # a new pass starts empty
+    assert accuracy.update_count == 0  # and the metric was reset
+
+
+def test_attached_routes_module_log_and_restores_it():
+    module = SmallCNN()
+    logged = LoggedValues()
+    with logged.attached(module):
+        module.log("x", 2.0)
+        module.log_dict({"y": 4.0})
+    assert "log" not in vars(module)
+    assert logged.compute() == {"x": 2.0, "y": 4.0}

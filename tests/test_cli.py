@@ -1,0 +1,107 @@
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightfed.cli import main, run
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
+
+
+def _fit_quickstart(tmp_path, *overrides: str) -> dict[str, float]:
+    return run(["fit", "--config", QUICKSTART, "--trainer.root_dir", str(tmp_path), "--trainer.progress_bar", "false", *overrides])
+
+
+def test_quickstart_reaches_90_percent_and_writes_logs_config_and_checkpoint(tmp_path):
+    metrics = _fit_quickstart(tmp_path)
+    assert metrics["val_acc"] >= 0.90
+    run_dir = tmp_path / "quickstart" / "version_0"
+    assert list(run_dir.glob("events.out.tfevents.*"))
+    assert "class_path: lightfed.data.DirichletPartitioner" in (run_dir / "config.yaml").read_text()
+    # the saved config reproduces the run's global model: `test` on its checkpoint gives the same accuracy
+    tested = run(["test", "--config", str(run_dir / "config.yaml"), "--ckpt_path", "last"])
+    assert tested["test_acc"] == pytest.approx(metrics["val_acc"], abs=1e-6)
+
+
+def test_tensorboard_holds_the_per_round_scalars(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    _fit_quickstart(tmp_path, "--trainer.rounds", "2", "--trainer.client_eval_interval", "0")
+    events = EventAccumulator(str(tmp_path / "quickstart" / "version_0")).Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"val_acc", "val_loss", "round/client_train_loss", "round/clients", "round/time_s"} <= tags
+    assert [e.step for e in events.Scalars("val_acc")] == [1, 2]
+
+
+def test_dotted_overrides_and_print_config(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["fit", "--config", QUICKSTART, "--trainer.rounds", "5", "--strategy.init_args.server_lr", "0.5", "--print_config"])
+    assert exit.value.code == 0
+    printed = capsys.readouterr().out
+    assert re.search(r"rounds: 5\n", printed) and "server_lr: 0.5" in printed and "class_path: lightfed.models.SmallCNN" in printed
+
+
+def _error_of(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    assert exit.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_unknown_config_key_is_named(tmp_path, capsys):
+    config = tmp_path / "bad.yaml"
+    config.write_text(open(QUICKSTART).read().replace("rounds: 20", "roundz: 20"))
+    assert "roundz" in _error_of(["fit", "--config", str(config)], capsys)
+
+
+def test_non_positive_alpha_is_refused(tmp_path, capsys):
+    err = _error_of(["fit", "--config", QUICKSTART, "--data.partitioner.init_args.alpha", "0"], capsys)
+    assert "alpha must be > 0" in err
+
+
+def test_too_many_clients_per_round_is_refused(tmp_path, capsys):
+    err = _error_of(["fit", "--config", QUICKSTART, "--trainer.root_dir", str(tmp_path), "--trainer.clients_per_round", "21"], capsys)
+    assert err.strip().splitlines() == [
+        "lightfed: error: trainer.clients_per_round (21) is larger than the number of clients (20); lower it or add clients"
+    ]
+
+
+def test_partition_that_leaves_a_client_empty_is_refused(tmp_path, capsys):
+    err = _error_of(
+        ["fit", "--config", QUICKSTART, "--trainer.root_dir", str(tmp_path),
+         "--data.partitioner", "lightfed.data.ShardPartitioner", "--data.partitioner.num_clients", "1000"],
+        capsys,
+    )
+    assert err.startswith("lightfed: error:") and len(err.strip().splitlines()) == 1
+
+
+def test_missing_dataset_folder_is_named(tmp_path, capsys):
+    err = _error_of(
+        ["fit", "--config", QUICKSTART, "--trainer.root_dir", str(tmp_path),
+         "--data.dataset", "lightfed.data.CIFAR10", "--data.dataset.root", str(tmp_path / "nowhere")],
+        capsys,
+    )
+    assert str(tmp_path / "nowhere") in err and len(err.strip().splitlines()) == 1
+
+
+def test_two_processes_give_the_weights_of_one(tmp_path):
+    """Run through the real command, as users do: Fabric launches the second process with gloo."""
+
+    def final_params(devices: int):
+        root = tmp_path / f"devices{devices}"
+        subprocess.run(
+            [sys.executable, "-m", "lightfed", "fit", "--config", QUICKSTART, "--trainer.rounds", "3",
+             "--trainer.devices", str(devices), "--trainer.root_dir", str(root), "--trainer.progress_bar", "false"],
+            check=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, timeout=300,
+        )
+        return torch.load(root / "quickstart" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
+
+    one, two = final_params(1), final_params(2)
+    assert one["round"] == two["round"] == 3
+    assert (one["params"] - two["params"]).abs().max() <= 1e-5
+    assert not list((tmp_path / "devices2" / "quickstart").glob("version_1"))  # one run folder, written by rank 0

@@ -1,0 +1,66 @@
+import lightning as L
+import pytest
+import torch
+import torch.nn.functional as F
+from lightning.fabric import Fabric
+from torch import nn
+
+from lightfed.client import ClientTrainer
+from lightfed.errors import ConfigError
+from lightfed.types import ClientPlan
+from tests.conftest import small_data
+
+
+class DropoutNet(L.LightningModule):
+    """Uses the global torch RNG in training (dropout), like many user models."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.Dropout(0.5), nn.Linear(64, 10))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
+
+
+def _client(model=None) -> ClientTrainer:
+    data = small_data()
+    data.setup(seed=0, device=torch.device("cpu"))
+    L.seed_everything(0, verbose=False)
+    return ClientTrainer(Fabric(accelerator="cpu", devices=1), model or DropoutNet(), data)
+
+
+def test_a_clients_result_depends_only_on_its_plan_and_the_global_weights():
+    client = _client()
+    params, buffers = client.flat.params.clone(), client.flat.buffers.clone()
+    plan = ClientPlan(client_id=3, round=7, seed=1234, epochs=2)
+    first = client.train(plan, params, buffers).delta.clone()
+    client.train(ClientPlan(client_id=5, round=7, seed=99, epochs=1), params, buffers)  # moves RNG and momentum
+    torch.manual_seed(42)
+    again = client.train(plan, params, buffers)
+    assert torch.equal(again.delta, first) and again.delta.abs().sum() > 0
+    other_seed = client.train(ClientPlan(client_id=3, round=7, seed=1235, epochs=2), params, buffers).delta
+    assert not torch.equal(other_seed, first)
+
+
+def test_local_work_is_counted_in_steps_and_step_sizes():
+    client = _client()
+    params, buffers = client.flat.params.clone(), client.flat.buffers.clone()
+    size = client.data.client_size(0)
+    update = client.train(ClientPlan(client_id=0, round=0, seed=0, epochs=2), params, buffers)
+    assert update.num_steps == 2 * -(-size // 16) and update.num_examples == size
+    update = client.train(ClientPlan(client_id=0, round=0, seed=0, steps=7, lr=0.01), params, buffers)
+    assert update.num_steps == 7 and update.local_time == pytest.approx(0.07)
+
+
+def test_learning_rate_schedulers_are_refused_with_a_reason():
+    class Scheduled(DropoutNet):
+        def configure_optimizers(self):
+            optimizer = super().configure_optimizers()
+            return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 1)}
+
+    with pytest.raises(ConfigError, match="configure_optimizers must return one torch optimizer"):
+        _client(Scheduled())

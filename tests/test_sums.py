@@ -1,0 +1,25 @@
+import torch
+
+from lightfed.sums import Sums
+
+
+def test_named_views_share_one_float64_buffer():
+    sums = Sums({"a": 3, "b": 1}, torch.device("cpu"))
+    sums.add("a", torch.tensor([1.0, 2.0, 3.0]), weight=2.0)
+    sums.add("b", 5.0)
+    sums.add("b", 1.0, weight=0.5)
+    assert sums.buffer.dtype == torch.float64
+    assert sums.buffer.tolist() == [2.0, 4.0, 6.0, 5.5]
+    sums.zero_()
+    assert sums["a"].tolist() == [0.0, 0.0, 0.0] and list(sums) == ["a", "b"]
+
+
+def test_float64_sum_is_independent_of_order():
+    torch.manual_seed(0)
+    values = [torch.randn(1000) * 10 ** (i % 5) for i in range(40)]
+    forward, backward = Sums({"x": 1000}, torch.device("cpu")), Sums({"x": 1000}, torch.device("cpu"))
+    for v in values:
+        forward.add("x", v)
+    for v in reversed(values):
+        backward.add("x", v)
+    assert torch.equal(forward["x"].float(), backward["x"].float())

@@ -1,0 +1,95 @@
+import numpy as np
+import pytest
+import torch
+
+from lightfed.errors import ConfigError, DivergenceError
+from lightfed.strategies import FedAvg
+from lightfed.types import ClientPlan
+from tests.conftest import small_data, small_model, small_trainer
+
+
+def _weights(model) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
+
+
+def test_resuming_after_round_k_reproduces_the_uninterrupted_run(tmp_path):
+    model = small_model()
+    small_trainer(tmp_path / "full", rounds=4).fit(model, small_data(), FedAvg(server_lr=0.9))
+    uninterrupted = _weights(model)
+
+    small_trainer(tmp_path / "cut", rounds=2).fit(small_model(), small_data(), FedAvg(server_lr=0.9))
+    resumed_model = small_model()
+    trainer = small_trainer(tmp_path / "cut", rounds=4)
+    trainer.fit(resumed_model, small_data(), FedAvg(server_lr=0.9), ckpt_path="last")
+    assert torch.equal(_weights(resumed_model), uninterrupted)
+    assert trainer.log_dir.name == "version_0"  # the resumed run keeps logging where it left off
+    assert torch.load(trainer.log_dir / "checkpoints" / "last.ckpt", weights_only=False)["round"] == 4
+
+
+def test_each_round_trains_the_clients_from_the_global_model(tmp_path):
+    """With a learning rate of 0 told to every client, nothing moves: the weights are copied in, not kept."""
+
+    class FrozenClients(FedAvg):
+        def configure_client(self, plan: ClientPlan) -> ClientPlan:
+            return ClientPlan(plan.client_id, plan.round, plan.seed, plan.epochs, plan.steps, lr=0.0)
+
+    model = small_model()
+    initial = _weights(model)
+    metrics = small_trainer(tmp_path).fit(model, small_data(), FrozenClients())
+    assert torch.equal(_weights(model), initial)
+    assert metrics["round/clients"] == 4
+
+
+def test_a_diverged_run_stops_and_keeps_its_last_good_checkpoint(tmp_path):
+    class BlowsUpInRoundThree(FedAvg):
+        def aggregate(self, params, sums, round):
+            new = super().aggregate(params, sums, round)
+            return new * float("nan") if round == 2 else new
+
+    trainer = small_trainer(tmp_path, rounds=5)
+    with pytest.raises(DivergenceError, match="NaN/Inf in round 3; lower the learning rate"):
+        trainer.fit(small_model(), small_data(), BlowsUpInRoundThree())
+    checkpoint = torch.load(trainer.log_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    assert checkpoint["round"] == 2 and torch.isfinite(checkpoint["params"]).all()
+
+
+def test_more_clients_per_round_than_clients_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"clients_per_round \(9\) is larger than the number of clients \(8\)"):
+        small_trainer(tmp_path, clients_per_round=9).fit(small_model(), small_data(8), FedAvg())
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(local_epochs=1, local_steps=5), "exactly one of trainer.local_epochs and trainer.local_steps"),
+        (dict(rounds=0), "trainer.rounds must be >= 1"),
+        (dict(precision="16-true"), "trainer.precision must be one of"),
+    ],
+)
+def test_bad_trainer_settings_are_refused(tmp_path, settings, message):
+    with pytest.raises(ConfigError, match=message):
+        small_trainer(tmp_path, **settings)
+
+
+def test_per_client_evaluation_matches_a_direct_computation(tmp_path):
+    model, data = small_model(), small_data()
+    metrics = small_trainer(tmp_path, client_eval_interval=3).fit(model, data, FedAvg())
+    model.eval()
+    accuracies = []
+    with torch.no_grad():
+        for client_id in range(data.num_clients):
+            x, y = data.train_x[data._client_indices[client_id]], data.train_y[data._client_indices[client_id]]
+            accuracies.append((model(x).argmax(1) == y).double().mean().item())
+    assert metrics["clients/val_acc_mean"] == pytest.approx(np.mean(accuracies), abs=1e-6)
+    assert metrics["clients/val_acc_min"] == pytest.approx(min(accuracies), abs=1e-6)
+
+
+def test_global_evaluation_matches_a_direct_computation(tmp_path):
+    model, data = small_model(), small_data()
+    metrics = small_trainer(tmp_path).fit(model, data, FedAvg())
+    model.eval()
+    with torch.no_grad():
+        logits = model(data.test_x)
+    assert metrics["val_acc"] == pytest.approx((logits.argmax(1) == data.test_y).double().mean().item(), abs=1e-6)
+    expected_loss = torch.nn.functional.cross_entropy(logits, data.test_y).item()
+    assert metrics["val_loss"] == pytest.approx(expected_loss, rel=1e-5)

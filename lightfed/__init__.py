@@ -1,0 +1,22 @@
+"""lightfed: federated learning with LightningModule clients on Lightning Fabric."""
+
+from lightfed.data.module import FederatedDataModule
+from lightfed.errors import ConfigError, DatasetNotFoundError, DivergenceError, LightfedError
+from lightfed.strategies import FedAvg, Strategy
+from lightfed.sums import Sums
+from lightfed.trainer import FederatedTrainer
+from lightfed.types import ClientPlan, ClientUpdate
+
+__all__ = [
+    "ClientPlan",
+    "ClientUpdate",
+    "ConfigError",
+    "DatasetNotFoundError",
+    "DivergenceError",
+    "FedAvg",
+    "FederatedDataModule",
+    "FederatedTrainer",
+    "LightfedError",
+    "Strategy",
+    "Sums",
+]

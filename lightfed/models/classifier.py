@@ -1,0 +1,73 @@
+"""Base LightningModule for the classifiers that lightfed clients train."""
+
+import torch
+import torch.nn.functional as F
+from lightning import LightningModule
+from torch import Tensor, nn
+from torchmetrics.classification import MulticlassAccuracy
+
+
+class ClassificationModule(LightningModule):
+    """Classifier of `(x, y)` batches: cross-entropy loss, SGD, accuracy on val and test.
+
+    Subclasses call `super().__init__(...)` first and then build `self.net`, the module
+    mapping inputs to logits. `save_hyperparameters()` here also records the subclass's
+    constructor arguments.
+    """
+
+    net: nn.Module
+
+    def __init__(
+        self,
+        num_classes: int,
+        lr: float = 0.05,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+    ) -> None:
+        """
+        Args:
+            num_classes: Number of classes.
+            lr: SGD learning rate.
+            momentum: SGD momentum.
+            weight_decay: SGD weight decay (L2 penalty).
+        """
+        super().__init__()
+        self.save_hyperparameters()
+        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Return the logits of `x`."""
+        return self.net(x)
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        """Return the cross-entropy loss of the batch and log it as `train_loss`."""
+        x, y = batch
+        loss = F.cross_entropy(self(x), y)
+        self.log("train_loss", loss, batch_size=y.size(0))
+        return loss
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        """Log `val_loss` and `val_acc`."""
+        self._evaluate(batch, "val", self.val_acc)
+
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        """Log `test_loss` and `test_acc`."""
+        self._evaluate(batch, "test", self.test_acc)
+
+    def _evaluate(self, batch: tuple[Tensor, Tensor], prefix: str, accuracy: MulticlassAccuracy) -> None:
+        """Log `{prefix}_loss` and update and log the `{prefix}_acc` metric."""
+        x, y = batch
+        logits = self(x)
+        self.log(f"{prefix}_loss", F.cross_entropy(logits, y), batch_size=y.size(0))
+        accuracy.update(logits, y)
+        self.log(f"{prefix}_acc", accuracy, batch_size=y.size(0))
+
+    def configure_optimizers(self) -> torch.optim.SGD:
+        """Return SGD over all parameters with the configured lr, momentum and weight decay."""
+        return torch.optim.SGD(
+            self.parameters(),
+            lr=self.hparams.lr,
+            momentum=self.hparams.momentum,
+            weight_decay=self.hparams.weight_decay,
+        )

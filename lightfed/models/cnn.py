@@ -1,0 +1,43 @@
+"""Small two-convolution CNN for digits, MNIST and CIFAR-shaped images."""
+
+from torch import nn
+
+from lightfed.models.classifier import ClassificationModule
+
+
+class SmallCNN(ClassificationModule):
+    """Two 3x3 convs with ReLU, a 2x2 max-pool, a 4x4 adaptive average pool and a linear layer.
+
+    The adaptive pool fixes the classifier's input size, so one model fits 8x8 digits,
+    28x28 MNIST and 32x32 CIFAR. On 8x8 inputs it keeps the whole 4x4 max-pooled map.
+    """
+
+    def __init__(
+        self,
+        num_classes: int = 10,
+        in_channels: int = 1,
+        width: int = 32,
+        lr: float = 0.05,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+    ) -> None:
+        """
+        Args:
+            num_classes: Number of classes.
+            in_channels: Channels of the input images (1 for grayscale, 3 for RGB).
+            width: Channels of the first conv; the second has twice as many.
+            lr: SGD learning rate.
+            momentum: SGD momentum.
+            weight_decay: SGD weight decay (L2 penalty).
+        """
+        super().__init__(num_classes=num_classes, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        self.net = nn.Sequential(
+            nn.Conv2d(in_channels, width, kernel_size=3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(width, 2 * width, kernel_size=3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.AdaptiveAvgPool2d(4),
+            nn.Flatten(),
+            nn.Linear(2 * width * 4 * 4, num_classes),
+        )

@@ -1,0 +1,40 @@
+"""VGG-11 with the CIFAR-style classifier."""
+
+from torch import nn
+from torchvision.models.vgg import cfgs, make_layers
+
+from lightfed.models.classifier import ClassificationModule
+
+
+class VGG11(ClassificationModule):
+    """torchvision's VGG-11 features (config "A") and a 512-512-classes classifier for 32x32 images."""
+
+    def __init__(
+        self,
+        num_classes: int = 10,
+        in_channels: int = 3,
+        batch_norm: bool = False,
+        lr: float = 0.05,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+    ) -> None:
+        """
+        Args:
+            num_classes: Number of classes.
+            in_channels: Channels of the input images.
+            batch_norm: Add BatchNorm after each conv.
+            lr: SGD learning rate.
+            momentum: SGD momentum.
+            weight_decay: SGD weight decay (L2 penalty).
+        """
+        super().__init__(num_classes=num_classes, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        features = make_layers(cfgs["A"], batch_norm=batch_norm)
+        if in_channels != 3:  # make_layers always builds a 3-channel first conv
+            features[0] = nn.Conv2d(in_channels, 64, kernel_size=3, padding=1)
+        self.net = nn.Sequential(
+            features,
+            nn.Flatten(),
+            nn.Linear(512, 512),
+            nn.ReLU(inplace=True),
+            nn.Linear(512, num_classes),
+        )

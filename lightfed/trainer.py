@@ -150,39 +150,8 @@ class FederatedTrainer:
         )
         for round in bar:
             began = time.perf_counter()
-            sums.zero_()
-            clients = sample_clients(self.seed, round, data.num_clients, self.clients_per_round)
-            for client_id in clients[self.fabric.global_rank :: self.fabric.world_size]:
-                plan = strategy.configure_client(
-                    ClientPlan(
-                        client_id=client_id,
-                        round=round,
-                        seed=derived_seed(self.seed, CLIENT, round, client_id),
-                        epochs=self.local_epochs,
-                        steps=self.local_steps,
-                    )
-                )
-                update = client.train(plan, params, buffers)
-                strategy.accumulate(sums, update)
-                sums.add("_buffers", update.buffers, weight=update.num_examples)
-                sums.add("_examples", update.num_examples)
-                sums.add("_train_loss", update.train_loss)
-                sums.add("_clients", 1)
-            sums.buffer.copy_(self.fabric.all_reduce(sums.buffer, reduce_op="sum"))
-            params = strategy.aggregate(params, sums, round)
-            buffers = (sums["_buffers"] / sums["_examples"]).to(buffers.dtype)
+            params, buffers, metrics = self._train_round(round, client, strategy, sums, params, buffers)
             done = round + 1
-            if not (torch.isfinite(params).all() and torch.isfinite(buffers).all()):
-                raise DivergenceError(
-                    f"the global weights became NaN/Inf in round {done}; lower the learning rate (model lr or "
-                    f"strategy.server_lr); the last good checkpoint is kept in {self.log_dir / 'checkpoints'}"
-                )
-            metrics = {
-                "round/clients": float(sums["_clients"]),
-                "round/client_train_loss": float(sums["_train_loss"] / sums["_clients"]),
-                **client.logged.compute(self.fabric),
-                **{f"strategy/{k}": v for k, v in strategy.metrics().items()},
-            }
             if done % self.eval_interval == 0 or done == self.rounds:
                 metrics.update(self._evaluate(client, params, buffers, "validation_step"))
             if self.client_eval_interval and (done % self.client_eval_interval == 0 or done == self.rounds):
@@ -196,6 +165,42 @@ class FederatedTrainer:
         self._logger.finalize("success")
         client.flat.load(params, buffers)
         return metrics
+
+    def _train_round(
+        self, round: int, client: ClientTrainer, strategy: Strategy, sums: Sums, params: Tensor, buffers: Tensor
+    ) -> tuple[Tensor, Tensor, dict[str, float]]:
+        """Samples, trains this process's share of the clients, reduces and aggregates: the next global model."""
+        sums.zero_()
+        clients = sample_clients(self.seed, round, client.data.num_clients, self.clients_per_round)
+        for client_id in clients[self.fabric.global_rank :: self.fabric.world_size]:
+            plan = ClientPlan(
+                client_id=client_id,
+                round=round,
+                seed=derived_seed(self.seed, CLIENT, round, client_id),
+                epochs=self.local_epochs,
+                steps=self.local_steps,
+            )
+            update = client.train(strategy.configure_client(plan), params, buffers)
+            strategy.accumulate(sums, update)
+            sums.add("_buffers", update.buffers, weight=update.num_examples)
+            sums.add("_examples", update.num_examples)
+            sums.add("_train_loss", update.train_loss)
+            sums.add("_clients", 1)
+        sums.buffer.copy_(self.fabric.all_reduce(sums.buffer, reduce_op="sum"))
+        params = strategy.aggregate(params, sums, round)
+        buffers = (sums["_buffers"] / sums["_examples"]).to(buffers.dtype)
+        if not (torch.isfinite(params).all() and torch.isfinite(buffers).all()):
+            raise DivergenceError(
+                f"the global weights became NaN/Inf in round {round + 1}; lower the learning rate (model lr or "
+                f"strategy.server_lr); the last good checkpoint is kept in {self.log_dir / 'checkpoints'}"
+            )
+        metrics = {
+            "round/clients": float(sums["_clients"]),
+            "round/client_train_loss": float(sums["_train_loss"] / sums["_clients"]),
+            **client.logged.compute(self.fabric),
+            **{f"strategy/{k}": v for k, v in strategy.metrics().items()},
+        }
+        return params, buffers, metrics
 
     def validate(
         self, model: LightningModule, data: FederatedDataModule, ckpt_path: str | None = None, run_config: str | None = None

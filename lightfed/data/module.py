@@ -55,12 +55,13 @@ class FederatedDataModule:
             raise ConfigError(f"{type(self.dataset).__name__} is already split across clients; remove data.partitioner")
         if splits.client_indices is None and self.partitioner is None:
             raise ConfigError(f"{type(self.dataset).__name__} needs data.partitioner (e.g. lightfed.data.DirichletPartitioner)")
-        indices = splits.client_indices
-        if indices is None:
-            indices = self.partitioner.partition(splits.train_y.numpy(), seed)
-        for client_id, client in enumerate(indices):
-            if len(client) == 0:
-                raise ConfigError(f"client {client_id} has no training examples; use fewer clients")
+        if splits.client_indices is None:
+            indices = self.partitioner.partition(splits.train_y.numpy(), seed)  # refuses empty clients
+        else:
+            indices = splits.client_indices
+            empty = [client_id for client_id, client in enumerate(indices) if len(client) == 0]
+            if empty:
+                raise ConfigError(f"{type(self.dataset).__name__} gives client {empty[0]} no training examples")
         storage = device if self.on_device else torch.device("cpu")
         self.device = device
         self.num_classes = splits.num_classes

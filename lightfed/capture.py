@@ -50,10 +50,16 @@ class LoggedValues:
     def compute(self, fabric: Fabric | None = None) -> dict[str, float]:
         """Means and metric values, reduced over all processes when ``fabric`` is given; then starts afresh."""
         names = sorted(self._sums)
+        if fabric is not None and fabric.world_size > 1:  # a process that trained no client logged nothing
+            everyone: list = [None] * fabric.world_size
+            torch.distributed.all_gather_object(everyone, names)
+            names = sorted(set().union(*everyone))
         result: dict[str, float] = {}
         if names:
-            device = self._sums[names[0]].device
-            packed = torch.stack([self._sums[n].to(device) for n in names] + [torch.tensor(self._counts[n], device=device) for n in names])
+            zero = torch.zeros((), device=fabric.device if fabric is not None else "cpu")
+            sums = [self._sums.get(n, zero).to(zero.device) for n in names]
+            counts = [torch.tensor(self._counts.get(n, 0.0), device=zero.device) for n in names]
+            packed = torch.stack(sums + counts)
             if fabric is not None:
                 packed = fabric.all_reduce(packed, reduce_op="sum")
             totals = packed.tolist()

@@ -45,12 +45,16 @@ class ClientTrainer:
         self._initial_groups = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
         self.optimizer = fabric.setup_optimizers(optimizer)
         self.delta = torch.empty_like(self.flat.params)
+        self._scaler = getattr(fabric.strategy.precision, "scaler", None)  # set under 16-mixed
         self.logged = LoggedValues()
 
     def train(self, plan: ClientPlan, params: Tensor, buffers: Tensor) -> ClientUpdate:
         """Runs the plan from the given global weights; randomness comes only from ``plan.seed``."""
         self.flat.load(params, buffers)
         self._reset_optimizer(plan.lr)
+        rule = plan.rule
+        if rule is not None:
+            rule.start(params)
         torch.manual_seed(plan.seed)  # dropout and other in-model randomness
         generator = torch.Generator().manual_seed(plan.seed)
         module, optimizer = self.module, self.optimizer
@@ -63,8 +67,12 @@ class ClientTrainer:
                 with self.fabric.autocast():
                     output = module.training_step(batch, steps)
                 loss = output["loss"] if isinstance(output, Mapping) else output
-                optimizer.zero_grad(set_to_none=True)
+                self.flat.zero_grad()
                 self.fabric.backward(loss)
+                if rule is not None:
+                    if self._scaler is not None:
+                        self._scaler.unscale_(optimizer.optimizer)  # the rule works on true gradients
+                    rule.adjust(self.flat.grads, self.flat.params)
                 optimizer.step()
                 loss_sum += loss.detach()
                 local_time += optimizer.param_groups[0]["lr"]

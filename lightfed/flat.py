@@ -21,10 +21,11 @@ def _flatten_into_views(tensors: list[Tensor], device: torch.device) -> Tensor:
 
 
 class FlatModule:
-    """Zero-copy flat views of a module's parameters and floating-point buffers.
+    """Zero-copy flat views of a module's parameters, their gradients and its floating-point buffers.
 
     Loading new weights is one ``copy_`` per buffer; integer buffers (e.g. ``num_batches_tracked``) are not part of
-    the federated state and are restored to their initial values by ``load``.
+    the federated state and are restored to their initial values by ``load``. Autograd accumulates into the
+    gradient views in place, so ``grads`` is the flat gradient after a backward pass.
     """
 
     def __init__(self, module: nn.Module, device: torch.device) -> None:
@@ -33,6 +34,21 @@ class FlatModule:
         self._int_buffers = [(b, b.detach().clone()) for b in module.buffers() if not b.is_floating_point()]
         self.params = _flatten_into_views(list(module.parameters()), device)
         self.buffers = _flatten_into_views(buffers, device)
+        self.grads = torch.zeros_like(self.params)
+        self._grad_views = []
+        offset = 0
+        for p in module.parameters():
+            if p.requires_grad:
+                self._grad_views.append((p, self.grads[offset : offset + p.numel()].view_as(p)))
+            offset += p.numel()
+        self.zero_grad()
+
+    def zero_grad(self) -> None:
+        """Zeroes the flat gradient, re-attaching any view that something replaced (e.g. ``zero_grad(set_to_none)``)."""
+        for p, view in self._grad_views:
+            if p.grad is None or p.grad.data_ptr() != view.data_ptr():
+                p.grad = view
+        self.grads.zero_()
 
     def load(self, params: Tensor, buffers: Tensor) -> None:
         """Copies global weights into the live module in place."""

@@ -4,6 +4,7 @@ import numpy as np
 
 SAMPLING = 0  # the server's choice of clients in a round
 CLIENT = 1  # one client's local training in a round
+LOCAL_WORK = 2  # a client's local epochs, steps and learning rate
 
 
 def derived_rng(seed: int, *key: int) -> np.random.Generator:

@@ -16,6 +16,7 @@ from lightfed.checkpoint import LAST, find_last_checkpoint, load_checkpoint, res
 from lightfed.client import ClientTrainer
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError, DivergenceError
+from lightfed.heterogeneity import LocalWork
 from lightfed.seeding import CLIENT, derived_seed, sample_clients
 from lightfed.strategies.base import Strategy
 from lightfed.sums import Sums
@@ -39,8 +40,10 @@ class FederatedTrainer:
         precision: str = "32-true",
         rounds: int = 10,
         clients_per_round: int = 10,
-        local_epochs: int | None = 1,
-        local_steps: int | None = None,
+        local_epochs: int | str | None = 1,
+        local_steps: int | str | None = None,
+        local_lr: float | str | None = None,
+        redraw_local_work: bool = False,
         eval_interval: int = 1,
         client_eval_interval: int = 0,
         checkpoint_interval: int = 1,
@@ -58,8 +61,12 @@ class FederatedTrainer:
             precision: "32-true", "16-mixed" or "bf16-mixed" (parameters stay fp32).
             rounds: Total number of federated rounds (a resumed run continues up to this number).
             clients_per_round: Clients sampled (without replacement) in each round.
-            local_epochs: Passes over its data each client makes per round; set to null when using local_steps.
-            local_steps: Optimizer steps each client takes per round, instead of local_epochs.
+            local_epochs: Passes over its data each client makes per round: a number or a distribution drawn per
+                client, e.g. "randint:1:50"; set to null when using local_steps.
+            local_steps: Optimizer steps each client takes per round, instead of local_epochs (number or distribution).
+            local_lr: Client learning rate overriding the optimizer's: a number or a distribution drawn per client,
+                e.g. "uniform:1e-4:1e-3" or "loguniform:1e-4:1e-1"; null keeps the optimizer's own.
+            redraw_local_work: Draw local epochs/steps/lr afresh every round instead of once per client.
             eval_interval: Evaluate the global model on the central test set every this many rounds (and at the end).
             client_eval_interval: Evaluate the global model on every client's own data every this many rounds
                 (0: never); logs the distribution over clients of ``monitor``.
@@ -73,13 +80,10 @@ class FederatedTrainer:
         """
         if precision not in PRECISIONS:
             raise ConfigError(f"trainer.precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-        if (local_epochs is None) == (local_steps is None):
-            raise ConfigError("set exactly one of trainer.local_epochs and trainer.local_steps (the other to null)")
+        self.local_work = LocalWork(local_epochs, local_steps, local_lr, redraw_local_work)
         for key, value, low in [
             ("rounds", rounds, 1),
             ("clients_per_round", clients_per_round, 1),
-            ("local_epochs", local_epochs or 1, 1),
-            ("local_steps", local_steps or 1, 1),
             ("eval_interval", eval_interval, 1),
             ("client_eval_interval", client_eval_interval, 0),
             ("checkpoint_interval", checkpoint_interval, 1),
@@ -89,8 +93,6 @@ class FederatedTrainer:
         self.fabric = Fabric(accelerator=accelerator, devices=devices, num_nodes=num_nodes, precision=precision)
         self.rounds = rounds
         self.clients_per_round = clients_per_round
-        self.local_epochs = local_epochs
-        self.local_steps = local_steps
         self.eval_interval = eval_interval
         self.client_eval_interval = client_eval_interval
         self.checkpoint_interval = checkpoint_interval
@@ -122,11 +124,6 @@ class FederatedTrainer:
                 f"trainer.clients_per_round ({self.clients_per_round}) is larger than the number of clients "
                 f"({data.num_clients}); lower it or add clients"
             )
-        if self.clients_per_round < self.fabric.world_size:
-            raise ConfigError(
-                f"trainer.clients_per_round ({self.clients_per_round}) must be at least the number of processes "
-                f"({self.fabric.world_size}); lower trainer.devices"
-            )
         client = ClientTrainer(self.fabric, model, data)
         params = self.fabric.broadcast(client.flat.params.clone())
         buffers = self.fabric.broadcast(client.flat.buffers.clone())
@@ -135,6 +132,10 @@ class FederatedTrainer:
         if checkpoint is not None:
             params, buffers = self._restore_weights(checkpoint, params, buffers)
             strategy.load_state_dict(checkpoint["strategy"])
+            rank, world = self.fabric.global_rank, self.fabric.world_size
+            strategy.client_states.load_state_dict(
+                {i: state for i, state in checkpoint["client_states"].items() if i % world == rank}
+            )
             restore_rng_states(checkpoint["rng"])
             start, metrics = checkpoint["round"], checkpoint["metrics"]
         sums = Sums(
@@ -172,13 +173,15 @@ class FederatedTrainer:
         """Samples, trains this process's share of the clients, reduces and aggregates: the next global model."""
         sums.zero_()
         clients = sample_clients(self.seed, round, client.data.num_clients, self.clients_per_round)
-        for client_id in clients[self.fabric.global_rank :: self.fabric.world_size]:
+        for client_id in self._my_share(clients, strategy):
+            epochs, steps, lr = self.local_work.draw(self.seed, round, client_id)
             plan = ClientPlan(
                 client_id=client_id,
                 round=round,
                 seed=derived_seed(self.seed, CLIENT, round, client_id),
-                epochs=self.local_epochs,
-                steps=self.local_steps,
+                epochs=epochs,
+                steps=steps,
+                lr=lr,
             )
             update = client.train(strategy.configure_client(plan), params, buffers)
             strategy.accumulate(sums, update)
@@ -201,6 +204,13 @@ class FederatedTrainer:
             **{f"strategy/{k}": v for k, v in strategy.metrics().items()},
         }
         return params, buffers, metrics
+
+    def _my_share(self, clients: list[int], strategy: Strategy) -> list[int]:
+        """This process's clients: a balanced slice, or client i on process i % world when clients keep state here."""
+        rank, world = self.fabric.global_rank, self.fabric.world_size
+        if strategy.keeps_client_state:
+            return [c for c in clients if c % world == rank]
+        return clients[rank::world]
 
     def validate(
         self, model: LightningModule, data: FederatedDataModule, ckpt_path: str | None = None, run_config: str | None = None
@@ -249,12 +259,18 @@ class FederatedTrainer:
         return saved_params.to(params), saved_buffers.to(buffers)
 
     def _save(self, done: int, params: Tensor, buffers: Tensor, strategy: Strategy, metrics: dict) -> None:
+        client_states = strategy.client_states.state_dict()
+        if self.fabric.world_size > 1:  # each process holds its own clients' states
+            shards = [None] * self.fabric.world_size if self.fabric.is_global_zero else None
+            torch.distributed.gather_object(client_states, shards, dst=0)
+            client_states = {i: s for shard in shards or [] for i, s in shard.items()}
         if self.fabric.is_global_zero:
             state = {
                 "round": done,
                 "params": params.cpu(),
                 "buffers": buffers.cpu(),
                 "strategy": strategy.state_dict(),
+                "client_states": client_states,
                 "rng": rng_states(),
                 "metrics": metrics,
             }

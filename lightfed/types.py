@@ -4,6 +4,8 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
+from lightfed.local.base import LocalRule
+
 
 @dataclass(frozen=True)
 class ClientPlan:
@@ -15,6 +17,7 @@ class ClientPlan:
     epochs: int | None = None
     steps: int | None = None
     lr: float | None = None  # None keeps the learning rate of the module's optimizer
+    rule: LocalRule | None = None  # applied to every local step, between backward and the optimizer step
 
 
 @dataclass(frozen=True)

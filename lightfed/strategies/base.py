@@ -6,6 +6,7 @@ from typing import Any
 
 from torch import Tensor
 
+from lightfed.client_state import ClientStates
 from lightfed.sums import Sums
 from lightfed.types import ClientPlan, ClientUpdate
 
@@ -15,12 +16,18 @@ class Strategy(ABC):
 
     Strategies see only flat fp32 tensors. Client contributions are added into named sums (``sum_sizes`` declares
     them) on whichever process trained the client; one all-reduce combines them before ``aggregate``.
+
+    Strategies that remember something per client set ``keeps_client_state`` and use ``self.client_states``: each
+    client then always trains on the same process, where its state lives.
     """
+
+    keeps_client_state = False
 
     def setup(self, params: Tensor, num_clients: int) -> None:
         """Called once with the initial global parameters before the first round (and before a resume)."""
         self.num_params = params.numel()
         self.num_clients = num_clients
+        self.client_states = ClientStates()
 
     def configure_client(self, plan: ClientPlan) -> ClientPlan:
         """Adjusts a client's plan for this round (local work, learning rate). Default: unchanged."""

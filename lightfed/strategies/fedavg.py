@@ -1,6 +1,7 @@
 """FedAvg (McMahan et al. 2017): example-weighted average of client deltas, with a server learning rate."""
 
 from collections.abc import Mapping
+from typing import Literal
 
 from torch import Tensor
 
@@ -16,23 +17,31 @@ def fedavg_step(params: Tensor, weighted_delta_sum: Tensor, weight_sum: float, s
 
 
 class FedAvg(Strategy):
-    """Clients' deltas averaged with weights proportional to their number of examples."""
+    """Clients' deltas averaged with weights proportional to their number of examples (or uniformly)."""
 
-    def __init__(self, server_lr: float = 1.0) -> None:
+    def __init__(self, server_lr: float = 1.0, weighting: Literal["examples", "uniform"] = "examples") -> None:
         """
         Args:
             server_lr: Scale of the averaged delta applied to the global model (1.0 is plain FedAvg).
+            weighting: Weight each client by its number of examples, or all clients equally.
         """
         if server_lr <= 0:
             raise ConfigError(f"strategy.server_lr must be > 0, got {server_lr}")
+        if weighting not in ("examples", "uniform"):
+            raise ConfigError(f"strategy.weighting must be 'examples' or 'uniform', got {weighting!r}")
         self.server_lr = server_lr
+        self.weighting = weighting
+
+    def client_weight(self, update: ClientUpdate) -> float:
+        return float(update.num_examples) if self.weighting == "examples" else 1.0
 
     def sum_sizes(self) -> dict[str, int]:
         return {"delta": self.num_params, "weight": 1}
 
     def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
-        sums.add("delta", update.delta, weight=update.num_examples)
-        sums.add("weight", update.num_examples)
+        weight = self.client_weight(update)
+        sums.add("delta", update.delta, weight=weight)
+        sums.add("weight", weight)
 
     def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
         return fedavg_step(params, sums["delta"], float(sums["weight"]), self.server_lr)

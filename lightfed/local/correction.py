@@ -1,0 +1,15 @@
+"""A constant vector added to every local gradient (SCAFFOLD's c - c_i, FedECADO's coupling current)."""
+
+from torch import Tensor
+
+from lightfed.local.base import LocalRule
+
+
+class GradientCorrection(LocalRule):
+    """Adds ``vector`` (flat, on the client's device) to the gradient of every step."""
+
+    def __init__(self, vector: Tensor) -> None:
+        self.vector = vector
+
+    def adjust(self, grad: Tensor, params: Tensor) -> None:
+        grad.add_(self.vector)

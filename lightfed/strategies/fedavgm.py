@@ -1,0 +1,45 @@
+"""FedAvgM (Hsu et al. 2019): the averaged client delta drives server momentum."""
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lightfed.errors import ConfigError
+from lightfed.strategies.fedavg import FedAvg
+
+
+def momentum_step(params: Tensor, velocity: Tensor, delta: Tensor, server_lr: float, momentum: float) -> Tensor:
+    """v <- momentum * v + delta (in place); returns x + server_lr * v."""
+    velocity.mul_(momentum).add_(delta)
+    return params + server_lr * velocity
+
+
+class FedAvgM(FedAvg):
+    """Example-weighted mean delta, applied through server momentum."""
+
+    def __init__(self, server_lr: float = 1.0, momentum: float = 0.9) -> None:
+        """
+        Args:
+            server_lr: Server learning rate.
+            momentum: Server momentum (0 is FedAvg).
+        """
+        if not 0 <= momentum < 1:
+            raise ConfigError(f"strategy.momentum must be in [0, 1), got {momentum}")
+        super().__init__(server_lr=server_lr)
+        self.momentum = momentum
+
+    def setup(self, params: Tensor, num_clients: int) -> None:
+        super().setup(params, num_clients)
+        self.velocity = torch.zeros_like(params)
+
+    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
+        delta = (sums["delta"] / sums["weight"]).to(params.dtype)
+        return momentum_step(params, self.velocity, delta, self.server_lr, self.momentum)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"velocity": self.velocity}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.velocity.copy_(state["velocity"])

@@ -1,0 +1,80 @@
+"""FedOpt (Reddi et al. 2021, Algorithm 2): FedAdagrad, FedAdam and FedYogi, adaptive server optimisers."""
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lightfed.errors import ConfigError
+from lightfed.strategies.fedavg import FedAvg
+
+
+def adagrad_second_moment(v: Tensor, delta: Tensor, beta2: float) -> None:
+    v.add_(delta.square())
+
+
+def adam_second_moment(v: Tensor, delta: Tensor, beta2: float) -> None:
+    v.mul_(beta2).add_(delta.square(), alpha=1 - beta2)
+
+
+def yogi_second_moment(v: Tensor, delta: Tensor, beta2: float) -> None:
+    square = delta.square()
+    v.sub_((1 - beta2) * square * torch.sign(v - square))
+
+
+class FedOpt(FedAvg):
+    """m <- b1 m + (1 - b1) D;  v <- (rule of the subclass);  x <- x + eta m / (sqrt(v) + tau),
+    with D the uniform mean of the client deltas, m_0 = 0 and v_0 = tau^2 (no bias correction, as in the paper)."""
+
+    second_moment = staticmethod(adam_second_moment)
+
+    def __init__(self, server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3) -> None:
+        """
+        Args:
+            server_lr: Server learning rate eta.
+            beta1: First-moment decay.
+            beta2: Second-moment decay (unused by FedAdagrad).
+            tau: Adaptivity: added to sqrt(v); v starts at tau^2.
+        """
+        super().__init__(server_lr=server_lr, weighting="uniform")
+        for name, value in [("beta1", beta1), ("beta2", beta2)]:
+            if not 0 <= value < 1:
+                raise ConfigError(f"strategy.{name} must be in [0, 1), got {value}")
+        if tau <= 0:
+            raise ConfigError(f"strategy.tau must be > 0, got {tau}")
+        self.beta1, self.beta2, self.tau = beta1, beta2, tau
+
+    def setup(self, params: Tensor, num_clients: int) -> None:
+        super().setup(params, num_clients)
+        self.m = torch.zeros_like(params)
+        self.v = torch.full_like(params, self.tau**2)
+
+    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
+        delta = (sums["delta"] / sums["weight"]).to(params.dtype)
+        self.m.mul_(self.beta1).add_(delta, alpha=1 - self.beta1)
+        self.second_moment(self.v, delta, self.beta2)
+        return params + self.server_lr * self.m / (self.v.sqrt() + self.tau)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"m": self.m, "v": self.v}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.m.copy_(state["m"])
+        self.v.copy_(state["v"])
+
+
+class FedAdam(FedOpt):
+    """v <- b2 v + (1 - b2) D^2."""
+
+
+class FedYogi(FedOpt):
+    """v <- v - (1 - b2) D^2 sign(v - D^2)."""
+
+    second_moment = staticmethod(yogi_second_moment)
+
+
+class FedAdagrad(FedOpt):
+    """v <- v + D^2."""
+
+    second_moment = staticmethod(adagrad_second_moment)

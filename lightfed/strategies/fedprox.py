@@ -1,0 +1,26 @@
+"""FedProx (Li et al. 2020): FedAvg whose clients minimise f_i(w) + mu/2 ||w - w_global||^2."""
+
+from dataclasses import replace
+
+from lightfed.errors import ConfigError
+from lightfed.local import ProximalTerm
+from lightfed.strategies.fedavg import FedAvg
+from lightfed.types import ClientPlan
+
+
+class FedProx(FedAvg):
+    """FedAvg aggregation; each client's gradient gets the proximal term mu (w - w_global)."""
+
+    def __init__(self, mu: float = 0.01, server_lr: float = 1.0) -> None:
+        """
+        Args:
+            mu: Weight of the proximal term (0 is FedAvg).
+            server_lr: Scale of the averaged delta applied to the global model.
+        """
+        if mu < 0:
+            raise ConfigError(f"strategy.mu must be >= 0, got {mu}")
+        super().__init__(server_lr=server_lr)
+        self.mu = mu
+
+    def configure_client(self, plan: ClientPlan) -> ClientPlan:
+        return replace(plan, rule=ProximalTerm(self.mu))

@@ -1,0 +1,64 @@
+"""SCAFFOLD (Karimireddy et al. 2020), option II control variates."""
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lightfed.local import GradientCorrection
+from lightfed.strategies.fedavg import FedAvg
+from lightfed.sums import Sums
+from lightfed.types import ClientPlan, ClientUpdate
+
+
+class Scaffold(FedAvg):
+    """Clients step along g + c - c_i; then c_i+ = c_i - c + (x - y_i) / T_i (T_i: sum of step sizes, K lr for SGD).
+    Server: x <- x + eta_g mean(y_i - x), c <- c + sum(c_i+ - c_i) / N.
+
+    Memory: one control variate c_i per client that has trained (N x d floats on the CPU over a run).
+    """
+
+    keeps_client_state = True
+
+    def __init__(self, server_lr: float = 1.0) -> None:
+        """
+        Args:
+            server_lr: Global step size eta_g.
+        """
+        super().__init__(server_lr=server_lr, weighting="uniform")
+
+    def setup(self, params: Tensor, num_clients: int) -> None:
+        super().setup(params, num_clients)
+        self.c = torch.zeros_like(params)
+
+    def _client_variate(self, client_id: int) -> Tensor:
+        c_i = self.client_states.get(client_id, "c")
+        return torch.zeros_like(self.c) if c_i is None else c_i.to(self.c.device)
+
+    def configure_client(self, plan: ClientPlan) -> ClientPlan:
+        return replace(plan, rule=GradientCorrection(self.c - self._client_variate(plan.client_id)))
+
+    def sum_sizes(self) -> dict[str, int]:
+        return {**super().sum_sizes(), "dc": self.num_params}
+
+    def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
+        super().accumulate(sums, update)
+        c_i = self._client_variate(update.client_id)
+        new_c_i = c_i - self.c - update.delta / update.local_time
+        self.client_states.set(update.client_id, "c", new_c_i)
+        sums.add("dc", new_c_i - c_i)
+
+    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
+        self.c.add_((sums["dc"] / self.num_clients).to(self.c.dtype))
+        return super().aggregate(params, sums, round)
+
+    def metrics(self) -> dict[str, float]:
+        return {"c_norm": self.c.norm().item()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"c": self.c}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.c.copy_(state["c"])

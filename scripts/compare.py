@@ -1,0 +1,493 @@
+"""Compare lightfed configs over seeds and hyperparameter sweeps: a Markdown table, a plot and the raw results.
+
+Every run is ``lightfed fit --config C <overrides>`` named ``<config stem>__<setting>__seed<S>`` under ``OUT/runs``
+(with the folder in front of a stem two configs share); its history is read back from its TensorBoard events.
+Outputs::
+
+    OUT/table.md       one row per (config, setting): final and best metric over seeds, rounds to --target, time
+    OUT/accuracy.png   metric versus round, mean over seeds, shaded min-max, one line per (config, setting)
+    OUT/results.json   every planned run: config, setting, seed, argv, status, final, best, rounds to target, history
+    OUT/runs/<name>/version_<n>/   the runs' logs, configs and checkpoints (the newest version of a name counts)
+
+Examples::
+
+    python scripts/compare.py --configs configs/quickstart.yaml --seeds 0 1 2 --target 0.9 --out runs/cmp
+    python scripts/compare.py --configs configs/quickstart.yaml --grid strategy.init_args.server_lr=1.0,0.5 \\
+        --random model.init_args.lr=loguniform:1e-3:1e-1 --samples 4 --sweep-seed 0 --rounds 10 --out runs/sweep
+    # a SLURM array: one run per task, then one job that gathers the table and the plot
+    python scripts/compare.py ARGS --list | wc -l                       # how many tasks
+    python scripts/compare.py ARGS --task-index $SLURM_ARRAY_TASK_ID
+    python scripts/compare.py ARGS --collect
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import math
+import random
+import re
+import shlex
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+KEY = re.compile(r"[A-Za-z_][\w-]*(\.[A-Za-z_][\w-]*)*")
+MANAGED = {"trainer.root_dir": "--out", "trainer.name": "the run name", "seed_everything": "--seeds"}
+DISTRIBUTIONS = "loguniform:MIN:MAX, uniform:MIN:MAX or choice:A,B,..."
+Setting = dict[str, str]  # override key -> value, as passed to the lightfed command line
+
+
+class SpecError(ValueError):
+    """A malformed --set/--grid/--random spec or plan; the message is one line for parser.error."""
+
+
+# ----------------------------------------------------------------- specs
+
+
+def _split(spec: str, option: str) -> tuple[str, str]:
+    key, sep, value = spec.partition("=")
+    key = key.strip().removeprefix("--")
+    if not sep or not KEY.fullmatch(key) or not value.strip():
+        raise SpecError(f"{option} {spec!r}: expected KEY=VALUE with a dotted key, e.g. model.init_args.lr=0.01")
+    if key in MANAGED:
+        raise SpecError(f"{option} {spec!r}: {key} is set by compare.py (use {MANAGED[key]})")
+    return key, value.strip()
+
+
+def parse_set(spec: str) -> tuple[str, str]:
+    """``key=value`` -> (key, value)."""
+    return _split(spec, "--set")
+
+
+def parse_grid(spec: str) -> tuple[str, list[str]]:
+    """``key=v1,v2,v3`` -> (key, [v1, v2, v3])."""
+    key, values = _split(spec, "--grid")
+    items = [v.strip() for v in values.split(",")]
+    if not all(items):
+        raise SpecError(f"--grid {spec!r}: empty value in the comma-separated list")
+    if len(set(items)) != len(items):
+        raise SpecError(f"--grid {spec!r}: a value is listed twice")
+    return key, items
+
+
+def _bounds(spec: str, kind: str, args: str) -> tuple[float, float]:
+    parts = args.split(":")
+    if len(parts) != 2:
+        raise SpecError(f"--random {spec!r}: expected {kind}:MIN:MAX")
+    try:
+        low, high = float(parts[0]), float(parts[1])
+    except ValueError:
+        raise SpecError(f"--random {spec!r}: MIN and MAX must be numbers") from None
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise SpecError(f"--random {spec!r}: MIN and MAX must be finite")
+    if low > high:
+        raise SpecError(f"--random {spec!r}: MIN ({parts[0]}) is larger than MAX ({parts[1]})")
+    if kind == "loguniform" and low <= 0:
+        raise SpecError(f"--random {spec!r}: loguniform bounds must be > 0")
+    return low, high
+
+
+def parse_random(spec: str) -> tuple[str, tuple]:
+    """``key=loguniform:1e-4:1e-1`` / ``uniform:a:b`` / ``choice:a,b,c`` -> (key, (kind, ...))."""
+    key, value = _split(spec, "--random")
+    kind, _, args = value.partition(":")
+    if kind in ("loguniform", "uniform"):
+        return key, (kind, *_bounds(spec, kind, args))
+    if kind == "choice":
+        items = [v.strip() for v in args.split(",")]
+        if not all(items):
+            raise SpecError(f"--random {spec!r}: expected choice:A,B,... with no empty choice")
+        return key, ("choice", items)
+    raise SpecError(f"--random {spec!r}: unknown distribution {kind!r}; use {DISTRIBUTIONS}")
+
+
+def draw(distribution: tuple, rng: random.Random) -> str:
+    """One value, as a command-line string; numbers are rounded to 4 significant digits (kept within bounds)."""
+    kind = distribution[0]
+    if kind == "choice":
+        return rng.choice(distribution[1])
+    low, high = distribution[1], distribution[2]
+    if kind == "loguniform":
+        value = math.exp(rng.uniform(math.log(low), math.log(high)))
+    else:
+        value = rng.uniform(low, high)
+    return repr(min(max(float(f"{value:.4g}"), low), high))
+
+
+def expand_grid(grid: list[tuple[str, list[str]]]) -> list[Setting]:
+    """Cartesian product of the grid's values, first key varying slowest; [{}] without a grid."""
+    keys = [key for key, _ in grid]
+    return [dict(zip(keys, values)) for values in itertools.product(*(values for _, values in grid))]
+
+
+def sample_random(specs: list[tuple[str, tuple]], samples: int, sweep_seed: int) -> list[Setting]:
+    """``samples`` settings drawn from ``specs``, the same for the same sweep seed; [{}] without specs."""
+    if not specs:
+        return [{}]
+    rng = random.Random(sweep_seed)
+    return [{key: draw(distribution, rng) for key, distribution in specs} for _ in range(samples)]
+
+
+def plan_settings(grid, randoms, samples: int = 1, sweep_seed: int = 0) -> list[Setting]:
+    """Every grid point combined with every random sample; duplicates (e.g. repeated choices) are dropped."""
+    keys = [key for key, _ in grid] + [key for key, _ in randoms]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:
+        raise SpecError(f"{repeated[0]} is swept twice (--grid/--random); give each key once")
+    settings = [{**point, **sample} for point in expand_grid(grid) for sample in sample_random(randoms, samples, sweep_seed)]
+    unique = {tuple(setting.items()): setting for setting in settings}
+    return list(unique.values())
+
+
+# ----------------------------------------------------------------- plan
+
+
+def short_key(key: str) -> str:
+    return key.replace(".init_args.", ".")
+
+
+def setting_label(setting: Setting) -> str:
+    """``strategy.server_lr=0.5 model.lr=0.01``, or ``defaults`` for the config as it is."""
+    return " ".join(f"{short_key(k)}={v}" for k, v in setting.items()) or "defaults"
+
+
+def run_name(stem: str, setting: Setting, seed: int) -> str:
+    """Deterministic folder name of one run: config stem, setting and seed (long settings are hashed)."""
+    label = "__".join(f"{short_key(k)}={v}" for k, v in setting.items())
+    label = re.sub(r"[^\w.=+-]", "_", label)
+    if len(label) > 100:
+        label = f"{label[:80]}-{hashlib.sha1(label.encode()).hexdigest()[:10]}"
+    return "__".join(part for part in (stem, label, f"seed{seed}") if part)
+
+
+@dataclass
+class Run:
+    config: str  # absolute path of the config file
+    stem: str
+    setting: Setting
+    seed: int
+    name: str
+    argv: list[str]  # lightfed's arguments, "fit" first
+
+    @property
+    def group(self) -> tuple[str, str]:
+        return self.stem, setting_label(self.setting)
+
+
+def run_argv(config: str, fixed: Setting, setting: Setting, seed: int, rounds: int | None, runs_dir: str, name: str) -> list[str]:
+    argv = ["fit", "--config", config, "--trainer.progress_bar", "false"]
+    for key, value in [*fixed.items(), *setting.items()]:
+        argv += [f"--{key}", value]
+    if rounds is not None:
+        argv += ["--trainer.rounds", str(rounds)]
+    return argv + ["--seed_everything", str(seed), "--trainer.root_dir", runs_dir, "--trainer.name", name]
+
+
+def config_names(configs: list[str]) -> list[str]:
+    """File stems, with the folder in front where two stems are equal (digits/fedavg.yaml -> digits-fedavg)."""
+    stems = [Path(c).stem for c in configs]
+    names = [f"{Path(c).parent.name}-{stem}" if stems.count(stem) > 1 else stem for c, stem in zip(configs, stems)]
+    for name in names:
+        if names.count(name) > 1:
+            raise SpecError(f"two configs are named {name!r}; run names come from the folder and file name, so rename one")
+    return names
+
+
+def plan_runs(configs: list[str], seeds: list[int], settings: list[Setting], fixed: Setting, rounds: int | None, runs_dir: str) -> list[Run]:
+    """Configs x settings x seeds, seeds varying fastest."""
+    if len(set(seeds)) != len(seeds):
+        raise SpecError("a seed is given twice in --seeds")
+    stems = config_names(configs)
+    clash = sorted(set(fixed) & {key for setting in settings for key in setting})
+    if clash:
+        raise SpecError(f"{clash[0]} is both fixed (--set) and swept (--grid/--random); give it once")
+    if rounds is not None and ("trainer.rounds" in fixed or any("trainer.rounds" in s for s in settings)):
+        raise SpecError("trainer.rounds is given both by --rounds and by --set/--grid/--random; give it once")
+    runs = []
+    for config, stem in zip(configs, stems):
+        for setting in settings:
+            for seed in seeds:
+                name = run_name(stem, setting, seed)
+                runs.append(Run(config, stem, setting, seed, name, run_argv(config, fixed, setting, seed, rounds, runs_dir, name)))
+    names = [run.name for run in runs]
+    if len(set(names)) != len(names):
+        raise SpecError("two settings give the same run name; use values that differ in letters or digits")
+    return runs
+
+
+def resolve_rounds(runs: list[Run]) -> dict[tuple[str, str], int]:
+    """Validates each (config, setting)'s arguments with lightfed's own parser (nothing is trained) and returns
+    its trainer.rounds, the last round a finished run has logged."""
+    from lightfed.cli import build_parser
+
+    parser, subparsers = build_parser()
+    for p in [parser, *subparsers.values()]:
+        p.exit_on_error = False
+    rounds = {}
+    for run in runs:
+        if run.group not in rounds:
+            try:
+                rounds[run.group] = parser.parse_args(run.argv)["fit"].trainer.rounds
+            except Exception as error:  # jsonargparse's ArgumentError, or a config file it cannot read
+                raise SpecError(f"run {run.name}: {' '.join(str(error).split())}") from None
+    return rounds
+
+
+# ----------------------------------------------------------------- logs and numbers
+
+
+def read_log(runs_dir: Path, name: str, metric: str) -> dict | None:
+    """History of ``metric`` and summed ``round/time_s`` from the newest version of a run; None if it has no events."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    versions = [p for p in (runs_dir / name).glob("version_*") if p.name[8:].isdigit() and any(p.glob("events.out.tfevents.*"))]
+    if not versions:
+        return None
+    log_dir = max(versions, key=lambda p: int(p.name[8:]))
+    events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0}).Reload()
+    tags = events.Tags()["scalars"]
+
+    def scalars(tag: str) -> dict[int, float]:
+        return {e.step: e.value for e in events.Scalars(tag)} if tag in tags else {}  # a resumed round: the last value
+
+    history = sorted(scalars(metric).items())
+    return {"log_dir": str(log_dir), "tags": sorted(tags), "history": [[s, v] for s, v in history],
+            "wall_time_s": sum(scalars("round/time_s").values())}
+
+
+def reached(value: float, target: float, mode: str) -> bool:
+    return value >= target if mode == "max" else value <= target
+
+
+def summarise_history(history: list[list[float]], target: float | None, mode: str = "max") -> dict:
+    """Final and best value and the first round that reaches ``target`` (None if never) of one run."""
+    values = [v for _, v in history]
+    first = next((step for step, v in history if reached(v, target, mode)), None) if target is not None else None
+    return {"final": values[-1], "best": max(values) if mode == "max" else min(values), "rounds_to_target": first}
+
+
+def summarise_group(results: list[dict], planned: int) -> dict:
+    """One table row's numbers from the finished runs of one (config, setting)."""
+    def mean_std(key):
+        values = [r[key] for r in results]
+        if not values:
+            return None, None
+        return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+    hits = [r["rounds_to_target"] for r in results if r["rounds_to_target"] is not None]
+    final_mean, final_std = mean_std("final")
+    best_mean, best_std = mean_std("best")
+    return {"finished": len(results), "planned": planned, "final_mean": final_mean, "final_std": final_std,
+            "best_mean": best_mean, "best_std": best_std, "reached": len(hits),
+            "rounds_to_target_mean": statistics.fmean(hits) if hits else None,
+            "wall_time_s_mean": mean_std("wall_time_s")[0]}
+
+
+def format_rounds(row: dict) -> str:
+    if not row["reached"]:
+        return "—"
+    return f"{round(row['rounds_to_target_mean'], 1):g} ({row['reached']}/{row['finished']})"
+
+
+def render_table(rows: list[dict], metric: str, target: float | None, mode: str = "max") -> str:
+    """Markdown table, one row per (config, setting); each row holds ``config``, ``setting`` and summarise_group's keys."""
+    def cell(text) -> str:
+        return str(text).replace("|", "\\|")
+
+    def mean_std(mean, std, n):
+        return "—" if mean is None else f"{mean:.4f}" + (f" ± {std:.4f}" if n > 1 else "")
+
+    header = ["config", "setting", "runs", f"final {metric}", f"best {metric}"]
+    if target is not None:
+        header.append(f"rounds to {metric} {'≥' if mode == 'max' else '≤'} {target:g}")
+    header.append("time/run (s)")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        cells = [row["config"], row["setting"], f"{row['finished']}/{row['planned']}",
+                 mean_std(row["final_mean"], row["final_std"], row["finished"]),
+                 mean_std(row["best_mean"], row["best_std"], row["finished"])]
+        if target is not None:
+            cells.append(format_rounds(row))
+        cells.append("—" if row["wall_time_s_mean"] is None else f"{row['wall_time_s_mean']:.1f}")
+        lines.append("| " + " | ".join(cell(c) for c in cells) + " |")
+    note = ("\nruns: finished/planned. final, best: mean ± std over the finished runs (best: each run's best evaluated "
+            "round)." + (" rounds to target: mean over the runs that reach it (reached/finished)." if target is not None else "")
+            + " time/run: the sum of round/time_s (training and evaluation, without start-up).\n")
+    return "\n".join(lines) + "\n" + note
+
+
+def plot_curves(curves: dict[str, list[list[list[float]]]], metric: str, target: float | None, path: Path) -> None:
+    """``curves``: label -> the histories of its seeds; mean line, min-max band over the rounds all seeds logged."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for label, histories in curves.items():
+        steps = sorted(set.intersection(*(set(s for s, _ in h) for h in histories)))
+        per_seed = [dict(map(tuple, h)) for h in histories]
+        values = [[h[s] for h in per_seed] for s in steps]
+        line, = ax.plot(steps, [statistics.fmean(v) for v in values], label=label, marker="." if len(steps) < 30 else None)
+        if len(histories) > 1:
+            ax.fill_between(steps, [min(v) for v in values], [max(v) for v in values], color=line.get_color(), alpha=0.2)
+    if target is not None:
+        ax.axhline(target, color="gray", linestyle="--", linewidth=1, label=f"target {target:g}")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlabel("round")
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric}: mean over seeds, shaded min–max")
+    ax.grid(alpha=0.3)
+    if curves:
+        ax.legend(fontsize="small" if len(curves) < 8 else "x-small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------- command line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="compare.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--configs", nargs="+", required=True, metavar="YAML", help="lightfed config files")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="values of seed_everything (default: 0)")
+    parser.add_argument("--rounds", type=int, help="override trainer.rounds of every run")
+    parser.add_argument("--target", type=float, help="report the rounds each run needs to reach this metric value")
+    parser.add_argument("--metric", default="val_acc", help="logged scalar to compare (default: val_acc)")
+    parser.add_argument("--mode", choices=["max", "min"], help="whether higher is better (default: min for *loss*)")
+    parser.add_argument("--out", default="runs/compare", help="output folder; the runs' logs go to OUT/runs")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="fixed override of every run")
+    parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="sweep all values (product)")
+    parser.add_argument("--random", action="append", default=[], metavar="KEY=DIST", help=f"sample from {DISTRIBUTIONS}")
+    parser.add_argument("--samples", type=int, help="how many --random settings to draw")
+    parser.add_argument("--sweep-seed", type=int, default=0, help="seed of the --random draws (default: 0)")
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--list", action="store_true", help="print each planned run's lightfed command and exit")
+    action.add_argument("--task-index", type=int, metavar="I", help="run only run I of --list (e.g. a SLURM array task)")
+    action.add_argument("--collect", action="store_true", help="summarise the finished runs in OUT without running")
+    return parser
+
+
+def plan_from_args(args: argparse.Namespace) -> list[Run]:
+    missing = [c for c in args.configs if not Path(c).is_file()]
+    if missing:
+        raise SpecError(f"config file not found: {missing[0]}")
+    fixed = {}
+    for key, value in map(parse_set, args.set):
+        if key in fixed:
+            raise SpecError(f"{key} is given twice in --set")
+        fixed[key] = value
+    grid, randoms = [parse_grid(s) for s in args.grid], [parse_random(s) for s in args.random]
+    if randoms and not args.samples:
+        raise SpecError("--random needs --samples K (how many settings to draw)")
+    if args.samples is not None and (not randoms or args.samples < 1):
+        raise SpecError("--samples needs --random and must be at least 1")
+    if args.rounds is not None and args.rounds < 1:
+        raise SpecError("--rounds must be at least 1")
+    settings = plan_settings(grid, randoms, args.samples or 1, args.sweep_seed)
+    configs = [str(Path(c).resolve()) for c in args.configs]
+    return plan_runs(configs, args.seeds, settings, fixed, args.rounds, str(Path(args.out).resolve() / "runs"))
+
+
+def execute(run: Run, index: int, total: int, metric: str) -> bool:
+    """Trains one run in this process; prints a line when it starts and when it ends. False if lightfed refused it."""
+    from lightfed.cli import run as lightfed_run
+    from lightfed.errors import LightfedError
+
+    tag = f"[{index + 1}/{total}] {run.stem} {setting_label(run.setting)} seed={run.seed}"
+    print(f"{tag}: started", flush=True)
+    began = time.perf_counter()
+    try:
+        metrics = lightfed_run(run.argv)
+    except LightfedError as error:
+        print(f"{tag}: failed: {error}", flush=True)
+        return False
+    if metric not in metrics:
+        raise SpecError(f"--metric {metric} is not among the run's metrics ({', '.join(sorted(metrics))})")
+    print(f"{tag}: {metric}={metrics[metric]:.4f} ({time.perf_counter() - began:.1f} s)", flush=True)
+    return True
+
+
+def curve_label(stem: str, label: str, groups: list[tuple[str, str]]) -> str:
+    """The setting when there is one config, the config when each has one setting, else both."""
+    if len({g[0] for g in groups}) == 1:
+        return label
+    return stem if len(groups) == len({g[0] for g in groups}) else f"{stem} · {label}"
+
+
+def collect(runs: list[Run], rounds: dict, out: Path, metric: str, target: float | None, mode: str) -> list[Run]:
+    """Reads every planned run's logs and writes table.md, accuracy.png and results.json; returns the unfinished runs."""
+    results, unfinished = [], []
+    for run in runs:
+        record = {**asdict(run), "setting_label": setting_label(run.setting), "status": "missing"}
+        log = read_log(out / "runs", run.name, metric)
+        if log is not None:
+            if not log["history"] and log["tags"]:
+                raise SpecError(f"--metric {metric} is not in the logs of {run.name} (they hold {', '.join(log['tags'])})")
+            complete = bool(log["history"]) and log["history"][-1][0] >= rounds[run.group]
+            record.update(log, status="finished" if complete else "unfinished")
+            if complete:
+                record.update(summarise_history(log["history"], target, mode))
+        record.pop("tags", None)
+        if record["status"] != "finished":
+            unfinished.append(run)
+        results.append(record)
+    groups = list(dict.fromkeys(run.group for run in runs))
+    rows, curves = [], {}
+    for stem, label in groups:
+        members = [r for r in results if (r["stem"], r["setting_label"]) == (stem, label)]
+        finished = [r for r in members if r["status"] == "finished"]
+        rows.append({"config": stem, "setting": label, **summarise_group(finished, len(members))})
+        if finished:
+            curves[curve_label(stem, label, groups)] = [r["history"] for r in finished]
+    table = render_table(rows, metric, target, mode)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table.md").write_text(table)
+    plot_curves(curves, metric, target, out / "accuracy.png")
+    summary = {"metric": metric, "mode": mode, "target": target, "rows": rows, "runs": results}
+    (out / "results.json").write_text(json.dumps(summary, indent=1))
+    print(table, end="", flush=True)
+    print(f"table: {out / 'table.md'}, plot: {out / 'accuracy.png'}, results: {out / 'results.json'}", flush=True)
+    return unfinished
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    mode = args.mode or ("min" if "loss" in args.metric else "max")
+    out = Path(args.out).resolve()
+    try:
+        runs = plan_from_args(args)
+        if args.task_index is not None:
+            if not 0 <= args.task_index < len(runs):
+                raise SpecError(f"--task-index {args.task_index} is out of range: the plan has {len(runs)} runs (0..{len(runs) - 1})")
+            resolve_rounds([runs[args.task_index]])
+            return 0 if execute(runs[args.task_index], args.task_index, len(runs), args.metric) else 1
+        rounds = resolve_rounds(runs)
+        if args.list:
+            for run in runs:
+                print("lightfed " + shlex.join(run.argv))
+            return 0
+        ok = True
+        if not args.collect:
+            settings = len({run.group for run in runs}) // len(args.configs)
+            print(f"compare: {len(runs)} runs (configs × settings × seeds = {len(args.configs)} × {settings} × "
+                  f"{len(args.seeds)}), logs in {out / 'runs'}", flush=True)
+            ok = all([execute(run, i, len(runs), args.metric) for i, run in enumerate(runs)])
+        unfinished = collect(runs, rounds, out, args.metric, args.target, mode)
+    except SpecError as error:
+        parser.error(str(error))
+    if unfinished:
+        print(f"compare: {len(unfinished)} of {len(runs)} runs have no finished logs in {out / 'runs'}: "
+              + ", ".join(run.name for run in unfinished), file=sys.stderr, flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

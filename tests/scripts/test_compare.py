@@ -1,0 +1,290 @@
+"""scripts/compare.py: spec parsing, sweeps, summaries and tables by hand; then small end-to-end comparisons."""
+
+import importlib.util
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
+_spec = importlib.util.spec_from_file_location("compare", ROOT / "scripts" / "compare.py")
+compare = importlib.util.module_from_spec(_spec)
+sys.modules["compare"] = compare
+_spec.loader.exec_module(compare)
+
+FAST = ["--rounds", "2", "--set", "data.partitioner.init_args.num_clients=10", "--set", "trainer.clients_per_round=5",
+        "--set", "trainer.client_eval_interval=0"]
+LR = "strategy.init_args.server_lr"
+
+
+# ----------------------------------------------------------------- sweeps
+
+
+def test_grid_is_the_cartesian_product_first_key_slowest():
+    grid = [compare.parse_grid("a.b=1,2"), compare.parse_grid("c=x, y ,z")]
+    assert grid == [("a.b", ["1", "2"]), ("c", ["x", "y", "z"])]
+    settings = compare.expand_grid(grid)
+    assert len(settings) == 6
+    assert settings == [{"a.b": a, "c": c} for a in ["1", "2"] for c in ["x", "y", "z"]]
+    assert compare.expand_grid([]) == [{}]
+
+
+def test_random_sampling_is_deterministic_for_a_sweep_seed_and_within_bounds():
+    specs = [compare.parse_random("model.init_args.lr=loguniform:1e-4:1e-1"),
+             compare.parse_random("m=uniform:0.2:0.8"), compare.parse_random("opt=choice:sgd,adam")]
+    first = compare.sample_random(specs, 50, sweep_seed=3)
+    assert first == compare.sample_random(specs, 50, sweep_seed=3)
+    assert first != compare.sample_random(specs, 50, sweep_seed=4)
+    lrs = [float(s["model.init_args.lr"]) for s in first]
+    assert all(1e-4 <= lr <= 1e-1 for lr in lrs)
+    assert min(lrs) < 1e-3 and max(lrs) > 1e-2  # spread over the decades, not uniform on [1e-4, 0.1]
+    assert all(0.2 <= float(s["m"]) <= 0.8 for s in first)
+    assert {s["opt"] for s in first} == {"sgd", "adam"}
+    # values go to the command line as they will be used: at most 4 significant digits
+    assert all(len(s["m"].replace("0.", "", 1)) <= 4 for s in first)
+
+
+def test_settings_combine_grid_and_samples_and_drop_duplicates():
+    grid = [compare.parse_grid("a=1,2,3")]
+    randoms = [compare.parse_random("b=uniform:0:1")]
+    settings = compare.plan_settings(grid, randoms, samples=2, sweep_seed=0)
+    assert len(settings) == 6 and [s["a"] for s in settings] == ["1", "1", "2", "2", "3", "3"]
+    assert [s["b"] for s in settings[:2]] == [s["b"] for s in settings[2:4]]  # the same samples at each grid point
+    # a choice over two values drawn 20 times gives at most two distinct settings
+    assert len(compare.plan_settings([], [compare.parse_random("c=choice:p,q")], samples=20)) == 2
+
+
+def test_run_names_and_arguments_are_deterministic():
+    settings = compare.expand_grid([compare.parse_grid(f"{LR}=1.0,0.5")])
+    runs = compare.plan_runs(["/c/quickstart.yaml"], [0, 1], settings, {"trainer.local_epochs": "1"}, 3, "/out/runs")
+    assert [r.name for r in runs] == [
+        "quickstart__strategy.server_lr=1.0__seed0", "quickstart__strategy.server_lr=1.0__seed1",
+        "quickstart__strategy.server_lr=0.5__seed0", "quickstart__strategy.server_lr=0.5__seed1",
+    ]
+    assert runs[3].argv == [
+        "fit", "--config", "/c/quickstart.yaml", "--trainer.progress_bar", "false", "--trainer.local_epochs", "1",
+        f"--{LR}", "0.5", "--trainer.rounds", "3", "--seed_everything", "1", "--trainer.root_dir", "/out/runs",
+        "--trainer.name", "quickstart__strategy.server_lr=0.5__seed1",
+    ]
+    assert compare.run_name("fedavg", {}, 2) == "fedavg__seed2"
+    assert compare.config_names(["c/digits/fedavg.yaml", "c/cifar10/fedavg.yaml", "c/digits/fedprox.yaml"]) == [
+        "digits-fedavg", "cifar10-fedavg", "fedprox"]
+    with pytest.raises(compare.SpecError, match="two configs are named 'c-fedavg'"):
+        compare.plan_runs(["c/fedavg.yaml", "c/fedavg.yaml"], [0], [{}], {}, None, "/out/runs")
+    assert compare.setting_label({}) == "defaults"
+    long = compare.run_name("x", {f"k{i}": "v" * 20 for i in range(10)}, 0)
+    assert len(long) < 120 and long == compare.run_name("x", {f"k{i}": "v" * 20 for i in range(10)}, 0)
+
+
+# ----------------------------------------------------------------- numbers and table
+
+
+def test_summaries_by_hand():
+    h1 = [[1, 0.5], [2, 0.8], [3, 0.7]]
+    h2 = [[1, 0.6], [2, 0.7], [3, 0.9]]
+    h3 = [[1, 0.1], [2, 0.2], [3, 0.3]]
+    assert compare.summarise_history(h1, 0.75) == {"final": 0.7, "best": 0.8, "rounds_to_target": 2}
+    assert compare.summarise_history(h2, 0.75) == {"final": 0.9, "best": 0.9, "rounds_to_target": 3}
+    assert compare.summarise_history(h3, 0.75)["rounds_to_target"] is None
+    assert compare.summarise_history(h3, None)["rounds_to_target"] is None
+    # a loss: lower is better
+    assert compare.summarise_history([[1, 2.0], [2, 0.4], [3, 0.6]], 0.5, "min") == {"final": 0.6, "best": 0.4, "rounds_to_target": 2}
+
+    runs = [{**compare.summarise_history(h, 0.75), "wall_time_s": t} for h, t in [(h1, 10.0), (h2, 20.0), (h3, 30.0)]]
+    row = compare.summarise_group(runs[:2], planned=2)
+    assert row["final_mean"] == pytest.approx(0.8) and row["final_std"] == pytest.approx(statistics.stdev([0.7, 0.9]))
+    assert row["best_mean"] == pytest.approx(0.85) and row["rounds_to_target_mean"] == 2.5 and row["reached"] == 2
+    assert row["wall_time_s_mean"] == 15.0
+    assert compare.format_rounds(row) == "2.5 (2/2)"
+    assert compare.format_rounds(compare.summarise_group([runs[0], runs[2]], 3)) == "2 (1/2)"
+    assert compare.format_rounds(compare.summarise_group(runs[2:], 1)) == "—"
+    empty = compare.summarise_group([], planned=2)
+    assert empty["finished"] == 0 and empty["final_mean"] is None
+
+
+def test_table_rendering():
+    h1, h2 = [[1, 0.5], [2, 0.8], [3, 0.7]], [[1, 0.6], [2, 0.7], [3, 0.9]]
+    runs = [{**compare.summarise_history(h, 0.75), "wall_time_s": t} for h, t in [(h1, 10.0), (h2, 20.0)]]
+    rows = [
+        {"config": "fedavg", "setting": "strategy.server_lr=0.5", **compare.summarise_group(runs, 2)},
+        {"config": "fedprox", "setting": "defaults", **compare.summarise_group(runs[:1], 2)},
+        {"config": "fedyogi", "setting": "defaults", **compare.summarise_group([], 2)},
+    ]
+    table = compare.render_table(rows, "val_acc", 0.75)
+    lines = table.splitlines()
+    assert lines[0] == "| config | setting | runs | final val_acc | best val_acc | rounds to val_acc ≥ 0.75 | time/run (s) |"
+    assert lines[2] == "| fedavg | strategy.server_lr=0.5 | 2/2 | 0.8000 ± 0.1414 | 0.8500 ± 0.0707 | 2.5 (2/2) | 15.0 |"
+    assert lines[3] == "| fedprox | defaults | 1/2 | 0.7000 | 0.8000 | 2 (1/1) | 10.0 |"
+    assert lines[4] == "| fedyogi | defaults | 0/2 | — | — | — | — |"
+    assert "rounds to" not in compare.render_table(rows, "val_acc", None)
+
+
+# ----------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    "parse, spec, message",
+    [
+        ("parse_set", "model.init_args.lr", "expected KEY=VALUE"),
+        ("parse_set", "=0.1", "expected KEY=VALUE"),
+        ("parse_set", "a b=0.1", "expected KEY=VALUE"),
+        ("parse_set", "lr=", "expected KEY=VALUE"),
+        ("parse_set", "trainer.name=x", "set by compare.py"),
+        ("parse_grid", "lr=0.1,,0.2", "empty value"),
+        ("parse_grid", "lr=0.1,0.1", "listed twice"),
+        ("parse_random", "lr=normal:0:1", "unknown distribution 'normal'; use loguniform:MIN:MAX"),
+        ("parse_random", "lr=uniform:0", "expected uniform:MIN:MAX"),
+        ("parse_random", "lr=uniform:a:1", "must be numbers"),
+        ("parse_random", "lr=uniform:0:inf", "must be finite"),
+        ("parse_random", "lr=uniform:2:1", "MIN (2) is larger than MAX (1)"),
+        ("parse_random", "lr=loguniform:1e-1:1e-4", "is larger than MAX"),
+        ("parse_random", "lr=loguniform:0:1", "loguniform bounds must be > 0"),
+        ("parse_random", "lr=loguniform:-1:1", "loguniform bounds must be > 0"),
+        ("parse_random", "opt=choice:a,,b", "no empty choice"),
+    ],
+)
+def test_bad_specs_raise_one_line_messages(parse, spec, message):
+    with pytest.raises(compare.SpecError) as error:
+        getattr(compare, parse)(spec)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def _cli_error(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exit:
+        compare.main(argv)
+    assert exit.value.code == 2
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--random", "lr=gamma:1:2", "--samples", "2"], "unknown distribution 'gamma'"),
+        (["--random", "lr=uniform:1:2"], "--random needs --samples K"),
+        (["--samples", "3"], "--samples needs --random"),
+        (["--grid", "a=1,2", "--set", "a=3"], "a is both fixed (--set) and swept"),
+        (["--grid", "a=1,2", "--random", "a=uniform:0:1", "--samples", "2"], "a is swept twice"),
+        (["--set", "seed_everything=1"], "use --seeds"),
+        (["--seeds", "0", "0"], "a seed is given twice"),
+        (["--rounds", "2", "--set", "trainer.rounds=3"], "trainer.rounds is given both"),
+    ],
+)
+def test_cli_reports_bad_input_in_one_line(extra, message, capsys, tmp_path):
+    line = _cli_error(["--configs", QUICKSTART, "--out", str(tmp_path), *extra], capsys)
+    assert line.startswith("compare.py: error:") and message in line
+
+
+def test_cli_reports_missing_configs_and_unknown_lightfed_options(capsys, tmp_path):
+    line = _cli_error(["--configs", QUICKSTART, str(tmp_path / "nope.yaml")], capsys)
+    assert line == f"compare.py: error: config file not found: {tmp_path / 'nope.yaml'}"
+    # lightfed's own parser checks every planned run before anything is trained
+    line = _cli_error(["--configs", QUICKSTART, "--out", str(tmp_path), "--set", "trainer.roundz=3"], capsys)
+    assert line.startswith("compare.py: error: run quickstart__seed0:") and "trainer.roundz" in line
+    line = _cli_error(["--configs", QUICKSTART, "--out", str(tmp_path), "--task-index", "1"], capsys)
+    assert "out of range: the plan has 1 runs" in line
+
+
+# ----------------------------------------------------------------- end to end
+
+
+def _table_rows(out: Path) -> list[str]:
+    return [line for line in (out / "table.md").read_text().splitlines() if line.startswith("| quickstart")]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """3 server learning rates x 2 seeds, 2 rounds each, run directly (one thread, as conftest's tests run)."""
+    out = tmp_path_factory.mktemp("sweep")
+    argv = ["--configs", QUICKSTART, "--seeds", "0", "1", "--target", "0.3", "--out", str(out),
+            "--grid", f"{LR}=1.0,0.5,0.25", *FAST]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # conftest's one-thread fixture is per test, this fixture is per module
+    try:
+        assert compare.main(argv) == 0
+    finally:
+        torch.set_num_threads(threads)
+    return argv, out
+
+
+def test_list_prints_one_command_per_run(sweep, capsys, tmp_path):
+    argv, out = sweep
+    assert compare.main([*argv, "--list"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 6 and all(line.startswith(f"lightfed fit --config {QUICKSTART} ") for line in lines)
+    assert lines[3].endswith(f"--{LR} 0.5 --trainer.rounds 2 --seed_everything 1 --trainer.root_dir {out / 'runs'} "
+                             "--trainer.name quickstart__strategy.server_lr=0.5__seed1")
+
+
+def test_sweep_writes_table_plot_and_results(sweep):
+    _, out = sweep
+    rows = _table_rows(out)
+    assert len(rows) == 3 and all(row.split(" | ")[2] == "2/2" for row in rows)
+    assert [row.split(" | ")[1] for row in rows] == [f"strategy.server_lr={v}" for v in ("1.0", "0.5", "0.25")]
+    assert (out / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    results = json.loads((out / "results.json").read_text())
+    runs = results["runs"]
+    assert len(runs) == 6 and {r["status"] for r in runs} == {"finished"}
+    assert {(r["setting"][LR], r["seed"]) for r in runs} == {(v, s) for v in ("1.0", "0.5", "0.25") for s in (0, 1)}
+    for run in runs:
+        assert [step for step, _ in run["history"]] == [1, 2]
+        assert run["final"] == run["history"][-1][1] and run["best"] == max(v for _, v in run["history"])
+        assert (Path(run["log_dir"]) / "config.yaml").is_file() and run["wall_time_s"] > 0
+    # the table's numbers are the runs' numbers
+    first = [r["final"] for r in runs[:2]]
+    assert f"{statistics.fmean(first):.4f} ± {statistics.stdev(first):.4f}" in rows[0]
+    assert results["rows"][0]["final_mean"] == pytest.approx(statistics.fmean(first))
+    assert all(math.isfinite(row["final_std"]) for row in results["rows"])
+
+
+def test_collect_reproduces_the_table_from_the_logs(sweep):
+    argv, out = sweep
+    table = (out / "table.md").read_text()
+    (out / "table.md").unlink()
+    assert compare.main([*argv, "--collect"]) == 0
+    assert (out / "table.md").read_text() == table
+
+
+def test_collect_names_a_metric_the_runs_did_not_log(sweep, capsys):
+    argv, _ = sweep
+    line = _cli_error([*argv, "--collect", "--metric", "val_accuracy"], capsys)
+    assert line.startswith("compare.py: error: --metric val_accuracy is not in the logs of quickstart__") and "val_acc," in line
+
+
+def test_a_diverging_run_is_reported_and_left_out_of_the_numbers(tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["--configs", QUICKSTART, "--out", str(out), *FAST, "--set", f"{LR}=1e30"]
+    assert compare.main(argv) == 1
+    captured = capsys.readouterr()
+    assert "seed=0: failed: the global weights became NaN/Inf" in captured.out
+    assert "1 of 1 runs have no finished logs" in captured.err
+    assert _table_rows(out) == ["| quickstart | defaults | 0/1 | — | — | — |"]  # no --target: no rounds column
+    (run,) = json.loads((out / "results.json").read_text())["runs"]
+    assert run["status"] == "unfinished" and len(run["history"]) < 2 and "final" not in run
+
+
+def test_task_index_then_collect_gives_the_table_of_a_direct_run(tmp_path, capsys):
+    base = ["--configs", QUICKSTART, "--seeds", "0", "--target", "0.3", "--grid", f"{LR}=1.0,0.5", *FAST]
+    assert compare.main([*base, "--out", str(tmp_path / "direct")]) == 0
+
+    tasks = [*base, "--out", str(tmp_path / "tasks")]
+    assert compare.main([*tasks, "--collect"]) == 0  # nothing has run yet: empty rows, every run reported missing
+    assert [row.split(" | ")[2:4] for row in _table_rows(tmp_path / "tasks")] == [["0/1", "—"], ["0/1", "—"]]
+    assert "2 of 2 runs have no finished logs" in capsys.readouterr().err
+    for index in (1, 0):
+        assert compare.main([*tasks, "--task-index", str(index)]) == 0
+    assert [row.split(" | ")[2] for row in _table_rows(tmp_path / "tasks")] == ["0/1", "0/1"]  # tasks leave the table
+    assert compare.main([*tasks, "--collect"]) == 0
+
+    def without_time(out):  # wall time differs between the two; every other cell must match
+        return [row.rsplit(" | ", 1)[0] for row in _table_rows(out)]
+
+    assert without_time(tmp_path / "tasks") == without_time(tmp_path / "direct")
+    assert len(without_time(tmp_path / "direct")) == 2 and "1/1" in without_time(tmp_path / "direct")[0]
+    direct = json.loads((tmp_path / "direct" / "results.json").read_text())["runs"]
+    tasks_runs = json.loads((tmp_path / "tasks" / "results.json").read_text())["runs"]
+    assert [r["history"] for r in tasks_runs] == [r["history"] for r in direct]

@@ -89,19 +89,24 @@ def test_missing_dataset_folder_is_named(tmp_path, capsys):
     assert str(tmp_path / "nowhere") in err and len(err.strip().splitlines()) == 1
 
 
-def test_two_processes_give_the_weights_of_one(tmp_path):
-    """Run through the real command, as users do: Fabric launches the second process with gloo."""
+@pytest.mark.parametrize("config", [QUICKSTART, str(ROOT / "configs" / "digits" / "scaffold.yaml")], ids=["fedavg", "scaffold"])
+def test_two_processes_give_the_weights_of_one(tmp_path, config):
+    """Run through the real command, as users do: Fabric launches the second process with gloo.
+    SCAFFOLD keeps per-client state on the process that trains the client; the checkpoint gathers it."""
 
     def final_params(devices: int):
         root = tmp_path / f"devices{devices}"
         subprocess.run(
-            [sys.executable, "-m", "lightfed", "fit", "--config", QUICKSTART, "--trainer.rounds", "3",
+            [sys.executable, "-m", "lightfed", "fit", "--config", config, "--trainer.rounds", "3", "--trainer.name", "run",
              "--trainer.devices", str(devices), "--trainer.root_dir", str(root), "--trainer.progress_bar", "false"],
             check=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, timeout=300,
         )
-        return torch.load(root / "quickstart" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
+        return torch.load(root / "run" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
 
     one, two = final_params(1), final_params(2)
     assert one["round"] == two["round"] == 3
     assert (one["params"] - two["params"]).abs().max() <= 1e-5
-    assert not list((tmp_path / "devices2" / "quickstart").glob("version_1"))  # one run folder, written by rank 0
+    assert one["client_states"].keys() == two["client_states"].keys()
+    for client_id, state in one["client_states"].items():
+        assert (state["c"] - two["client_states"][client_id]["c"]).abs().max() <= 1e-5
+    assert not list((tmp_path / "devices2" / "run").glob("version_1"))  # one run folder, written by rank 0

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from lightfed.errors import ConfigError, DivergenceError
-from lightfed.strategies import FedAvg
+from lightfed.strategies import FedAvg, Scaffold
 from lightfed.types import ClientPlan
 from tests.conftest import small_data, small_model, small_trainer
 
@@ -12,18 +12,21 @@ def _weights(model) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
 
 
-def test_resuming_after_round_k_reproduces_the_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("strategy_class", [FedAvg, Scaffold])  # Scaffold: per-client state must survive too
+def test_resuming_after_round_k_reproduces_the_uninterrupted_run(tmp_path, strategy_class):
     model = small_model()
-    small_trainer(tmp_path / "full", rounds=4).fit(model, small_data(), FedAvg(server_lr=0.9))
+    small_trainer(tmp_path / "full", rounds=4).fit(model, small_data(), strategy_class(server_lr=0.9))
     uninterrupted = _weights(model)
 
-    small_trainer(tmp_path / "cut", rounds=2).fit(small_model(), small_data(), FedAvg(server_lr=0.9))
+    small_trainer(tmp_path / "cut", rounds=2).fit(small_model(), small_data(), strategy_class(server_lr=0.9))
     resumed_model = small_model()
     trainer = small_trainer(tmp_path / "cut", rounds=4)
-    trainer.fit(resumed_model, small_data(), FedAvg(server_lr=0.9), ckpt_path="last")
+    trainer.fit(resumed_model, small_data(), strategy_class(server_lr=0.9), ckpt_path="last")
     assert torch.equal(_weights(resumed_model), uninterrupted)
     assert trainer.log_dir.name == "version_0"  # the resumed run keeps logging where it left off
-    assert torch.load(trainer.log_dir / "checkpoints" / "last.ckpt", weights_only=False)["round"] == 4
+    checkpoint = torch.load(trainer.log_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    assert checkpoint["round"] == 4
+    assert len(checkpoint["client_states"]) == (0 if strategy_class is FedAvg else 8)  # 4 rounds x 4 of 8 clients
 
 
 def test_each_round_trains_the_clients_from_the_global_model(tmp_path):

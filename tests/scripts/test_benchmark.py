@@ -1,0 +1,70 @@
+"""scripts/benchmark.py: helpers by hand, then one tiny end-to-end run of both paths (no timing assertions)."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "benchmark.py"
+_spec = importlib.util.spec_from_file_location("benchmark_script", SCRIPT)
+benchmark = importlib.util.module_from_spec(_spec)
+sys.modules["benchmark_script"] = benchmark
+_spec.loader.exec_module(benchmark)
+
+TINY = ["--clients", "20", "--clients-per-round", "5", "--examples-per-client", "50", "--rounds", "2",
+        "--repeats", "1", "--width", "8", "--threads", "1", "--test-size", "200", "--seed", "3"]
+
+
+def test_round_periods_and_the_warm_up_round_is_not_timed():
+    assert benchmark.round_periods(10.0, [11.0, 11.5, 13.5]) == [1.0, 0.5, 2.0]
+    assert benchmark.timed([9.0, 1.0, 2.0]) == [1.0, 2.0]
+    args = benchmark.parse_args(["--rounds", "4"])
+    assert benchmark.total_rounds(args) == 5
+
+
+def test_defaults_follow_the_pfl_cifar10_workload():
+    args = benchmark.parse_args([])
+    assert (args.clients, args.clients_per_round, args.examples_per_client) == (500, 50, 50)
+    assert (args.local_epochs, args.batch_size, args.lr, args.devices) == (1, 10, 0.1, 1)
+
+
+@pytest.mark.parametrize("argv", [["--clients", "4", "--clients-per-round", "5"], ["--rounds", "0"]])
+def test_bad_options_are_refused(argv, capsys):
+    with pytest.raises(SystemExit):
+        benchmark.parse_args(argv)
+    assert "must be" in capsys.readouterr().err
+
+
+def test_synthetic_cifar_is_deterministic_from_the_seed():
+    source = benchmark.make_source(benchmark.parse_args(["--clients", "4", "--clients-per-round", "2", "--test-size", "8"]))
+    a, b, c = source.load(0), source.load(0), source.load(1)
+    assert a.train_x.shape == (200, 3, 32, 32) and a.test_x.shape == (8, 3, 32, 32) and a.num_classes == 10
+    assert a.train_x.dtype == torch.float32 and int(a.train_y.max()) <= 9
+    assert torch.equal(a.train_x, b.train_x) and torch.equal(a.train_y, b.train_y)
+    assert not torch.equal(a.train_x, c.train_x)
+
+
+def test_both_paths_run_and_end_with_the_same_weights(tmp_path):
+    """The whole benchmark on a tiny workload: both timings and the ratio are printed, and the two paths trained
+    the same clients on the same batches from the same weights, so their final global weights agree."""
+    summary = tmp_path / "summary.json"
+    proc = subprocess.run([sys.executable, str(SCRIPT), *TINY, "--json", str(summary)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "lightfed " in out and "reference " in out and "s/round" in out
+    assert "ratio lightfed/reference:" in out and "max abs difference of the final global weights:" in out
+    config = json.loads(summary.read_text())["configs"][0]
+    lightfed, reference = config["lightfed"], config["reference"]
+    for path in (lightfed, reference):
+        assert path["s_per_round"] > 0 and len(path["round_times_runs"][0]) == 2
+        assert path["peak_rss_mb_per_process"] > 0 and path["threads"] == 1
+    assert config["ratio"] == pytest.approx(lightfed["s_per_round"] / reference["s_per_round"])
+    assert config["max_abs_weight_diff"] <= 1e-5
+    assert lightfed["final_train_loss"] == pytest.approx(reference["final_train_loss"], abs=1e-5)
+    assert lightfed["val_acc"] == pytest.approx(reference["val_acc"], abs=1e-9)

@@ -64,3 +64,30 @@ def test_learning_rate_schedulers_are_refused_with_a_reason():
 
     with pytest.raises(ConfigError, match="configure_optimizers must return one torch optimizer"):
         _client(Scheduled())
+
+
+class Center(L.LightningModule):
+    """f(w) = ||w - c||^2 / 2 whatever the batch: gradient w - c."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(3))
+        self.c = torch.tensor([1.0, -2.0, 4.0])
+
+    def training_step(self, batch, batch_idx):
+        return 0.5 * (self.w - self.c).square().sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.5)
+
+
+def test_a_local_rule_changes_every_step_between_backward_and_optimizer_step():
+    from lightfed.local import ProximalTerm
+
+    client = _client(Center())
+    x = torch.tensor([1.0, 1.0, 1.0])
+    update = client.train(ClientPlan(client_id=0, round=0, seed=0, steps=2, rule=ProximalTerm(mu=2.0)), x, torch.zeros(0))
+    c = torch.tensor([1.0, -2.0, 4.0])
+    w1 = x - 0.5 * (x - c)  # the proximal term is zero at the global model
+    w2 = w1 - 0.5 * ((w1 - c) + 2.0 * (w1 - x))
+    assert torch.allclose(update.delta, w2 - x)

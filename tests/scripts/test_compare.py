@@ -288,3 +288,15 @@ def test_task_index_then_collect_gives_the_table_of_a_direct_run(tmp_path, capsy
     direct = json.loads((tmp_path / "direct" / "results.json").read_text())["runs"]
     tasks_runs = json.loads((tmp_path / "tasks" / "results.json").read_text())["runs"]
     assert [r["history"] for r in tasks_runs] == [r["history"] for r in direct]
+
+
+def test_three_strategies_by_two_seeds_on_digits(tmp_path):
+    configs = [str(ROOT / "configs" / "digits" / f"{name}.yaml") for name in ("fedavg", "fedprox", "scaffold")]
+    out = tmp_path / "strategies"
+    argv = ["--configs", *configs, "--seeds", "0", "1", "--target", "0.2", "--out", str(out), *FAST]
+    assert compare.main(argv) == 0
+    rows = [line for line in (out / "table.md").read_text().splitlines() if line.startswith("| ")][1:]
+    assert [row.split(" | ")[0].strip("| ") for row in rows] == ["fedavg", "fedprox", "scaffold"]
+    assert all(row.split(" | ")[2] == "2/2" for row in rows)
+    assert (out / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(json.loads((out / "results.json").read_text())["runs"]) == 6

@@ -110,3 +110,16 @@ def test_two_processes_give_the_weights_of_one(tmp_path, config):
     for client_id, state in one["client_states"].items():
         assert (state["c"] - two["client_states"][client_id]["c"]).abs().max() <= 1e-5
     assert not list((tmp_path / "devices2" / "run").glob("version_1"))  # one run folder, written by rank 0
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["--trainer.local_epochs", "gamma:1:5"], "trainer.local_epochs: unknown distribution 'gamma'"),
+        (["--trainer.local_lr", "uniform:1e-3:1e-4"], "trainer.local_lr: the lower bound of 'uniform:1e-3:1e-4' is above"),
+        (["--strategy", "lightfed.strategies.FedProx", "--strategy.mu", "-1"], "strategy.mu must be >= 0, got -1.0"),
+    ],
+)
+def test_bad_heterogeneity_and_strategy_settings_get_one_line(tmp_path, capsys, overrides, message):
+    err = _error_of(["fit", "--config", QUICKSTART, "--trainer.root_dir", str(tmp_path), *overrides], capsys)
+    assert message in err and len(err.strip().splitlines()) == 1

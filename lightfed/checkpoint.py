@@ -27,12 +27,15 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
-def find_last_checkpoint(run_root: Path) -> Path:
-    """The most recently written ``last.ckpt`` under ``run_root`` (one folder per run version)."""
+def resolve_checkpoint(ckpt_path: str | None, run_root: Path) -> Path | None:
+    """The file to resume from: a path; "last", the newest ``last.ckpt`` under ``run_root`` (one folder per run
+    version); or "auto", the same when there is one and None (start afresh) when there is none."""
+    if ckpt_path not in ("last", "auto"):
+        return None if ckpt_path is None else Path(ckpt_path)
     candidates = sorted(run_root.glob(f"*/checkpoints/{LAST}"), key=lambda p: p.stat().st_mtime)
-    if not candidates:
+    if not candidates and ckpt_path == "last":
         raise ConfigError(f"--ckpt_path last: no {LAST} under {run_root.resolve()}; start without --ckpt_path")
-    return candidates[-1]
+    return candidates[-1] if candidates else None
 
 
 def rng_states() -> dict[str, Any]:

@@ -27,7 +27,12 @@ def _subcommand_parser(name: str) -> ArgumentParser:
     parser.add_class_arguments(FederatedDataModule, "data")
     # every subcommand takes the strategy, so one config file serves fit, validate and test
     parser.add_subclass_arguments(Strategy, "strategy", default=lazy_instance(FedAvg))
-    parser.add_argument("--ckpt_path", type=str | None, default=None, help='Checkpoint to start from, or "last".')
+    parser.add_argument(
+        "--ckpt_path",
+        type=str | None,
+        default=None,
+        help='Checkpoint to start from; "last": the newest of this experiment; "auto": "last" if there is one.',
+    )
     return parser
 
 

@@ -12,11 +12,12 @@ from torch import Tensor
 from tqdm import tqdm
 
 from lightfed.capture import LoggedValues
-from lightfed.checkpoint import LAST, find_last_checkpoint, load_checkpoint, restore_rng_states, rng_states, save_checkpoint
+from lightfed.checkpoint import LAST, load_checkpoint, resolve_checkpoint, restore_rng_states, rng_states, save_checkpoint
 from lightfed.client import ClientTrainer
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError, DivergenceError
 from lightfed.heterogeneity import LocalWork
+from lightfed.preemption import PreemptionSignal, requeue_slurm_job, slurm_job_id
 from lightfed.seeding import CLIENT, derived_seed, sample_clients
 from lightfed.strategies.base import Strategy
 from lightfed.sums import Sums
@@ -115,8 +116,10 @@ class FederatedTrainer:
     ) -> dict[str, float]:
         """Trains for ``rounds`` rounds; returns the last logged metrics.
 
-        ``ckpt_path``: a checkpoint file, or "last" for the newest ``last.ckpt`` of this experiment, to resume from.
-        ``run_config``: text saved as ``config.yaml`` in the run folder.
+        ``ckpt_path``: a checkpoint file, or "last" for the newest ``last.ckpt`` of this experiment, to resume from
+        ("auto": the same, or a fresh start when there is none). ``run_config``: saved as ``config.yaml``.
+        On SIGUSR1 (a cluster's warning before the time limit) the run writes a checkpoint at the end of the round
+        and stops; under SLURM it also requeues the job.
         """
         checkpoint = self._start(model, data, ckpt_path, run_config)
         if self.clients_per_round > data.num_clients:
@@ -139,7 +142,7 @@ class FederatedTrainer:
             restore_rng_states(checkpoint["rng"])
             start, metrics = checkpoint["round"], checkpoint["metrics"]
         sums = Sums(
-            {**strategy.sum_sizes(), "_buffers": buffers.numel(), "_examples": 1, "_train_loss": 1, "_clients": 1},
+            {**strategy.sum_sizes(), "_buffers": buffers.numel(), "_examples": 1, "_train_loss": 1, "_clients": 1, "_stop": 1},
             self.fabric.device,
         )
         bar = tqdm(
@@ -149,20 +152,26 @@ class FederatedTrainer:
             desc="rounds",
             disable=not (self.progress_bar and self.fabric.is_global_zero),
         )
-        for round in bar:
-            began = time.perf_counter()
-            params, buffers, metrics = self._train_round(round, client, strategy, sums, params, buffers)
-            done = round + 1
-            if done % self.eval_interval == 0 or done == self.rounds:
-                metrics.update(self._evaluate(client, params, buffers, "validation_step"))
-            if self.client_eval_interval and (done % self.client_eval_interval == 0 or done == self.rounds):
-                metrics.update(self._evaluate_clients(client, params, buffers, done))
-            metrics["round/time_s"] = time.perf_counter() - began
-            self._logger.log_metrics(metrics, step=done)
-            if self.monitor in metrics:
-                bar.set_postfix({self.monitor: f"{metrics[self.monitor]:.4f}"})
-            if done % self.checkpoint_interval == 0 or done == self.rounds:
-                self._save(done, params, buffers, strategy, metrics)
+        with PreemptionSignal() as preemption:
+            for round in bar:
+                began = time.perf_counter()
+                sums.zero_()
+                sums.add("_stop", float(preemption.requested))  # reduced with the round: every process stops
+                params, buffers, metrics = self._train_round(round, client, strategy, sums, params, buffers)
+                done, stop = round + 1, float(sums["_stop"]) > 0
+                if done % self.eval_interval == 0 or done == self.rounds:
+                    metrics.update(self._evaluate(client, params, buffers, "validation_step"))
+                if self.client_eval_interval and (done % self.client_eval_interval == 0 or done == self.rounds):
+                    metrics.update(self._evaluate_clients(client, params, buffers, done))
+                metrics["round/time_s"] = time.perf_counter() - began
+                self._logger.log_metrics(metrics, step=done)
+                if self.monitor in metrics:
+                    bar.set_postfix({self.monitor: f"{metrics[self.monitor]:.4f}"})
+                if stop or done % self.checkpoint_interval == 0 or done == self.rounds:
+                    self._save(done, params, buffers, strategy, metrics)
+                if stop and done < self.rounds:
+                    self._stop_for_preemption(done)
+                    break
         self._logger.finalize("success")
         client.flat.load(params, buffers)
         return metrics
@@ -171,7 +180,6 @@ class FederatedTrainer:
         self, round: int, client: ClientTrainer, strategy: Strategy, sums: Sums, params: Tensor, buffers: Tensor
     ) -> tuple[Tensor, Tensor, dict[str, float]]:
         """Samples, trains this process's share of the clients, reduces and aggregates: the next global model."""
-        sums.zero_()
         clients = sample_clients(self.seed, round, client.data.num_clients, self.clients_per_round)
         for client_id in self._my_share(clients, strategy):
             epochs, steps, lr = self.local_work.draw(self.seed, round, client_id)
@@ -205,6 +213,15 @@ class FederatedTrainer:
         }
         return params, buffers, metrics
 
+    def _stop_for_preemption(self, done: int) -> None:
+        job_id = slurm_job_id()
+        if self.fabric.is_global_zero and job_id is not None:
+            requeue_slurm_job(job_id)
+        self.fabric.print(
+            f"stopped on request after round {done}; {self.log_dir / 'checkpoints' / LAST} holds it"
+            + (f"; SLURM job {job_id} requeued" if job_id else "; resume with --ckpt_path last")
+        )
+
     def _my_share(self, clients: list[int], strategy: Strategy) -> list[int]:
         """This process's clients: a balanced slice, or client i on process i % world when clients keep state here."""
         rank, world = self.fabric.global_rank, self.fabric.world_size
@@ -237,7 +254,7 @@ class FederatedTrainer:
             self._launched = True
         path = None
         if self.fabric.is_global_zero:
-            path = find_last_checkpoint(self.run_root) if ckpt_path == "last" else ckpt_path and Path(ckpt_path)
+            path = resolve_checkpoint(ckpt_path, self.run_root)
             resumed_run = path is not None and path.parent.name == "checkpoints"
             self.log_dir = path.parent.parent if resumed_run else Path(TensorBoardLogger(self.run_root.parent, self.run_root.name).log_dir)
             if run_config is not None:

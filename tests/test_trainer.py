@@ -96,3 +96,26 @@ def test_global_evaluation_matches_a_direct_computation(tmp_path):
     assert metrics["val_acc"] == pytest.approx((logits.argmax(1) == data.test_y).double().mean().item(), abs=1e-6)
     expected_loss = torch.nn.functional.cross_entropy(logits, data.test_y).item()
     assert metrics["val_loss"] == pytest.approx(expected_loss, rel=1e-5)
+
+
+def test_a_preemption_signal_stops_at_a_round_boundary_and_auto_resume_finishes_the_run(tmp_path):
+    import os
+    import signal
+
+    class SignalledInRoundTwo(FedAvg):
+        def aggregate(self, params, sums, round):
+            if round == 1:
+                os.kill(os.getpid(), signal.SIGUSR1)  # what SLURM sends before the time limit
+            return super().aggregate(params, sums, round)
+
+    full = small_model()
+    small_trainer(tmp_path / "full", rounds=5).fit(full, small_data(), FedAvg())
+
+    trainer = small_trainer(tmp_path / "cut", rounds=5)
+    trainer.fit(small_model(), small_data(), SignalledInRoundTwo(), ckpt_path="auto")  # nothing to resume: fresh
+    assert torch.load(trainer.log_dir / "checkpoints" / "last.ckpt", weights_only=False)["round"] == 3
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL  # the handler is only there while training
+
+    resumed = small_model()
+    small_trainer(tmp_path / "cut", rounds=5).fit(resumed, small_data(), FedAvg(), ckpt_path="auto")
+    assert torch.equal(_weights(resumed), _weights(full))

@@ -17,14 +17,15 @@ sys.modules["benchmark_script"] = benchmark
 _spec.loader.exec_module(benchmark)
 
 TINY = ["--clients", "20", "--clients-per-round", "5", "--examples-per-client", "50", "--rounds", "2",
-        "--repeats", "1", "--width", "8", "--threads", "1", "--test-size", "200", "--seed", "3"]
+        "--warmup-rounds", "1", "--repeats", "1", "--width", "8", "--threads", "1", "--test-size", "200", "--seed", "3"]
 
 
-def test_round_periods_and_the_warm_up_round_is_not_timed():
+def test_round_periods_and_the_warm_up_rounds_are_not_timed():
     assert benchmark.round_periods(10.0, [11.0, 11.5, 13.5]) == [1.0, 0.5, 2.0]
-    assert benchmark.timed([9.0, 1.0, 2.0]) == [1.0, 2.0]
-    args = benchmark.parse_args(["--rounds", "4"])
+    args = benchmark.parse_args(["--rounds", "4", "--warmup-rounds", "1"])
     assert benchmark.total_rounds(args) == 5
+    assert benchmark.timed([9.0, 1.0, 2.0, 3.0, 4.0], args) == [1.0, 2.0, 3.0, 4.0]
+    assert benchmark.total_rounds(benchmark.parse_args([])) == 7  # 2 warm-up + 5 timed
 
 
 def test_defaults_follow_the_pfl_cifar10_workload():
@@ -33,7 +34,9 @@ def test_defaults_follow_the_pfl_cifar10_workload():
     assert (args.local_epochs, args.batch_size, args.lr, args.devices) == (1, 10, 0.1, 1)
 
 
-@pytest.mark.parametrize("argv", [["--clients", "4", "--clients-per-round", "5"], ["--rounds", "0"]])
+@pytest.mark.parametrize(
+    "argv", [["--clients", "4", "--clients-per-round", "5"], ["--rounds", "0"], ["--warmup-rounds", "-1"]]
+)
 def test_bad_options_are_refused(argv, capsys):
     with pytest.raises(SystemExit):
         benchmark.parse_args(argv)
@@ -41,7 +44,8 @@ def test_bad_options_are_refused(argv, capsys):
 
 
 def test_synthetic_cifar_is_deterministic_from_the_seed():
-    source = benchmark.make_source(benchmark.parse_args(["--clients", "4", "--clients-per-round", "2", "--test-size", "8"]))
+    args = benchmark.parse_args(["--clients", "4", "--clients-per-round", "2", "--test-size", "8"])
+    source = benchmark.make_source(args)
     a, b, c = source.load(0), source.load(0), source.load(1)
     assert a.train_x.shape == (200, 3, 32, 32) and a.test_x.shape == (8, 3, 32, 32) and a.num_classes == 10
     assert a.train_x.dtype == torch.float32 and int(a.train_y.max()) <= 9

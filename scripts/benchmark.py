@@ -1,0 +1,593 @@
+"""lightfed against a minimal hand-written PyTorch FedAvg loop on the same federated workload.
+
+The workload follows pfl-research's CIFAR-10 benchmark: CIFAR-shaped synthetic images (3x32x32, 10 classes, made
+from the seed, no download), ``--clients`` clients of ``--examples-per-client`` images, ``--clients-per-round``
+clients per round, 1 local epoch, batch 10, SGD lr 0.1, example-weighted FedAvg, ``lightfed.models.SmallCNN``.
+For scale: pfl-research runs at about 1.4x such a loop and Flower's simulation engine at about 2.2x.
+
+Each measured run is a fresh subprocess of this script (``--only lightfed`` or ``--only reference``) that prints a
+``BENCH_RESULT {json}`` line per process; the top-level invocation runs them ``--repeats`` times, alternating the
+order, and prints the median seconds per round of each path, their ratio, peak memory and the largest difference
+between the two paths' final global weights (both use the same seeds, client sampling, data order and initial
+weights, so the weights agree to float rounding).
+
+Each path trains ``--warmup-rounds + --rounds`` rounds; the warm-up rounds are not timed (the first round's period
+holds one-time costs, the second's lightfed's first TensorBoard write, which creates the writer). A round's time is
+the wall time from the end of one round's aggregation to the end of the next one's, so for lightfed it includes
+everything the trainer does per round (sampling, training, the all-reduce, aggregation, logging to TensorBoard);
+lightfed's end of a round is taken in ``Strategy.metrics()``, which the trainer calls once per round right after
+aggregating. The trainer's own ``round/time_s`` (which leaves out logging) is reported as well, read from the run's
+TensorBoard events. Both paths evaluate the final global model on the test set after the last round (not timed),
+so peak memory (``ru_maxrss`` per process; ``torch.cuda.max_memory_allocated`` on GPUs) compares like with like.
+
+Other work on the machine only ever adds time, and with several OpenMP threads per process it can add a lot (a
+parallel op waits for its slowest thread): the fastest round of each path, the CPU time per round and the 1-minute
+load average are reported too, and ``--threads 1`` is the least sensitive setting on a shared machine.
+
+    python scripts/benchmark.py                                  # defaults: 500 clients, 50 per round, 3 repeats
+    python scripts/benchmark.py --devices 2                      # 2 processes per path (1 thread each on 2 cores)
+    python scripts/benchmark.py --compare-devices 1 2            # both, and the speed-up of 2 over 1
+    python scripts/benchmark.py --device cuda                    # on a GPU (adds torch.cuda.max_memory_allocated)
+    python scripts/benchmark.py --profile prof/                  # plus one cProfile'd run per path
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PATHS = ("lightfed", "reference")
+RESULT_TAG = "BENCH_RESULT "
+
+
+# ----------------------------------------------------------------------------------------------------------- options
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--clients", type=int, default=500, help="total number of clients")
+    p.add_argument("--clients-per-round", type=int, default=50)
+    p.add_argument("--examples-per-client", type=int, default=50)
+    p.add_argument("--test-size", type=int, default=1000, help="central test images, evaluated after the last round")
+    p.add_argument("--eval-batch-size", type=int, default=512)
+    p.add_argument("--rounds", type=int, default=5, help="timed rounds")
+    p.add_argument("--warmup-rounds", type=int, default=2, help="rounds trained first and not timed")
+    p.add_argument("--repeats", type=int, default=3, help="fresh runs of each path; the median is reported")
+    p.add_argument("--local-epochs", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=10)
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--width", type=int, default=32, help="SmallCNN width (smaller: less compute, overhead shows more)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--devices", type=int, default=1, help="processes per path")
+    p.add_argument("--compare-devices", type=int, nargs="+", metavar="N", help="run with each of these --devices")
+    p.add_argument("--threads", type=int, default=None, help="torch threads per process (default: cores / processes)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS), help="which paths to run")
+    p.add_argument("--json", type=Path, default=None, help="also write the summary here")
+    p.add_argument("--profile", type=Path, default=None, help="folder: one extra cProfile'd run per path")
+    p.add_argument("--keep", type=Path, default=None, help="folder to keep the runs' files in (default: a temp dir)")
+    # internal: one measured run in this process
+    p.add_argument("--only", choices=PATHS, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--profile-out", type=Path, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    for name in ("clients", "clients_per_round", "examples_per_client", "rounds", "repeats", "local_epochs",
+                 "batch_size", "eval_batch_size", "width", "devices", "test_size"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.warmup_rounds < 0:
+        p.error("--warmup-rounds must be >= 0")
+    if args.clients_per_round > args.clients:
+        p.error("--clients-per-round must be <= --clients")
+    return args
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def total_rounds(args: argparse.Namespace) -> int:
+    return args.warmup_rounds + args.rounds
+
+
+def timed(values: list[float], args: argparse.Namespace) -> list[float]:
+    """The per-round values of the timed rounds: all but the warm-up rounds."""
+    return values[args.warmup_rounds :]
+
+
+def round_periods(began: float, ends: list[float]) -> list[float]:
+    """Per-round durations from the start and the end times of the rounds."""
+    return [b - a for a, b in zip([began] + ends[:-1], ends)]
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far (``ru_maxrss`` is in KiB on Linux, bytes on macOS)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)
+
+
+def peak_memory(device, baseline_mb: float) -> dict:
+    import torch
+
+    result = {"peak_rss_mb": peak_rss_mb(), "baseline_rss_mb": baseline_mb}
+    if device.type == "cuda":
+        result["cuda_peak_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return result
+
+
+def emit(result: dict) -> None:
+    print(RESULT_TAG + json.dumps(result), flush=True)
+
+
+# ----------------------------------------------------------------------------------------------------------- workload
+
+
+def make_source(args: argparse.Namespace):
+    """The synthetic CIFAR-shaped dataset as a lightfed ``DatasetSource`` (defined here so both paths share it)."""
+    import torch
+    from lightfed.data import DatasetSource, TensorSplits
+
+    class SyntheticCIFAR(DatasetSource):
+        """Random 3x32x32 float32 images: Gaussian noise around one fixed random pattern per class (learnable)."""
+
+        def __init__(self, num_train: int, num_test: int, num_classes: int = 10) -> None:
+            self.num_train, self.num_test, self.num_classes = num_train, num_test, num_classes
+
+        def load(self, seed: int) -> TensorSplits:
+            g = torch.Generator().manual_seed(seed)
+            patterns = torch.randn(self.num_classes, 3, 32, 32, generator=g)
+
+            def split(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+                y = torch.randint(self.num_classes, (n,), generator=g)
+                x = torch.randn(n, 3, 32, 32, generator=g).add_(patterns[y], alpha=0.5)
+                return x, y
+
+            train_x, train_y = split(self.num_train)
+            test_x, test_y = split(self.num_test)
+            return TensorSplits(train_x, train_y, test_x, test_y, self.num_classes)
+
+    return SyntheticCIFAR(args.clients * args.examples_per_client, args.test_size)
+
+
+def make_model(args: argparse.Namespace):
+    """SmallCNN with weights fixed by the seed: both paths start from the same ones."""
+    import torch
+    from lightfed.models import SmallCNN
+
+    torch.manual_seed(args.seed)
+    return SmallCNN(num_classes=10, in_channels=3, width=args.width, lr=args.lr)
+
+
+def save_weights(vector, path: Path) -> str:
+    import numpy as np
+
+    np.save(path, vector.detach().cpu().numpy())
+    return str(path)
+
+
+def set_threads(args: argparse.Namespace) -> None:
+    import torch
+
+    threads = args.threads or max(1, available_cores() // args.devices)
+    torch.set_num_threads(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # Fabric leaves the thread count alone when this is set
+
+
+# ----------------------------------------------------------------------------------------------------------- lightfed
+
+
+def run_lightfed(args: argparse.Namespace) -> None:
+    """One lightfed run through the Python API; every process prints its result line, rank 0 saves the weights."""
+    set_threads(args)
+    import torch
+
+    from lightfed import FedAvg, FederatedDataModule, FederatedTrainer
+    from lightfed.data import IIDPartitioner
+
+    class TimedFedAvg(FedAvg):
+        """FedAvg that notes the time at the end of each round (the trainer calls ``metrics()`` once per round)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.ends: list[float] = []
+            self.cpu_ends: list[float] = []
+
+        def metrics(self) -> dict[str, float]:
+            self.ends.append(time.perf_counter())
+            self.cpu_ends.append(time.process_time())
+            return super().metrics()
+
+    baseline_mb = peak_rss_mb()
+    rounds = total_rounds(args)
+    model = make_model(args)
+    data = FederatedDataModule(make_source(args), IIDPartitioner(args.clients), batch_size=args.batch_size,
+                               eval_batch_size=args.eval_batch_size)
+    strategy = TimedFedAvg()
+    trainer = FederatedTrainer(
+        accelerator=args.device,
+        devices=args.devices,
+        rounds=rounds,
+        clients_per_round=args.clients_per_round,
+        local_epochs=args.local_epochs,
+        eval_interval=rounds,  # only the last round evaluates (after its end is noted)
+        checkpoint_interval=rounds,  # only the last round writes last.ckpt
+        seed=args.seed,
+        root_dir=str(args.out / "runs"),
+        name="lightfed",
+        progress_bar=False,
+    )
+    profiler = None
+    if args.profile_out is not None:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    began, cpu_began = time.perf_counter(), time.process_time()
+    metrics = trainer.fit(model, data, strategy)
+    fit_s = time.perf_counter() - began
+    if profiler is not None:
+        profiler.disable()
+    fabric = trainer.fabric
+    result = {"path": "lightfed", "rank": fabric.global_rank, "world": fabric.world_size,
+              "threads": torch.get_num_threads(), **peak_memory(fabric.device, baseline_mb)}
+    if len(strategy.ends) != rounds:
+        raise RuntimeError(f"Strategy.metrics() was called {len(strategy.ends)} times in {rounds} rounds; "
+                           "the benchmark takes the end of each round from it")
+    if fabric.is_global_zero:
+        if profiler is not None:
+            profiler.dump_stats(args.profile_out)
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        events = EventAccumulator(str(trainer.log_dir), size_guidance={"scalars": 0})
+        events.Reload()
+        logged = sorted(events.Scalars("round/time_s"), key=lambda e: e.step)
+        # the set-up inside fit() (data, Fabric) comes before round 0: its period is the warm-up's and not timed
+        result.update(
+            round_times=timed(round_periods(began, strategy.ends), args),
+            cpu_round_times=timed(round_periods(cpu_began, strategy.cpu_ends), args),
+            trainer_round_times=timed([e.value for e in logged], args)[:-1],  # the last round's includes the evaluation
+            fit_s=fit_s,
+            final_train_loss=metrics.get("round/client_train_loss"),
+            val_acc=metrics.get("val_acc"),
+            weights=save_weights(torch.nn.utils.parameters_to_vector(model.parameters()), args.out / "lightfed.npy"),
+        )
+    emit(result)
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+# ----------------------------------------------------------------------------------------------------------- reference
+
+
+def run_reference(args: argparse.Namespace) -> None:
+    """The plain-PyTorch loop; with ``--devices N`` rank 0 runs here and ranks 1.. in spawned processes."""
+    import socket
+
+    port = 0
+    if args.devices > 1:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    children = []
+    if args.devices > 1:
+        import torch.multiprocessing as mp
+
+        context = mp.get_context("spawn")
+        for rank in range(1, args.devices):
+            child = context.Process(target=reference_rank, args=(args, rank, port))
+            child.start()
+            children.append(child)
+    try:
+        reference_rank(args, 0, port)
+    finally:
+        for child in children:
+            child.join()
+    if any(child.exitcode != 0 for child in children):
+        raise SystemExit(f"a reference process failed: exit codes {[c.exitcode for c in children]}")
+
+
+def reference_rank(args: argparse.Namespace, rank: int, port: int) -> None:
+    """One process of the reference loop: what a careful hand-written FedAvg simulation does, and nothing more."""
+    set_threads(args)
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    from lightfed.data import IIDPartitioner
+    from lightfed.seeding import CLIENT, derived_seed, sample_clients
+
+    baseline_mb = peak_rss_mb()
+    world = args.devices
+    if args.device == "cuda":
+        device = torch.device("cuda", rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    if world > 1:
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+
+    # data: all examples in memory, each client an index tensor (the partition lightfed makes from the same seed)
+    splits = make_source(args).load(args.seed)
+    partition = IIDPartitioner(args.clients).partition(splits.train_y.numpy(), args.seed)
+    train_x, train_y = splits.train_x.to(device), splits.train_y.to(device)
+    test_x, test_y = splits.test_x.to(device), splits.test_y.to(device)
+    client_indices = [torch.as_tensor(i, dtype=torch.long, device=device) for i in partition]
+    del splits
+
+    # model: one instance whose parameters are views of one flat vector, so loading weights is one copy
+    net = make_model(args).net.to(device)
+    params = list(net.parameters())
+    flat = torch.cat([p.detach().reshape(-1) for p in params])
+    offset = 0
+    for p in params:
+        p.data = flat[offset : offset + p.numel()].view_as(p)
+        offset += p.numel()
+    num_params = flat.numel()
+    global_weights = flat.clone()
+    delta = torch.empty_like(flat)
+    sums = torch.zeros(num_params + 2, dtype=torch.float64, device=device)  # weighted deltas, weight, loss
+    optimizer = torch.optim.SGD(params, lr=args.lr)
+
+    profiler = None
+    if args.profile_out is not None and rank == 0:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    began, cpu_began = time.perf_counter(), time.process_time()
+    ends, cpu_ends, losses = [], [], []
+    for round in range(total_rounds(args)):
+        clients = sample_clients(args.seed, round, args.clients, args.clients_per_round)
+        for client_id in clients[rank::world]:
+            with torch.no_grad():
+                flat.copy_(global_weights)
+            generator = torch.Generator().manual_seed(derived_seed(args.seed, CLIENT, round, client_id))
+            indices = client_indices[client_id]
+            loss_sum, steps = torch.zeros((), device=device), 0
+            for _ in range(args.local_epochs):
+                order = indices[torch.randperm(len(indices), generator=generator).to(device)]
+                for start in range(0, len(order), args.batch_size):
+                    batch = order[start : start + args.batch_size]
+                    loss = F.cross_entropy(net(train_x[batch]), train_y[batch])
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    loss_sum += loss.detach()
+                    steps += 1
+            num_examples = len(indices)
+            torch.sub(flat, global_weights, out=delta)
+            sums[:num_params].add_(delta, alpha=num_examples)
+            sums[num_params] += num_examples
+            sums[num_params + 1] += loss_sum / steps
+        if world > 1:
+            dist.all_reduce(sums)
+        global_weights.add_((sums[:num_params] / sums[num_params]).to(global_weights.dtype))  # FedAvg, server lr 1
+        losses.append(sums[num_params + 1].item() / args.clients_per_round)  # waits for the device
+        sums.zero_()
+        ends.append(time.perf_counter())
+        cpu_ends.append(time.process_time())
+
+    # the final global model on this process's share of the test set, as lightfed's last round does
+    flat.copy_(global_weights)
+    net.eval()
+    bounds = [len(test_y) * r // world for r in range(world + 1)]
+    correct = torch.zeros((), dtype=torch.float64, device=device)
+    with torch.no_grad():
+        for start in range(bounds[rank], bounds[rank + 1], args.eval_batch_size):
+            end = min(start + args.eval_batch_size, bounds[rank + 1])
+            correct += (net(test_x[start:end]).argmax(1) == test_y[start:end]).sum()
+    if world > 1:
+        dist.all_reduce(correct)
+    fit_s = time.perf_counter() - began
+    if profiler is not None:
+        profiler.disable()
+    result = {"path": "reference", "rank": rank, "world": world, "threads": torch.get_num_threads(),
+              **peak_memory(device, baseline_mb)}
+    if rank == 0:
+        if profiler is not None:
+            profiler.dump_stats(args.profile_out)
+        result.update(
+            round_times=timed(round_periods(began, ends), args),
+            cpu_round_times=timed(round_periods(cpu_began, cpu_ends), args),
+            fit_s=fit_s,
+            final_train_loss=losses[-1],
+            val_acc=correct.item() / len(test_y),
+            weights=save_weights(global_weights, args.out / "reference.npy"),
+        )
+    emit(result)
+    if world > 1:
+        dist.destroy_process_group()
+
+
+# ----------------------------------------------------------------------------------------------------------- driver
+
+
+def run_worker(
+    args: argparse.Namespace, path: str, devices: int, out: Path, profile_out: Path | None = None
+) -> list[dict]:
+    """Runs one path in a fresh subprocess of this script; returns the result line of each of its processes."""
+    out.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, os.path.abspath(__file__), "--only", path, "--out", str(out), "--devices", str(devices)]
+    for name in ("clients", "clients_per_round", "examples_per_client", "test_size", "rounds", "warmup_rounds",
+                 "local_epochs",
+                 "batch_size", "eval_batch_size", "lr", "width", "device", "seed"):
+        command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    threads = args.threads or max(1, available_cores() // devices)
+    command += ["--threads", str(threads)]
+    if profile_out is not None:
+        command += ["--profile-out", str(profile_out)]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+    load_before = os.getloadavg()[0]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True)
+    results = [json.loads(line[len(RESULT_TAG):]) for line in proc.stdout.splitlines() if line.startswith(RESULT_TAG)]
+    for result in results:  # 1-minute load averages: other work on the machine makes the timings noisy
+        result["load_avg"] = [load_before, os.getloadavg()[0]]
+    if proc.returncode != 0 or len(results) != devices:
+        raise RuntimeError(
+            f"{path} run failed (exit {proc.returncode}, {len(results)}/{devices} results): {' '.join(command)}\n"
+            f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
+        )
+    return sorted(results, key=lambda r: r["rank"])
+
+
+def max_abs_diff(a: str, b: str) -> float:
+    import numpy as np
+
+    x, y = np.load(a), np.load(b)
+    if x.shape != y.shape:
+        raise RuntimeError(f"weight vectors differ in shape: {x.shape} vs {y.shape}")
+    return float(np.abs(x.astype(np.float64) - y.astype(np.float64)).max())
+
+
+def summarize(runs: list[list[dict]]) -> dict:
+    """Median over repeats of each run's median round time, and the peak memory."""
+    per_run = [statistics.median(run[0]["round_times"]) for run in runs]
+    cpu_per_run = [statistics.median(run[0]["cpu_round_times"]) for run in runs]
+    summary = {
+        "s_per_round": statistics.median(per_run),
+        "s_per_round_runs": per_run,
+        "best_s_per_round": min(t for run in runs for t in run[0]["round_times"]),  # least disturbed by other work
+        "cpu_s_per_round": statistics.median(cpu_per_run),
+        "cpu_s_per_round_runs": cpu_per_run,
+        "round_times_runs": [run[0]["round_times"] for run in runs],
+        "fit_s_runs": [run[0]["fit_s"] for run in runs],
+        "peak_rss_mb_per_process": max(r["peak_rss_mb"] for run in runs for r in run),
+        "peak_rss_mb_all_processes": max(sum(r["peak_rss_mb"] for r in run) for run in runs),
+        "baseline_rss_mb_per_process": max(r["baseline_rss_mb"] for run in runs for r in run),
+        "threads": runs[0][0]["threads"],
+        "max_load_avg": max(max(run[0]["load_avg"]) for run in runs),
+        "final_train_loss": runs[0][0]["final_train_loss"],
+        "val_acc": runs[0][0]["val_acc"],
+    }
+    if runs[0][0].get("trainer_round_times"):
+        summary["trainer_time_s"] = statistics.median(statistics.median(run[0]["trainer_round_times"]) for run in runs)
+    if "cuda_peak_mb" in runs[0][0]:
+        summary["cuda_peak_mb"] = max(r["cuda_peak_mb"] for run in runs for r in run)
+    return summary
+
+
+def benchmark(args: argparse.Namespace, root: Path, argv: list[str]) -> dict:
+    configs = args.compare_devices or [args.devices]
+    report = {
+        "workload": {k: getattr(args, k) for k in ("clients", "clients_per_round", "examples_per_client", "rounds",
+                                                  "warmup_rounds",
+                                                  "repeats", "local_epochs", "batch_size", "lr", "width", "device",
+                                                  "seed", "threads")},
+        "command": " ".join(["python", os.path.relpath(__file__)] + argv),
+        "configs": [],
+    }
+    for devices in configs:
+        runs: dict[str, list[list[dict]]] = {path: [] for path in args.paths}
+        for repeat in range(args.repeats):
+            order = args.paths if repeat % 2 == 0 else list(reversed(args.paths))
+            for path in order:
+                out = root / f"devices{devices}" / f"{path}{repeat}"
+                runs[path].append(run_worker(args, path, devices, out))
+                print(f"  devices={devices} repeat {repeat + 1}/{args.repeats} {path:9s} "
+                      f"{statistics.median(runs[path][-1][0]['round_times']):.4f} s/round", flush=True)
+        config = {"devices": devices, **{path: summarize(runs[path]) for path in args.paths}}
+        if len(args.paths) == 2:
+            lf, ref = config["lightfed"], config["reference"]
+            config["ratio"] = lf["s_per_round"] / ref["s_per_round"]
+            config["ratio_runs"] = [a / b for a, b in zip(lf["s_per_round_runs"], ref["s_per_round_runs"])]
+            config["cpu_ratio"] = lf["cpu_s_per_round"] / ref["cpu_s_per_round"]
+            config["best_ratio"] = lf["best_s_per_round"] / ref["best_s_per_round"]
+            config["max_abs_weight_diff"] = max(
+                max_abs_diff(lf[0]["weights"], ref[0]["weights"])
+                for lf, ref in zip(runs["lightfed"], runs["reference"])
+            )
+        if args.profile is not None:
+            args.profile.mkdir(parents=True, exist_ok=True)
+            for path in args.paths:
+                profile = args.profile / f"{path}-devices{devices}.prof"
+                run_worker(args, path, devices, root / f"devices{devices}" / f"{path}-profile", profile)
+                config.setdefault("profiles", {})[path] = str(profile)
+        report["configs"].append(config)
+    if len(configs) > 1:
+        base = report["configs"][0]
+        report["speedup"] = {
+            f"devices{c['devices']}_vs_{base['devices']}": {path: base[path]["s_per_round"] / c[path]["s_per_round"]
+                                                             for path in args.paths}
+            for c in report["configs"][1:]
+        }
+    return report
+
+
+def print_report(report: dict) -> None:
+    w = report["workload"]
+    print(f"\nworkload: {w['clients']} clients x {w['examples_per_client']} images (3x32x32), {w['clients_per_round']} "
+          f"per round, {w['local_epochs']} local epoch(s), batch {w['batch_size']}, SGD lr {w['lr']}, FedAvg, "
+          f"SmallCNN(width={w['width']}), device {w['device']}; median over {w['repeats']} runs of the median of "
+          f"{w['rounds']} timed rounds (after {w['warmup_rounds']} warm-up rounds)")
+    for config in report["configs"]:
+        print(f"\ndevices={config['devices']}")
+        for path in PATHS:
+            if path not in config:
+                continue
+            s = config[path]
+            line = (f"  {path:9s} {s['s_per_round']:.4f} s/round  (runs: "
+                    f"{', '.join(f'{t:.4f}' for t in s['s_per_round_runs'])}; "
+                    f"fastest round {s['best_s_per_round']:.4f}; "
+                    f"CPU {s['cpu_s_per_round']:.4f} s/round)  "
+                    f"threads/process {s['threads']}  peak RSS {s['peak_rss_mb_per_process']:.0f} MiB/process "
+                    f"({s['peak_rss_mb_all_processes']:.0f} all; {s['baseline_rss_mb_per_process']:.0f} after imports)")
+            if "cuda_peak_mb" in s:
+                line += f"  CUDA peak {s['cuda_peak_mb']:.0f} MiB"
+            print(line)
+        if "trainer_time_s" in config.get("lightfed", {}):
+            s = config["lightfed"]
+            print(f"  lightfed's own round/time_s (leaves out logging): {s['trainer_time_s']:.4f} s")
+        if "ratio" in config:
+            print(f"  ratio lightfed/reference: {config['ratio']:.3f}x   (per repeat: "
+                  f"{', '.join(f'{r:.3f}' for r in config['ratio_runs'])}; fastest rounds {config['best_ratio']:.3f}x; "
+                  f"CPU time {config['cpu_ratio']:.3f}x)   "
+                  "target <= 1.10x; pfl-research ~1.4x, Flower ~2.2x")
+            lf, ref = config["lightfed"], config["reference"]
+            print(f"  final train loss: lightfed {lf['final_train_loss']:.6f}  "
+                  f"reference {ref['final_train_loss']:.6f};  "
+                  f"test accuracy: lightfed {lf['val_acc']:.4f}  reference {ref['val_acc']:.4f}")
+            print(f"  max abs difference of the final global weights: {config['max_abs_weight_diff']:.3g}")
+        for path, profile in config.get("profiles", {}).items():
+            print(f"  profile of {path}: {profile}")
+    cores = available_cores()
+    busiest = max(c[p]["max_load_avg"] for c in report["configs"] for p in PATHS if p in c)
+    if busiest > 1.5 * cores:
+        print(f"\nnote: the machine's load average reached {busiest:.1f} on {cores} cores during the runs: other work "
+              "was running and the timings are noisy (--threads 1 suffers least from it)")
+    for name, speedups in report.get("speedup", {}).items():
+        print(f"\nspeed-up {name}: " + ", ".join(f"{path} {x:.2f}x" for path, x in speedups.items()))
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
+    if args.only is not None:
+        (run_lightfed if args.only == "lightfed" else run_reference)(args)
+        return None
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        report = benchmark(args, args.keep, argv)
+    else:
+        with tempfile.TemporaryDirectory(prefix="lightfed-bench-") as tmp:
+            report = benchmark(args, Path(tmp), argv)
+    print_report(report)
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2))
+    return report
+
+
+if __name__ == "__main__":
+    main()

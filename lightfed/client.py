@@ -54,7 +54,7 @@ class ClientTrainer:
         self._reset_optimizer(plan.lr)
         rule = plan.rule
         if rule is not None:
-            rule.start(params)
+            rule.start(params, self)
         torch.manual_seed(plan.seed)  # dropout and other in-model randomness
         generator = torch.Generator().manual_seed(plan.seed)
         module, optimizer = self.module, self.optimizer
@@ -64,11 +64,8 @@ class ClientTrainer:
         with self.logged.attached(module):
             for batch in self.data.client_batches(plan.client_id, generator, plan.epochs, plan.steps):
                 self.logged.batch_size = len(batch[1])
-                with self.fabric.autocast():
-                    output = module.training_step(batch, steps)
-                loss = output["loss"] if isinstance(output, Mapping) else output
-                self.flat.zero_grad()
-                self.fabric.backward(loss)
+                self.batch, self.step_index = batch, steps
+                loss = self.recompute_gradient()
                 if rule is not None:
                     if self._scaler is not None:
                         self._scaler.unscale_(optimizer.optimizer)  # the rule works on true gradients
@@ -86,7 +83,20 @@ class ClientTrainer:
             num_steps=steps,
             local_time=local_time,
             train_loss=loss_sum / max(steps, 1),
+            report={} if rule is None else rule.report(),
         )
+
+    def recompute_gradient(self) -> Tensor:
+        """Loss and flat gradient (``flat.grads``) of the current batch at the current parameters; returns the loss.
+
+        Local rules that need more than one gradient per step (step-size control, sharpness-aware steps) call it.
+        """
+        with self.fabric.autocast():
+            output = self.module.training_step(self.batch, self.step_index)
+        loss = output["loss"] if isinstance(output, Mapping) else output
+        self.flat.zero_grad()
+        self.fabric.backward(loss)
+        return loss
 
     def _reset_optimizer(self, lr: float | None) -> None:
         self.optimizer.state.clear()

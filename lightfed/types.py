@@ -1,6 +1,8 @@
 """Small values that travel between the server and its clients."""
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from torch import Tensor
 
@@ -34,3 +36,4 @@ class ClientUpdate:
     num_steps: int
     local_time: float  # sum of the step sizes taken
     train_loss: Tensor  # mean training loss over the steps, 0-d, left on the device
+    report: Mapping[str, Any] = field(default_factory=dict)  # what the plan's local rule reports (LocalRule.report)

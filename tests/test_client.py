@@ -91,3 +91,36 @@ def test_a_local_rule_changes_every_step_between_backward_and_optimizer_step():
     w1 = x - 0.5 * (x - c)  # the proximal term is zero at the global model
     w2 = w1 - 0.5 * ((w1 - c) + 2.0 * (w1 - x))
     assert torch.allclose(update.delta, w2 - x)
+
+
+def test_a_rule_can_re_evaluate_the_batch_set_the_step_size_and_report():
+    """A rule that takes the gradient at the trial point x - g and steps along it (an extragradient step) with its
+    own step size: the client computes exactly that, and the rule's report comes back with the update."""
+    from lightfed.local.base import LocalRule
+
+    class Extragradient(LocalRule):
+        def start(self, params, client):
+            self.client, self.evaluations = client, 0
+
+        def adjust(self, grad, params):
+            start = params.clone()
+            with torch.no_grad():
+                params.sub_(grad)  # the trial point
+            self.client.recompute_gradient()  # grad (the client's flat gradient) now holds the trial point's
+            with torch.no_grad():
+                params.copy_(start)
+            self.evaluations += 1
+            self.client.optimizer.param_groups[0]["lr"] = 0.25
+
+        def report(self):
+            return {"evaluations": self.evaluations}
+
+    client = _client(Center())
+    x = torch.tensor([1.0, 1.0, 1.0])
+    c = torch.tensor([1.0, -2.0, 4.0])
+    update = client.train(ClientPlan(client_id=0, round=0, seed=0, steps=1, rule=Extragradient()), x, torch.zeros(0))
+    g = x - c
+    trial = x - g
+    expected = x - 0.25 * (trial - c)  # the step uses the gradient at the trial point, with the rule's step size
+    assert torch.allclose(update.delta, expected - x)
+    assert update.report == {"evaluations": 1} and update.local_time == pytest.approx(0.25)

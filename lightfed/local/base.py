@@ -1,17 +1,32 @@
 """The place where an algorithm changes a client's local steps."""
 
+from __future__ import annotations
+
 from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from lightfed.client import ClientTrainer
 
 
 class LocalRule(ABC):
     """Changes every local step of one client: applied to the flat gradient between the backward pass and the step
-    of the user's own optimizer. A strategy builds one per client in ``configure_client``."""
+    of the user's own optimizer. A strategy builds one per client in ``configure_client``.
 
-    def start(self, params: Tensor) -> None:
-        """Called with the global parameters (flat, read-only) before the client's first step."""
+    Rules that need more than the gradient keep the ``ClientTrainer`` given to ``start``: its live ``module``, the
+    client's ``data``, its ``optimizer`` (e.g. to set this step's learning rate) and ``recompute_gradient()``, which
+    evaluates the current batch again at the current parameters.
+    """
+
+    def start(self, params: Tensor, client: ClientTrainer) -> None:
+        """Called with the global parameters (flat, read-only) and the client's trainer before the first step."""
 
     @abstractmethod
     def adjust(self, grad: Tensor, params: Tensor) -> None:
         """Changes the flat gradient ``grad`` in place; ``params`` are the client's current flat parameters."""
+
+    def report(self) -> dict[str, Any]:
+        """What the client sends back besides its delta (``ClientUpdate.report``), read after its last step."""
+        return {}

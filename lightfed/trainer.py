@@ -290,9 +290,14 @@ class FederatedTrainer:
                 "client_states": client_states,
                 "rng": rng_states(),
                 "metrics": metrics,
+                **self._extra_checkpoint_state(),
             }
             save_checkpoint(self.log_dir / "checkpoints" / LAST, state)
         self.fabric.barrier()
+
+    def _extra_checkpoint_state(self) -> dict:
+        """More entries for ``last.ckpt`` (e.g. the asynchronous simulation's); read back by a subclass's ``_start``."""
+        return {}
 
     # ----------------------------------------------------------------- evaluation
 

@@ -53,6 +53,7 @@ class FederatedTrainer:
         root_dir: str = "runs",
         name: str = "lightfed",
         progress_bar: bool = True,
+        check_replicas: bool = False,
     ) -> None:
         """
         Args:
@@ -78,6 +79,8 @@ class FederatedTrainer:
                 checkpoints.
             name: Experiment name (sub-folder of root_dir).
             progress_bar: Show a progress bar over rounds.
+            check_replicas: Debug mode: after every round, check that every process holds exactly the global weights
+                of process 0 (one extra broadcast per round).
         """
         if precision not in PRECISIONS:
             raise ConfigError(f"trainer.precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
@@ -101,6 +104,7 @@ class FederatedTrainer:
         self.seed = seed
         self.run_root = Path(root_dir) / name
         self.progress_bar = progress_bar
+        self.check_replicas = check_replicas
         self.log_dir: Path | None = None  # set when a run starts
         self._launched = False
 
@@ -200,6 +204,8 @@ class FederatedTrainer:
         sums.buffer.copy_(self.fabric.all_reduce(sums.buffer, reduce_op="sum"))
         params = strategy.aggregate(params, sums, round)
         buffers = (sums["_buffers"] / sums["_examples"]).to(buffers.dtype)
+        if self.check_replicas:
+            self._check_replicas(round, params, buffers)
         if not (torch.isfinite(params).all() and torch.isfinite(buffers).all()):
             raise DivergenceError(
                 f"the global weights became NaN/Inf in round {round + 1}; lower the learning rate (model lr or "
@@ -212,6 +218,15 @@ class FederatedTrainer:
             **{f"strategy/{k}": v for k, v in strategy.metrics().items()},
         }
         return params, buffers, metrics
+
+    def _check_replicas(self, round: int, params: Tensor, buffers: Tensor) -> None:
+        """Raises when this process's global weights differ from process 0's."""
+        weights = torch.cat([params, buffers.to(params.dtype)])
+        if not torch.equal(self.fabric.broadcast(weights.clone()), weights):
+            raise RuntimeError(
+                f"process {self.fabric.global_rank} holds other global weights than process 0 after round "
+                f"{round + 1}: a strategy's aggregate depends on something that differs between processes"
+            )
 
     def _stop_for_preemption(self, done: int) -> None:
         job_id = slurm_job_id()

@@ -98,7 +98,8 @@ def test_two_processes_give_the_weights_of_one(tmp_path, config):
         root = tmp_path / f"devices{devices}"
         subprocess.run(
             [sys.executable, "-m", "lightfed", "fit", "--config", config, "--trainer.rounds", "3", "--trainer.name", "run",
-             "--trainer.devices", str(devices), "--trainer.root_dir", str(root), "--trainer.progress_bar", "false"],
+             "--trainer.devices", str(devices), "--trainer.root_dir", str(root), "--trainer.progress_bar", "false",
+             "--trainer.check_replicas", "true"],  # every round: the global weights are the same on every process
             check=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, timeout=300,
         )
         return torch.load(root / "run" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)

@@ -119,3 +119,12 @@ def test_a_preemption_signal_stops_at_a_round_boundary_and_auto_resume_finishes_
     resumed = small_model()
     small_trainer(tmp_path / "cut", rounds=5).fit(resumed, small_data(), FedAvg(), ckpt_path="auto")
     assert torch.equal(_weights(resumed), _weights(full))
+
+
+def test_replica_check_names_a_process_whose_global_weights_differ(tmp_path, monkeypatch):
+    """Debug mode compares every process's global weights with process 0's broadcast after each round."""
+    trainer = small_trainer(tmp_path, rounds=2, check_replicas=True)
+    trainer.fit(small_model(), small_data(), FedAvg())  # one process: its weights are process 0's
+    monkeypatch.setattr(trainer.fabric, "broadcast", lambda weights, src=0: weights + 1e-7)  # a drifted replica
+    with pytest.raises(RuntimeError, match="process 0 holds other global weights than process 0 after round 3"):
+        trainer._check_replicas(2, torch.zeros(3), torch.zeros(1))

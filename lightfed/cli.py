@@ -5,6 +5,8 @@ import sys
 from jsonargparse import ActionConfigFile, ArgumentParser, lazy_instance
 from lightning import LightningModule, seed_everything
 
+from lightfed.async_trainer import AsyncFederatedTrainer
+from lightfed.asynchronous import Asynchrony
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import LightfedError
 from lightfed.models import SmallCNN
@@ -23,6 +25,12 @@ def _subcommand_parser(name: str) -> ArgumentParser:
     parser.add_argument("-c", "--config", action=ActionConfigFile, help="YAML config file(s), later ones override.")
     parser.add_argument("--seed_everything", type=int, default=0, help="Seed of model init, sampling and clients.")
     parser.add_class_arguments(FederatedTrainer, "trainer", skip={"seed"})
+    parser.add_argument(
+        "--asynchronous",
+        type=Asynchrony | None,
+        default=None,
+        help="Buffered asynchronous training (concurrency, delays); absent: synchronous rounds.",
+    )
     parser.add_subclass_arguments(LightningModule, "model", default=lazy_instance(SmallCNN))
     parser.add_class_arguments(FederatedDataModule, "data")
     # every subcommand takes the strategy, so one config file serves fit, validate and test
@@ -53,7 +61,11 @@ def run(argv: list[str] | None = None) -> dict[str, float]:
     sub_config = config[name]
     seed_everything(sub_config.seed_everything, verbose=False)  # before the model is built
     objects = parser.instantiate(config)[name]
-    trainer = FederatedTrainer(**{**vars(sub_config.trainer), "seed": sub_config.seed_everything})
+    settings = {**vars(sub_config.trainer), "seed": sub_config.seed_everything}
+    if objects.asynchronous is None:
+        trainer = FederatedTrainer(**settings)
+    else:
+        trainer = AsyncFederatedTrainer(objects.asynchronous, **settings)
     run_config = parsers[name].dump(sub_config)
     if name == "fit":
         metrics = trainer.fit(objects.model, objects.data, objects.strategy, sub_config.ckpt_path, run_config)

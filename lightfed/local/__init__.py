@@ -2,6 +2,7 @@
 
 from lightfed.local.base import LocalRule
 from lightfed.local.correction import GradientCorrection
+from lightfed.local.momentum_correction import MomentumCorrection
 from lightfed.local.proximal import ProximalTerm
 
-__all__ = ["GradientCorrection", "LocalRule", "ProximalTerm"]
+__all__ = ["GradientCorrection", "LocalRule", "MomentumCorrection", "ProximalTerm"]

@@ -1,24 +1,37 @@
 """Server callback layer: one algorithm per file."""
 
+from lightfed.strategies.adamasfl import AdaMasFL
+from lightfed.strategies.async_base import AsyncSetting, AsyncStrategy
 from lightfed.strategies.base import Strategy
+from lightfed.strategies.ca2fl import CA2FL
+from lightfed.strategies.fadas import FADAS
 from lightfed.strategies.fedavg import FedAvg, fedavg_step
 from lightfed.strategies.fedavgm import FedAvgM
+from lightfed.strategies.fedbuff import FedBuff
 from lightfed.strategies.fedexp import FedExP
 from lightfed.strategies.fednova import FedNova
 from lightfed.strategies.fedopt import FedAdagrad, FedAdam, FedOpt, FedYogi
 from lightfed.strategies.fedprox import FedProx
+from lightfed.strategies.masfl import MasFL
 from lightfed.strategies.scaffold import Scaffold
 
 __all__ = [
+    "AdaMasFL",
+    "AsyncSetting",
+    "AsyncStrategy",
+    "CA2FL",
+    "FADAS",
     "FedAdagrad",
     "FedAdam",
     "FedAvg",
     "FedAvgM",
+    "FedBuff",
     "FedExP",
     "FedNova",
     "FedOpt",
     "FedProx",
     "FedYogi",
+    "MasFL",
     "Scaffold",
     "Strategy",
     "fedavg_step",

@@ -1,0 +1,52 @@
+"""MasFL's local direction (Yan et al. 2025): momentum and control variates, optionally as a normalised step."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from lightfed.errors import ConfigError
+from lightfed.local.base import LocalRule
+
+if TYPE_CHECKING:
+    from lightfed.client import ClientTrainer
+
+EPS = 1e-12  # guards the normalisation of a zero direction
+
+
+class MomentumCorrection(LocalRule):
+    """Replaces the gradient by g = beta * grad + offset (MasFL: offset = u - beta * c_i, with u = beta c + (1 - beta) g
+    the server's broadcast); with ``normalise``, by g / ||g|| over all parameters (AdaMasFL), so every step of plain
+    SGD has length exactly its learning rate.
+
+    Reports ``grad_mean``: the mean of the raw gradients along the local trajectory (the client's next control
+    variate c_i). Needs plain SGD (no momentum or weight decay): the rule is the whole update direction.
+    """
+
+    def __init__(self, beta: float, offset: Tensor | None, normalise: bool = False) -> None:
+        """``offset`` None adds nothing (the warm-up, where only the raw gradients are wanted)."""
+        self.beta, self.offset, self.normalise = beta, offset, normalise
+
+    def start(self, params: Tensor, client: ClientTrainer) -> None:
+        optimizer = getattr(client.optimizer, "optimizer", client.optimizer)
+        groups = optimizer.param_groups
+        if not isinstance(optimizer, torch.optim.SGD) or any(g["momentum"] or g["weight_decay"] for g in groups):
+            raise ConfigError(
+                "MasFL and AdaMasFL need the model's optimizer to be plain SGD (momentum 0, weight_decay 0): "
+                "the strategy sets the whole local direction"
+            )
+        self.grad_sum = torch.zeros_like(params)
+        self.steps = 0
+
+    def adjust(self, grad: Tensor, params: Tensor) -> None:
+        self.grad_sum.add_(grad)
+        self.steps += 1
+        if self.offset is not None:
+            grad.mul_(self.beta).add_(self.offset)
+        if self.normalise:
+            grad.div_(grad.norm().clamp_min(EPS))
+
+    def report(self) -> dict[str, Any]:
+        return {"grad_mean": self.grad_sum / max(self.steps, 1)}

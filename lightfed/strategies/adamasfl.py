@@ -1,0 +1,65 @@
+"""AdaMasFL (Yan et al., ICML 2025, Algorithms 3-4): MasFL with normalised local steps and step sizes set by
+S, K and T alone (Theorem 2): tuning-free."""
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from torch import Tensor
+
+from lightfed.errors import ConfigError
+from lightfed.strategies.async_base import AsyncSetting
+from lightfed.strategies.masfl import MasFL
+from lightfed.sums import Sums
+from lightfed.types import ClientPlan, ClientUpdate
+
+
+class AdaMasFL(MasFL):
+    """Clients take K steps of length exactly eta along MasFL's direction g_k / ||g_k|| and upload, besides c_i+,
+    D_i = (x_start - x_K) / (eta K) (||D_i|| <= 1). Server: x <- x - gamma mean(D_i), so ||x+ - x|| <= gamma;
+    g and c are updated as in MasFL and only shape the clients' directions.
+
+    gamma = (S K)^(1/4) / T^(3/4), eta = 1 / (K sqrt(T)), beta = min(1, sqrt(S K / T)), each times a multiplier
+    (1 by default: the theory's values, no tuning).
+    """
+
+    normalise = True
+
+    def __init__(self, gamma_mult: float = 1.0, eta_mult: float = 1.0, beta: float | None = None) -> None:
+        """
+        Args:
+            gamma_mult: Multiplier of the theory's global step size (robustness studies).
+            eta_mult: Multiplier of the theory's local step size (robustness studies).
+            beta: Momentum weight of new information in (0, 1]; null: min(1, sqrt(S K / T)).
+        """
+        if gamma_mult <= 0 or eta_mult <= 0:
+            raise ConfigError(f"strategy.gamma_mult and strategy.eta_mult must be > 0, got {gamma_mult}, {eta_mult}")
+        super().__init__(server_lr=gamma_mult, beta=beta)
+        self.gamma_mult, self.eta_mult = gamma_mult, eta_mult
+
+    def configure_async(self, setting: AsyncSetting) -> None:
+        if setting.local_steps is None:
+            raise ConfigError("AdaMasFL's step sizes need a fixed number of local steps K: set trainer.local_steps")
+        super().configure_async(setting)
+        s, k, t = setting.buffer_size, setting.local_steps, setting.rounds
+        self.server_lr = self.gamma_mult * (s * k) ** 0.25 / t**0.75
+        self.local_lr = self.eta_mult / (k * t**0.5)
+
+    def configure_job(self, plan: ClientPlan, package: Mapping[str, Tensor]) -> ClientPlan:
+        return replace(super().configure_job(plan, package), lr=self.local_lr)
+
+    def sum_sizes(self) -> dict[str, int]:
+        return {**super().sum_sizes(), "displacement": self.num_params}
+
+    def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
+        super().accumulate(sums, update)
+        sums.add("displacement", update.delta, weight=-1 / update.local_time)
+
+    def accumulate_warm_up(self, sums: Sums, update: ClientUpdate) -> None:
+        super().accumulate(sums, update)
+
+    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
+        self._update_state(sums)
+        return params - self.server_lr * (sums["displacement"] / sums["count"]).to(params.dtype)
+
+    def metrics(self) -> dict[str, float]:
+        return {**super().metrics(), "gamma": self.server_lr, "eta": self.local_lr}

@@ -1,0 +1,69 @@
+"""The server side of a buffered asynchronous algorithm."""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from lightfed.errors import ConfigError
+from lightfed.strategies.base import Strategy
+from lightfed.sums import Sums
+from lightfed.types import ClientPlan, ClientUpdate
+
+
+@dataclass(frozen=True)
+class AsyncSetting:
+    """The constants of an asynchronous run that step sizes may be computed from."""
+
+    buffer_size: int  # S: client updates per aggregation
+    local_steps: int | None  # K: local steps of every job, None when they vary
+    rounds: int  # T: aggregations in the run
+
+
+class AsyncStrategy(Strategy):
+    """A strategy for ``AsyncFederatedTrainer``: a client starts from a model version and the ``package`` published
+    with it, and its update may be aggregated several versions later (its staleness).
+
+    A round is one aggregation of S updates. With ``warms_up``, every client does one job (``configure_warm_up``)
+    from the initial model before the first aggregation (MasFL's initial control variates).
+    """
+
+    setting: AsyncSetting | None = None
+    warms_up = False
+
+    def configure_async(self, setting: AsyncSetting) -> None:
+        """Called by the asynchronous trainer before ``setup``."""
+        self.setting = setting
+
+    def setup(self, params: Tensor, num_clients: int) -> None:
+        if self.setting is None:
+            raise ConfigError(
+                f"{type(self).__name__} is asynchronous: add an `asynchronous:` section (e.g. concurrency: 20) to the config"
+            )
+        super().setup(params, num_clients)
+
+    def package(self) -> dict[str, Tensor]:
+        """Vectors published with the current model for the clients that start from it. Default: none."""
+        return {}
+
+    def configure_job(self, plan: ClientPlan, package: Mapping[str, Tensor]) -> ClientPlan:
+        """A client's plan, given the package of the version it starts from. Default: ``configure_client(plan)``."""
+        return self.configure_client(plan)
+
+    def accumulate_job(self, sums: Sums, update: ClientUpdate, staleness: int) -> None:
+        """Adds one update, computed ``staleness`` versions ago, into ``sums``. Default: ``accumulate``."""
+        self.accumulate(sums, update)
+
+    def aggregate_buffer(self, params: Tensor, sums: Mapping[str, Tensor], round: int, staleness: Sequence[int]) -> Tensor:
+        """The next model from a buffer of updates with these stalenesses. Default: ``aggregate``."""
+        return self.aggregate(params, sums, round)
+
+    def configure_warm_up(self, plan: ClientPlan) -> ClientPlan:
+        """A client's warm-up job from the initial model (with ``warms_up``)."""
+        return plan
+
+    def accumulate_warm_up(self, sums: Sums, update: ClientUpdate) -> None:
+        """Adds one warm-up job into ``sums``."""
+
+    def finish_warm_up(self, sums: Mapping[str, Tensor]) -> None:
+        """Initialises the server state from the warm-up sums over all clients."""

@@ -1,0 +1,60 @@
+"""CA²FL (Wang et al., ICLR 2024): asynchronous aggregation calibrated by each client's cached latest update."""
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lightfed.errors import ConfigError
+from lightfed.strategies.async_base import AsyncStrategy
+from lightfed.sums import Sums
+from lightfed.types import ClientUpdate
+
+
+class CA2FL(AsyncStrategy):
+    """v = h + (1/S) sum_i (delta_i - h_i);  x <- x + server_lr * v;  then h_i <- delta_i and h = mean over all N
+    clients of h_i (caches start at 0).
+
+    Memory: one cached delta h_i (d floats) per client that has trained, on the CPU.
+    """
+
+    keeps_client_state = True
+
+    def __init__(self, server_lr: float = 1.0) -> None:
+        """
+        Args:
+            server_lr: Global step size gamma.
+        """
+        if server_lr <= 0:
+            raise ConfigError(f"strategy.server_lr must be > 0, got {server_lr}")
+        self.server_lr = server_lr
+
+    def setup(self, params: Tensor, num_clients: int) -> None:
+        super().setup(params, num_clients)
+        self.h = torch.zeros_like(params)
+
+    def sum_sizes(self) -> dict[str, int]:
+        return {"dh": self.num_params, "count": 1}
+
+    def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
+        h_i = self.client_states.get(update.client_id, "h")
+        dh = update.delta if h_i is None else update.delta - h_i.to(update.delta.device)
+        self.client_states.set(update.client_id, "h", update.delta)
+        sums.add("dh", dh)
+        sums.add("count", 1)
+
+    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
+        dh = sums["dh"].to(params.dtype)
+        params = params + self.server_lr * (self.h + dh / sums["count"].to(params.dtype))
+        self.h.add_(dh / self.num_clients)
+        return params
+
+    def metrics(self) -> dict[str, float]:
+        return {"h_norm": self.h.norm().item()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"h": self.h}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.h.copy_(state["h"])

@@ -1,0 +1,40 @@
+"""FedBuff (Nguyen et al. 2022): buffered asynchronous aggregation of stale client deltas."""
+
+import math
+from collections.abc import Mapping
+
+from torch import Tensor
+
+from lightfed.errors import ConfigError
+from lightfed.strategies.async_base import AsyncStrategy
+from lightfed.sums import Sums
+from lightfed.types import ClientUpdate
+
+
+class FedBuff(AsyncStrategy):
+    """x <- x + server_lr * (1/S) sum_i w_i delta_i over the S buffered deltas, w_i = 1 or 1/sqrt(1 + staleness_i)."""
+
+    def __init__(self, server_lr: float = 1.0, staleness_weighting: bool = False) -> None:
+        """
+        Args:
+            server_lr: Global step size gamma.
+            staleness_weighting: Scale each delta by 1/sqrt(1 + staleness), as the paper's optional variant.
+        """
+        if server_lr <= 0:
+            raise ConfigError(f"strategy.server_lr must be > 0, got {server_lr}")
+        self.server_lr = server_lr
+        self.staleness_weighting = staleness_weighting
+
+    def sum_sizes(self) -> dict[str, int]:
+        return {"delta": self.num_params, "count": 1}
+
+    def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
+        self.accumulate_job(sums, update, staleness=0)
+
+    def accumulate_job(self, sums: Sums, update: ClientUpdate, staleness: int) -> None:
+        weight = 1 / math.sqrt(1 + staleness) if self.staleness_weighting else 1.0
+        sums.add("delta", update.delta, weight=weight)
+        sums.add("count", 1)
+
+    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
+        return params + self.server_lr * (sums["delta"] / sums["count"]).to(params.dtype)

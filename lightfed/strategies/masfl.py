@@ -1,0 +1,116 @@
+"""MasFL (Yan et al., ICML 2025, Algorithms 1-2): asynchronous FL with momentum and control variates; the server
+rebuilds the descent direction from its fresh state and only the clients' gradient information."""
+
+import math
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lightfed.errors import ConfigError
+from lightfed.local import MomentumCorrection
+from lightfed.strategies.async_base import AsyncSetting, AsyncStrategy
+from lightfed.sums import Sums
+from lightfed.types import ClientPlan, ClientUpdate
+
+
+class MasFL(AsyncStrategy):
+    """Clients step along beta (grad - c_i + c) + (1 - beta) g, with the c and g of the version they started from,
+    and upload c_i+ = the mean raw gradient along their trajectory. Server, with dc = sum over the buffer of
+    (c_i+ - c_i):  g <- beta (dc / S + c) + (1 - beta) g;  x <- x - server_lr g;  c <- c + dc / N.
+
+    Before the first aggregation every client uploads c_i = the mean of K minibatch gradients at x_0; c = mean_i c_i
+    and g = c. Beta weights the new information (the opposite of PyTorch's momentum); by default
+    beta = min(1, sqrt(S K / T)) (Theorem 1). The local step size is the optimizer's learning rate (plain SGD).
+
+    Memory: one control variate c_i (d floats) per client, on the CPU.
+    """
+
+    keeps_client_state = True
+    warms_up = True
+    normalise = False
+
+    def __init__(self, server_lr: float = 1.0, beta: float | None = None) -> None:
+        """
+        Args:
+            server_lr: Global step size gamma.
+            beta: Momentum weight of new information in (0, 1]; null: min(1, sqrt(S K / T)).
+        """
+        if server_lr <= 0:
+            raise ConfigError(f"strategy.server_lr must be > 0, got {server_lr}")
+        if beta is not None and not 0 < beta <= 1:
+            raise ConfigError(f"strategy.beta must be in (0, 1], got {beta}")
+        self.server_lr = server_lr
+        self.beta_setting = beta
+
+    def configure_async(self, setting: AsyncSetting) -> None:
+        super().configure_async(setting)
+        if self.beta_setting is None and setting.local_steps is None:
+            raise ConfigError(
+                f"{type(self).__name__}'s default beta = sqrt(S K / T) needs a fixed trainer.local_steps (K); "
+                "set it, or set strategy.beta"
+            )
+        self.beta = self.beta_setting or theory_beta(setting)
+
+    def setup(self, params: Tensor, num_clients: int) -> None:
+        super().setup(params, num_clients)
+        self.c = torch.zeros_like(params)
+        self.g = torch.zeros_like(params)
+
+    def package(self) -> dict[str, Tensor]:
+        return {"u": self.beta * self.c + (1 - self.beta) * self.g}
+
+    def _variate(self, client_id: int, like: Tensor) -> Tensor:
+        c_i = self.client_states.get(client_id, "c")
+        return torch.zeros_like(like) if c_i is None else c_i.to(like.device)
+
+    def configure_job(self, plan: ClientPlan, package: Mapping[str, Tensor]) -> ClientPlan:
+        u = package["u"]
+        offset = u - self.beta * self._variate(plan.client_id, u)
+        return replace(plan, rule=MomentumCorrection(self.beta, offset, normalise=self.normalise))
+
+    def configure_warm_up(self, plan: ClientPlan) -> ClientPlan:
+        return replace(plan, lr=0.0, rule=MomentumCorrection(1.0, None))  # gradients at x_0, no step
+
+    def sum_sizes(self) -> dict[str, int]:
+        return {"dc": self.num_params, "count": 1}
+
+    def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
+        new = update.report["grad_mean"]
+        sums.add("dc", new - self._variate(update.client_id, new))
+        sums.add("count", 1)
+        self.client_states.set(update.client_id, "c", new)
+
+    def accumulate_warm_up(self, sums: Sums, update: ClientUpdate) -> None:
+        self.accumulate(sums, update)
+
+    def finish_warm_up(self, sums: Mapping[str, Tensor]) -> None:
+        self.c.copy_(sums["dc"] / self.num_clients)
+        self.g.copy_(self.c)
+
+    def _update_state(self, sums: Mapping[str, Tensor]) -> None:
+        """g from the OLD c (1/S), then c (1/N): Algorithm 1, lines 5 and 7."""
+        dc = sums["dc"].to(self.c.dtype)
+        self.g.mul_(1 - self.beta).add_(self.beta * (dc / sums["count"].to(self.c.dtype) + self.c))
+        self.c.add_(dc / self.num_clients)
+
+    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
+        self._update_state(sums)
+        return params - self.server_lr * self.g
+
+    def metrics(self) -> dict[str, float]:
+        return {"c_norm": self.c.norm().item(), "g_norm": self.g.norm().item(), "beta": self.beta}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"c": self.c, "g": self.g}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.c.copy_(state["c"])
+        self.g.copy_(state["g"])
+
+
+def theory_beta(setting: AsyncSetting) -> float:
+    """beta = sqrt(S K / T), clipped to 1 when T < S K."""
+    return min(1.0, math.sqrt(setting.buffer_size * setting.local_steps / setting.rounds))

@@ -7,6 +7,7 @@ from lightfed.strategies.ca2fl import CA2FL
 from lightfed.strategies.fadas import FADAS
 from lightfed.strategies.fedavg import FedAvg, fedavg_step
 from lightfed.strategies.fedavgm import FedAvgM
+from lightfed.strategies.fedecado import FedECADO
 from lightfed.strategies.fedbuff import FedBuff
 from lightfed.strategies.fedexp import FedExP
 from lightfed.strategies.fednova import FedNova
@@ -25,6 +26,7 @@ __all__ = [
     "FedAdam",
     "FedAvg",
     "FedAvgM",
+    "FedECADO",
     "FedBuff",
     "FedExP",
     "FedNova",

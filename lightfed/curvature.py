@@ -1,0 +1,49 @@
+"""Hutchinson estimates of a loss's Hessian diagonal (and its mean, trace / d) from Hessian-vector products."""
+
+from collections.abc import Iterable
+
+import torch
+from lightning import LightningModule
+from torch import Tensor
+
+from lightfed.capture import LoggedValues
+
+
+def hutchinson_diagonal(loss: Tensor, params: list[Tensor], probes: int, generator: torch.Generator) -> Tensor:
+    """E_z[z * (H z)] over ``probes`` Rademacher vectors z, flat over ``params`` (H: the Hessian of ``loss``).
+
+    Its mean is Hutchinson's estimate of trace(H) / d. Costs one double backward pass per probe.
+    """
+    if probes < 1:
+        raise ValueError(f"probes must be >= 1, got {probes}")
+    grads = torch.autograd.grad(loss, params, create_graph=True)
+    total = torch.zeros(sum(p.numel() for p in params), device=loss.device)
+    for probe in range(probes):
+        z = (torch.randint(0, 2, total.shape, generator=generator) * 2 - 1).to(total)
+        parts = [part.view_as(p) for part, p in zip(z.split([p.numel() for p in params]), params)]
+        hz = torch.autograd.grad(grads, params, grad_outputs=parts, retain_graph=probe < probes - 1)
+        total += z * torch.cat([h.reshape(-1) for h in hz])
+    return total / probes
+
+
+def module_hessian_diagonal(
+    module: LightningModule, batches: Iterable, probes: int, generator: torch.Generator
+) -> Tensor:
+    """Hutchinson diagonal of ``training_step``'s loss averaged over ``batches``, flat over all parameters (zero for
+    frozen ones), in eval mode so that no buffer (e.g. BatchNorm statistics) changes."""
+    params = list(module.parameters())
+    trainable = [p for p in params if p.requires_grad]
+    mask = torch.cat([torch.full((p.numel(),), p.requires_grad, device=p.device) for p in params])
+    was_training = module.training
+    module.eval()
+    total, count = torch.zeros(mask.numel(), device=mask.device), 0
+    with LoggedValues().attached(module):
+        for index, batch in enumerate(batches):
+            output = module.training_step(batch, index)
+            loss = output["loss"] if isinstance(output, dict) else output
+            total[mask] += hutchinson_diagonal(loss, trainable, probes, generator)
+            count += 1
+    module.train(was_training)
+    if count == 0:
+        raise ValueError("no batches to estimate the curvature on")
+    return total / count

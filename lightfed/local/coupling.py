@@ -1,0 +1,63 @@
+"""FedECADO's client side: local steps driven by the client's coupling current, and a curvature estimate on demand."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from torch import Tensor
+
+from lightfed.curvature import module_hessian_diagonal
+from lightfed.local.correction import GradientCorrection
+
+if TYPE_CHECKING:
+    from lightfed.client import ClientTrainer
+
+CouplingScale = Literal["data_size", "unit"]
+
+
+class CouplingCurrent(GradientCorrection):
+    """Every local step descends grad - beta I_i^k: x <- x - lr (grad - beta I), one Forward-Euler step of length
+    beta lr of the client ODE dx/dt = I - (1 / beta) grad F_i.
+
+    ``scale="data_size"``: beta = B / |D_i| (batch size over client size), so that the circuit's fixed point is the
+    data-weighted optimum sum_i |D_i| grad F_i = 0 and a full epoch lasts lr, as the paper's T_i = e_i lr_i.
+    ``scale="unit"``: beta = 1, the paper's Algorithm 2 literally; its fixed point weighs every client equally.
+
+    With ``curvature_batches > 0`` the client also estimates its Hessian diagonal at the global model (Hutchinson,
+    ``curvature_probes`` probes on that many of its batches) before training, reported as ``curvature``.
+    """
+
+    def __init__(
+        self,
+        client_id: int,
+        current: Tensor,
+        scale: CouplingScale = "data_size",
+        curvature_batches: int = 0,
+        curvature_probes: int = 8,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(current)
+        self.client_id = client_id
+        self.current = current
+        self.scale = scale
+        self.curvature_batches = curvature_batches
+        self.curvature_probes = curvature_probes
+        self.seed = seed
+        self.curvature: Tensor | None = None
+
+    def start(self, params: Tensor, client: ClientTrainer) -> None:
+        data = client.data
+        self.beta = data.batch_size / data.client_size(self.client_id) if self.scale == "data_size" else 1.0
+        self.vector = self.current.to(params.device) * -self.beta
+        if self.curvature_batches > 0:
+            generator = torch.Generator().manual_seed(self.seed)
+            batches = data.client_batches(self.client_id, generator, steps=self.curvature_batches)
+            self.curvature = module_hessian_diagonal(client.module, batches, self.curvature_probes, generator)
+
+    def report(self) -> dict[str, Any]:
+        """``time_scale``: beta (the client's window is beta x its summed learning rates); ``curvature`` if estimated."""
+        report: dict[str, Any] = {"time_scale": self.beta}
+        if self.curvature is not None:
+            report["curvature"] = self.curvature
+        return report

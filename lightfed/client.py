@@ -70,7 +70,8 @@ class ClientTrainer:
                     if self._scaler is not None:
                         self._scaler.unscale_(optimizer.optimizer)  # the rule works on true gradients
                     rule.adjust(self.flat.grads, self.flat.params)
-                optimizer.step()
+                if rule is None or not rule.takes_step:
+                    optimizer.step()
                 loss_sum += loss.detach()
                 local_time += optimizer.param_groups[0]["lr"]
                 steps += 1

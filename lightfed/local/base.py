@@ -18,7 +18,12 @@ class LocalRule(ABC):
     Rules that need more than the gradient keep the ``ClientTrainer`` given to ``start``: its live ``module``, the
     client's ``data``, its ``optimizer`` (e.g. to set this step's learning rate) and ``recompute_gradient()``, which
     evaluates the current batch again at the current parameters.
+
+    A rule with ``takes_step = True`` moves the parameters itself in ``adjust`` (and sets the optimizer's ``lr`` to
+    the step it took, which the client sums into its local time); the user's optimizer is then not stepped.
     """
+
+    takes_step = False
 
     def start(self, params: Tensor, client: ClientTrainer) -> None:
         """Called with the global parameters (flat, read-only) and the client's trainer before the first step."""

@@ -21,9 +21,13 @@ class LocalRule(ABC):
 
     A rule with ``takes_step = True`` moves the parameters itself in ``adjust`` (and sets the optimizer's ``lr`` to
     the step it took, which the client sums into its local time); the user's optimizer is then not stepped.
+
+    ``gradients_per_step`` counts the gradient evaluations of one step (2 for a rule that calls
+    ``recompute_gradient()`` once): differential privacy sizes its noise and accounting by it.
     """
 
     takes_step = False
+    gradients_per_step = 1
 
     def start(self, params: Tensor, client: ClientTrainer) -> None:
         """Called with the global parameters (flat, read-only) and the client's trainer before the first step."""

@@ -31,7 +31,10 @@ class LoggedValues:
         n = batch_size or self.batch_size
         value = value.detach().float() if isinstance(value, Tensor) else torch.tensor(float(value))
         previous = self._sums.get(name)
-        self._sums[name] = value * n if previous is None else previous + value * n
+        if previous is None:
+            self._sums[name] = value * n  # a new tensor: the logged one is never written to
+        else:
+            previous.add_(value.to(previous.device), alpha=n)
         self._counts[name] = self._counts.get(name, 0.0) + n
 
     def log_dict(self, dictionary: dict[str, Any], *args: Any, **kwargs: Any) -> None:

@@ -27,3 +27,13 @@ def test_attached_routes_module_log_and_restores_it():
         module.log_dict({"y": 4.0})
     assert "log" not in vars(module)
     assert logged.compute() == {"x": 2.0, "y": 4.0}
+
+
+def test_logging_never_writes_to_the_logged_tensors():
+    logged = LoggedValues()
+    first, second = torch.tensor(2.0), torch.tensor(5.0)
+    logged.log("loss", first, batch_size=1)
+    logged.log("loss", second, batch_size=1)
+    logged.log("loss", first, batch_size=2)
+    assert (first.item(), second.item()) == (2.0, 5.0)
+    assert logged.compute() == {"loss": (2.0 + 5.0 + 4.0) / 4}

@@ -12,6 +12,8 @@ from lightfed.capture import LoggedValues
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.flat import FlatModule
+from lightfed.optim.sam import SAM
+from lightfed.privacy.base import ClientPrivacy, LocalSession
 from lightfed.types import ClientPlan, ClientUpdate
 
 
@@ -33,10 +35,13 @@ class ClientTrainer:
     """Trains the process's one live module for one client at a time.
 
     Global weights are copied into the module in place; the optimizer is built once and its state reset per client,
-    which is what a freshly built optimizer would start from.
+    which is what a freshly built optimizer would start from. With ``privacy``, each client's training runs in the
+    mechanism's session (its batches, its private gradients, its hook before each step).
     """
 
-    def __init__(self, fabric: Fabric, module: LightningModule, data: FederatedDataModule) -> None:
+    def __init__(
+        self, fabric: Fabric, module: LightningModule, data: FederatedDataModule, privacy: ClientPrivacy | None = None
+    ) -> None:
         self.fabric = fabric
         self.module = fabric.strategy.precision.convert_module(module)
         self.data = data
@@ -46,35 +51,46 @@ class ClientTrainer:
         self.optimizer = fabric.setup_optimizers(optimizer)
         self.delta = torch.empty_like(self.flat.params)
         self._scaler = getattr(fabric.strategy.precision, "scaler", None)  # set under 16-mixed
+        self.scales_gradients = self._scaler is not None
+        self.privacy = privacy
+        self._sam_closure = self._gradient if isinstance(optimizer, SAM) else None  # SAM re-evaluates the batch
+        if self._sam_closure is not None and (privacy is not None or self.scales_gradients):
+            raise ConfigError(
+                "a SAM optimizer needs trainer.precision 32-true or bf16-mixed and no trainer.privacy; under "
+                "differential privacy use strategy FedSAM or FedASAM, whose rule makes both gradients private"
+            )
         self.logged = LoggedValues()
+        self.grad_sq_sum = torch.zeros((), device=fabric.device)
 
     def train(self, plan: ClientPlan, params: Tensor, buffers: Tensor) -> ClientUpdate:
         """Runs the plan from the given global weights; randomness comes only from ``plan.seed``."""
         self.flat.load(params, buffers)
         self._reset_optimizer(plan.lr)
-        rule = plan.rule
+        self._rule = rule = plan.rule
         if rule is not None:
             rule.start(params, self)
-        torch.manual_seed(plan.seed)  # dropout and other in-model randomness
+        torch.manual_seed(plan.seed)  # dropout, DP noise and other randomness drawn from torch's global RNG
         generator = torch.Generator().manual_seed(plan.seed)
         module, optimizer = self.module, self.optimizer
         module.train()
+        session = LocalSession(self, plan, generator) if self.privacy is None else self.privacy.session(self, plan, generator)
+        self._session = session
         loss_sum = torch.zeros((), device=self.fabric.device)
+        self.grad_sq_sum.zero_()
         steps, local_time = 0, 0.0
         with self.logged.attached(module):
-            for batch in self.data.client_batches(plan.client_id, generator, plan.epochs, plan.steps):
+            for batch in session.batches():
                 self.logged.batch_size = len(batch[1])
                 self.batch, self.step_index = batch, steps
-                loss = self.recompute_gradient()
-                if rule is not None:
-                    if self._scaler is not None:
-                        self._scaler.unscale_(optimizer.optimizer)  # the rule works on true gradients
-                    rule.adjust(self.flat.grads, self.flat.params)
+                loss = self._gradient()
+                session.before_step(self.flat.grads)
+                self.grad_sq_sum += self.flat.grads.square().sum()
                 if rule is None or not rule.takes_step:
-                    optimizer.step()
+                    optimizer.step(self._sam_closure)
                 loss_sum += loss.detach()
                 local_time += optimizer.param_groups[0]["lr"]
                 steps += 1
+        session.finish()
         torch.sub(self.flat.params, params, out=self.delta)
         return ClientUpdate(
             client_id=plan.client_id,
@@ -90,13 +106,27 @@ class ClientTrainer:
     def recompute_gradient(self) -> Tensor:
         """Loss and flat gradient (``flat.grads``) of the current batch at the current parameters; returns the loss.
 
-        Local rules that need more than one gradient per step (step-size control, sharpness-aware steps) call it.
+        Local rules that need more than one gradient per step (step-size control, sharpness-aware steps) call it;
+        under differential privacy every call releases one more private gradient of the batch.
         """
+        return self._session.gradient(self.batch, self.step_index)
+
+    def backward(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
+        """Loss of ``batch`` at the current parameters, its plain gradient in ``flat.grads``; returns the loss."""
         with self.fabric.autocast():
-            output = self.module.training_step(self.batch, self.step_index)
+            output = self.module.training_step(batch, batch_idx)
         loss = output["loss"] if isinstance(output, Mapping) else output
         self.flat.zero_grad()
         self.fabric.backward(loss)
+        return loss
+
+    def _gradient(self) -> Tensor:
+        """The step's gradient: the batch's (private under privacy), then changed by the plan's rule."""
+        loss = self.recompute_gradient()
+        if self._rule is not None:
+            if self._scaler is not None:
+                self._scaler.unscale_(self.optimizer.optimizer)  # the rule works on true gradients
+            self._rule.adjust(self.flat.grads, self.flat.params)
         return loss
 
     def _reset_optimizer(self, lr: float | None) -> None:

@@ -1,6 +1,7 @@
 """FederatedTrainer: federated rounds on one Fabric — sample, shard, train, reduce, aggregate, evaluate, log, save."""
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 import numpy as np
 import torch
@@ -18,6 +19,7 @@ from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError, DivergenceError
 from lightfed.heterogeneity import LocalWork
 from lightfed.preemption import PreemptionSignal, requeue_slurm_job, slurm_job_id
+from lightfed.privacy.base import BudgetReached, ClientPrivacy
 from lightfed.seeding import CLIENT, derived_seed, sample_clients
 from lightfed.strategies.base import Strategy
 from lightfed.sums import Sums
@@ -54,6 +56,7 @@ class FederatedTrainer:
         name: str = "lightfed",
         progress_bar: bool = True,
         check_replicas: bool = False,
+        privacy: ClientPrivacy | None = None,
     ) -> None:
         """
         Args:
@@ -81,6 +84,8 @@ class FederatedTrainer:
             progress_bar: Show a progress bar over rounds.
             check_replicas: Debug mode: after every round, check that every process holds exactly the global weights
                 of process 0 (one extra broadcast per round).
+            privacy: Differential privacy of the clients' local training, e.g. ``lightfed.privacy.DPSGD`` (Opacus
+                DP-SGD with one accountant per client); logs ``privacy/epsilon_max`` and ``privacy/epsilon_mean``.
         """
         if precision not in PRECISIONS:
             raise ConfigError(f"trainer.precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
@@ -105,6 +110,8 @@ class FederatedTrainer:
         self.run_root = Path(root_dir) / name
         self.progress_bar = progress_bar
         self.check_replicas = check_replicas
+        self.precision = precision
+        self.privacy = privacy
         self.log_dir: Path | None = None  # set when a run starts
         self._launched = False
 
@@ -131,10 +138,14 @@ class FederatedTrainer:
                 f"trainer.clients_per_round ({self.clients_per_round}) is larger than the number of clients "
                 f"({data.num_clients}); lower it or add clients"
             )
-        client = ClientTrainer(self.fabric, model, data)
+        if self.privacy is not None:
+            model = self.privacy.prepare(model, self.precision)
+        client = ClientTrainer(self.fabric, model, data, self.privacy)
         params = self.fabric.broadcast(client.flat.params.clone())
         buffers = self.fabric.broadcast(client.flat.buffers.clone())
         strategy.setup(params, data.num_clients)
+        if self.privacy is not None:  # its accountants live in the strategy's per-client store
+            self.privacy.setup(data, strategy.client_states, self.clients_per_round, lambda: self._run_plans(data.num_clients))
         start, metrics = 0, {}
         if checkpoint is not None:
             params, buffers = self._restore_weights(checkpoint, params, buffers)
@@ -161,7 +172,14 @@ class FederatedTrainer:
                 began = time.perf_counter()
                 sums.zero_()
                 sums.add("_stop", float(preemption.requested))  # reduced with the round: every process stops
-                params, buffers, metrics = self._train_round(round, client, strategy, sums, params, buffers)
+                try:
+                    params, buffers, metrics = self._train_round(round, client, strategy, sums, params, buffers)
+                except BudgetReached as reached:
+                    self._save(round, params, buffers, strategy, metrics)
+                    self.fabric.print(f"{reached}: stopped after round {round}; {self.log_dir / 'checkpoints' / LAST} holds it")
+                    break
+                if self.privacy is not None:
+                    metrics.update(self.privacy.metrics(self.fabric))
                 done, stop = round + 1, float(sums["_stop"]) > 0
                 if done % self.eval_interval == 0 or done == self.rounds:
                     metrics.update(self._evaluate(client, params, buffers, "validation_step"))
@@ -185,17 +203,10 @@ class FederatedTrainer:
     ) -> tuple[Tensor, Tensor, dict[str, float]]:
         """Samples, trains this process's share of the clients, reduces and aggregates: the next global model."""
         clients = sample_clients(self.seed, round, client.data.num_clients, self.clients_per_round)
-        for client_id in self._my_share(clients, strategy):
-            epochs, steps, lr = self.local_work.draw(self.seed, round, client_id)
-            plan = ClientPlan(
-                client_id=client_id,
-                round=round,
-                seed=derived_seed(self.seed, CLIENT, round, client_id),
-                epochs=epochs,
-                steps=steps,
-                lr=lr,
-            )
-            update = client.train(strategy.configure_client(plan), params, buffers)
+        plans = [strategy.configure_client(self._client_plan(round, c)) for c in self._my_share(clients, strategy)]
+        self._check_privacy_budget(round, plans)
+        for plan in plans:
+            update = client.train(plan, params, buffers)
             strategy.accumulate(sums, update)
             sums.add("_buffers", update.buffers, weight=update.num_examples)
             sums.add("_examples", update.num_examples)
@@ -219,6 +230,26 @@ class FederatedTrainer:
         }
         return params, buffers, metrics
 
+    def _client_plan(self, round: int, client_id: int) -> ClientPlan:
+        epochs, steps, lr = self.local_work.draw(self.seed, round, client_id)
+        seed = derived_seed(self.seed, CLIENT, round, client_id)
+        return ClientPlan(client_id=client_id, round=round, seed=seed, epochs=epochs, steps=steps, lr=lr)
+
+    def _run_plans(self, num_clients: int) -> Iterator[ClientPlan]:
+        """Every client plan of the run, before the strategy configures it (for privacy budgets)."""
+        for round in range(self.rounds):
+            for client_id in sample_clients(self.seed, round, num_clients, self.clients_per_round):
+                yield self._client_plan(round, client_id)
+
+    def _check_privacy_budget(self, round: int, plans: list[ClientPlan]) -> None:
+        """Raises ``BudgetReached`` on every process when a client of this round would exceed its privacy budget."""
+        if self.privacy is None or not self.privacy.limits_budget:
+            return
+        over = max((plan.client_id for plan in plans if self.privacy.would_exceed(plan)), default=-1)
+        client_id = int(self.fabric.all_reduce(torch.tensor(over + 1.0, device=self.fabric.device), reduce_op="max")) - 1
+        if client_id >= 0:
+            raise BudgetReached(f"client {client_id} would exceed its privacy budget in round {round + 1}")
+
     def _check_replicas(self, round: int, params: Tensor, buffers: Tensor) -> None:
         """Raises when this process's global weights differ from process 0's."""
         weights = torch.cat([params, buffers.to(params.dtype)])
@@ -240,7 +271,7 @@ class FederatedTrainer:
     def _my_share(self, clients: list[int], strategy: Strategy) -> list[int]:
         """This process's clients: a balanced slice, or client i on process i % world when clients keep state here."""
         rank, world = self.fabric.global_rank, self.fabric.world_size
-        if strategy.keeps_client_state:
+        if strategy.keeps_client_state or (self.privacy is not None and self.privacy.keeps_client_state):
             return [c for c in clients if c % world == rank]
         return clients[rank::world]
 

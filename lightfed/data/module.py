@@ -92,6 +92,11 @@ class FederatedDataModule:
                 remaining -= 1
                 yield self._batch(self.train_x, self.train_y, order[start : start + self.batch_size])
 
+    def client_subset(self, client_id: int, positions: Tensor) -> Batch:
+        """The examples at ``positions`` (0 .. client_size - 1) of one client's data, e.g. a Poisson sample."""
+        indices = self._client_indices[client_id]
+        return self._batch(self.train_x, self.train_y, indices[positions.to(indices.device)])
+
     def test_batches(self, rank: int = 0, world_size: int = 1) -> Iterator[Batch]:
         """Batches of this process's contiguous share of the central test set."""
         bounds = np.linspace(0, len(self.test_y), world_size + 1).astype(int)

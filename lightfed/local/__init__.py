@@ -4,5 +4,7 @@ from lightfed.local.base import LocalRule
 from lightfed.local.correction import GradientCorrection
 from lightfed.local.momentum_correction import MomentumCorrection
 from lightfed.local.proximal import ProximalTerm
+from lightfed.local.relative_progress import RelativeProgressRule
+from lightfed.local.sharpness import SharpnessAware
 
-__all__ = ["GradientCorrection", "LocalRule", "MomentumCorrection", "ProximalTerm"]
+__all__ = ["GradientCorrection", "LocalRule", "MomentumCorrection", "ProximalTerm", "RelativeProgressRule", "SharpnessAware"]

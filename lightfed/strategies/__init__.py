@@ -1,6 +1,7 @@
 """Server callback layer: one algorithm per file."""
 
 from lightfed.strategies.adamasfl import AdaMasFL
+from lightfed.strategies.adaptfed import AdaptFed
 from lightfed.strategies.async_base import AsyncSetting, AsyncStrategy
 from lightfed.strategies.base import Strategy
 from lightfed.strategies.ca2fl import CA2FL
@@ -13,17 +14,20 @@ from lightfed.strategies.fedexp import FedExP
 from lightfed.strategies.fednova import FedNova
 from lightfed.strategies.fedopt import FedAdagrad, FedAdam, FedOpt, FedYogi
 from lightfed.strategies.fedprox import FedProx
+from lightfed.strategies.fedsam import FedASAM, FedSAM
 from lightfed.strategies.masfl import MasFL
 from lightfed.strategies.scaffold import Scaffold
 
 __all__ = [
     "AdaMasFL",
+    "AdaptFed",
     "AsyncSetting",
     "AsyncStrategy",
     "CA2FL",
     "FADAS",
     "FedAdagrad",
     "FedAdam",
+    "FedASAM",
     "FedAvg",
     "FedAvgM",
     "FedECADO",
@@ -32,6 +36,7 @@ __all__ = [
     "FedNova",
     "FedOpt",
     "FedProx",
+    "FedSAM",
     "FedYogi",
     "MasFL",
     "Scaffold",

@@ -1,0 +1,42 @@
+"""SAM/ASAM as a local rule: the client's own optimizer steps with the gradient taken at w + e(w)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from lightfed.errors import ConfigError
+from lightfed.local.base import LocalRule
+from lightfed.optim.sam import check_sam_settings, sam_perturbation
+
+if TYPE_CHECKING:
+    from lightfed.client import ClientTrainer
+
+
+class SharpnessAware(LocalRule):
+    """Replaces each step's gradient g(w) by g(w + e(w)), e from ``sam_perturbation``; the same batch is evaluated
+    twice. Under DP-SGD both gradients are private (see ``lightfed.privacy.DPSGD``)."""
+
+    def __init__(self, rho: float = 0.05, adaptive: bool = False, eta: float = 0.01) -> None:
+        check_sam_settings(rho, eta)
+        self.rho, self.adaptive, self.eta = rho, adaptive, eta
+        self.gradients_per_step = 2 if rho > 0 else 1
+
+    def start(self, params: Tensor, client: ClientTrainer) -> None:
+        if client.scales_gradients:
+            raise ConfigError("sharpness-aware steps need unscaled gradients: use trainer.precision 32-true or bf16-mixed")
+        self.client = client
+        self._saved = torch.empty_like(params)
+
+    def adjust(self, grad: Tensor, params: Tensor) -> None:
+        if self.rho == 0:
+            return
+        ascent = sam_perturbation(grad, params, self.rho, self.adaptive, self.eta)
+        with torch.no_grad():
+            self._saved.copy_(params)
+            params.add_(ascent)
+        self.client.recompute_gradient()  # grad now holds the gradient at w + e(w)
+        with torch.no_grad():
+            params.copy_(self._saved)

@@ -1,0 +1,275 @@
+"""Opacus DP-SGD inside every client: per-example clipping, Gaussian noise, Poisson sampling, one accountant per
+client kept across rounds (and in checkpoints)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Literal
+
+import torch
+from lightning import LightningModule
+from lightning.fabric import Fabric
+from opacus import PrivacyEngine
+from opacus.accountants.accountant import IAccountant
+from opacus.accountants.utils import get_noise_multiplier
+from opacus.validators import ModuleValidator
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from lightfed.errors import ConfigError
+from lightfed.privacy.accountant import STATE, accountant_state, compose, load_accountant, spent_epsilon, poisson_schedule
+from lightfed.privacy.base import ClientPrivacy, LocalSession
+from lightfed.types import ClientPlan
+
+if TYPE_CHECKING:
+    from lightfed.client import ClientTrainer
+    from lightfed.data.module import Batch
+
+def gradients_per_step(plan: ClientPlan) -> int:
+    """Private gradients each local step releases: 2 under a sharpness-aware rule, else 1."""
+    return 1 if plan.rule is None else plan.rule.gradients_per_step
+
+
+def convert_in_place(module: nn.Module) -> None:
+    """Replaces the submodules Opacus can fix (BatchNorm -> GroupNorm, ...) with its fixers, keeping ``module``."""
+    for name, sub in list(module.named_modules()):
+        fixer = ModuleValidator.FIXERS.get(type(sub))
+        if fixer is not None and name:
+            parent, _, child = name.rpartition(".")
+            setattr(module.get_submodule(parent), child, fixer(sub))
+
+
+class DPSGD(ClientPrivacy):
+    """Example-level DP-SGD (Abadi et al. 2016) through Opacus ``make_private`` on the raw module, for every client.
+
+    Each step's batch is a Poisson sample of the client's data (rate 1 / ceil(examples / batch size)); every
+    per-example gradient is clipped to ``max_grad_norm`` and Gaussian noise of std noise_multiplier * max_grad_norm
+    is added to their sum. Each client has its own accountant, kept across rounds and in checkpoints; epsilon (at
+    ``target_delta``) is logged per round as the max and mean over the clients that have trained.
+
+    Under a sharpness-aware rule a step releases two private gradients of the same Poisson batch; that step is
+    accounted as one subsampled Gaussian mechanism with noise noise_multiplier / sqrt(2) (see README).
+    """
+
+    keeps_client_state = True
+
+    def __init__(
+        self,
+        noise_multiplier: float | None = None,
+        max_grad_norm: float = 1.0,
+        target_epsilon: float | None = None,
+        target_delta: float = 1e-5,
+        accountant: Literal["rdp", "prv"] = "rdp",
+        max_physical_batch_size: int | None = None,
+        convert_batchnorm: bool = False,
+        secure_mode: bool = False,
+    ) -> None:
+        """
+        Args:
+            noise_multiplier: Noise std over the clipping bound, per private gradient. Null: set from the budget
+                (target_epsilon, target_delta) over every step each client is planned to take in the run.
+            max_grad_norm: Clipping bound C of every per-example gradient.
+            target_epsilon: Privacy budget per client: with a noise multiplier, the run stops (with a checkpoint)
+                before any client would exceed it; without one, it sets each client's noise.
+            target_delta: Delta at which epsilon is computed and logged.
+            accountant: Opacus accountant: "rdp" (Renyi DP) or "prv" (privacy random variables).
+            max_physical_batch_size: Largest batch evaluated at once; larger Poisson batches are split and their
+                clipped per-example gradients accumulated before the noise (as Opacus' BatchMemoryManager does).
+            convert_batchnorm: Replace BatchNorm by GroupNorm (Opacus' ModuleValidator fixers) instead of refusing.
+            secure_mode: Opacus' cryptographically safe noise (slower).
+        """
+        if noise_multiplier is None and target_epsilon is None:
+            raise ConfigError("trainer.privacy needs noise_multiplier or target_epsilon (or both)")
+        if noise_multiplier is not None and noise_multiplier < 0:
+            raise ConfigError(f"trainer.privacy.noise_multiplier must be >= 0, got {noise_multiplier}")
+        if max_grad_norm <= 0:
+            raise ConfigError(f"trainer.privacy.max_grad_norm must be > 0, got {max_grad_norm}")
+        if target_epsilon is not None and target_epsilon <= 0:
+            raise ConfigError(f"trainer.privacy.target_epsilon must be > 0, got {target_epsilon}")
+        if not 0 < target_delta < 1:
+            raise ConfigError(f"trainer.privacy.target_delta must be in (0, 1), got {target_delta}")
+        if accountant not in ("rdp", "prv"):
+            raise ConfigError(f"trainer.privacy.accountant must be 'rdp' or 'prv', got {accountant!r}")
+        if max_physical_batch_size is not None and max_physical_batch_size < 1:
+            raise ConfigError(f"trainer.privacy.max_physical_batch_size must be >= 1, got {max_physical_batch_size}")
+        self.noise_multiplier = noise_multiplier
+        self.max_grad_norm = max_grad_norm
+        self.target_epsilon = target_epsilon
+        self.target_delta = target_delta
+        self.accountant = accountant
+        self.max_physical_batch_size = max_physical_batch_size
+        self.convert_batchnorm = convert_batchnorm
+        self.secure_mode = secure_mode
+        self.limits_budget = target_epsilon is not None
+        self._planned_steps: dict[int, int] | None = None
+        self._step_noise: dict[int, float] = {}  # budget mode: each client's noise per step
+        self._epsilons: dict[int, float] = {}
+
+    # ----------------------------------------------------------------- model
+
+    def prepare(self, module: LightningModule, precision: str) -> LightningModule:
+        module = super().prepare(module, precision)
+        has_batchnorm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules())
+        if has_batchnorm and not self.convert_batchnorm:
+            raise ConfigError(
+                f"DP-SGD cannot train {type(module).__name__}: BatchNorm mixes the examples of a batch, so per-example "
+                "gradients do not exist; set trainer.privacy.init_args.convert_batchnorm: true to use GroupNorm instead"
+            )
+        if self.convert_batchnorm:
+            convert_in_place(module)
+        errors = ModuleValidator.validate(module, strict=False)
+        if errors:
+            raise ConfigError(f"DP-SGD cannot train {type(module).__name__}: {str(errors[0]).splitlines()[0]}")
+        return module
+
+    # ----------------------------------------------------------------- noise and accounting
+
+    def schedule(self, client_id: int) -> tuple[float, int]:
+        """The client's Poisson sample rate and steps per epoch."""
+        return poisson_schedule(self.data.client_size(client_id), self.data.batch_size)
+
+    def steps(self, plan: ClientPlan) -> int:
+        return plan.steps if plan.steps is not None else plan.epochs * self.schedule(plan.client_id)[1]
+
+    def step_noise(self, client_id: int, releases: int) -> float:
+        """Noise multiplier of one step that releases ``releases`` private gradients of its batch."""
+        if self.noise_multiplier is not None:
+            return self.noise_multiplier / math.sqrt(releases)
+        if client_id not in self._step_noise:
+            if self._planned_steps is None:
+                self._planned_steps = {}
+                for plan in self.planned():
+                    self._planned_steps[plan.client_id] = self._planned_steps.get(plan.client_id, 0) + self.steps(plan)
+            self._step_noise[client_id] = get_noise_multiplier(
+                target_epsilon=self.target_epsilon,
+                target_delta=self.target_delta,
+                sample_rate=self.schedule(client_id)[0],
+                steps=self._planned_steps[client_id],
+                accountant=self.accountant,
+            )
+        return self._step_noise[client_id]
+
+    def release_noise(self, client_id: int, releases: int) -> float:
+        """Noise multiplier of each private gradient."""
+        if self.noise_multiplier is not None:
+            return self.noise_multiplier
+        return self.step_noise(client_id, releases) * math.sqrt(releases)
+
+    def epsilon(self, client_id: int) -> float:
+        """The client's epsilon at ``target_delta`` so far (0 before it has trained)."""
+        if client_id not in self._epsilons:
+            state = self.states.get(client_id, STATE)
+            self._epsilons[client_id] = 0.0 if state is None else self._spent(load_accountant(self.accountant, state))
+        return self._epsilons[client_id]
+
+    def _spent(self, accountant: IAccountant) -> float:
+        return spent_epsilon(accountant, self.target_delta)
+
+    def would_exceed(self, plan: ClientPlan) -> bool:
+        if self.target_epsilon is None:
+            return False
+        accountant = load_accountant(self.accountant, self.states.get(plan.client_id, STATE))
+        noise = self.step_noise(plan.client_id, gradients_per_step(plan))
+        compose(accountant, noise, self.schedule(plan.client_id)[0], self.steps(plan))
+        return self._spent(accountant) > self.target_epsilon
+
+    def metrics(self, fabric: Fabric) -> dict[str, float]:
+        """Max and mean of epsilon over the clients that have trained (each process holds its own clients')."""
+        epsilons = torch.zeros(self.data.num_clients, dtype=torch.float64, device=fabric.device)
+        for client_id in range(self.data.num_clients):
+            if self.states.get(client_id, STATE) is not None:
+                epsilons[client_id] = self.epsilon(client_id)
+        epsilons = fabric.all_reduce(epsilons, reduce_op="sum")
+        trained = epsilons[epsilons > 0]
+        if trained.numel() == 0:
+            return {}
+        return {"privacy/epsilon_max": float(trained.max()), "privacy/epsilon_mean": float(trained.mean())}
+
+    def session(self, client: ClientTrainer, plan: ClientPlan, generator: torch.Generator) -> LocalSession:
+        return DPSGDSession(self, client, plan, generator)
+
+    def save(self, client_id: int, accountant: IAccountant) -> None:
+        self.states.set(client_id, STATE, accountant_state(accountant))
+        self._epsilons[client_id] = self._spent(accountant)
+
+
+class DPSGDSession(LocalSession):
+    """One client's DP-SGD: ``make_private`` around the live module and the client's optimizer for one round."""
+
+    def __init__(self, privacy: DPSGD, client: ClientTrainer, plan: ClientPlan, generator: torch.Generator) -> None:
+        super().__init__(client, plan, generator)
+        self.privacy = privacy
+        client_id = plan.client_id
+        self.releases_per_step = gradients_per_step(plan)
+        self.noise = privacy.release_noise(client_id, self.releases_per_step)
+        self.sample_rate, _ = privacy.schedule(client_id)
+        positions = TensorDataset(torch.arange(client.data.client_size(client_id)))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Secure RNG turned off")
+            engine = PrivacyEngine(accountant=privacy.accountant, secure_mode=privacy.secure_mode)
+        engine.accountant = load_accountant(privacy.accountant, privacy.states.get(client_id, STATE))
+        self.hooks, self.optimizer, self.loader = engine.make_private(
+            module=client.module,
+            optimizer=client.optimizer.optimizer,
+            data_loader=DataLoader(positions, batch_size=client.data.batch_size, generator=generator),
+            noise_multiplier=self.noise,
+            max_grad_norm=privacy.max_grad_norm,
+            poisson_sampling=True,
+            wrap_model=False,
+        )
+        self.accountant = engine.accountant
+        self.optimizer.attach_step_hook(self._count_release)  # accounted per step in before_step
+        self.releases = 0
+
+    def _count_release(self, optimizer) -> None:
+        self.releases += 1
+
+    def batches(self) -> Iterator[Batch]:
+        steps, taken = self.plan.steps, 0
+        passes = self.plan.epochs if steps is None else math.ceil(steps / len(self.loader))
+        for _ in range(passes):
+            for (positions,) in self.loader:
+                if taken == steps:
+                    return
+                taken += 1
+                yield self.client.data.client_subset(self.plan.client_id, positions)
+
+    def gradient(self, batch: Batch, batch_idx: int) -> Tensor:
+        """Clipped, noised gradient of the Poisson batch, in physical chunks; the per-example gradients of every
+        evaluation are cleared after it, so a second evaluation of the batch never sees those of the first."""
+        size = len(batch[1])
+        loss = torch.zeros((), device=self.client.fabric.device)
+        if size == 0:  # Poisson sampling drew nobody: the step releases noise only
+            for p in self.optimizer.params:
+                p.grad_sample = p.new_zeros((0, *p.shape))
+            self.optimizer.pre_step()
+        else:
+            chunk_size = self.privacy.max_physical_batch_size or size
+            chunks = list(zip(*(part.split(chunk_size) for part in batch)))
+            for i, chunk in enumerate(chunks):
+                self.optimizer.signal_skip_step(do_skip=i < len(chunks) - 1)
+                loss += self.client.backward(chunk, batch_idx).detach() * len(chunk[1])
+                if not self.optimizer.pre_step():
+                    self.optimizer.zero_grad(set_to_none=True)  # keeps the accumulated clipped sum
+            loss /= size
+        private = [p.grad for p in self.optimizer.params]
+        self.optimizer.zero_grad(set_to_none=True)
+        self.client.flat.zero_grad()  # the flat gradient views are the parameters' .grad again
+        with torch.no_grad():
+            for p, grad in zip(self.optimizer.params, private):
+                p.grad.copy_(grad)
+        return loss
+
+    def before_step(self, grad: Tensor) -> None:
+        if self.releases == self.releases_per_step:
+            noise = self.privacy.step_noise(self.plan.client_id, self.releases)
+        else:
+            noise = self.noise / math.sqrt(self.releases)
+        compose(self.accountant, noise, self.sample_rate, 1)
+        self.releases = 0
+
+    def finish(self) -> None:
+        self.hooks.cleanup()
+        self.privacy.save(self.plan.client_id, self.accountant)

@@ -1,0 +1,148 @@
+"""ADAPT-FED: FedSAM whose clients set their learning rate each round from their relative progress (RP)."""
+
+import math
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from lightfed.errors import ConfigError
+from lightfed.local.relative_progress import RelativeProgressRule, RPForm
+from lightfed.strategies.fedavg import FedAvg
+from lightfed.sums import Sums
+from lightfed.types import ClientPlan, ClientUpdate
+
+HISTORY, PREVIOUS = "adaptfed/rp", "adaptfed/previous"
+
+
+class AdaptFed(FedAvg):
+    """Clients take SAM steps with eta_k = eta_0 beta / mean(exp(RP)) over their last ``window`` RPs (all when
+    null), eta_0 being the model optimizer's learning rate; FedAvg on the server. RP = eta E||g~||^2 dF of the
+    client's previous participation, g~ the (private) step gradient.
+
+    ``loss_change``: "local" pairs that participation's eta and ||g~||^2 with the change it was followed by, of the
+    client's own probe loss (received model on its data) since then; "global_lagged" is Algorithm 1 line 6 as
+    printed: the change F(theta^{t-1}) - F(theta^{t-2}) of the server's example-weighted probe losses.
+
+    Logs RP's mean over the round's clients and its variance over rounds, the learning rates' mean and spread, and
+    the global probe loss. Per-client state: the RP history and the last (eta, E||g~||^2, probe loss).
+    """
+
+    keeps_client_state = True
+
+    def __init__(
+        self,
+        beta: float = 2.0,
+        window: int | None = None,
+        rho: float = 0.05,
+        adaptive: bool = False,
+        eta: float = 0.01,
+        rp_form: RPForm = "product",
+        loss_change: Literal["local", "global_lagged"] = "local",
+        rp_max: float | None = None,
+        lr_bounds: tuple[float, float] | None = None,
+        server_lr: float = 1.0,
+    ) -> None:
+        """
+        Args:
+            beta: Scale of the rate: with RP = 0 the client steps with beta * eta_0.
+            window: RPs averaged (the paper's N); null: the whole history.
+            rho: SAM radius (0: plain local SGD with the adaptive rate).
+            adaptive: ASAM instead of SAM.
+            eta: ASAM's offset of the scale |w| + eta.
+            rp_form: "product" (the paper's RP) or "ratio" (Ahn et al. 2022: dF / (eta E||g~||^2)).
+            loss_change: "local" or "global_lagged" (see the class documentation).
+            rp_max: Clamp every RP to [-rp_max, rp_max] (null: no clamp).
+            lr_bounds: Clamp eta_k / eta_0 to [low, high] (null: no clamp; the rate is always finite and > 0).
+            server_lr: Scale of the averaged delta applied to the global model.
+        """
+        super().__init__(server_lr=server_lr)
+        if beta <= 0:
+            raise ConfigError(f"strategy.beta must be > 0, got {beta}")
+        if window is not None and window < 1:
+            raise ConfigError(f"strategy.window must be >= 1 or null (the whole history), got {window}")
+        if rp_form not in ("product", "ratio"):
+            raise ConfigError(f"strategy.rp_form must be 'product' or 'ratio', got {rp_form!r}")
+        if loss_change not in ("local", "global_lagged"):
+            raise ConfigError(f"strategy.loss_change must be 'local' or 'global_lagged', got {loss_change!r}")
+        if rp_max is not None and rp_max <= 0:
+            raise ConfigError(f"strategy.rp_max must be > 0, got {rp_max}")
+        if lr_bounds is not None and not 0 < lr_bounds[0] <= lr_bounds[1]:
+            raise ConfigError(f"strategy.lr_bounds must be [low, high] with 0 < low <= high, got {list(lr_bounds)}")
+        self.settings = dict(beta=beta, window=window, form=rp_form, rp_max=rp_max, bounds=lr_bounds, rho=rho,
+                             adaptive=adaptive, eta=eta)
+        RelativeProgressRule(0, [], None, None, **self.settings)  # refuses bad SAM settings now
+        self.loss_change = loss_change
+
+    def setup(self, params: Tensor, num_clients: int) -> None:
+        super().setup(params, num_clients)
+        self.global_losses: list[float] = []  # example-weighted probe losses of the last two global models
+        self.rp_rounds = [0.0, 0.0, 0.0]  # Welford: rounds with an RP, mean and sum of squares of the round means
+        self._metrics: dict[str, float] = {}
+
+    def configure_client(self, plan: ClientPlan) -> ClientPlan:
+        history = self.client_states.get(plan.client_id, HISTORY)
+        previous = self.client_states.get(plan.client_id, PREVIOUS)
+        previous = None if previous is None else tuple(previous.tolist())
+        change = None
+        if self.loss_change == "global_lagged":
+            if len(self.global_losses) < 2:
+                previous = None  # no RP before two global losses are known
+            else:
+                change = self.global_losses[-1] - self.global_losses[-2]
+        history = [] if history is None else history.tolist()
+        return replace(plan, rule=RelativeProgressRule(plan.client_id, history, previous, change, **self.settings))
+
+    def sum_sizes(self) -> dict[str, int]:
+        names = ["clients", "probe_loss", "probe_weight", "rp", "rp_sq", "rp_count", "lr", "lr_sq"]
+        return {**super().sum_sizes(), **{name: 1 for name in names}}
+
+    def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
+        super().accumulate(sums, update)
+        report = update.report
+        self.client_states.set(update.client_id, HISTORY, torch.tensor(report["history"], dtype=torch.float64))
+        previous = [report["lr"], report["grad_sq"], report["probe_loss"]]
+        self.client_states.set(update.client_id, PREVIOUS, torch.tensor(previous, dtype=torch.float64))
+        sums.add("clients", 1)
+        sums.add("probe_loss", report["probe_loss"], weight=update.num_examples)
+        sums.add("probe_weight", update.num_examples)
+        sums.add("lr", report["lr"])
+        sums.add("lr_sq", report["lr"] ** 2)
+        if report["rp"] is not None:
+            sums.add("rp", report["rp"])
+            sums.add("rp_sq", report["rp"] ** 2)
+            sums.add("rp_count", 1)
+
+    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
+        self.global_losses = (self.global_losses + [float(sums["probe_loss"] / sums["probe_weight"])])[-2:]
+        clients = float(sums["clients"])
+        lr_mean = float(sums["lr"]) / clients
+        self._metrics = {
+            "global_probe_loss": self.global_losses[-1],
+            "lr_mean": lr_mean,
+            "lr_std": math.sqrt(max(float(sums["lr_sq"]) / clients - lr_mean**2, 0.0)),
+        }
+        with_rp = float(sums["rp_count"])
+        if with_rp:
+            rp_mean = float(sums["rp"]) / with_rp
+            self._metrics["rp_mean"] = rp_mean
+            self._metrics["rp_client_var"] = max(float(sums["rp_sq"]) / with_rp - rp_mean**2, 0.0)
+            count, mean, squares = self.rp_rounds
+            count += 1
+            delta = rp_mean - mean
+            mean += delta / count
+            squares += delta * (rp_mean - mean)
+            self.rp_rounds = [count, mean, squares]
+            self._metrics["rp_var"] = squares / count
+        return super().aggregate(params, sums, round)
+
+    def metrics(self) -> dict[str, float]:
+        return dict(self._metrics)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"global_losses": list(self.global_losses), "rp_rounds": list(self.rp_rounds)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.global_losses, self.rp_rounds = list(state["global_losses"]), list(state["rp_rounds"])

@@ -1,0 +1,36 @@
+"""FedSAM (Qu et al. 2022; Caldarola et al. 2022) and FedASAM: SAM or ASAM local steps, FedAvg on the server."""
+
+from dataclasses import replace
+
+from lightfed.local.sharpness import SharpnessAware
+from lightfed.strategies.fedavg import FedAvg
+from lightfed.types import ClientPlan
+
+
+class FedSAM(FedAvg):
+    """FedAvg whose clients step with the gradient at w + rho g / ||g|| (sharpness-aware minimisation)."""
+
+    adaptive = False
+
+    def __init__(self, rho: float = 0.05, eta: float = 0.01, server_lr: float = 1.0) -> None:
+        """
+        Args:
+            rho: Radius of the ascent step.
+            eta: ASAM's offset of the scale |w| + eta (FedASAM only).
+            server_lr: Scale of the averaged delta applied to the global model.
+        """
+        super().__init__(server_lr=server_lr)
+        SharpnessAware(rho, self.adaptive, eta)  # refuses bad settings now, not in the first round
+        self.rho, self.eta = rho, eta
+
+    def configure_client(self, plan: ClientPlan) -> ClientPlan:
+        return replace(plan, rule=SharpnessAware(self.rho, self.adaptive, self.eta))
+
+
+class FedASAM(FedSAM):
+    """FedAvg whose clients take ASAM steps: ascent rho T^2 g / ||T g||, T = |w| + eta (Kwon et al. 2021)."""
+
+    adaptive = True
+
+    def __init__(self, rho: float = 0.5, eta: float = 0.01, server_lr: float = 1.0) -> None:
+        super().__init__(rho=rho, eta=eta, server_lr=server_lr)

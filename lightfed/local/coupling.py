@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-import torch
 from torch import Tensor
 
-from lightfed.curvature import module_hessian_diagonal
+from lightfed.curvature import client_hessian_diagonal
 from lightfed.local.correction import GradientCorrection
 
 if TYPE_CHECKING:
@@ -51,9 +50,7 @@ class CouplingCurrent(GradientCorrection):
         self.beta = data.batch_size / data.client_size(self.client_id) if self.scale == "data_size" else 1.0
         self.vector = self.current.to(params.device) * -self.beta
         if self.curvature_batches > 0:
-            generator = torch.Generator().manual_seed(self.seed)
-            batches = data.client_batches(self.client_id, generator, steps=self.curvature_batches)
-            self.curvature = module_hessian_diagonal(client.module, batches, self.curvature_probes, generator)
+            self.curvature = client_hessian_diagonal(client, self.client_id, self.curvature_batches, self.curvature_probes, self.seed)
 
     def report(self) -> dict[str, Any]:
         """``time_scale``: beta (the client's window is beta x its summed learning rates); ``curvature`` if estimated."""

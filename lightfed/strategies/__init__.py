@@ -1,6 +1,7 @@
 """Server callback layer: one algorithm per file."""
 
 from lightfed.strategies.adamasfl import AdaMasFL
+from lightfed.strategies.adaptive_fedecado import AdaptiveFedECADO
 from lightfed.strategies.adaptfed import AdaptFed
 from lightfed.strategies.async_base import AsyncSetting, AsyncStrategy
 from lightfed.strategies.base import Strategy
@@ -20,6 +21,7 @@ from lightfed.strategies.scaffold import Scaffold
 
 __all__ = [
     "AdaMasFL",
+    "AdaptiveFedECADO",
     "AdaptFed",
     "AsyncSetting",
     "AsyncStrategy",

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from lightfed.ecado import BeyondWindow, Branches, StepControl, WindowResult, integrate_window
 from lightfed.errors import ConfigError
+from lightfed.local.base import LocalRule
 from lightfed.local.coupling import CouplingCurrent, CouplingScale
 from lightfed.strategies.base import Strategy
 from lightfed.sums import Sums
@@ -34,6 +35,7 @@ class _Arrival:
     window: float
     coupling: Tensor
     resistance: Tensor
+    inductance: Tensor
 
 
 def check_single_process(sums: Mapping[str, Tensor], arrived: int) -> None:
@@ -119,25 +121,31 @@ class FedECADO(Strategy):
             raise ConfigError(f"strategy.initial_step must be > 0 or null, got {initial_step}")
         if curvature not in CURVATURES:
             raise ConfigError(f"strategy.curvature must be one of {', '.join(CURVATURES)}, got {curvature!r}")
-        if curvature_batches < 1 or curvature_probes < 1 or curvature_every < 0:
-            raise ConfigError("strategy.curvature_batches and curvature_probes must be >= 1, curvature_every >= 0")
         if coupling not in ("data_size", "unit"):
             raise ConfigError(f"strategy.coupling must be 'data_size' or 'unit', got {coupling!r}")
-        if beyond_window not in ("extrapolate", "hold"):
-            raise ConfigError(f"strategy.beyond_window must be 'extrapolate' or 'hold', got {beyond_window!r}")
-        try:
-            self.control = StepControl(tolerance, max_growth=max_growth)
-        except ConfigError as error:
-            raise ConfigError(f"strategy.tolerance / max_growth: {error}") from None
+        self._configure_circuit(tolerance, max_growth, beyond_window, curvature_batches, curvature_probes, curvature_every)
         self.inductance = inductance
         self.sensitivity_step = sensitivity_step
         self.initial_step = initial_step
         self.curvature = curvature
-        self.curvature_batches = curvature_batches
-        self.curvature_probes = curvature_probes
-        self.curvature_every = curvature_every
         self.coupling = coupling
+
+    def _configure_circuit(
+        self, tolerance: float, max_growth: float, beyond_window: str, batches: int, probes: int, every: int
+    ) -> None:
+        """The settings the server circuit and the curvature estimates share with ``AdaptiveFedECADO``."""
+        if beyond_window not in ("extrapolate", "hold"):
+            raise ConfigError(f"strategy.beyond_window must be 'extrapolate' or 'hold', got {beyond_window!r}")
+        if batches < 1 or probes < 1 or every < 0:
+            raise ConfigError("strategy.curvature_batches and curvature_probes must be >= 1, curvature_every >= 0")
+        try:
+            self.control = StepControl(tolerance, max_growth=max_growth)
+        except ConfigError as error:
+            raise ConfigError(f"strategy.tolerance / max_growth: {error}") from None
         self.beyond_window = beyond_window
+        self.curvature_batches = batches
+        self.curvature_probes = probes
+        self.curvature_every = every
 
     def setup(self, params: Tensor, num_clients: int) -> None:
         super().setup(params, num_clients)
@@ -160,15 +168,23 @@ class FedECADO(Strategy):
         estimate = self._needs_curvature(plan)
         if estimate:
             self._estimate_round[plan.client_id] = plan.round
-        rule = CouplingCurrent(
-            plan.client_id,
-            self._current(plan.client_id),
-            self.coupling,
-            curvature_batches=self.curvature_batches if estimate else 0,
-            curvature_probes=self.curvature_probes,
-            seed=plan.seed,
-        )
-        return replace(plan, rule=rule)
+        return replace(plan, rule=self._rule(plan, self._current(plan.client_id), self.curvature_batches if estimate else 0))
+
+    def _rule(self, plan: ClientPlan, current: Tensor, curvature_batches: int) -> LocalRule:
+        """The client's local rule, given its current I_i^k and whether (on how many batches) to estimate H_i."""
+        return CouplingCurrent(plan.client_id, current, self.coupling, curvature_batches, self.curvature_probes, plan.seed)
+
+    def _store_curvature(self, client_id: int, diagonal: Tensor) -> None:
+        self.client_states.set(client_id, "curvature", diagonal if self.curvature == "diagonal" else diagonal.mean())
+
+    def _branch(self, update: ClientUpdate, curvature: Tensor) -> tuple[float, Tensor, Tensor]:
+        """The client's window T_i = beta_i x summed lr, resistance 1/G_i and inductance L."""
+        beta = update.report["time_scale"]
+        resistance = 1 / (1 / self.sensitivity_step + curvature / beta)
+        return beta * update.local_time, resistance, torch.full_like(resistance, self.inductance)
+
+    def _first_step(self, windows: Tensor) -> float:
+        return self.step or self.initial_step or float(windows.max()) / 10
 
     def sum_sizes(self) -> dict[str, int]:
         return {"active": 1}
@@ -176,14 +192,12 @@ class FedECADO(Strategy):
     def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
         client_id, report = update.client_id, update.report
         if "curvature" in report:
-            diagonal = report["curvature"].clamp(min=0)  # a non-convex model can give negative curvature
-            self.client_states.set(client_id, "curvature", diagonal if self.curvature == "diagonal" else diagonal.mean())
+            self._store_curvature(client_id, report["curvature"].clamp(min=0))  # non-convex: negative estimates
             self.client_states.set(client_id, "curvature_round", torch.tensor(self._estimate_round.pop(client_id)))
-        beta = report["time_scale"]
         curvature = self.client_states.get(client_id, "curvature").to(self.total_current.device)
-        resistance = 1 / (1 / self.sensitivity_step + curvature / beta)
+        window, resistance, inductance = self._branch(update, curvature)
         self._arrivals.append(
-            _Arrival(client_id, update.delta.clone(), beta * update.local_time, self._current(client_id), resistance)
+            _Arrival(client_id, update.delta.clone(), window, self._current(client_id), resistance, inductance)
         )
         sums.add("active", 1)
 
@@ -193,19 +207,17 @@ class FedECADO(Strategy):
         check_single_process(sums, len(arrivals))
         windows = torch.tensor([a.window for a in arrivals], dtype=torch.float64, device=params.device)
         couplings = torch.stack([a.coupling for a in arrivals])
-        resistance = torch.stack([a.resistance.reshape(-1) for a in arrivals]).to(params.dtype)
         branches = Branches(
             start=params,
             deltas=torch.stack([a.delta for a in arrivals]),
             windows=windows,
             couplings=couplings,
-            resistance=resistance,
-            inductance=torch.full_like(resistance, self.inductance),
+            resistance=torch.stack([a.resistance.reshape(-1) for a in arrivals]).to(params.dtype),
+            inductance=torch.stack([a.inductance.reshape(-1) for a in arrivals]).to(params.dtype),
             beyond_window=self.beyond_window,
         )
         frozen = self.total_current - couplings.sum(0)
-        step = self.step or self.initial_step or float(windows.max()) / 10
-        result = integrate_window(params, frozen, branches, step, self.control)
+        result = integrate_window(params, frozen, branches, self._first_step(windows), self.control)
         for index, arrival in enumerate(arrivals):
             self.client_states.set(arrival.client_id, "current", result.currents[index])
         self.total_current = frozen + result.currents.sum(0)

@@ -69,6 +69,7 @@ class QuadraticData:
     def __init__(self, sizes: np.ndarray) -> None:
         self.sizes = sizes
         self.batch_size = int(round(sizes.mean()))
+        self.num_clients = len(sizes)
 
     def client_size(self, client_id: int) -> int:
         return int(self.sizes[client_id])
@@ -86,6 +87,7 @@ class QuadraticClient:
         self.module = QuadraticModule(self.A, self.b, params)
         self.data = QuadraticData(problem.sizes)
         self.optimizer = SimpleNamespace(param_groups=[{"lr": lr}])
+        self.fabric = SimpleNamespace(strategy=SimpleNamespace(precision=None))
         self.flat = SimpleNamespace(params=params.clone(), grads=torch.zeros_like(params))
 
     def recompute_gradient(self) -> Tensor:
@@ -131,7 +133,10 @@ def run_rounds(
     seed: int = 0,
     on_round=None,
 ) -> Tensor:
-    """Synchronous rounds: sample, train each client through its rule, accumulate, aggregate; returns x_c."""
+    """Synchronous rounds: sample, train each client through its rule, accumulate, aggregate; returns x_c.
+
+    ``steps``: local steps per client (n,), or per round and client (rounds, n).
+    """
     n = len(problem.sizes)
     strategy.setup(x0.clone(), n)
     sums = Sums(strategy.sum_sizes(), x0.device)
@@ -139,7 +144,7 @@ def run_rounds(
     for round in range(rounds):
         sums.zero_()
         for client_id in sample_clients(seed, round, n, per_round):
-            plan = ClientPlan(client_id, round, seed=1000 * round + client_id, steps=int(steps[client_id]))
+            plan = ClientPlan(client_id, round, seed=1000 * round + client_id, steps=int(steps[client_id] if steps.ndim == 1 else steps[round, client_id]))
             strategy.accumulate(sums, train_client(strategy, problem, plan, params, float(lrs[client_id])))
         params = strategy.aggregate(params, sums, round)
         if on_round is not None:

@@ -1,0 +1,114 @@
+"""Adaptive FedECADO's client (Algorithm 1 of the paper): Forward-Euler steps whose size keeps the local truncation
+error below one tolerance, starting from the passivity bound."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from torch import Tensor
+
+from lightfed.curvature import client_hessian_diagonal
+from lightfed.errors import ConfigError
+from lightfed.local.base import LocalRule
+
+if TYPE_CHECKING:
+    from lightfed.client import ClientTrainer
+
+
+def passivity_bound(params: Tensor, velocity: Tensor) -> float:
+    """Paper eq. 16, dt <= 2 x'(p grad - I) / ||p grad - I||^2 = -2 x'v / ||v||^2 for the client velocity v."""
+    return float(-2 * (params @ velocity) / (velocity @ velocity))
+
+
+class AdaptiveEuler(LocalRule):
+    """Integrates the client ODE dx/dt = I_i^k - p_i grad f_i(x) (p_i = |D_i| / |D|) with error-controlled Forward
+    Euler, taking the step itself: the user's optimizer from ``configure_optimizers`` is replaced by this plain FE
+    step (SGD without momentum or weight decay, step size chosen here), because the FE step is the simulation whose
+    error the tolerance bounds; momentum, weight decay or Adam would integrate a different ODE.
+
+    Each step, on the step's batch: v = I - p g(x). The first step of a round tries the passivity bound (eq. 16;
+    ``fallback_step`` where it is not positive and finite), later steps twice the previous accepted step. A trial
+    x' = x + dt v is evaluated on the same batch, LTE = (dt/2) max|v(x') - v(x)| (eq. 14, with p_i as in the ODE);
+    while LTE > tolerance, dt <- 0.9 (tolerance / LTE) dt (``max_backtracks`` tries, then the step is forced). The
+    client's window T_i is the sum of its accepted dt. Costs two gradient evaluations per step or more.
+    """
+
+    takes_step = True
+
+    def __init__(
+        self,
+        client_id: int,
+        current: Tensor,
+        tolerance: float,
+        fallback_step: float = 1.0,
+        max_growth: float = 2.0,
+        max_backtracks: int = 50,
+        curvature_batches: int = 0,
+        curvature_probes: int = 10,
+        seed: int = 0,
+    ) -> None:
+        if not tolerance > 0 or not fallback_step > 0:
+            raise ConfigError(f"the LTE tolerance and fallback step must be > 0, got {tolerance} and {fallback_step}")
+        self.client_id = client_id
+        self.current = current
+        self.tolerance = tolerance
+        self.fallback_step = fallback_step
+        self.max_growth = max_growth
+        self.max_backtracks = max_backtracks
+        self.curvature_batches = curvature_batches
+        self.curvature_probes = curvature_probes
+        self.seed = seed
+        self.curvature: Tensor | None = None
+
+    def start(self, params: Tensor, client: ClientTrainer) -> None:
+        if getattr(client.fabric.strategy.precision, "scaler", None) is not None:  # 16-mixed: scaled gradients
+            raise ConfigError("Adaptive FedECADO takes its own fp32 Forward-Euler steps; use trainer.precision 32-true or bf16-mixed")
+        data = client.data
+        self.client = client
+        self.weight = data.client_size(self.client_id) / sum(data.client_size(i) for i in range(data.num_clients))
+        self.current = self.current.to(params.device)
+        self.steps: list[float] = []
+        self.errors: list[float] = []
+        self.rejected = self.forced = 0
+        self.bound = math.nan
+        if self.curvature_batches > 0:
+            self.curvature = client_hessian_diagonal(client, self.client_id, self.curvature_batches, self.curvature_probes, self.seed)
+
+    def adjust(self, grad: Tensor, params: Tensor) -> None:
+        gradient, start = grad.clone(), params.clone()
+        velocity = self.current - self.weight * gradient
+        if self.steps:
+            dt = self.max_growth * self.steps[-1]
+        else:
+            self.bound = passivity_bound(start, velocity)
+            dt = self.bound if math.isfinite(self.bound) and self.bound > 0 else self.fallback_step
+        for attempt in range(self.max_backtracks + 1):
+            params.copy_(start).add_(velocity, alpha=dt)
+            self.client.recompute_gradient()  # grad now holds g(x') on the same batch
+            error = float((grad - gradient).abs().max()) * self.weight * dt / 2
+            if error <= self.tolerance or attempt == self.max_backtracks:
+                break
+            self.rejected += 1
+            dt *= 0.9 * self.tolerance / error if math.isfinite(error) else 0.1
+        self.forced += error > self.tolerance
+        self.steps.append(dt)
+        self.errors.append(error)
+        for group in self.client.optimizer.param_groups:
+            group["lr"] = dt
+
+    def report(self) -> dict[str, Any]:
+        """The window T_i, p_i, accepted steps and their largest LTE, rejected and forced trials, the passivity
+        bound and first step, and the Hessian diagonal if estimated."""
+        report: dict[str, Any] = {
+            "window": sum(self.steps),
+            "weight": self.weight,
+            "steps": self.steps,
+            "max_lte": max(self.errors),
+            "rejected": self.rejected,
+            "forced": self.forced,
+            "passivity_bound": self.bound,
+        }
+        if self.curvature is not None:
+            report["curvature"] = self.curvature
+        return report

@@ -1,0 +1,167 @@
+"""Adaptive FedECADO: critical damping, the client's error-controlled Forward Euler, convergence for every gamma."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from lightfed.ecado import Branches, backward_euler_step
+from lightfed.errors import ConfigError
+from lightfed.local.adaptive_euler import AdaptiveEuler, passivity_bound
+from lightfed.strategies import AdaptiveFedECADO
+from lightfed.strategies.adaptive_fedecado import critical_inductance
+from lightfed.types import ClientPlan
+from tests.conftest import small_data, small_model, small_trainer
+from tests.strategies.ecado_quadratics import QuadraticClient, diagonal_quadratics, run_rounds, train_client
+
+ROUNDS = 40
+
+
+@pytest.mark.parametrize("conductance", [0.5, 2.0, 10.0])
+def test_the_critical_inductance_gives_a_repeated_real_eigenvalue(conductance):
+    """One branch, x_c' = -I, L I' = x_c - R I (R = 1/G): Jacobian [[0, -1], [1/L, -R/L]]."""
+    G = torch.tensor(conductance, dtype=torch.float64)
+
+    def eigenvalues(L):
+        return torch.linalg.eigvals(torch.tensor([[0.0, -1.0], [1 / L, -1 / (G * L)]], dtype=torch.float64))
+
+    L = critical_inductance(G)
+    assert L == pytest.approx(1 / (4 * conductance**2))
+    low, high = eigenvalues(L)
+    scale = 2 * conductance  # the repeated eigenvalue is -R / 2L = -2G
+    assert abs(low.imag) < 1e-6 * scale and abs(high.imag) < 1e-6 * scale
+    assert low.real == pytest.approx(-scale, rel=1e-6) and high.real == pytest.approx(-scale, rel=1e-6)
+    assert abs(eigenvalues(4 * L)[0].imag) > 0.4 * scale  # under-damped: G (-1 +- i sqrt 3) / 2
+    assert torch.all(eigenvalues(L / 4).imag == 0) and abs(eigenvalues(L / 4)[0] - eigenvalues(L / 4)[1]) > scale
+
+
+def _step_response(conductance: float, inductance: float) -> torch.Tensor:
+    """x_c of one branch whose client jumps from 0 to 1, through the real Backward-Euler step (small fixed h)."""
+    one = torch.ones(1, 1, dtype=torch.float64)
+    branches = Branches(torch.zeros(1, dtype=torch.float64), one[0:1].clone(), torch.tensor([1e-12], dtype=torch.float64),
+                        torch.zeros(1, 1, dtype=torch.float64), one / conductance, one * inductance, beyond_window="hold")
+    x_c, currents, h = torch.zeros(1, dtype=torch.float64), torch.zeros(1, 1, dtype=torch.float64), 1e-2 / conductance
+    trajectory = []
+    for k in range(2000):
+        x_c, currents = backward_euler_step(x_c, currents, torch.zeros(1, dtype=torch.float64), branches, k * h, h)
+        trajectory.append(x_c.item())
+    return torch.tensor(trajectory)
+
+
+@pytest.mark.parametrize("conductance", [0.5, 4.0])
+def test_a_critically_damped_step_response_does_not_overshoot_where_four_times_the_inductance_does(conductance):
+    critical = _step_response(conductance, float(critical_inductance(torch.tensor(conductance))))
+    assert critical.max() <= 1.0 and critical[-1] > 0.999
+    assert torch.all(critical[1:] >= critical[:-1])  # monotone rise
+    four_times = _step_response(conductance, 4 * float(critical_inductance(torch.tensor(conductance))))
+    assert four_times.max() > 1.1  # zeta = 1/2: about 16% overshoot
+
+
+def _problem_and_work(seed: int = 1):
+    problem = diagonal_quadratics()
+    rng = np.random.default_rng(seed)
+    steps = rng.integers(1, 51, size=(ROUNDS, len(problem.sizes)))  # e_i ~ U{1..50}, drawn afresh each round
+    return problem, steps, torch.tensor(rng.normal(size=20))
+
+
+def test_one_client_step_is_forward_euler_from_the_passivity_bound_within_the_tolerance():
+    problem, _, x0 = _problem_and_work()
+    strategy = AdaptiveFedECADO(tolerance=1e-3)
+    strategy.setup(x0.clone(), len(problem.sizes))
+    update = train_client(strategy, problem, ClientPlan(3, 0, seed=3, steps=1), x0, lr=1.0)
+    report = update.report
+    p = problem.sizes[3] / problem.sizes.sum()
+    gradient = torch.tensor(problem.A[3] @ (x0.numpy() - problem.b[3]))
+    (dt,) = report["steps"]
+    assert report["window"] == dt == update.local_time  # the optimizer's lr is set to the step taken
+    torch.testing.assert_close(update.delta, -dt * p * gradient)  # x + dt (I - p g) with I = 0
+    assert report["passivity_bound"] == pytest.approx(passivity_bound(x0, -p * gradient))
+    assert report["rejected"] > 0 and dt < report["passivity_bound"]  # the bound was tried first, then cut back
+    assert report["max_lte"] <= 1e-3 and report["forced"] == 0
+    # the estimate by hand: the quadratic's gradient change over the step is A (dt v), so LTE = dt^2 p |A v| / 2
+    v = -p * gradient
+    assert report["max_lte"] == pytest.approx(dt**2 / 2 * p * float((torch.tensor(problem.A[3]) @ v).abs().max()))
+
+
+def test_a_nonpositive_passivity_bound_falls_back_and_is_cut_back_to_the_tolerance():
+    problem, _, _ = _problem_and_work()
+    x0 = torch.zeros(20, dtype=torch.float64)  # x'v = 0: the bound is 0
+    strategy = AdaptiveFedECADO(tolerance=1e-2, fallback_step=50.0)
+    strategy.setup(x0.clone(), len(problem.sizes))
+    report = train_client(strategy, problem, ClientPlan(0, 0, seed=0, steps=5), x0, lr=1.0).report
+    assert report["passivity_bound"] == 0 and report["steps"][0] <= 50.0
+    assert report["max_lte"] <= 1e-2 and report["forced"] == 0
+    assert all(b <= 2 * a for a, b in zip(report["steps"], report["steps"][1:]))  # growth at most 2x a step
+
+
+@pytest.mark.parametrize("tolerance", [1e-4, 1e-3, 1e-2, 1e-1])
+def test_converges_to_the_weighted_optimum_for_every_tolerance(tolerance):
+    """The spec's toy: 16 clients, diagonal quadratics, e_i ~ U{1..50}; gamma is the only setting."""
+    problem, steps, x0 = _problem_and_work()
+    errors, client_lte, client_rejected = [], [], 0
+
+    def record(round, params, strategy):
+        nonlocal client_rejected
+        errors.append(problem.relative_error(params))
+        metrics = strategy.metrics()
+        client_lte.append(metrics["client_max_lte"])
+        client_rejected += metrics["client_rejected"]
+        assert metrics["client_forced"] == 0 and metrics["inductance_min"] > 0
+
+    run_rounds(AdaptiveFedECADO(tolerance=tolerance), problem, ROUNDS, 16, steps, np.ones(16), x0, on_round=record)
+    assert errors[-1] < 1e-2 and errors[0] > 0.3
+    assert max(client_lte) <= tolerance and client_rejected > 0  # the control bound, every accepted step
+
+
+def test_converges_under_partial_participation():
+    problem, steps, x0 = _problem_and_work()
+    x = run_rounds(AdaptiveFedECADO(tolerance=1e-2), problem, ROUNDS, 4, steps, np.ones(16), x0)
+    assert problem.relative_error(x) < 0.1
+
+
+def test_extrapolating_short_clients_diverges_where_holding_them_converges():
+    """The spec's toy finding: windows differ by up to 1e4 here, so extrapolation amplifies short clients."""
+    problem, steps, x0 = _problem_and_work()
+    errors = {}
+    for mode in ("hold", "extrapolate"):
+        x = run_rounds(AdaptiveFedECADO(tolerance=1e-2, beyond_window=mode), problem, 1, 16, steps, np.ones(16), x0)
+        errors[mode] = problem.relative_error(x)
+    assert errors["hold"] < problem.relative_error(x0) < 100 < errors["extrapolate"]
+
+
+def test_the_literal_sensitivity_step_makes_branches_stiffer():
+    """dt_G = the client's first step (the paper's "client step-size") instead of its window T_i: larger G_i,
+    smaller L_i = 1 / 4 G_i^2."""
+    problem, steps, x0 = _problem_and_work()
+    inductance = {}
+    for mode in ("window", "first_step"):
+        strategy = AdaptiveFedECADO(tolerance=1e-2, sensitivity_step=mode)
+        run_rounds(strategy, problem, 1, 16, steps, np.ones(16), x0)
+        inductance[mode] = strategy.metrics()["inductance_mean"]
+    assert inductance["first_step"] < 0.1 * inductance["window"]
+
+
+def test_bad_settings_are_refused_in_one_line():
+    for kwargs, message in [
+        (dict(tolerance=0.0), "LTE tolerance must be > 0"),
+        (dict(sensitivity_step="lr"), "strategy.sensitivity_step must be 'window' or 'first_step'"),
+        (dict(beyond_window="clamp"), "strategy.beyond_window must be"),
+        (dict(fallback_step=-1.0), "strategy.fallback_step must be > 0"),
+    ]:
+        with pytest.raises(ConfigError, match=message) as error:
+            AdaptiveFedECADO(**kwargs)
+        assert "\n" not in str(error.value)
+    client = QuadraticClient(diagonal_quadratics(), 0, torch.zeros(20), lr=1.0)
+    client.fabric.strategy.precision = SimpleNamespace(scaler=object())  # 16-mixed: the loss is scaled
+    with pytest.raises(ConfigError, match="precision 32-true"):
+        AdaptiveEuler(0, torch.zeros(20), tolerance=1e-2).start(torch.zeros(20), client)
+
+
+def test_trains_through_the_client_loop_with_its_own_steps(tmp_path):
+    strategy = AdaptiveFedECADO(tolerance=1e-2, curvature_probes=2)
+    metrics = small_trainer(tmp_path, rounds=2).fit(small_model(), small_data(), strategy)
+    assert metrics["strategy/client_max_lte"] <= 1e-2 and metrics["strategy/client_forced"] == 0
+    assert metrics["strategy/client_steps"] == 4 * 5  # 4 clients x 5 local steps
+    assert 0 < metrics["strategy/client_step_min"] <= metrics["strategy/client_step_max"]
+    assert metrics["strategy/window_min"] <= metrics["strategy/window_max"]

@@ -43,6 +43,7 @@ class AsyncFederatedTrainer(FederatedTrainer):
         self.asynchrony = asynchrony
         self.schedule: BufferedSchedule | None = None
         self.versions: dict[int, dict[str, Any]] = {}  # the model versions that jobs in flight started from
+        self._fitting = False
 
     def fit(
         self,
@@ -60,9 +61,15 @@ class AsyncFederatedTrainer(FederatedTrainer):
         steps = self.local_work.steps
         fixed_steps = int(steps.low) if steps is not None and steps.kind == "fixed" else None
         strategy.configure_async(AsyncSetting(self.clients_per_round, fixed_steps, self.rounds))
-        return super().fit(model, data, strategy, ckpt_path, run_config)
+        self._fitting = True
+        try:
+            return super().fit(model, data, strategy, ckpt_path, run_config)
+        finally:
+            self._fitting = False
 
-    def _start(self, model, data, ckpt_path, run_config, step="validation_step") -> dict | None:
+    def _start(
+        self, model: LightningModule, data: FederatedDataModule, ckpt_path: str | None, run_config: str | None, step: str = "validation_step"
+    ) -> dict | None:
         checkpoint = super()._start(model, data, ckpt_path, run_config, step)
         a = self.asynchrony
         self.schedule = BufferedSchedule(data.num_clients, a.concurrency, self.clients_per_round, a.delays, self.seed)
@@ -145,7 +152,7 @@ class AsyncFederatedTrainer(FederatedTrainer):
     def _evaluate(self, client: ClientTrainer, params: Tensor, buffers: Tensor, step: str) -> dict[str, float]:
         """Also logs the metrics against virtual time during training."""
         metrics = super()._evaluate(client, params, buffers, step)
-        if self.versions:
+        if self._fitting:
             time_step = round(self.schedule.clock * TIME_STEPS)
             self._logger.log_metrics({f"vs_time/{k}": v for k, v in metrics.items()}, step=time_step)
         return metrics

@@ -61,12 +61,12 @@ def run(argv: list[str] | None = None) -> dict[str, float]:
     sub_config = config[name]
     seed_everything(sub_config.seed_everything, verbose=False)  # before the model is built
     objects = parser.instantiate(config)[name]
-    settings = {**vars(sub_config.trainer), "seed": sub_config.seed_everything}
+    settings = {**vars(sub_config.trainer), "privacy": objects.trainer.privacy, "seed": sub_config.seed_everything}
     if objects.asynchronous is None:
         trainer = FederatedTrainer(**settings)
     else:
         trainer = AsyncFederatedTrainer(objects.asynchronous, **settings)
-    run_config = parsers[name].dump(sub_config)
+    run_config = parsers[name].dump(sub_config, skip_none=False)  # keeps e.g. local_epochs: null
     if name == "fit":
         metrics = trainer.fit(objects.model, objects.data, objects.strategy, sub_config.ckpt_path, run_config)
     else:

@@ -107,7 +107,7 @@ def _fit(tmp_path, *overrides: str) -> dict[str, float]:
     return run(["fit", "--config", MASFL, *SMALL, "--trainer.root_dir", str(tmp_path), *overrides])
 
 
-def test_tensorboard_holds_staleness_virtual_time_and_accuracy_per_aggregation_and_against_time(tmp_path):
+def test_tensorboard_holds_staleness_virtual_time_and_accuracy_per_aggregation_and_against_time_and_test_reads_it_back(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     metrics = _fit(tmp_path, "--trainer.eval_interval", "1")
@@ -121,6 +121,11 @@ def test_tensorboard_holds_staleness_virtual_time_and_accuracy_per_aggregation_a
     assert clock == sorted(clock) and metrics["async/virtual_time"] == pytest.approx(clock[-1])
     assert [e.value for e in events.Scalars("round/clients")] == [2.0] * 4
     assert max(e.value for e in events.Scalars("async/staleness_max")) >= 1
+    # the saved config (with its asynchronous section) evaluates the run's last model
+    run_dir = tmp_path / "digits-async-masfl" / "version_0"
+    assert "concurrency: 4" in (run_dir / "config.yaml").read_text()
+    tested = run(["test", "--config", str(run_dir / "config.yaml"), "--ckpt_path", "last"])
+    assert tested["test_acc"] == pytest.approx(metrics["val_acc"], abs=1e-6)
 
 
 def test_resumed_run_gives_the_model_and_state_of_an_uninterrupted_one(tmp_path):

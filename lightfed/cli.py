@@ -66,7 +66,7 @@ def run(argv: list[str] | None = None) -> dict[str, float]:
         trainer = FederatedTrainer(**settings)
     else:
         trainer = AsyncFederatedTrainer(objects.asynchronous, **settings)
-    run_config = parsers[name].dump(sub_config, skip_none=False)  # keeps e.g. local_epochs: null
+    run_config = parsers[name].dump(sub_config, skip_unset=False)  # keeps null settings (local_epochs: null)
     if name == "fit":
         metrics = trainer.fit(objects.model, objects.data, objects.strategy, sub_config.ckpt_path, run_config)
     else:

@@ -1,5 +1,7 @@
 """lightfed: federated learning with LightningModule clients on Lightning Fabric."""
 
+from lightfed.async_trainer import AsyncFederatedTrainer
+from lightfed.asynchronous import Asynchrony
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError, DatasetNotFoundError, DivergenceError, LightfedError
 from lightfed.strategies import FedAvg, Strategy
@@ -8,6 +10,8 @@ from lightfed.trainer import FederatedTrainer
 from lightfed.types import ClientPlan, ClientUpdate
 
 __all__ = [
+    "AsyncFederatedTrainer",
+    "Asynchrony",
     "ClientPlan",
     "ClientUpdate",
     "ConfigError",

@@ -191,7 +191,9 @@ def main(args: list[str] | None = None) -> int:
         print(f"{method}: chose {describe(method, chosen[method])} from {len(tried)} setting(s)", flush=True)
     sweep_runs = [Run(method, m, tuple(map(tuple, chosen[method])), seed)
                   for method in METHODS for m in options.concurrency for seed in options.seeds]
-    sweep = run_all(sweep_runs, out, options.rounds, fixed, options.workers, "concurrency")
+    tuned = {r["name"]: r for r in tuning}  # the tuning runs of the chosen step sizes are not run again
+    fresh = run_all([run for run in sweep_runs if run.name not in tuned], out, options.rounds, fixed, options.workers, "concurrency")
+    sweep = [tuned.get(run.name) or next(r for r in fresh if r["name"] == run.name) for run in sweep_runs]
 
     table = render_table(sweep, chosen, options.concurrency)
     (out / "table.md").write_text(table)

@@ -14,6 +14,7 @@ from lightfed.asynchronous import BufferedSchedule
 from lightfed.cli import main, run
 from lightfed.delays import Exponential, LogNormal, SpeedTiers
 from lightfed.errors import ConfigError
+from tests.data.test_datasets import write_fake_mnist
 
 ROOT = Path(__file__).resolve().parents[1]
 MASFL = str(ROOT / "configs" / "async" / "digits_masfl.yaml")
@@ -145,6 +146,19 @@ def test_resumed_run_gives_the_model_and_state_of_an_uninterrupted_one(tmp_path)
     assert straight["client_states"].keys() == resumed["client_states"].keys()
     assert all(torch.equal(s["c"], resumed["client_states"][i]["c"]) for i, s in straight["client_states"].items())
     assert straight["versions"].keys() == resumed["versions"].keys()
+
+
+@pytest.mark.parametrize("config", sorted((ROOT / "configs" / "async").glob("*.yaml")), ids=lambda path: path.stem)
+def test_every_async_config_trains(tmp_path, config):
+    """Digits configs as they are (shortened); Fashion-MNIST configs on fake files in torchvision's layout."""
+    overrides = []
+    if config.stem.startswith("fmnist"):
+        write_fake_mnist(tmp_path / "data" / "FashionMNIST" / "raw", n=64, rng=np.random.default_rng(0))
+        overrides = ["--data.dataset.init_args.root", str(tmp_path / "data"), "--data.partitioner.init_args.min_size", "4",
+                     "--data.batch_size", "8", "--model.init_args.width", "4", "--trainer.accelerator", "cpu"]
+    metrics = run(["fit", "--config", str(config), *SMALL, "--trainer.rounds", "2", "--trainer.eval_interval", "1",
+                   "--trainer.root_dir", str(tmp_path / "runs"), *overrides])
+    assert metrics["round/clients"] == 2 and 0 <= metrics["val_acc"] <= 1
 
 
 def _error_of(argv: list[str], capsys) -> str:

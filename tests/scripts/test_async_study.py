@@ -33,7 +33,7 @@ def test_grid_and_table():
 def test_tiny_study_prints_accuracy_per_method_and_concurrency(tmp_path, capsys):
     assert study.main(["--out", str(tmp_path), *TINY]) == 0
     printed = capsys.readouterr().out
-    assert "[tune 5/5]" in printed and "[concurrency 10/10]" in printed
+    assert "[tune 5/5]" in printed and "[concurrency 5/5]" in printed  # the M_c = 4 runs are the tuning runs
     rows = [line for line in printed.splitlines() if line.startswith("| ")]
     assert rows[0] == "| method | step sizes | M_c=2 | M_c=4 | spread (max-min) |"
     assert [row.split(" | ")[0][2:] for row in rows[1:]] == [*study.METHODS, "mean staleness"]

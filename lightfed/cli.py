@@ -61,7 +61,7 @@ def run(argv: list[str] | None = None) -> dict[str, float]:
     sub_config = config[name]
     seed_everything(sub_config.seed_everything, verbose=False)  # before the model is built
     objects = parser.instantiate(config)[name]
-    settings = {**vars(sub_config.trainer), "seed": sub_config.seed_everything}
+    settings = {**vars(sub_config.trainer), "privacy": objects.trainer.privacy, "seed": sub_config.seed_everything}
     if objects.asynchronous is None:
         trainer = FederatedTrainer(**settings)
     else:

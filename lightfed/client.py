@@ -84,7 +84,7 @@ class ClientTrainer:
                 self.batch, self.step_index = batch, steps
                 loss = self._gradient()
                 session.before_step(self.flat.grads)
-                self.grad_sq_sum += self.flat.grads.square().sum()
+                self.grad_sq_sum += torch.linalg.vector_norm(self.flat.grads).square()
                 if rule is None or not rule.takes_step:
                     optimizer.step(self._sam_closure)
                 loss_sum += loss.detach()

@@ -1,5 +1,6 @@
 """AsyncFederatedTrainer: buffered asynchronous FL on a virtual clock, through the synchronous trainer's loop."""
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -10,12 +11,11 @@ from lightfed.asynchronous import Asynchrony, BufferedSchedule
 from lightfed.client import ClientTrainer
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError, DivergenceError
-from lightfed.seeding import CLIENT, derived_seed
+from lightfed.seeding import derived_seed
 from lightfed.strategies.async_base import AsyncSetting, AsyncStrategy
 from lightfed.strategies.base import Strategy
 from lightfed.sums import Sums
 from lightfed.trainer import FederatedTrainer
-from lightfed.types import ClientPlan
 
 WARM_UP = 103  # the clients' warm-up jobs before the first aggregation
 TIME_STEPS = 1000  # TensorBoard steps per virtual time unit of the ``vs_time/`` scalars
@@ -58,6 +58,8 @@ class AsyncFederatedTrainer(FederatedTrainer):
                 f"{type(strategy).__name__} is synchronous; with `asynchronous:` use lightfed.strategies.FedBuff, "
                 "CA2FL, FADAS, MasFL or AdaMasFL"
             )
+        if self.privacy is not None:
+            raise ConfigError("trainer.privacy is not supported with `asynchronous:` yet: its budgets assume rounds")
         steps = self.local_work.steps
         fixed_steps = int(steps.low) if steps is not None and steps.kind == "fixed" else None
         strategy.configure_async(AsyncSetting(self.clients_per_round, fixed_steps, self.rounds))
@@ -95,8 +97,7 @@ class AsyncFederatedTrainer(FederatedTrainer):
         if strategy.warms_up:
             sums = Sums(strategy.sum_sizes(), self.fabric.device)
             for client_id in self._my_share(list(range(client.data.num_clients)), strategy):
-                epochs, steps, lr = self.local_work.draw(self.seed, 0, client_id)
-                plan = ClientPlan(client_id, 0, derived_seed(self.seed, WARM_UP, client_id), epochs, steps, lr)
+                plan = replace(self._client_plan(0, client_id), seed=derived_seed(self.seed, WARM_UP, client_id))
                 strategy.accumulate_warm_up(sums, client.train(strategy.configure_warm_up(plan), params, buffers))
             sums.buffer.copy_(self.fabric.all_reduce(sums.buffer, reduce_op="sum"))
             strategy.finish_warm_up(sums)
@@ -118,9 +119,7 @@ class AsyncFederatedTrainer(FederatedTrainer):
         for client_id in self._my_share(sorted(by_client), strategy):
             job = by_client[client_id]
             version = self.versions[job.version]
-            epochs, steps, lr = self.local_work.draw(self.seed, job.version, client_id)
-            seed = derived_seed(self.seed, CLIENT, job.version, client_id)
-            plan = strategy.configure_job(ClientPlan(client_id, job.version, seed, epochs, steps, lr), version)
+            plan = strategy.configure_job(self._client_plan(job.version, client_id), version)
             update = client.train(plan, version["params"], version["buffers"])
             strategy.accumulate_job(sums, update, round - job.version)
             sums.add("_buffers", update.buffers, weight=update.num_examples)
@@ -130,6 +129,8 @@ class AsyncFederatedTrainer(FederatedTrainer):
         sums.buffer.copy_(self.fabric.all_reduce(sums.buffer, reduce_op="sum"))
         params = strategy.aggregate_buffer(params, sums, round, staleness)
         buffers = (sums["_buffers"] / sums["_examples"]).to(buffers.dtype)
+        if self.check_replicas:
+            self._check_replicas(round, params, buffers)
         if not (torch.isfinite(params).all() and torch.isfinite(buffers).all()):
             raise DivergenceError(
                 f"the global weights became NaN/Inf in aggregation {round + 1}; lower the step sizes (model lr or "

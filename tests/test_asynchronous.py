@@ -178,6 +178,8 @@ def _error_of(argv: list[str], capsys) -> str:
         (["--trainer.local_steps", "null", "--trainer.local_epochs", "1", "--strategy", "lightfed.strategies.AdaMasFL"],
          "set trainer.local_steps"),
         (["--model.init_args.momentum", "0.9"], "need the model's optimizer to be plain SGD"),
+        (["--trainer.privacy", "lightfed.privacy.DPSGD", "--trainer.privacy.noise_multiplier", "1"],
+         "trainer.privacy is not supported with `asynchronous:` yet"),
     ],
 )
 def test_bad_asynchronous_settings_get_one_line(tmp_path, capsys, overrides, message):
@@ -194,11 +196,12 @@ def test_asynchronous_strategy_without_the_asynchronous_section_is_refused(tmp_p
 
 
 def test_two_processes_give_the_weights_and_client_states_of_one(tmp_path):
-    """Client i trains on process i % 2, where its control variate lives; the schedule is the same on both."""
+    """Client i trains on process i % 2, where its control variate lives; the schedule is the same on both, and
+    both processes hold the same global weights after every aggregation (check_replicas)."""
     _fit(tmp_path / "one", "--trainer.name", "run")
     subprocess.run(
         [sys.executable, "-m", "lightfed", "fit", "--config", MASFL, *SMALL, "--trainer.name", "run",
-         "--trainer.devices", "2", "--trainer.root_dir", str(tmp_path / "two")],
+         "--trainer.devices", "2", "--trainer.check_replicas", "true", "--trainer.root_dir", str(tmp_path / "two")],
         check=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, timeout=300,
     )
     one, two = (torch.load(tmp_path / n / "run" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False) for n in ("one", "two"))

@@ -221,3 +221,16 @@ def test_dp_is_configured_from_the_command_line_and_its_refusals_are_one_line(tm
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lightfed: error:")]
     assert exit.value.code == 2 and len(errors) == 1
     assert errors[0].startswith("lightfed: error: differential privacy needs trainer.precision 32-true")
+
+
+def test_the_prv_accountant_is_kept_per_client_like_rdp():
+    from opacus.accountants import PRVAccountant
+
+    privacy = DPSGD(noise_multiplier=1.0, accountant="prv")
+    client = _private_client(X, Y, privacy, batch_size=2)
+    for round in range(2):
+        client.train(ClientPlan(client_id=0, round=round, seed=round, steps=3), torch.zeros(3), torch.zeros(0))
+    independent = PRVAccountant()
+    for _ in range(6):
+        independent.step(noise_multiplier=1.0, sample_rate=0.5)
+    assert privacy.epsilon(0) == pytest.approx(independent.get_epsilon(delta=1e-5), rel=1e-6)

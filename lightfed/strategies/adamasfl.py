@@ -33,7 +33,7 @@ class AdaMasFL(MasFL):
         """
         if gamma_mult <= 0 or eta_mult <= 0:
             raise ConfigError(f"strategy.gamma_mult and strategy.eta_mult must be > 0, got {gamma_mult}, {eta_mult}")
-        super().__init__(server_lr=gamma_mult, beta=beta)
+        super().__init__(server_lr=gamma_mult, beta=beta)  # server_lr is set from S, K, T in configure_async
         self.gamma_mult, self.eta_mult = gamma_mult, eta_mult
 
     def configure_async(self, setting: AsyncSetting) -> None:

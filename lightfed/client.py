@@ -60,7 +60,7 @@ class ClientTrainer:
                 "differential privacy use strategy FedSAM or FedASAM, whose rule makes both gradients private"
             )
         self.logged = LoggedValues()
-        self.grad_sq_sum = torch.zeros((), device=fabric.device)
+        self.grad_sq_sum = torch.zeros((), device=fabric.device)  # sum of ||step gradient||^2 of the current client
 
     def train(self, plan: ClientPlan, params: Tensor, buffers: Tensor) -> ClientUpdate:
         """Runs the plan from the given global weights; randomness comes only from ``plan.seed``."""

@@ -12,13 +12,14 @@ the window) and its final state at its own window end T_i, extrapolated (or held
 per-client scalars or per-coordinate vectors; every operation is elementwise, O(active clients x d) per step.
 """
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
 from torch import Tensor
 
-from lightfed.errors import ConfigError
+from lightfed.errors import ConfigError, DivergenceError
 
 BeyondWindow = Literal["extrapolate", "hold"]
 
@@ -75,13 +76,14 @@ def truncation_error(
 @dataclass(frozen=True)
 class StepControl:
     """LTE step-size control: reject while max|LTE| > tolerance, shrinking h by safety * tolerance / LTE; after an
-    accepted step grow h by that ratio, at most ``max_growth`` times. A step of ``min_step`` x the window is accepted
-    whatever its error (counted as forced)."""
+    accepted step grow h by that ratio, at most ``max_growth`` times. No step is shorter than ``min_step`` x the
+    window: one that short is accepted whatever its error (counted as forced), so a round takes at most
+    1 / min_step steps."""
 
     tolerance: float
     safety: float = 0.9
     max_growth: float = 2.0
-    min_step: float = 1e-4
+    min_step: float = 1e-2
 
     def __post_init__(self) -> None:
         if not self.tolerance > 0:
@@ -117,6 +119,8 @@ def integrate_window(
     The last step is cut to land on the window end; a cut step does not shrink the next round's first step.
     """
     end = float(branches.windows.max())
+    if not math.isfinite(end):
+        raise DivergenceError(f"a client's simulated time is {end}: its steps diverged")
     floor = control.min_step * end
     currents = branches.couplings.clone()
     result = WindowResult(x_c, currents, step)
@@ -131,11 +135,12 @@ def integrate_window(
             if error <= control.tolerance or trial <= floor:
                 break
             result.trials.append((trial, error, False))
-            trial, cut = max(trial * control.safety * control.tolerance / error, floor), False
+            shrink = control.safety * control.tolerance / error if math.isfinite(error) else 0.1
+            trial, cut = max(trial * shrink, floor), False
         result.trials.append((trial, error, True))
         result.forced += error > control.tolerance
         x_c, currents, voltages, s = x_next, currents_next, voltages_next, s + trial
         growth = control.max_growth if error == 0 else min(control.max_growth, control.safety * control.tolerance / error)
-        h = max(trial * growth, proposal) if cut else trial * growth  # a cut at the window end is not the error's
+        h = max(trial * growth, proposal if cut else floor)  # a cut at the window end is not the error's
     result.x_c, result.currents, result.next_step = x_c, currents, h
     return result

@@ -4,7 +4,8 @@ Every run is ``lightfed fit --config C <overrides>`` named ``<config stem>__<set
 (with the folder in front of a stem two configs share); its history is read back from its TensorBoard events.
 Outputs::
 
-    OUT/table.md       one row per (config, setting): final and best metric over seeds, rounds to --target, time
+    OUT/table.md       one row per (config, setting): final and best metric over seeds, rounds to --target, time;
+                       with --usable F also each config's share of runs whose final metric reaches F x the best run's
     OUT/accuracy.png   metric versus round, mean over seeds, shaded min-max, one line per (config, setting)
     OUT/results.json   every planned run: config, setting, seed, argv, status, final, best, rounds to target, history
     OUT/runs/<name>/version_<n>/   the runs' logs, configs and checkpoints (the newest version of a name counts)
@@ -14,6 +15,10 @@ Examples::
     python scripts/compare.py --configs configs/quickstart.yaml --seeds 0 1 2 --target 0.9 --out runs/cmp
     python scripts/compare.py --configs configs/quickstart.yaml --grid strategy.init_args.server_lr=1.0,0.5 \\
         --random model.init_args.lr=loguniform:1e-3:1e-1 --samples 4 --sweep-seed 0 --rounds 10 --out runs/sweep
+    # a key prefixed with a config's name applies to that config only: each method its own random search
+    python scripts/compare.py --configs configs/digits/fedadam.yaml configs/digits/adaptive_fedecado.yaml \\
+        --random fedadam:strategy.init_args.server_lr=uniform:0:1 \\
+        --random adaptive_fedecado:strategy.init_args.tolerance=loguniform:1e-4:1 --samples 10 --usable 0.8
     # a SLURM array: one run per task, then one job that gathers the table and the plot
     python scripts/compare.py ARGS --list | wc -l                       # how many tasks
     python scripts/compare.py ARGS --task-index $SLURM_ARRAY_TASK_ID
@@ -36,7 +41,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-KEY = re.compile(r"[A-Za-z_][\w-]*(\.[A-Za-z_][\w-]*)*")
+KEY = re.compile(r"([\w.-]+:)?[A-Za-z_][\w-]*(\.[A-Za-z_][\w-]*)*")  # an optional "config-name:" scope
 MANAGED = {"trainer.root_dir": "--out", "trainer.name": "the run name", "seed_everything": "--seeds"}
 DISTRIBUTIONS = "loguniform:MIN:MAX, uniform:MIN:MAX or choice:A,B,..."
 Setting = dict[str, str]  # override key -> value, as passed to the lightfed command line
@@ -54,8 +59,8 @@ def _split(spec: str, option: str) -> tuple[str, str]:
     key = key.strip().removeprefix("--")
     if not sep or not KEY.fullmatch(key) or not value.strip():
         raise SpecError(f"{option} {spec!r}: expected KEY=VALUE with a dotted key, e.g. model.init_args.lr=0.01")
-    if key in MANAGED:
-        raise SpecError(f"{option} {spec!r}: {key} is set by compare.py (use {MANAGED[key]})")
+    if key.rpartition(":")[2] in MANAGED:
+        raise SpecError(f"{option} {spec!r}: {key.rpartition(':')[2]} is set by compare.py (use {MANAGED[key.rpartition(':')[2]]})")
     return key, value.strip()
 
 
@@ -198,22 +203,39 @@ def config_names(configs: list[str]) -> list[str]:
     return names
 
 
+def scoped(setting: Setting, name: str, names: list[str]) -> Setting:
+    """The keys of ``setting`` that apply to the config called ``name``: unscoped keys and keys ``name:KEY``
+    (returned without the scope)."""
+    result: Setting = {}
+    for key, value in setting.items():
+        scope, _, bare = key.rpartition(":")
+        if scope and scope not in names:
+            raise SpecError(f"{key}: {scope!r} is not the name of a config ({', '.join(names)})")
+        if scope in ("", name):
+            if bare in result:
+                raise SpecError(f"{bare} is given both for every config and for {name}; give it once")
+            result[bare] = value
+    return result
+
+
 def plan_runs(configs: list[str], seeds: list[int], settings: list[Setting], fixed: Setting, rounds: int | None, runs_dir: str) -> list[Run]:
-    """Configs x settings x seeds, seeds varying fastest."""
+    """Configs x settings x seeds, seeds varying fastest; each config gets the keys scoped to it (``scoped``)."""
     if len(set(seeds)) != len(seeds):
         raise SpecError("a seed is given twice in --seeds")
     stems = config_names(configs)
-    clash = sorted(set(fixed) & {key for setting in settings for key in setting})
-    if clash:
-        raise SpecError(f"{clash[0]} is both fixed (--set) and swept (--grid/--random); give it once")
-    if rounds is not None and ("trainer.rounds" in fixed or any("trainer.rounds" in s for s in settings)):
-        raise SpecError("trainer.rounds is given both by --rounds and by --set/--grid/--random; give it once")
     runs = []
     for config, stem in zip(configs, stems):
-        for setting in settings:
+        mine = scoped(fixed, stem, stems)
+        own_settings = list({tuple(s.items()): s for s in (scoped(s, stem, stems) for s in settings)}.values())
+        clash = sorted(set(mine) & {key for setting in own_settings for key in setting})
+        if clash:
+            raise SpecError(f"{clash[0]} is both fixed (--set) and swept (--grid/--random); give it once")
+        if rounds is not None and ("trainer.rounds" in mine or any("trainer.rounds" in s for s in own_settings)):
+            raise SpecError("trainer.rounds is given both by --rounds and by --set/--grid/--random; give it once")
+        for setting in own_settings:
             for seed in seeds:
                 name = run_name(stem, setting, seed)
-                runs.append(Run(config, stem, setting, seed, name, run_argv(config, fixed, setting, seed, rounds, runs_dir, name)))
+                runs.append(Run(config, stem, setting, seed, name, run_argv(config, mine, setting, seed, rounds, runs_dir, name)))
     names = [run.name for run in runs]
     if len(set(names)) != len(names):
         raise SpecError("two settings give the same run name; use values that differ in letters or digits")
@@ -321,6 +343,30 @@ def render_table(rows: list[dict], metric: str, target: float | None, mode: str 
     return "\n".join(lines) + "\n" + note
 
 
+def usable_rates(results: list[dict], fraction: float) -> tuple[float | None, dict[str, dict]]:
+    """The best final value over the finished runs of every config, and per config how many of its finished runs
+    end at or above ``fraction`` x that best value ("usable", as in the Adaptive FedECADO paper's Table 1)."""
+    finished = [r for r in results if r["status"] == "finished"]
+    best = max((r["final"] for r in finished), default=None)
+    rates = {}
+    for stem in dict.fromkeys(r["stem"] for r in results):
+        mine = [r for r in finished if r["stem"] == stem]
+        usable = sum(r["final"] >= fraction * best for r in mine)
+        rates[stem] = {"usable": usable, "finished": len(mine), "share": usable / len(mine) if mine else None}
+    return best, rates
+
+
+def render_usable(best: float | None, rates: dict[str, dict], metric: str, fraction: float) -> str:
+    """Markdown table of ``usable_rates``."""
+    lines = ["| config | usable runs | usable share |", "|---|---|---|"]
+    for stem, rate in rates.items():
+        share = "—" if rate["share"] is None else f"{100 * rate['share']:.0f}%"
+        lines.append(f"| {stem} | {rate['usable']}/{rate['finished']} | {share} |")
+    reference = "—" if best is None else f"{best:.4f}"
+    return ("\n".join(lines) + f"\n\nusable: final {metric} >= {fraction:g} x the best final {metric} of all finished "
+            f"runs ({reference}).\n")
+
+
 def plot_curves(curves: dict[str, list[list[list[float]]]], metric: str, target: float | None, path: Path) -> None:
     """``curves``: label -> the histories of its seeds; mean line, min-max band over the rounds all seeds logged."""
     import matplotlib
@@ -367,6 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--random", action="append", default=[], metavar="KEY=DIST", help=f"sample from {DISTRIBUTIONS}")
     parser.add_argument("--samples", type=int, help="how many --random settings to draw")
     parser.add_argument("--sweep-seed", type=int, default=0, help="seed of the --random draws (default: 0)")
+    parser.add_argument("--usable", type=float, metavar="F", help="also tabulate each config's share of runs whose final "
+                        "metric is at least F times the best run's (e.g. 0.8)")
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--list", action="store_true", help="print each planned run's lightfed command and exit")
     action.add_argument("--task-index", type=int, metavar="I", help="run only run I of --list (e.g. a SLURM array task)")
@@ -421,7 +469,8 @@ def curve_label(stem: str, label: str, groups: list[tuple[str, str]]) -> str:
     return stem if len(groups) == len({g[0] for g in groups}) else f"{stem} · {label}"
 
 
-def collect(runs: list[Run], rounds: dict, out: Path, metric: str, target: float | None, mode: str) -> list[Run]:
+def collect(runs: list[Run], rounds: dict, out: Path, metric: str, target: float | None, mode: str,
+            usable: float | None = None) -> list[Run]:
     """Reads every planned run's logs and writes table.md, accuracy.png and results.json; returns the unfinished runs."""
     results, unfinished = [], []
     for run in runs:
@@ -447,10 +496,14 @@ def collect(runs: list[Run], rounds: dict, out: Path, metric: str, target: float
         if finished:
             curves[curve_label(stem, label, groups)] = [r["history"] for r in finished]
     table = render_table(rows, metric, target, mode)
+    summary = {"metric": metric, "mode": mode, "target": target, "rows": rows, "runs": results}
+    if usable is not None:
+        best, rates = usable_rates(results, usable)
+        table += "\n" + render_usable(best, rates, metric, usable)
+        summary["usable"] = {"fraction": usable, "best": best, "configs": rates}
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text(table)
     plot_curves(curves, metric, target, out / "accuracy.png")
-    summary = {"metric": metric, "mode": mode, "target": target, "rows": rows, "runs": results}
     (out / "results.json").write_text(json.dumps(summary, indent=1))
     print(table, end="", flush=True)
     print(f"table: {out / 'table.md'}, plot: {out / 'accuracy.png'}, results: {out / 'results.json'}", flush=True)
@@ -461,6 +514,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     mode = args.mode or ("min" if "loss" in args.metric else "max")
+    if args.usable is not None and (mode == "min" or not 0 < args.usable <= 1):
+        parser.error("--usable F needs 0 < F <= 1 and a metric where higher is better")
     out = Path(args.out).resolve()
     try:
         runs = plan_from_args(args)
@@ -476,11 +531,11 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         ok = True
         if not args.collect:
-            settings = len({run.group for run in runs}) // len(args.configs)
-            print(f"compare: {len(runs)} runs (configs × settings × seeds = {len(args.configs)} × {settings} × "
+            settings = len({run.group for run in runs})
+            print(f"compare: {len(runs)} runs ((config, setting) pairs × seeds = {settings} × "
                   f"{len(args.seeds)}), logs in {out / 'runs'}", flush=True)
             ok = all([execute(run, i, len(runs), args.metric) for i, run in enumerate(runs)])
-        unfinished = collect(runs, rounds, out, args.metric, args.target, mode)
+        unfinished = collect(runs, rounds, out, args.metric, args.target, mode, args.usable)
     except SpecError as error:
         parser.error(str(error))
     if unfinished:

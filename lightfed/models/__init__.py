@@ -3,7 +3,7 @@
 from lightfed.models.classifier import ClassificationModule
 from lightfed.models.cnn import SmallCNN
 from lightfed.models.mlp import MLP
-from lightfed.models.resnet import ResNet18GN
+from lightfed.models.resnet import ResNet18GN, ResNet34GN, ResNet50GN
 from lightfed.models.vgg import VGG11
 
-__all__ = ["ClassificationModule", "MLP", "ResNet18GN", "SmallCNN", "VGG11"]
+__all__ = ["ClassificationModule", "MLP", "ResNet18GN", "ResNet34GN", "ResNet50GN", "SmallCNN", "VGG11"]

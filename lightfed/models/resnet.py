@@ -1,9 +1,9 @@
-"""torchvision ResNet-18 with GroupNorm and the CIFAR stem."""
+"""torchvision ResNets (18, 34, 50) with GroupNorm and the CIFAR stem."""
 
 from functools import partial
 
 from torch import nn
-from torchvision.models import resnet18
+from torchvision.models import resnet18, resnet34, resnet50
 
 from lightfed.models.classifier import ClassificationModule
 
@@ -15,6 +15,8 @@ class ResNet18GN(ClassificationModule):
     under non-IID data. The CIFAR stem replaces the 7x7 stride-2 conv with a 3x3
     stride-1 conv and drops the max-pool.
     """
+
+    constructor = staticmethod(resnet18)
 
     def __init__(
         self,
@@ -35,7 +37,19 @@ class ResNet18GN(ClassificationModule):
             weight_decay: SGD weight decay (L2 penalty).
         """
         super().__init__(num_classes=num_classes, lr=lr, momentum=momentum, weight_decay=weight_decay)
-        self.net = resnet18(weights=None, num_classes=num_classes, norm_layer=partial(nn.GroupNorm, groups))
+        self.net = self.constructor(weights=None, num_classes=num_classes, norm_layer=partial(nn.GroupNorm, groups))
         self.net.conv1 = nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
         nn.init.kaiming_normal_(self.net.conv1.weight, mode="fan_out", nonlinearity="relu")
         self.net.maxpool = nn.Identity()
+
+
+class ResNet34GN(ResNet18GN):
+    """torchvision ResNet-34 with GroupNorm and the CIFAR stem (arguments as ``ResNet18GN``)."""
+
+    constructor = staticmethod(resnet34)
+
+
+class ResNet50GN(ResNet18GN):
+    """torchvision ResNet-50 (bottleneck blocks) with GroupNorm and the CIFAR stem (arguments as ``ResNet18GN``)."""
+
+    constructor = staticmethod(resnet50)

@@ -300,3 +300,46 @@ def test_three_strategies_by_two_seeds_on_digits(tmp_path):
     assert all(row.split(" | ")[2] == "2/2" for row in rows)
     assert (out / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(json.loads((out / "results.json").read_text())["runs"]) == 6
+
+
+# ----------------------------------------------------------------- per-config keys and usable rates
+
+
+def test_scoped_keys_apply_to_their_config_only():
+    randoms = [compare.parse_random("a:strategy.lr=choice:0.1,0.2"), compare.parse_random("b:strategy.tol=choice:1,2,3")]
+    settings = compare.plan_settings([], randoms, samples=6, sweep_seed=0)
+    fixed = dict([compare.parse_set("trainer.rounds=3"), compare.parse_set("b:strategy.extra=x")])
+    runs = compare.plan_runs(["/c/a.yaml", "/c/b.yaml"], [0], settings, fixed, None, "/out/runs")
+    by_config = {stem: [r for r in runs if r.stem == stem] for stem in ("a", "b")}
+    assert {r.setting["strategy.lr"] for r in by_config["a"]} == {"0.1", "0.2"}  # duplicates dropped per config
+    assert len(by_config["a"]) == 2 and all(set(r.setting) == {"strategy.lr"} for r in by_config["a"])
+    assert all(set(r.setting) == {"strategy.tol"} for r in by_config["b"])
+    assert all("--strategy.extra" in r.argv and "--trainer.rounds" in r.argv for r in by_config["b"])
+    assert all("--strategy.extra" not in r.argv for r in by_config["a"])
+    assert by_config["b"][0].name.startswith("b__strategy.tol=")
+    with pytest.raises(compare.SpecError, match="'c' is not the name of a config"):
+        compare.plan_runs(["/c/a.yaml"], [0], [{}], {"c:x": "1"}, None, "/out/runs")
+    with pytest.raises(compare.SpecError, match="x is given both for every config and for a"):
+        compare.plan_runs(["/c/a.yaml"], [0], [{}], {"x": "1", "a:x": "2"}, None, "/out/runs")
+    with pytest.raises(compare.SpecError, match="set by compare.py"):
+        compare.parse_set("a:trainer.name=x")
+
+
+def test_usable_rates_by_hand():
+    def run(stem, final, status="finished"):
+        return {"stem": stem, "final": final, "status": status}
+
+    results = [run("a", 0.9), run("a", 0.7), run("a", 0.75), run("b", 0.1), run("b", 0.73), run("c", 0.0, "unfinished")]
+    best, rates = compare.usable_rates(results, 0.8)  # threshold 0.72
+    assert best == 0.9
+    assert rates == {"a": {"usable": 2, "finished": 3, "share": 2 / 3}, "b": {"usable": 1, "finished": 2, "share": 0.5},
+                     "c": {"usable": 0, "finished": 0, "share": None}}
+    lines = compare.render_usable(best, rates, "val_acc", 0.8).splitlines()
+    assert lines[:5] == ["| config | usable runs | usable share |", "|---|---|---|", "| a | 2/3 | 67% |",
+                         "| b | 1/2 | 50% |", "| c | 0/0 | — |"]
+    assert "final val_acc >= 0.8 x the best final val_acc of all finished runs (0.9000)" in lines[-1]
+
+
+def test_usable_needs_a_metric_where_higher_is_better(capsys, tmp_path):
+    line = _cli_error(["--configs", QUICKSTART, "--out", str(tmp_path), "--usable", "0.8", "--metric", "val_loss"], capsys)
+    assert "--usable F needs 0 < F <= 1" in line

@@ -63,7 +63,7 @@ def test_the_closed_form_solves_the_backward_euler_equations(beyond_window):
 
 def test_accepted_steps_meet_the_tolerance_and_rejected_steps_shrink():
     branches = _branches(a=4, d=50, seed=3)
-    control = StepControl(tolerance=1e-3)
+    control = StepControl(tolerance=1e-3, min_step=1e-6)
     result = integrate_window(torch.zeros(50, dtype=torch.float64), torch.zeros(50, dtype=torch.float64), branches,
                               step=1.0, control=control)
     assert result.rejected > 0 and len(result.accepted) > 3 and result.forced == 0  # the control did work
@@ -80,7 +80,7 @@ def test_accepted_steps_meet_the_tolerance_and_rejected_steps_shrink():
 def test_a_tighter_tolerance_takes_more_and_smaller_steps():
     branches = _branches(a=4, d=50, seed=3)
     loose, tight = [integrate_window(torch.zeros(50, dtype=torch.float64), torch.zeros(50, dtype=torch.float64),
-                                     branches, 1.0, StepControl(tol)) for tol in (1e-2, 1e-4)]
+                                     branches, 1.0, StepControl(tol, min_step=1e-6)) for tol in (1e-2, 1e-4)]
     assert len(tight.accepted) > 3 * len(loose.accepted)
     assert max(h for h, _ in tight.accepted) < max(h for h, _ in loose.accepted)
 

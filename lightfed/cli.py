@@ -2,7 +2,7 @@
 
 import sys
 
-from jsonargparse import ActionConfigFile, ArgumentParser, lazy_instance
+from jsonargparse import ActionConfigFile, ArgumentParser
 from lightning import LightningModule, seed_everything
 
 from lightfed.async_trainer import AsyncFederatedTrainer
@@ -31,10 +31,12 @@ def _subcommand_parser(name: str) -> ArgumentParser:
         default=None,
         help="Buffered asynchronous training (concurrency, delays); absent: synchronous rounds.",
     )
-    parser.add_subclass_arguments(LightningModule, "model", default=lazy_instance(SmallCNN))
+    # no default instances: jsonargparse would carry a default's init_args over to the class a config names
+    # (a FedAdam would get FedAvg's server_lr 1.0); unset model/strategy are built in run()
+    parser.add_subclass_arguments(LightningModule, "model", required=False, default=None)
     parser.add_class_arguments(FederatedDataModule, "data")
     # every subcommand takes the strategy, so one config file serves fit, validate and test
-    parser.add_subclass_arguments(Strategy, "strategy", default=lazy_instance(FedAvg))
+    parser.add_subclass_arguments(Strategy, "strategy", required=False, default=None)
     parser.add_argument(
         "--ckpt_path",
         type=str | None,
@@ -61,6 +63,8 @@ def run(argv: list[str] | None = None) -> dict[str, float]:
     sub_config = config[name]
     seed_everything(sub_config.seed_everything, verbose=False)  # before the model is built
     objects = parser.instantiate(config)[name]
+    model = objects.model if objects.model is not None else SmallCNN()
+    strategy = objects.strategy if objects.strategy is not None else FedAvg()
     settings = {**vars(sub_config.trainer), "privacy": objects.trainer.privacy, "seed": sub_config.seed_everything}
     if objects.asynchronous is None:
         trainer = FederatedTrainer(**settings)
@@ -68,9 +72,9 @@ def run(argv: list[str] | None = None) -> dict[str, float]:
         trainer = AsyncFederatedTrainer(objects.asynchronous, **settings)
     run_config = parsers[name].dump(sub_config, skip_unset=False)  # keeps null settings (local_epochs: null)
     if name == "fit":
-        metrics = trainer.fit(objects.model, objects.data, objects.strategy, sub_config.ckpt_path, run_config)
+        metrics = trainer.fit(model, objects.data, strategy, sub_config.ckpt_path, run_config)
     else:
-        metrics = getattr(trainer, name)(objects.model, objects.data, sub_config.ckpt_path, run_config)
+        metrics = getattr(trainer, name)(model, objects.data, sub_config.ckpt_path, run_config)
     trainer.fabric.print(" ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items()) if not k.startswith("round/")))
     trainer.fabric.print(f"logs, config and checkpoints: {trainer.log_dir}")
     return metrics

@@ -46,6 +46,30 @@ def test_dotted_overrides_and_print_config(capsys):
     assert re.search(r"rounds: 5\n", printed) and "server_lr: 0.5" in printed and "class_path: lightfed.models.SmallCNN" in printed
 
 
+def _printed_config(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit):
+        main(["fit", *argv, "--print_config"])
+    return capsys.readouterr().out
+
+
+def test_a_class_named_in_a_config_keeps_its_own_defaults(capsys):
+    """No default model or strategy instance lends its init_args to the class a config or the command line names."""
+    cifar = _printed_config(capsys, "--config", str(ROOT / "configs" / "cifar10" / "fedavg.yaml"))
+    assert "class_path: lightfed.models.ResNet18GN" in cifar and "in_channels: 3" in cifar  # not SmallCNN's 1
+    fedadam = _printed_config(capsys, "--config", str(ROOT / "configs" / "digits" / "fedavg.yaml"),
+                              "--strategy", "lightfed.strategies.FedAdam")
+    assert "class_path: lightfed.strategies.FedAdam" in fedadam and "server_lr: 0.01" in fedadam  # not FedAvg's 1.0
+
+
+def test_without_model_and_strategy_the_run_uses_smallcnn_and_fedavg(tmp_path):
+    config = tmp_path / "bare.yaml"
+    text = open(QUICKSTART).read()
+    config.write_text(text[: text.index("model:")] + text[text.index("data:") : text.index("strategy:")])
+    metrics = run(["fit", "--config", str(config), "--trainer.rounds", "5", "--trainer.client_eval_interval", "0",
+                   "--trainer.root_dir", str(tmp_path), "--trainer.progress_bar", "false"])
+    assert metrics["val_acc"] > 0.3  # SmallCNN (lr 0.05) trained by FedAvg on digits
+
+
 def _error_of(argv: list[str], capsys) -> str:
     with pytest.raises(SystemExit) as exit:
         main(argv)

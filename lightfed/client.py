@@ -60,7 +60,6 @@ class ClientTrainer:
                 "differential privacy use strategy FedSAM or FedASAM, whose rule makes both gradients private"
             )
         self.logged = LoggedValues()
-        self.grad_sq_sum = torch.zeros((), device=fabric.device)  # sum of ||step gradient||^2 of the current client
 
     def train(self, plan: ClientPlan, params: Tensor, buffers: Tensor) -> ClientUpdate:
         """Runs the plan from the given global weights; randomness comes only from ``plan.seed``."""
@@ -76,7 +75,6 @@ class ClientTrainer:
         session = LocalSession(self, plan, generator) if self.privacy is None else self.privacy.session(self, plan, generator)
         self._session = session
         loss_sum = torch.zeros((), device=self.fabric.device)
-        self.grad_sq_sum.zero_()
         steps, local_time = 0, 0.0
         with self.logged.attached(module):
             for batch in session.batches():
@@ -84,7 +82,8 @@ class ClientTrainer:
                 self.batch, self.step_index = batch, steps
                 loss = self._gradient()
                 session.before_step(self.flat.grads)
-                self.grad_sq_sum += torch.linalg.vector_norm(self.flat.grads).square()
+                if rule is not None:
+                    rule.observe(self.flat.grads)
                 if rule is None or not rule.takes_step:
                     optimizer.step(self._sam_closure)
                 loss_sum += loss.detach()

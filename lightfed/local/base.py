@@ -36,6 +36,9 @@ class LocalRule(ABC):
     def adjust(self, grad: Tensor, params: Tensor) -> None:
         """Changes the flat gradient ``grad`` in place; ``params`` are the client's current flat parameters."""
 
+    def observe(self, grad: Tensor) -> None:
+        """Sees the flat gradient the step will use (private and noised under differential privacy), read-only."""
+
     def report(self) -> dict[str, Any]:
         """What the client sends back besides its delta (``ClientUpdate.report``), read after its last step."""
         return {}

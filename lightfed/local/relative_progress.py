@@ -100,11 +100,15 @@ class RelativeProgressRule(SharpnessAware):
             group["lr"] *= scale
         self.lr = client.optimizer.param_groups[0]["lr"]
         self.steps = 0
+        self.grad_sq_sum = torch.zeros((), device=params.device)  # sum of ||step gradient||^2 over the steps
 
     def adjust(self, grad: Tensor, params: Tensor) -> None:
         super().adjust(grad, params)
         self.steps += 1
 
+    def observe(self, grad: Tensor) -> None:
+        self.grad_sq_sum += torch.linalg.vector_norm(grad).square()
+
     def report(self) -> dict[str, Any]:
-        grad_sq = float(self.client.grad_sq_sum) / max(self.steps, 1)
+        grad_sq = float(self.grad_sq_sum) / max(self.steps, 1)
         return {"probe_loss": self.probe, "lr": self.lr, "grad_sq": grad_sq, "rp": self.rp, "history": self.history}

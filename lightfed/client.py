@@ -51,7 +51,6 @@ class ClientTrainer:
         self.optimizer = fabric.setup_optimizers(optimizer)
         self.delta = torch.empty_like(self.flat.params)
         self._scaler = getattr(fabric.strategy.precision, "scaler", None)  # set under 16-mixed
-        self.scales_gradients = self._scaler is not None
         self.privacy = privacy
         self._sam_closure = self._gradient if isinstance(optimizer, SAM) else None  # SAM re-evaluates the batch
         if self._sam_closure is not None and (privacy is not None or self.scales_gradients):
@@ -101,6 +100,11 @@ class ClientTrainer:
             train_loss=loss_sum / max(steps, 1),
             report={} if rule is None else rule.report(),
         )
+
+    @property
+    def scales_gradients(self) -> bool:
+        """Whether gradients are loss-scaled (16-bit mixed precision) until the optimizer step unscales them."""
+        return self._scaler is not None
 
     def recompute_gradient(self) -> Tensor:
         """Loss and flat gradient (``flat.grads``) of the current batch at the current parameters; returns the loss.

@@ -345,26 +345,31 @@ def render_table(rows: list[dict], metric: str, target: float | None, mode: str 
 
 def usable_rates(results: list[dict], fraction: float) -> tuple[float | None, dict[str, dict]]:
     """The best final value over the finished runs of every config, and per config how many of its finished runs
-    end at or above ``fraction`` x that best value ("usable", as in the Adaptive FedECADO paper's Table 1)."""
+    end at or above ``fraction`` x that best value ("usable", as in the Adaptive FedECADO paper's Table 1); diverged
+    runs count as ended and not usable."""
     finished = [r for r in results if r["status"] == "finished"]
     best = max((r["final"] for r in finished), default=None)
     rates = {}
     for stem in dict.fromkeys(r["stem"] for r in results):
         mine = [r for r in finished if r["stem"] == stem]
+        diverged = sum(r["status"] == "diverged" and r["stem"] == stem for r in results)
         usable = sum(r["final"] >= fraction * best for r in mine)
-        rates[stem] = {"usable": usable, "finished": len(mine), "share": usable / len(mine) if mine else None}
+        ended = len(mine) + diverged
+        rates[stem] = {"usable": usable, "finished": len(mine), "diverged": diverged,
+                       "share": usable / ended if ended else None}
     return best, rates
 
 
 def render_usable(best: float | None, rates: dict[str, dict], metric: str, fraction: float) -> str:
     """Markdown table of ``usable_rates``."""
-    lines = ["| config | usable runs | usable share |", "|---|---|---|"]
+    lines = ["| config | usable runs | diverged | usable share |", "|---|---|---|---|"]
     for stem, rate in rates.items():
         share = "—" if rate["share"] is None else f"{100 * rate['share']:.0f}%"
-        lines.append(f"| {stem} | {rate['usable']}/{rate['finished']} | {share} |")
+        ended = rate["finished"] + rate["diverged"]
+        lines.append(f"| {stem} | {rate['usable']}/{ended} | {rate['diverged']} | {share} |")
     reference = "—" if best is None else f"{best:.4f}"
     return ("\n".join(lines) + f"\n\nusable: final {metric} >= {fraction:g} x the best final {metric} of all finished "
-            f"runs ({reference}).\n")
+            f"runs ({reference}); a run whose weights became NaN/Inf counts as diverged, not usable.\n")
 
 
 def plot_curves(curves: dict[str, list[list[list[float]]]], metric: str, target: float | None, path: Path) -> None:
@@ -443,18 +448,27 @@ def plan_from_args(args: argparse.Namespace) -> list[Run]:
     return plan_runs(configs, args.seeds, settings, fixed, args.rounds, str(Path(args.out).resolve() / "runs"))
 
 
-def execute(run: Run, index: int, total: int, metric: str) -> bool:
+def divergence_marker(runs_dir: Path, name: str) -> Path:
+    """Written when a run's weights became NaN/Inf, so that ``collect`` counts it (as not usable) rather than missing."""
+    return runs_dir / name / "diverged.txt"
+
+
+def execute(run: Run, index: int, total: int, metric: str, runs_dir: Path) -> bool:
     """Trains one run in this process; prints a line when it starts and when it ends. False if lightfed refused it."""
     from lightfed.cli import run as lightfed_run
-    from lightfed.errors import LightfedError
+    from lightfed.errors import DivergenceError, LightfedError
 
     tag = f"[{index + 1}/{total}] {run.stem} {setting_label(run.setting)} seed={run.seed}"
     print(f"{tag}: started", flush=True)
     began = time.perf_counter()
+    marker = divergence_marker(runs_dir, run.name)
+    marker.unlink(missing_ok=True)
     try:
         metrics = lightfed_run(run.argv)
     except LightfedError as error:
         print(f"{tag}: failed: {error}", flush=True)
+        if isinstance(error, DivergenceError):
+            marker.write_text(f"{error}\n")
         return False
     if metric not in metrics:
         raise SpecError(f"--metric {metric} is not among the run's metrics ({', '.join(sorted(metrics))})")
@@ -471,7 +485,8 @@ def curve_label(stem: str, label: str, groups: list[tuple[str, str]]) -> str:
 
 def collect(runs: list[Run], rounds: dict, out: Path, metric: str, target: float | None, mode: str,
             usable: float | None = None) -> list[Run]:
-    """Reads every planned run's logs and writes table.md, accuracy.png and results.json; returns the unfinished runs."""
+    """Reads every planned run's logs and writes table.md, accuracy.png and results.json; returns the runs still to
+    run (neither finished nor diverged)."""
     results, unfinished = [], []
     for run in runs:
         record = {**asdict(run), "setting_label": setting_label(run.setting), "status": "missing"}
@@ -480,11 +495,12 @@ def collect(runs: list[Run], rounds: dict, out: Path, metric: str, target: float
             if not log["history"] and log["tags"]:
                 raise SpecError(f"--metric {metric} is not in the logs of {run.name} (they hold {', '.join(log['tags'])})")
             complete = bool(log["history"]) and log["history"][-1][0] >= rounds[run.group]
-            record.update(log, status="finished" if complete else "unfinished")
+            diverged = not complete and divergence_marker(out / "runs", run.name).is_file()
+            record.update(log, status="finished" if complete else "diverged" if diverged else "unfinished")
             if complete:
                 record.update(summarise_history(log["history"], target, mode))
         record.pop("tags", None)
-        if record["status"] != "finished":
+        if record["status"] == "unfinished" or record["status"] == "missing":
             unfinished.append(run)
         results.append(record)
     groups = list(dict.fromkeys(run.group for run in runs))
@@ -523,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
             if not 0 <= args.task_index < len(runs):
                 raise SpecError(f"--task-index {args.task_index} is out of range: the plan has {len(runs)} runs (0..{len(runs) - 1})")
             resolve_rounds([runs[args.task_index]])
-            return 0 if execute(runs[args.task_index], args.task_index, len(runs), args.metric) else 1
+            return 0 if execute(runs[args.task_index], args.task_index, len(runs), args.metric, out / "runs") else 1
         rounds = resolve_rounds(runs)
         if args.list:
             for run in runs:
@@ -534,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
             settings = len({run.group for run in runs})
             print(f"compare: {len(runs)} runs ((config, setting) pairs × seeds = {settings} × "
                   f"{len(args.seeds)}), logs in {out / 'runs'}", flush=True)
-            ok = all([execute(run, i, len(runs), args.metric) for i, run in enumerate(runs)])
+            ok = all([execute(run, i, len(runs), args.metric, out / "runs") for i, run in enumerate(runs)])
         unfinished = collect(runs, rounds, out, args.metric, args.target, mode, args.usable)
     except SpecError as error:
         parser.error(str(error))

@@ -28,7 +28,10 @@ class AdaptiveEuler(LocalRule):
     error the tolerance bounds; momentum, weight decay or Adam would integrate a different ODE.
 
     Each step, on the step's batch: v = I - p g(x). The first step of a round tries the passivity bound (eq. 16;
-    ``fallback_step`` where it is not positive and finite), later steps twice the previous accepted step. A trial
+    ``fallback_step`` where it is not positive and finite), later steps twice the previous accepted step but, with
+    ``cap_at_first_step``, never more than that first trial: the paper's (16) is an upper bound on the step, and
+    without it a client whose loss saturates (gradient ~ 0, so any step passes the LTE test) drifts along its current
+    with steps doubling each time, a window of 1e4-1e9 that the server then follows. A trial
     x' = x + dt v is evaluated on the same batch, LTE = (dt/2) max|v(x') - v(x)| (eq. 14, with p_i as in the ODE);
     while LTE > tolerance, dt <- 0.9 (tolerance / LTE) dt (``max_backtracks`` tries, then the step is forced). The
     client's window T_i is the sum of its accepted dt. Costs two gradient evaluations per step or more.
@@ -44,6 +47,7 @@ class AdaptiveEuler(LocalRule):
         fallback_step: float = 1.0,
         max_growth: float = 2.0,
         max_backtracks: int = 50,
+        cap_at_first_step: bool = True,
         curvature_batches: int = 0,
         curvature_probes: int = 10,
         seed: int = 0,
@@ -56,6 +60,7 @@ class AdaptiveEuler(LocalRule):
         self.fallback_step = fallback_step
         self.max_growth = max_growth
         self.max_backtracks = max_backtracks
+        self.cap_at_first_step = cap_at_first_step
         self.curvature_batches = curvature_batches
         self.curvature_probes = curvature_probes
         self.seed = seed
@@ -80,9 +85,11 @@ class AdaptiveEuler(LocalRule):
         velocity = self.current - self.weight * gradient
         if self.steps:
             dt = self.max_growth * self.steps[-1]
+            if self.cap_at_first_step:
+                dt = min(dt, self.first_trial)
         else:
             self.bound = passivity_bound(start, velocity)
-            dt = self.bound if math.isfinite(self.bound) and self.bound > 0 else self.fallback_step
+            dt = self.first_trial = self.bound if math.isfinite(self.bound) and self.bound > 0 else self.fallback_step
         for attempt in range(self.max_backtracks + 1):
             params.copy_(start).add_(velocity, alpha=dt)
             self.client.recompute_gradient()  # grad now holds g(x') on the same batch

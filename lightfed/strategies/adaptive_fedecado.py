@@ -29,7 +29,10 @@ class AdaptiveFedECADO(FedECADO):
     tolerance, each branch critically damped by L_i = 1 / (4 G_i^2), G_i = 1/dt_G + p_i diag(H_i).
 
     Corrections to the paper as printed (its spec, sections 3.1, 13, 14): canonical signs (the client adds +I_i);
-    backtracking rejects only while LTE > gamma and the server step can grow again (at most 2x per step); dt_G is the
+    backtracking rejects only while LTE > gamma and the server step can grow again (at most 2x per step); a client's
+    steps grow back after backtracking but never above its round's first trial, the passivity bound (eq. 16 is an
+    upper bound; the spec's toy found it erratic when re-evaluated every step, and a client whose loss saturates
+    otherwise doubles its steps without end, since any step then passes the LTE test); dt_G is the
     client's window T_i ("the client step-size" is undefined for adaptive steps; the literal reading, the client's
     first step, is ``sensitivity_step="first_step"``), so G_i and L_i are recomputed each round from the frozen
     Hessian diagonal; a client's state is held at its final value beyond T_i (``beyond_window="hold"``; the
@@ -48,6 +51,7 @@ class AdaptiveFedECADO(FedECADO):
         curvature_batches: int = 1,
         curvature_probes: int = 10,
         fallback_step: float = 1.0,
+        cap_client_steps: bool = True,
     ) -> None:
         """
         Args:
@@ -57,6 +61,8 @@ class AdaptiveFedECADO(FedECADO):
             curvature_batches: Local batches of the Hessian-diagonal estimate.
             curvature_probes: Rademacher probes per batch.
             fallback_step: A client's first step where the passivity bound is not positive (backtracking shrinks it).
+            cap_client_steps: No client step exceeds its round's first trial step (the passivity bound or
+                ``fallback_step``); False: steps may double while the LTE test passes (diverges where a loss saturates).
         """
         if sensitivity_step not in ("window", "first_step"):
             raise ConfigError(f"strategy.sensitivity_step must be 'window' or 'first_step', got {sensitivity_step!r}")
@@ -66,6 +72,7 @@ class AdaptiveFedECADO(FedECADO):
         self.tolerance = tolerance
         self.sensitivity_step = sensitivity_step
         self.fallback_step = fallback_step
+        self.cap_client_steps = cap_client_steps
 
     def setup(self, params: Tensor, num_clients: int) -> None:
         super().setup(params, num_clients)
@@ -74,7 +81,7 @@ class AdaptiveFedECADO(FedECADO):
 
     def _rule(self, plan: ClientPlan, current: Tensor, curvature_batches: int) -> LocalRule:
         return AdaptiveEuler(plan.client_id, current, self.tolerance, self.fallback_step,
-                             curvature_batches=curvature_batches, curvature_probes=self.curvature_probes, seed=plan.seed)
+                             cap_at_first_step=self.cap_client_steps, curvature_batches=curvature_batches, curvature_probes=self.curvature_probes, seed=plan.seed)
 
     def _store_curvature(self, client_id: int, diagonal: Tensor) -> None:
         self.client_states.set(client_id, "curvature", diagonal)

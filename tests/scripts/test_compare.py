@@ -257,14 +257,18 @@ def test_collect_names_a_metric_the_runs_did_not_log(sweep, capsys):
 
 def test_a_diverging_run_is_reported_and_left_out_of_the_numbers(tmp_path, capsys):
     out = tmp_path / "out"
-    argv = ["--configs", QUICKSTART, "--out", str(out), *FAST, "--set", f"{LR}=1e30"]
+    argv = ["--configs", QUICKSTART, "--out", str(out), *FAST, "--set", f"{LR}=1e30", "--usable", "0.8"]
     assert compare.main(argv) == 1
     captured = capsys.readouterr()
     assert "seed=0: failed: the global weights became NaN/Inf" in captured.out
-    assert "1 of 1 runs have no finished logs" in captured.err
-    assert _table_rows(out) == ["| quickstart | defaults | 0/1 | — | — | — |"]  # no --target: no rounds column
+    assert "no finished logs" not in captured.err  # diverged is an outcome, not a run still to do
+    assert _table_rows(out)[0] == "| quickstart | defaults | 0/1 | — | — | — |"  # no --target: no rounds column
+    assert _table_rows(out)[1] == "| quickstart | 0/1 | 1 | 0% |"  # --usable: diverged counts, as not usable
     (run,) = json.loads((out / "results.json").read_text())["runs"]
-    assert run["status"] == "unfinished" and len(run["history"]) < 2 and "final" not in run
+    assert run["status"] == "diverged" and len(run["history"]) < 2 and "final" not in run
+    (out / "runs" / run["name"] / "diverged.txt").unlink()  # without the marker: an interrupted run, still to do
+    assert compare.main([*argv, "--collect"]) == 0
+    assert "1 of 1 runs have no finished logs" in capsys.readouterr().err
 
 
 def test_task_index_then_collect_gives_the_table_of_a_direct_run(tmp_path, capsys):
@@ -329,14 +333,16 @@ def test_usable_rates_by_hand():
     def run(stem, final, status="finished"):
         return {"stem": stem, "final": final, "status": status}
 
-    results = [run("a", 0.9), run("a", 0.7), run("a", 0.75), run("b", 0.1), run("b", 0.73), run("c", 0.0, "unfinished")]
+    results = [run("a", 0.9), run("a", 0.7), run("a", 0.75), run("b", 0.1), run("b", 0.73), run("b", None, "diverged"),
+               run("c", 0.0, "unfinished")]
     best, rates = compare.usable_rates(results, 0.8)  # threshold 0.72
     assert best == 0.9
-    assert rates == {"a": {"usable": 2, "finished": 3, "share": 2 / 3}, "b": {"usable": 1, "finished": 2, "share": 0.5},
-                     "c": {"usable": 0, "finished": 0, "share": None}}
+    assert rates == {"a": {"usable": 2, "finished": 3, "diverged": 0, "share": 2 / 3},
+                     "b": {"usable": 1, "finished": 2, "diverged": 1, "share": 1 / 3},
+                     "c": {"usable": 0, "finished": 0, "diverged": 0, "share": None}}
     lines = compare.render_usable(best, rates, "val_acc", 0.8).splitlines()
-    assert lines[:5] == ["| config | usable runs | usable share |", "|---|---|---|", "| a | 2/3 | 67% |",
-                         "| b | 1/2 | 50% |", "| c | 0/0 | — |"]
+    assert lines[:5] == ["| config | usable runs | diverged | usable share |", "|---|---|---|---|", "| a | 2/3 | 0 | 67% |",
+                         "| b | 1/3 | 1 | 33% |", "| c | 0/0 | 0 | — |"]
     assert "final val_acc >= 0.8 x the best final val_acc of all finished runs (0.9000)" in lines[-1]
 
 

@@ -13,7 +13,7 @@ from lightfed.strategies import AdaptiveFedECADO
 from lightfed.strategies.adaptive_fedecado import critical_inductance
 from lightfed.types import ClientPlan
 from tests.conftest import small_data, small_model, small_trainer
-from tests.strategies.ecado_quadratics import QuadraticClient, diagonal_quadratics, run_rounds, train_client
+from tests.strategies.ecado_quadratics import QuadraticClient, Quadratics, diagonal_quadratics, run_rounds, train_client
 
 ROUNDS = 40
 
@@ -93,6 +93,26 @@ def test_a_nonpositive_passivity_bound_falls_back_and_is_cut_back_to_the_toleran
     assert report["passivity_bound"] == 0 and report["steps"][0] <= 50.0
     assert report["max_lte"] <= 1e-2 and report["forced"] == 0
     assert all(b <= 2 * a for a, b in zip(report["steps"], report["steps"][1:]))  # growth at most 2x a step
+    assert max(report["steps"]) <= 50.0  # and never above the round's first trial
+
+
+@pytest.mark.parametrize("cap", [True, False])
+def test_a_client_on_a_flat_loss_drifts_with_steps_capped_at_the_passivity_bound(cap):
+    """A saturated client (gradient 0) moves along its current I alone and every step passes the LTE test (LTE 0).
+    x0 = -1, I = 0.1 (d = 20): the bound is -2 x'I / |I|^2 = 2 * 2 / 0.2 = 20. Capped, 12 steps of 20 give T = 240;
+    uncapped, the steps double: T = 20 (2^12 - 1) = 81,900."""
+    problem = Quadratics(np.zeros((2, 20, 20)), np.zeros((2, 20)), np.array([100, 100]))
+    x0, current = -torch.ones(20, dtype=torch.float64), torch.full((20,), 0.1, dtype=torch.float64)
+    strategy = AdaptiveFedECADO(tolerance=1e-3, cap_client_steps=cap)
+    strategy.setup(x0.clone(), 2)
+    strategy.client_states.set(0, "current", current)
+    update = train_client(strategy, problem, ClientPlan(0, 0, seed=0, steps=12), x0, lr=1.0)
+    report = update.report
+    assert report["passivity_bound"] == pytest.approx(20.0) and report["max_lte"] == 0
+    expected = [20.0] * 12 if cap else [20.0 * 2**k for k in range(12)]
+    assert report["steps"] == pytest.approx(expected)
+    assert report["window"] == pytest.approx(240.0 if cap else 81_900.0)
+    torch.testing.assert_close(update.delta, report["window"] * current)  # x(T) = x0 + T I
 
 
 @pytest.mark.parametrize("tolerance", [1e-4, 1e-3, 1e-2, 1e-1])

@@ -15,20 +15,25 @@ from lightfed.sums import Sums
 from lightfed.types import ClientPlan, ClientUpdate
 
 SensitivityStep = Literal["window", "first_step"]
+Damping = Literal["collective", "branch"]
 
 
-def critical_inductance(conductance: Tensor) -> Tensor:
-    """L = 1 / (4 G^2) (paper eq. 24): a series RLC branch with R = 1/G and the unit central capacitor is critically
-    damped, zeta = (R/2) sqrt(C/L) = 1; elementwise for a diagonal G."""
-    return 1 / (4 * conductance**2)
+def critical_inductance(conductance: Tensor, branches: int = 1) -> Tensor:
+    """L = 1 / (4 n G^2): n alike branches (R = 1/G) that share the unit central capacitor are critically damped in the
+    mode where all their currents charge it, L s^2 + R s + n = 0 with R^2 = 4 n L (their other modes, currents
+    circulating between branches, only decay). n = 1 is the paper's eq. 24, zeta = (R/2) sqrt(C/L) = 1 for one branch;
+    with n branches eq. 24 leaves zeta = 1/sqrt(n). Elementwise for a diagonal G."""
+    return 1 / (4 * branches * conductance**2)
 
 
 class AdaptiveFedECADO(FedECADO):
     """Clients integrate dx/dt = I_i^k - p_i grad f_i with LTE-controlled Forward Euler (``AdaptiveEuler``, which
     replaces the model's optimizer); the server integrates the FedECADO circuit with Backward Euler under the same
-    tolerance, each branch critically damped by L_i = 1 / (4 G_i^2), G_i = 1/dt_G + p_i diag(H_i).
+    tolerance, the active branches critically damped by L_i = 1 / (4 n G_i^2), G_i = 1/dt_G + p_i diag(H_i).
 
     Corrections to the paper as printed (its spec, sections 3.1, 13, 14): canonical signs (the client adds +I_i);
+    eq. 24's L_i critically damps one branch on the central capacitor, but a round's n active branches share it and
+    were left damped by 1/sqrt(n), so L_i = 1 / (4 n G_i^2) (``damping="collective"``; eq. 24 is "branch");
     backtracking rejects only while LTE > gamma and the server step can grow again (at most 2x per step); a client's
     steps grow back after backtracking but never above its round's first trial, the passivity bound (eq. 16 is an
     upper bound; the spec's toy found it erratic when re-evaluated every step, and a client whose loss saturates
@@ -52,6 +57,7 @@ class AdaptiveFedECADO(FedECADO):
         curvature_probes: int = 10,
         fallback_step: float = 1.0,
         cap_client_steps: bool = True,
+        damping: Damping = "collective",
     ) -> None:
         """
         Args:
@@ -63,21 +69,26 @@ class AdaptiveFedECADO(FedECADO):
             fallback_step: A client's first step where the passivity bound is not positive (backtracking shrinks it).
             cap_client_steps: No client step exceeds its round's first trial step (the passivity bound or
                 ``fallback_step``); False: steps may double while the LTE test passes (diverges where a loss saturates).
+            damping: "collective": L_i = 1 / (4 n G_i^2) with n the round's active clients, so that the n branches
+                together with the central capacitor are critically damped; "branch": L_i = 1 / (4 G_i^2), the paper's
+                eq. 24, which damps each branch alone (zeta = 1/sqrt(n) for n alike active branches).
         """
         if sensitivity_step not in ("window", "first_step"):
             raise ConfigError(f"strategy.sensitivity_step must be 'window' or 'first_step', got {sensitivity_step!r}")
         if not fallback_step > 0:
             raise ConfigError(f"strategy.fallback_step must be > 0, got {fallback_step}")
+        if damping not in ("collective", "branch"):
+            raise ConfigError(f"strategy.damping must be 'collective' or 'branch', got {damping!r}")
         self._configure_circuit(tolerance, 2.0, beyond_window, curvature_batches, curvature_probes, 0)
         self.tolerance = tolerance
         self.sensitivity_step = sensitivity_step
         self.fallback_step = fallback_step
         self.cap_client_steps = cap_client_steps
+        self.damping = damping
 
     def setup(self, params: Tensor, num_clients: int) -> None:
         super().setup(params, num_clients)
         self._reports: list[dict] = []
-        self._inductances: list[Tensor] = []
 
     def _rule(self, plan: ClientPlan, current: Tensor, curvature_batches: int) -> LocalRule:
         return AdaptiveEuler(plan.client_id, current, self.tolerance, self.fallback_step,
@@ -90,9 +101,7 @@ class AdaptiveFedECADO(FedECADO):
         report = update.report
         dt = report["window"] if self.sensitivity_step == "window" else report["steps"][0]
         conductance = 1 / dt + report["weight"] * curvature
-        inductance = critical_inductance(conductance)
-        self._inductances.append(inductance)
-        return report["window"], 1 / conductance, inductance
+        return report["window"], 1 / conductance, critical_inductance(conductance)
 
     def _first_step(self, windows: Tensor) -> float:
         return self.step or float(windows.max())
@@ -102,9 +111,12 @@ class AdaptiveFedECADO(FedECADO):
         self._reports.append(update.report)
 
     def aggregate(self, params: Tensor, sums, round: int) -> Tensor:
+        if self.damping == "collective":
+            for arrival in self._arrivals:
+                arrival.inductance = arrival.inductance / len(self._arrivals)
+        inductances = torch.cat([arrival.inductance.reshape(-1) for arrival in self._arrivals])
         x_c = super().aggregate(params, sums, round)
         reports, self._reports = self._reports, []
-        inductances, self._inductances = torch.cat([i.reshape(-1) for i in self._inductances]), []
         steps = [dt for r in reports for dt in r["steps"]]
         self._metrics.update({
             "client_step_min": min(steps),

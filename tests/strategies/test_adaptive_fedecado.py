@@ -36,12 +36,12 @@ def test_the_critical_inductance_gives_a_repeated_real_eigenvalue(conductance):
     assert torch.all(eigenvalues(L / 4).imag == 0) and abs(eigenvalues(L / 4)[0] - eigenvalues(L / 4)[1]) > scale
 
 
-def _step_response(conductance: float, inductance: float) -> torch.Tensor:
-    """x_c of one branch whose client jumps from 0 to 1, through the real Backward-Euler step (small fixed h)."""
-    one = torch.ones(1, 1, dtype=torch.float64)
-    branches = Branches(torch.zeros(1, dtype=torch.float64), one[0:1].clone(), torch.tensor([1e-12], dtype=torch.float64),
-                        torch.zeros(1, 1, dtype=torch.float64), one / conductance, one * inductance, beyond_window="hold")
-    x_c, currents, h = torch.zeros(1, dtype=torch.float64), torch.zeros(1, 1, dtype=torch.float64), 1e-2 / conductance
+def _step_response(conductance: float, inductance: float, n: int = 1) -> torch.Tensor:
+    """x_c of n alike branches whose clients jump from 0 to 1, through the real Backward-Euler step (small fixed h)."""
+    one = torch.ones(n, 1, dtype=torch.float64)
+    branches = Branches(torch.zeros(1, dtype=torch.float64), one.clone(), torch.full((n,), 1e-12, dtype=torch.float64),
+                        torch.zeros(n, 1, dtype=torch.float64), one / conductance, one * inductance, beyond_window="hold")
+    x_c, currents, h = torch.zeros(1, dtype=torch.float64), torch.zeros(n, 1, dtype=torch.float64), 1e-2 / (n * conductance)
     trajectory = []
     for k in range(2000):
         x_c, currents = backward_euler_step(x_c, currents, torch.zeros(1, dtype=torch.float64), branches, k * h, h)
@@ -56,6 +56,33 @@ def test_a_critically_damped_step_response_does_not_overshoot_where_four_times_t
     assert torch.all(critical[1:] >= critical[:-1])  # monotone rise
     four_times = _step_response(conductance, 4 * float(critical_inductance(torch.tensor(conductance))))
     assert four_times.max() > 1.1  # zeta = 1/2: about 16% overshoot
+
+
+@pytest.mark.parametrize("n", [4, 10])
+def test_the_collective_inductance_critically_damps_n_branches_that_share_the_capacitor(n):
+    """State (x_c, I_1..I_n), x_c' = -sum I, L I_i' = x_c - R I_i. The mode where all currents charge the capacitor
+    solves L s^2 + R s + n = 0: with L = R^2 / 4n a double root -2nG; the n - 1 modes of currents circulating between
+    branches decay at -R/L = -4nG. With eq. 24's L = R^2 / 4 the first pair is complex, imaginary part 2G sqrt(n - 1)."""
+    G = 2.0
+
+    def eigenvalues(L: float) -> torch.Tensor:
+        J = torch.zeros(n + 1, n + 1, dtype=torch.float64)
+        J[0, 1:], J[1:, 0] = -1.0, 1 / L
+        J[1:, 1:] = torch.eye(n, dtype=torch.float64) * (-1 / (G * L))
+        return torch.linalg.eigvals(J)
+
+    collective = eigenvalues(float(critical_inductance(torch.tensor(G), n)))
+    assert collective.imag.abs().max() < 1e-3 * n * G  # a double root: perturbed by ~sqrt(machine eps) numerically
+    values = collective.real.sort().values
+    torch.testing.assert_close(values[:n - 1], torch.full((n - 1,), -4.0 * n * G, dtype=torch.float64))
+    torch.testing.assert_close(values[n - 1:], torch.full((2,), -2.0 * n * G, dtype=torch.float64), rtol=1e-6, atol=0)
+    branch = eigenvalues(float(critical_inductance(torch.tensor(G))))
+    assert branch.imag.abs().max() == pytest.approx(2 * G * (n - 1) ** 0.5)
+
+    L = float(critical_inductance(torch.tensor(G), n))
+    critical = _step_response(G, L, n)
+    assert critical.max() <= 1.0 and critical[-1] > 0.999 and torch.all(critical[1:] >= critical[:-1])
+    assert _step_response(G, n * L, n).max() > 1.15  # eq. 24: zeta = 1/sqrt(n) <= 1/2, 16% overshoot or more
 
 
 def _problem_and_work(seed: int = 1):
@@ -168,6 +195,7 @@ def test_bad_settings_are_refused_in_one_line():
         (dict(sensitivity_step="lr"), "strategy.sensitivity_step must be 'window' or 'first_step'"),
         (dict(beyond_window="clamp"), "strategy.beyond_window must be"),
         (dict(fallback_step=-1.0), "strategy.fallback_step must be > 0"),
+        (dict(damping="critical"), "strategy.damping must be 'collective' or 'branch'"),
     ]:
         with pytest.raises(ConfigError, match=message) as error:
             AdaptiveFedECADO(**kwargs)

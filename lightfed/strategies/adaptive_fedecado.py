@@ -92,7 +92,8 @@ class AdaptiveFedECADO(FedECADO):
 
     def _rule(self, plan: ClientPlan, current: Tensor, curvature_batches: int) -> LocalRule:
         return AdaptiveEuler(plan.client_id, current, self.tolerance, self.fallback_step,
-                             cap_at_first_step=self.cap_client_steps, curvature_batches=curvature_batches, curvature_probes=self.curvature_probes, seed=plan.seed)
+                             cap_at_first_step=self.cap_client_steps, curvature_batches=curvature_batches,
+                             curvature_probes=self.curvature_probes, seed=plan.seed)
 
     def _store_curvature(self, client_id: int, diagonal: Tensor) -> None:
         self.client_states.set(client_id, "curvature", diagonal)

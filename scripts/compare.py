@@ -500,7 +500,7 @@ def collect(runs: list[Run], rounds: dict, out: Path, metric: str, target: float
             if complete:
                 record.update(summarise_history(log["history"], target, mode))
         record.pop("tags", None)
-        if record["status"] == "unfinished" or record["status"] == "missing":
+        if record["status"] in ("unfinished", "missing"):
             unfinished.append(run)
         results.append(record)
     groups = list(dict.fromkeys(run.group for run in runs))

@@ -59,8 +59,9 @@ def _split(spec: str, option: str) -> tuple[str, str]:
     key = key.strip().removeprefix("--")
     if not sep or not KEY.fullmatch(key) or not value.strip():
         raise SpecError(f"{option} {spec!r}: expected KEY=VALUE with a dotted key, e.g. model.init_args.lr=0.01")
-    if key.rpartition(":")[2] in MANAGED:
-        raise SpecError(f"{option} {spec!r}: {key.rpartition(':')[2]} is set by compare.py (use {MANAGED[key.rpartition(':')[2]]})")
+    bare = key.rpartition(":")[2]  # without a config-name scope
+    if bare in MANAGED:
+        raise SpecError(f"{option} {spec!r}: {bare} is set by compare.py (use {MANAGED[bare]})")
     return key, value.strip()
 
 

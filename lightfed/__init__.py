@@ -1,13 +1,13 @@
 """lightfed: federated learning with LightningModule clients on Lightning Fabric."""
 
-from lightfed.async_trainer import AsyncFederatedTrainer
-from lightfed.asynchronous import Asynchrony
+from lightfed.asynchronous.trainer import AsyncFederatedTrainer
+from lightfed.asynchronous.schedule import Asynchrony
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError, DatasetNotFoundError, DivergenceError, LightfedError
 from lightfed.strategies import FedAvg, Strategy
-from lightfed.sums import Sums
+from lightfed.core.sums import Sums
 from lightfed.trainer import FederatedTrainer
-from lightfed.types import ClientPlan, ClientUpdate
+from lightfed.core.messages import ClientPlan, ClientUpdate
 
 __all__ = [
     "AsyncFederatedTrainer",

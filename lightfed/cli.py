@@ -5,8 +5,8 @@ import sys
 from jsonargparse import ActionConfigFile, ArgumentParser
 from lightning import LightningModule, seed_everything
 
-from lightfed.async_trainer import AsyncFederatedTrainer
-from lightfed.asynchronous import Asynchrony
+from lightfed.asynchronous.trainer import AsyncFederatedTrainer
+from lightfed.asynchronous.schedule import Asynchrony
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import LightfedError
 from lightfed.models import SmallCNN

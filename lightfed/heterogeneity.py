@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lightfed.errors import ConfigError
-from lightfed.seeding import LOCAL_WORK, derived_rng
+from lightfed.core.seeding import LOCAL_WORK, derived_rng
 
 DISTRIBUTIONS = ("fixed", "randint", "uniform", "loguniform")
 

@@ -12,18 +12,18 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor
 from tqdm import tqdm
 
-from lightfed.capture import LoggedValues
-from lightfed.checkpoint import LAST, load_checkpoint, resolve_checkpoint, restore_rng_states, rng_states, save_checkpoint
-from lightfed.client import ClientTrainer
+from lightfed.core.logged_values import LoggedValues
+from lightfed.core.checkpoint import LAST, load_checkpoint, resolve_checkpoint, restore_rng_states, rng_states, save_checkpoint
+from lightfed.core.client import ClientTrainer
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError, DivergenceError
 from lightfed.heterogeneity import LocalWork
 from lightfed.preemption import PreemptionSignal, requeue_slurm_job, slurm_job_id
 from lightfed.privacy.base import BudgetReached, ClientPrivacy
-from lightfed.seeding import CLIENT, derived_seed, sample_clients
+from lightfed.core.seeding import CLIENT, derived_seed, sample_clients
 from lightfed.strategies.base import Strategy
-from lightfed.sums import Sums
-from lightfed.types import ClientPlan
+from lightfed.core.sums import Sums
+from lightfed.core.messages import ClientPlan
 
 PRECISIONS = ("32-true", "16-mixed", "bf16-mixed")
 

@@ -306,7 +306,7 @@ def reference_rank(args: argparse.Namespace, rank: int, port: int) -> None:
     import torch.nn.functional as F
 
     from lightfed.data import IIDPartitioner
-    from lightfed.seeding import CLIENT, derived_seed, sample_clients
+    from lightfed.core.seeding import CLIENT, derived_seed, sample_clients
 
     baseline_mb = peak_rss_mb()
     world = args.devices

@@ -4,7 +4,7 @@ import torch
 
 from lightfed.errors import ConfigError, DivergenceError
 from lightfed.strategies import FedAvg, Scaffold
-from lightfed.types import ClientPlan
+from lightfed.core.messages import ClientPlan
 from tests.conftest import small_data, small_model, small_trainer
 
 

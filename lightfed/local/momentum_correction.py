@@ -11,7 +11,7 @@ from lightfed.errors import ConfigError
 from lightfed.local.base import LocalRule
 
 if TYPE_CHECKING:
-    from lightfed.client import ClientTrainer
+    from lightfed.core.client import ClientTrainer
 
 EPS = 1e-12  # guards the normalisation of a zero direction
 

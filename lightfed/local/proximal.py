@@ -9,7 +9,7 @@ from torch import Tensor
 from lightfed.local.base import LocalRule
 
 if TYPE_CHECKING:
-    from lightfed.client import ClientTrainer
+    from lightfed.core.client import ClientTrainer
 
 
 class ProximalTerm(LocalRule):

@@ -10,11 +10,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lightfed.capture import LoggedValues
+from lightfed.core.logged_values import LoggedValues
 from lightfed.local.sharpness import SharpnessAware
 
 if TYPE_CHECKING:
-    from lightfed.client import ClientTrainer
+    from lightfed.core.client import ClientTrainer
 
 RPForm = Literal["product", "ratio"]
 LOG_LIMIT = 700.0  # exp(+-700) is a finite, positive float64

@@ -12,7 +12,7 @@ from lightfed.local.base import LocalRule
 from lightfed.optim.sam import check_sam_settings, sam_perturbation
 
 if TYPE_CHECKING:
-    from lightfed.client import ClientTrainer
+    from lightfed.core.client import ClientTrainer
 
 
 class SharpnessAware(LocalRule):

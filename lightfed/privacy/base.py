@@ -11,12 +11,12 @@ from lightning import LightningModule
 from lightning.fabric import Fabric
 from torch import Tensor
 
-from lightfed.client_state import ClientStates
+from lightfed.core.client_states import ClientStates
 from lightfed.errors import ConfigError
-from lightfed.types import ClientPlan
+from lightfed.core.messages import ClientPlan
 
 if TYPE_CHECKING:
-    from lightfed.client import ClientTrainer
+    from lightfed.core.client import ClientTrainer
     from lightfed.data.module import Batch, FederatedDataModule
 
 

@@ -10,10 +10,10 @@ from torch import Tensor
 
 from lightfed.errors import ConfigError
 from lightfed.privacy.base import ClientPrivacy, LocalSession
-from lightfed.types import ClientPlan
+from lightfed.core.messages import ClientPlan
 
 if TYPE_CHECKING:
-    from lightfed.client import ClientTrainer
+    from lightfed.core.client import ClientTrainer
 
 
 class ClippedGaussianNoise(ClientPrivacy):

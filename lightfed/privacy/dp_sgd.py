@@ -21,10 +21,10 @@ from torch.utils.data import DataLoader, TensorDataset
 from lightfed.errors import ConfigError
 from lightfed.privacy.accountant import STATE, accountant_state, compose, load_accountant, spent_epsilon, poisson_schedule
 from lightfed.privacy.base import ClientPrivacy, LocalSession
-from lightfed.types import ClientPlan
+from lightfed.core.messages import ClientPlan
 
 if TYPE_CHECKING:
-    from lightfed.client import ClientTrainer
+    from lightfed.core.client import ClientTrainer
     from lightfed.data.module import Batch
 
 def gradients_per_step(plan: ClientPlan) -> int:

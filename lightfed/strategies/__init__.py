@@ -1,7 +1,7 @@
 """Server callback layer: one algorithm per file."""
 
 from lightfed.strategies.adamasfl import AdaMasFL
-from lightfed.strategies.adaptive_fedecado import AdaptiveFedECADO
+from lightfed.ecado.adaptive_fedecado import AdaptiveFedECADO
 from lightfed.strategies.adaptfed import AdaptFed
 from lightfed.strategies.async_base import AsyncSetting, AsyncStrategy
 from lightfed.strategies.base import Strategy
@@ -9,7 +9,7 @@ from lightfed.strategies.ca2fl import CA2FL
 from lightfed.strategies.fadas import FADAS
 from lightfed.strategies.fedavg import FedAvg, fedavg_step
 from lightfed.strategies.fedavgm import FedAvgM
-from lightfed.strategies.fedecado import FedECADO
+from lightfed.ecado.fedecado import FedECADO
 from lightfed.strategies.fedbuff import FedBuff
 from lightfed.strategies.fedexp import FedExP
 from lightfed.strategies.fednova import FedNova

@@ -9,8 +9,8 @@ from torch import Tensor
 from lightfed.errors import ConfigError
 from lightfed.strategies.async_base import AsyncSetting
 from lightfed.strategies.masfl import MasFL
-from lightfed.sums import Sums
-from lightfed.types import ClientPlan, ClientUpdate
+from lightfed.core.sums import Sums
+from lightfed.core.messages import ClientPlan, ClientUpdate
 
 
 class AdaMasFL(MasFL):

@@ -11,8 +11,8 @@ from torch import Tensor
 from lightfed.errors import ConfigError
 from lightfed.local.relative_progress import RelativeProgressRule, RPForm
 from lightfed.strategies.fedavg import FedAvg
-from lightfed.sums import Sums
-from lightfed.types import ClientPlan, ClientUpdate
+from lightfed.core.sums import Sums
+from lightfed.core.messages import ClientPlan, ClientUpdate
 
 HISTORY, PREVIOUS = "adaptfed/rp", "adaptfed/previous"
 

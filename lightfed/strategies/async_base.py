@@ -7,8 +7,8 @@ from torch import Tensor
 
 from lightfed.errors import ConfigError
 from lightfed.strategies.base import Strategy
-from lightfed.sums import Sums
-from lightfed.types import ClientPlan, ClientUpdate
+from lightfed.core.sums import Sums
+from lightfed.core.messages import ClientPlan, ClientUpdate
 
 
 @dataclass(frozen=True)

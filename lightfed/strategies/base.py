@@ -6,9 +6,9 @@ from typing import Any
 
 from torch import Tensor
 
-from lightfed.client_state import ClientStates
-from lightfed.sums import Sums
-from lightfed.types import ClientPlan, ClientUpdate
+from lightfed.core.client_states import ClientStates
+from lightfed.core.sums import Sums
+from lightfed.core.messages import ClientPlan, ClientUpdate
 
 
 class Strategy(ABC):

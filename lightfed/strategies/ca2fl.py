@@ -8,8 +8,8 @@ from torch import Tensor
 
 from lightfed.errors import ConfigError
 from lightfed.strategies.async_base import AsyncStrategy
-from lightfed.sums import Sums
-from lightfed.types import ClientUpdate
+from lightfed.core.sums import Sums
+from lightfed.core.messages import ClientUpdate
 
 
 class CA2FL(AsyncStrategy):

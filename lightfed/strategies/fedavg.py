@@ -7,8 +7,8 @@ from torch import Tensor
 
 from lightfed.errors import ConfigError
 from lightfed.strategies.base import Strategy
-from lightfed.sums import Sums
-from lightfed.types import ClientUpdate
+from lightfed.core.sums import Sums
+from lightfed.core.messages import ClientUpdate
 
 
 def fedavg_step(params: Tensor, weighted_delta_sum: Tensor, weight_sum: float, server_lr: float) -> Tensor:

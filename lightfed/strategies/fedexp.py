@@ -7,8 +7,8 @@ from torch import Tensor
 
 from lightfed.errors import ConfigError
 from lightfed.strategies.fedavg import FedAvg
-from lightfed.sums import Sums
-from lightfed.types import ClientUpdate
+from lightfed.core.sums import Sums
+from lightfed.core.messages import ClientUpdate
 
 
 def fedexp_server_lr(sum_sq_norms: float, mean_delta_sq_norm: float, num_clients: int, eps: float) -> float:

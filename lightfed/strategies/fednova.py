@@ -5,8 +5,8 @@ from collections.abc import Mapping
 from torch import Tensor
 
 from lightfed.strategies.fedavg import FedAvg
-from lightfed.sums import Sums
-from lightfed.types import ClientUpdate
+from lightfed.core.sums import Sums
+from lightfed.core.messages import ClientUpdate
 
 
 def fednova_step(params: Tensor, normalised_sum: Tensor, weighted_time: float, weight_sum: float, server_lr: float) -> Tensor:

@@ -5,7 +5,7 @@ from dataclasses import replace
 from lightfed.errors import ConfigError
 from lightfed.local import ProximalTerm
 from lightfed.strategies.fedavg import FedAvg
-from lightfed.types import ClientPlan
+from lightfed.core.messages import ClientPlan
 
 
 class FedProx(FedAvg):

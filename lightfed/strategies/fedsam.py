@@ -4,7 +4,7 @@ from dataclasses import replace
 
 from lightfed.local.sharpness import SharpnessAware
 from lightfed.strategies.fedavg import FedAvg
-from lightfed.types import ClientPlan
+from lightfed.core.messages import ClientPlan
 
 
 class FedSAM(FedAvg):

@@ -12,8 +12,8 @@ from torch import Tensor
 from lightfed.errors import ConfigError
 from lightfed.local import MomentumCorrection
 from lightfed.strategies.async_base import AsyncSetting, AsyncStrategy
-from lightfed.sums import Sums
-from lightfed.types import ClientPlan, ClientUpdate
+from lightfed.core.sums import Sums
+from lightfed.core.messages import ClientPlan, ClientUpdate
 
 
 class MasFL(AsyncStrategy):

@@ -9,8 +9,8 @@ from torch import Tensor
 
 from lightfed.local import GradientCorrection
 from lightfed.strategies.fedavg import FedAvg
-from lightfed.sums import Sums
-from lightfed.types import ClientPlan, ClientUpdate
+from lightfed.core.sums import Sums
+from lightfed.core.messages import ClientPlan, ClientUpdate
 
 
 class Scaffold(FedAvg):

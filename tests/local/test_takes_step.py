@@ -7,7 +7,7 @@ from torch import Tensor
 
 from lightfed.local.base import LocalRule
 from lightfed.strategies import FedAvg
-from lightfed.types import ClientPlan
+from lightfed.core.messages import ClientPlan
 from tests.conftest import small_data, small_model, small_trainer
 
 

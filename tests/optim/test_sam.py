@@ -4,11 +4,11 @@ import torch
 from lightning.fabric import Fabric
 from torch import nn
 
-from lightfed.client import ClientTrainer
+from lightfed.core.client import ClientTrainer
 from lightfed.errors import ConfigError
 from lightfed.optim import SAM, sam_perturbation
 from lightfed.privacy import DPSGD
-from lightfed.types import ClientPlan
+from lightfed.core.messages import ClientPlan
 from tests.conftest import small_data
 
 A = torch.tensor([1.0, 4.0, 0.5])

@@ -6,11 +6,11 @@ import torch
 from lightning.fabric import Fabric
 from torch import nn
 
-from lightfed.client import ClientTrainer
-from lightfed.client_state import ClientStates
+from lightfed.core.client import ClientTrainer
+from lightfed.core.client_states import ClientStates
 from lightfed.errors import ConfigError
 from lightfed.privacy import ClippedGaussianNoise
-from lightfed.types import ClientPlan
+from lightfed.core.messages import ClientPlan
 from tests.conftest import small_data
 
 

@@ -8,17 +8,17 @@ from lightning.fabric import Fabric
 from opacus.accountants import RDPAccountant
 from torch import nn
 
-from lightfed.client import ClientTrainer
-from lightfed.client_state import ClientStates
+from lightfed.core.client import ClientTrainer
+from lightfed.core.client_states import ClientStates
 from lightfed.data import DatasetSource, TensorSplits
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.local import SharpnessAware
 from lightfed.models import MLP, VGG11
 from lightfed.privacy import DPSGD
-from lightfed.seeding import sample_clients
+from lightfed.core.seeding import sample_clients
 from lightfed.strategies import FedAvg
-from lightfed.types import ClientPlan
+from lightfed.core.messages import ClientPlan
 from tests.conftest import small_data, small_trainer
 
 

@@ -7,14 +7,14 @@ import torch
 from lightning.fabric import Fabric
 from torch import nn
 
-from lightfed.client import ClientTrainer
+from lightfed.core.client import ClientTrainer
 from lightfed.errors import ConfigError
 from lightfed.local.relative_progress import lr_scale, relative_progress
 from lightfed.models import MLP
 from lightfed.privacy import ClippedGaussianNoise, DPSGD
 from lightfed.strategies import AdaptFed
-from lightfed.sums import Sums
-from lightfed.types import ClientPlan
+from lightfed.core.sums import Sums
+from lightfed.core.messages import ClientPlan
 from tests.conftest import small_data, small_trainer
 
 ETA0 = 0.1

@@ -3,8 +3,8 @@ import torch
 
 from lightfed.errors import ConfigError
 from lightfed.strategies import FedAvg
-from lightfed.sums import Sums
-from lightfed.types import ClientUpdate
+from lightfed.core.sums import Sums
+from lightfed.core.messages import ClientUpdate
 
 
 def _update(client_id: int, delta: list[float], examples: int) -> ClientUpdate:

@@ -3,7 +3,7 @@ import torch
 
 from lightfed.errors import ConfigError
 from lightfed.strategies import FedASAM, FedSAM
-from lightfed.types import ClientPlan
+from lightfed.core.messages import ClientPlan
 from tests.optim.test_sam import Quadratic, _client, grad_at, hand_sam_step
 
 

@@ -5,8 +5,8 @@ import torch
 
 from lightfed.errors import ConfigError
 from lightfed.strategies import FedAdagrad, FedAdam, FedAvgM, FedExP, FedNova, FedProx, FedYogi, Scaffold
-from lightfed.sums import Sums
-from lightfed.types import ClientPlan, ClientUpdate
+from lightfed.core.sums import Sums
+from lightfed.core.messages import ClientPlan, ClientUpdate
 
 X = torch.tensor([1.0, 2.0, 3.0])
 

@@ -7,8 +7,8 @@ import torch
 
 from lightfed.errors import ConfigError
 from lightfed.strategies import CA2FL, FADAS, AdaMasFL, AsyncSetting, FedBuff, MasFL
-from lightfed.sums import Sums
-from lightfed.types import ClientUpdate
+from lightfed.core.sums import Sums
+from lightfed.core.messages import ClientUpdate
 
 
 def _update(client_id: int, delta=(0.0,), grad_mean=None, local_time: float = 1.0) -> ClientUpdate:

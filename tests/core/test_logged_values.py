@@ -1,7 +1,7 @@
 import torch
 from torchmetrics.classification import MulticlassAccuracy
 
-from lightfed.capture import LoggedValues
+from lightfed.core.logged_values import LoggedValues
 from lightfed.models import SmallCNN
 
 

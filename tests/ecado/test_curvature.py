@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from lightfed.curvature import hutchinson_diagonal, module_hessian_diagonal
+from lightfed.ecado.curvature import hutchinson_diagonal, module_hessian_diagonal
 
 
 def test_a_diagonal_hessian_is_recovered_exactly_by_one_probe():

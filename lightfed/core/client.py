@@ -8,13 +8,13 @@ from lightning.fabric import Fabric
 from torch import Tensor
 from torch.optim import Optimizer
 
-from lightfed.capture import LoggedValues
+from lightfed.core.logged_values import LoggedValues
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
-from lightfed.flat import FlatModule
+from lightfed.core.flat import FlatModule
 from lightfed.optim.sam import SAM
 from lightfed.privacy.base import ClientPrivacy, LocalSession
-from lightfed.types import ClientPlan, ClientUpdate
+from lightfed.core.messages import ClientPlan, ClientUpdate
 
 
 def _single_optimizer(configured: object) -> Optimizer:

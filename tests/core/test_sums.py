@@ -1,6 +1,6 @@
 import torch
 
-from lightfed.sums import Sums
+from lightfed.core.sums import Sums
 
 
 def test_named_views_share_one_float64_buffer():

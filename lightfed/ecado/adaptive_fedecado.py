@@ -6,13 +6,13 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from lightfed.ecado import BeyondWindow
+from lightfed.ecado.circuit import BeyondWindow
 from lightfed.errors import ConfigError
-from lightfed.local.adaptive_euler import AdaptiveEuler
+from lightfed.ecado.adaptive_euler import AdaptiveEuler
 from lightfed.local.base import LocalRule
-from lightfed.strategies.fedecado import FedECADO
-from lightfed.sums import Sums
-from lightfed.types import ClientPlan, ClientUpdate
+from lightfed.ecado.fedecado import FedECADO
+from lightfed.core.sums import Sums
+from lightfed.core.messages import ClientPlan, ClientUpdate
 
 SensitivityStep = Literal["window", "first_step"]
 Damping = Literal["collective", "branch"]

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
-from lightfed.curvature import client_hessian_diagonal
+from lightfed.ecado.curvature import client_hessian_diagonal
 from lightfed.errors import ConfigError
 from lightfed.local.base import LocalRule
 
 if TYPE_CHECKING:
-    from lightfed.client import ClientTrainer
+    from lightfed.core.client import ClientTrainer
 
 
 def passivity_bound(params: Tensor, velocity: Tensor) -> float:

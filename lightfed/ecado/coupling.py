@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from torch import Tensor
 
-from lightfed.curvature import client_hessian_diagonal
+from lightfed.ecado.curvature import client_hessian_diagonal
 from lightfed.local.correction import GradientCorrection
 
 if TYPE_CHECKING:
-    from lightfed.client import ClientTrainer
+    from lightfed.core.client import ClientTrainer
 
 CouplingScale = Literal["data_size", "unit"]
 

@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from lightfed.ecado import Branches, StepControl, backward_euler_step, integrate_window, truncation_error
+from lightfed.ecado.circuit import Branches, StepControl, backward_euler_step, integrate_window, truncation_error
 from lightfed.errors import ConfigError
 from lightfed.strategies import FedECADO
-from lightfed.sums import Sums
-from lightfed.types import ClientPlan
+from lightfed.core.sums import Sums
+from lightfed.core.messages import ClientPlan
 from tests.conftest import small_data, small_model, small_trainer
-from tests.strategies.ecado_quadratics import dense_quadratics, diagonal_quadratics, run_rounds, train_client
+from tests.ecado.ecado_quadratics import dense_quadratics, diagonal_quadratics, run_rounds, train_client
 
 
 def _branches(a: int = 3, d: int = 5, seed: int = 0, dtype=torch.float64, **overrides) -> Branches:

@@ -7,14 +7,14 @@ import torch
 from lightning import LightningModule
 from torch import Tensor
 
-from lightfed.asynchronous import Asynchrony, BufferedSchedule
-from lightfed.client import ClientTrainer
+from lightfed.asynchronous.schedule import Asynchrony, BufferedSchedule
+from lightfed.core.client import ClientTrainer
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError, DivergenceError
-from lightfed.seeding import derived_seed
+from lightfed.core.seeding import derived_seed
 from lightfed.strategies.async_base import AsyncSetting, AsyncStrategy
 from lightfed.strategies.base import Strategy
-from lightfed.sums import Sums
+from lightfed.core.sums import Sums
 from lightfed.trainer import FederatedTrainer
 
 WARM_UP = 103  # the clients' warm-up jobs before the first aggregation

@@ -10,13 +10,13 @@ import pytest
 import torch
 import yaml
 
-from lightfed.asynchronous import BufferedSchedule
+from lightfed.asynchronous.schedule import BufferedSchedule
 from lightfed.cli import main, run
-from lightfed.delays import Exponential, LogNormal, SpeedTiers
+from lightfed.asynchronous.delays import Exponential, LogNormal, SpeedTiers
 from lightfed.errors import ConfigError
 from tests.data.test_datasets import write_fake_mnist
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MASFL = str(ROOT / "configs" / "async" / "digits_masfl.yaml")
 SMALL = ["--trainer.rounds", "4", "--trainer.clients_per_round", "2", "--asynchronous.concurrency", "4",
          "--trainer.local_steps", "2", "--data.partitioner.init_args.num_clients", "8", "--trainer.progress_bar", "false"]

@@ -1,7 +1,7 @@
 import torch
 from torch import nn
 
-from lightfed.flat import FlatModule
+from lightfed.core.flat import FlatModule
 
 
 def test_parameters_and_float_buffers_are_views_of_flat_buffers():

@@ -5,9 +5,9 @@ import torch.nn.functional as F
 from lightning.fabric import Fabric
 from torch import nn
 
-from lightfed.client import ClientTrainer
+from lightfed.core.client import ClientTrainer
 from lightfed.errors import ConfigError
-from lightfed.types import ClientPlan
+from lightfed.core.messages import ClientPlan
 from tests.conftest import small_data
 
 

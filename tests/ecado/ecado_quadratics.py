@@ -12,10 +12,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from lightfed.seeding import sample_clients
+from lightfed.core.seeding import sample_clients
 from lightfed.strategies.base import Strategy
-from lightfed.sums import Sums
-from lightfed.types import ClientPlan, ClientUpdate
+from lightfed.core.sums import Sums
+from lightfed.core.messages import ClientPlan, ClientUpdate
 
 
 @dataclass

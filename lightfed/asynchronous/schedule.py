@@ -6,9 +6,9 @@ from typing import Any
 
 from jsonargparse import lazy_instance
 
-from lightfed.delays import DelayModel, SpeedTiers
+from lightfed.asynchronous.delays import DelayModel, SpeedTiers
 from lightfed.errors import ConfigError
-from lightfed.seeding import derived_rng
+from lightfed.core.seeding import derived_rng
 
 DISPATCH = 100  # the server's choice of idle clients to start after an aggregation
 DELAY_TRAITS = 101  # each client's fixed delay traits (e.g. its speed tier)

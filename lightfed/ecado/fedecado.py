@@ -3,8 +3,8 @@
 Each client is a branch (inductor L, Thevenin resistance 1/G_i) between the server node x_c and the client's own
 node; a round's clients simulate their nodes with their coupling currents frozen (``CouplingCurrent``), and the
 server integrates x_c and the active branch currents with Backward Euler over [t, t + max T_i], clients' states
-synchronised by linear interpolation/extrapolation (``lightfed.ecado``). Equations and the corrections to the paper's
-printed ones: ``lightfed/ecado.py`` and the FedECADO spec.
+synchronised by linear interpolation/extrapolation (``lightfed.ecado.circuit``). Equations and the corrections to the paper's
+printed ones: ``lightfed/ecado/circuit.py`` and the FedECADO spec.
 """
 
 import time
@@ -15,13 +15,13 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from lightfed.ecado import BeyondWindow, Branches, StepControl, WindowResult, integrate_window
+from lightfed.ecado.circuit import BeyondWindow, Branches, StepControl, WindowResult, integrate_window
 from lightfed.errors import ConfigError
 from lightfed.local.base import LocalRule
-from lightfed.local.coupling import CouplingCurrent, CouplingScale
+from lightfed.ecado.coupling import CouplingCurrent, CouplingScale
 from lightfed.strategies.base import Strategy
-from lightfed.sums import Sums
-from lightfed.types import ClientPlan, ClientUpdate
+from lightfed.core.sums import Sums
+from lightfed.core.messages import ClientPlan, ClientUpdate
 
 CURVATURES = ("trace", "diagonal")
 

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from lightfed.ecado import Branches, backward_euler_step
+from lightfed.ecado.circuit import Branches, backward_euler_step
 from lightfed.errors import ConfigError
-from lightfed.local.adaptive_euler import AdaptiveEuler, passivity_bound
+from lightfed.ecado.adaptive_euler import AdaptiveEuler, passivity_bound
 from lightfed.strategies import AdaptiveFedECADO
-from lightfed.strategies.adaptive_fedecado import critical_inductance
-from lightfed.types import ClientPlan
+from lightfed.ecado.adaptive_fedecado import critical_inductance
+from lightfed.core.messages import ClientPlan
 from tests.conftest import small_data, small_model, small_trainer
-from tests.strategies.ecado_quadratics import QuadraticClient, Quadratics, diagonal_quadratics, run_rounds, train_client
+from tests.ecado.ecado_quadratics import QuadraticClient, Quadratics, diagonal_quadratics, run_rounds, train_client
 
 ROUNDS = 40
 

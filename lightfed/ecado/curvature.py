@@ -9,10 +9,10 @@ import torch
 from lightning import LightningModule
 from torch import Tensor
 
-from lightfed.capture import LoggedValues
+from lightfed.core.logged_values import LoggedValues
 
 if TYPE_CHECKING:
-    from lightfed.client import ClientTrainer
+    from lightfed.core.client import ClientTrainer
 
 
 def hutchinson_diagonal(loss: Tensor, params: list[Tensor], probes: int, generator: torch.Generator) -> Tensor:

@@ -1,0 +1,1 @@
+"""Buffered asynchronous FL: the virtual-clock schedule, job durations and the asynchronous trainer."""

@@ -1,0 +1,1 @@
+"""The circuit family: FedECADO and Adaptive FedECADO, their server solve, curvature estimates and client rules."""

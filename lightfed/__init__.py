@@ -2,9 +2,10 @@
 
 from lightfed.asynchronous.trainer import AsyncFederatedTrainer
 from lightfed.asynchronous.schedule import Asynchrony
+from lightfed.callbacks import Callback
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError, DatasetNotFoundError, DivergenceError, LightfedError
-from lightfed.strategies import FedAvg, Strategy
+from lightfed.strategies import FedAvg, ShardedRound, ShardedStrategy, Strategy
 from lightfed.core.sums import Sums
 from lightfed.trainer import FederatedTrainer
 from lightfed.core.messages import ClientPlan, ClientUpdate
@@ -12,6 +13,7 @@ from lightfed.core.messages import ClientPlan, ClientUpdate
 __all__ = [
     "AsyncFederatedTrainer",
     "Asynchrony",
+    "Callback",
     "ClientPlan",
     "ClientUpdate",
     "ConfigError",
@@ -21,6 +23,8 @@ __all__ = [
     "FederatedDataModule",
     "FederatedTrainer",
     "LightfedError",
+    "ShardedRound",
+    "ShardedStrategy",
     "Strategy",
     "Sums",
 ]

@@ -24,7 +24,7 @@ def _subcommand_parser(name: str) -> ArgumentParser:
     parser = ArgumentParser(description=SUBCOMMANDS[name])
     parser.add_argument("-c", "--config", action=ActionConfigFile, help="YAML config file(s), later ones override.")
     parser.add_argument("--seed_everything", type=int, default=0, help="Seed of model init, sampling and clients.")
-    parser.add_class_arguments(FederatedTrainer, "trainer", skip={"seed"})
+    parser.add_class_arguments(FederatedTrainer, "trainer", skip={"seed"}, instantiate=False)
     parser.add_argument(
         "--asynchronous",
         type=Asynchrony | None,
@@ -65,7 +65,7 @@ def run(argv: list[str] | None = None) -> dict[str, float]:
     objects = parser.instantiate(config)[name]
     model = objects.model if objects.model is not None else SmallCNN()
     strategy = objects.strategy if objects.strategy is not None else FedAvg()
-    settings = {**vars(sub_config.trainer), "privacy": objects.trainer.privacy, "seed": sub_config.seed_everything}
+    settings = {**vars(objects.trainer), "seed": sub_config.seed_everything}  # its privacy, callbacks, logger built
     if objects.asynchronous is None:
         trainer = FederatedTrainer(**settings)
     else:

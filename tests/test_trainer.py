@@ -127,4 +127,4 @@ def test_replica_check_names_a_process_whose_global_weights_differ(tmp_path, mon
     trainer.fit(small_model(), small_data(), FedAvg())  # one process: its weights are process 0's
     monkeypatch.setattr(trainer.fabric, "broadcast", lambda weights, src=0: weights + 1e-7)  # a drifted replica
     with pytest.raises(RuntimeError, match="process 0 holds other global weights than process 0 after round 3"):
-        trainer._check_replicas(2, torch.zeros(3), torch.zeros(1))
+        trainer.engine._check(2, torch.zeros(3), torch.zeros(1))

@@ -38,15 +38,6 @@ class _Arrival:
     inductance: Tensor
 
 
-def check_single_process(sums: Mapping[str, Tensor], arrived: int) -> None:
-    """The circuit couples every active client's state: all of them must have trained on this process."""
-    if int(sums["active"]) != arrived:
-        raise ConfigError(
-            "this strategy solves each round's circuit from every active client's state, which lives where the "
-            "client trained; run it with trainer.devices=1 and trainer.num_nodes=1"
-        )
-
-
 def window_metrics(result: WindowResult, start: Tensor, total_current: Tensor, windows: Tensor) -> dict[str, float]:
     """Server steps taken, rejected and forced, max LTE of the accepted steps, step sizes, movement of x_c."""
     steps = [h for h, _ in result.accepted]
@@ -81,6 +72,7 @@ class FedECADO(Strategy):
     """
 
     keeps_client_state = True
+    single_process = True  # the round's circuit couples every active client's state
 
     def __init__(
         self,
@@ -187,7 +179,7 @@ class FedECADO(Strategy):
         return self.step or self.initial_step or float(windows.max()) / 10
 
     def sum_sizes(self) -> dict[str, int]:
-        return {"active": 1}
+        return {}
 
     def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
         client_id, report = update.client_id, update.report
@@ -199,12 +191,10 @@ class FedECADO(Strategy):
         self._arrivals.append(
             _Arrival(client_id, update.delta.clone(), window, self._current(client_id), resistance, inductance)
         )
-        sums.add("active", 1)
 
     def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
         began = time.perf_counter()
         arrivals, self._arrivals = self._arrivals, []
-        check_single_process(sums, len(arrivals))
         windows = torch.tensor([a.window for a in arrivals], dtype=torch.float64, device=params.device)
         couplings = torch.stack([a.coupling for a in arrivals])
         branches = Branches(

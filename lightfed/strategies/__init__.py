@@ -1,4 +1,4 @@
-"""Server callback layer: one algorithm per file."""
+"""Server algorithms, one per file: the sums path (``Strategy``) and the sharded path (``ShardedStrategy``)."""
 
 from lightfed.strategies.adamasfl import AdaMasFL
 from lightfed.ecado.adaptive_fedecado import AdaptiveFedECADO
@@ -17,7 +17,9 @@ from lightfed.strategies.fedopt import FedAdagrad, FedAdam, FedOpt, FedYogi
 from lightfed.strategies.fedprox import FedProx
 from lightfed.strategies.fedsam import FedASAM, FedSAM
 from lightfed.strategies.masfl import MasFL
+from lightfed.strategies.robust import CoordinateMedian, TrimmedMean
 from lightfed.strategies.scaffold import Scaffold
+from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
 
 __all__ = [
     "AdaMasFL",
@@ -26,6 +28,7 @@ __all__ = [
     "AsyncSetting",
     "AsyncStrategy",
     "CA2FL",
+    "CoordinateMedian",
     "FADAS",
     "FedAdagrad",
     "FedAdam",
@@ -42,6 +45,9 @@ __all__ = [
     "FedYogi",
     "MasFL",
     "Scaffold",
+    "ShardedRound",
+    "ShardedStrategy",
     "Strategy",
+    "TrimmedMean",
     "fedavg_step",
 ]

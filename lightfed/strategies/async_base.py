@@ -1,6 +1,6 @@
 """The server side of a buffered asynchronous algorithm."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from torch import Tensor
@@ -45,18 +45,6 @@ class AsyncStrategy(Strategy):
     def package(self) -> dict[str, Tensor]:
         """Vectors published with the current model for the clients that start from it. Default: none."""
         return {}
-
-    def configure_job(self, plan: ClientPlan, package: Mapping[str, Tensor]) -> ClientPlan:
-        """A client's plan, given the package of the version it starts from. Default: ``configure_client(plan)``."""
-        return self.configure_client(plan)
-
-    def accumulate_job(self, sums: Sums, update: ClientUpdate, staleness: int) -> None:
-        """Adds one update, computed ``staleness`` versions ago, into ``sums``. Default: ``accumulate``."""
-        self.accumulate(sums, update)
-
-    def aggregate_buffer(self, params: Tensor, sums: Mapping[str, Tensor], round: int, staleness: Sequence[int]) -> Tensor:
-        """The next model from a buffer of updates with these stalenesses. Default: ``aggregate``."""
-        return self.aggregate(params, sums, round)
 
     def configure_warm_up(self, plan: ClientPlan) -> ClientPlan:
         """A client's warm-up job from the initial model (with ``warms_up``)."""

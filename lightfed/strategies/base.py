@@ -1,8 +1,8 @@
 """The server side of a federated algorithm."""
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal
 
 from torch import Tensor
 
@@ -19,9 +19,15 @@ class Strategy(ABC):
 
     Strategies that remember something per client set ``keeps_client_state`` and use ``self.client_states``: each
     client then always trains on the same process, where its state lives.
+
+    This is the sums path (``server_path = "sums"``); ``ShardedStrategy`` is the other one, for strategies that need
+    every active client's whole update. A strategy that can only run on one process sets ``single_process``: the
+    trainer refuses more before anything starts.
     """
 
+    server_path: ClassVar[Literal["sums", "sharded"]] = "sums"
     keeps_client_state = False
+    single_process = False
 
     def setup(self, params: Tensor, num_clients: int) -> None:
         """Called once with the initial global parameters before the first round (and before a resume)."""
@@ -44,6 +50,20 @@ class Strategy(ABC):
     @abstractmethod
     def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
         """The next global parameters from the current ones and the sums over all clients of the round."""
+
+    def configure_job(self, plan: ClientPlan, package: Mapping[str, Tensor]) -> ClientPlan:
+        """A client's plan, given what was published with the model it starts from (asynchronous training; empty in
+        synchronous rounds). Default: ``configure_client(plan)``."""
+        return self.configure_client(plan)
+
+    def accumulate_job(self, sums: Sums, update: ClientUpdate, staleness: int) -> None:
+        """Adds one update, trained from the model of ``staleness`` rounds ago, into ``sums``. Default: ``accumulate``
+        (a synchronous round's updates all have staleness 0)."""
+        self.accumulate(sums, update)
+
+    def aggregate_buffer(self, params: Tensor, sums: Mapping[str, Tensor], round: int, staleness: Sequence[int]) -> Tensor:
+        """The next model from a round's updates with these stalenesses. Default: ``aggregate``."""
+        return self.aggregate(params, sums, round)
 
     def metrics(self) -> dict[str, float]:
         """Scalars to log after each round."""

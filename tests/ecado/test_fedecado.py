@@ -201,14 +201,10 @@ def test_trains_through_the_engine_and_resumes_with_its_currents(tmp_path):
     assert all({"current", "curvature", "curvature_round"} <= set(s) for s in checkpoint["client_states"].values())
 
 
-def test_a_round_split_across_processes_is_refused():
-    """Another process trained one of the round's clients: its state is not here, so the circuit cannot be solved."""
-    problem = diagonal_quadratics(n=2, d=4)
-    x0 = torch.zeros(4, dtype=torch.float64)
-    strategy = FedECADO()
-    strategy.setup(x0.clone(), 2)
-    sums = Sums(strategy.sum_sizes(), torch.device("cpu"))
-    strategy.accumulate(sums, train_client(strategy, problem, ClientPlan(0, 0, seed=0, steps=1), x0, 0.1))
-    sums.add("active", 1)  # what the all-reduce adds for the other process's client
+def test_more_than_one_process_is_refused_before_anything_starts(tmp_path):
+    """The circuit couples every active client's state: two processes are refused before they launch or a run
+    folder exists."""
+    trainer = small_trainer(tmp_path, devices=2)
     with pytest.raises(ConfigError, match="trainer.devices=1"):
-        strategy.aggregate(x0, sums, 0)
+        trainer.fit(small_model(), small_data(), FedECADO())
+    assert not trainer._launched and not any(tmp_path.iterdir())

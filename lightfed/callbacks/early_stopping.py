@@ -1,0 +1,48 @@
+"""Stops a run when a monitored metric has not improved for a number of evaluations."""
+
+from typing import Literal
+
+from lightfed.callbacks.base import Callback
+from lightfed.errors import ConfigError
+
+
+class EarlyStopping(Callback):
+    """Stops after the round where ``monitor`` has not improved by more than ``min_delta`` for ``patience``
+    consecutive rounds that logged it (the metrics are reduced over processes, so every process stops together;
+    the checkpoint of that round is written). Rounds that do not log ``monitor`` are not counted."""
+
+    def __init__(
+        self, monitor: str = "val_acc", patience: int = 3, mode: Literal["max", "min"] = "max", min_delta: float = 0.0
+    ) -> None:
+        if patience < 1 or mode not in ("max", "min") or min_delta < 0:
+            raise ConfigError("EarlyStopping needs patience >= 1, mode 'max' or 'min' and min_delta >= 0")
+        self.monitor, self.patience, self.mode, self.min_delta = monitor, patience, mode, min_delta
+        self.best: float | None = None
+        self.waited = 0
+
+    def _improved(self, value: float) -> bool:
+        if self.best is None:
+            return True
+        return value > self.best + self.min_delta if self.mode == "max" else value < self.best - self.min_delta
+
+    def on_round_end(self, trainer, round: int, metrics: dict[str, float]) -> None:
+        if self.monitor not in metrics:
+            return
+        value = metrics[self.monitor]
+        if self._improved(value):
+            self.best, self.waited = value, 0
+            return
+        self.waited += 1
+        if self.waited >= self.patience:
+            trainer.should_stop = True
+            trainer.fabric.print(
+                f"early stopping after round {trainer.round}: {self.monitor} has not improved on {self.best:.4g} "
+                f"for {self.patience} evaluations"
+            )
+
+    def on_save_checkpoint(self, trainer, checkpoint: dict) -> None:
+        checkpoint["early_stopping"] = {"best": self.best, "waited": self.waited}
+
+    def on_load_checkpoint(self, trainer, checkpoint: dict) -> None:
+        state = checkpoint.get("early_stopping", {"best": None, "waited": 0})
+        self.best, self.waited = state["best"], state["waited"]

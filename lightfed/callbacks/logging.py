@@ -1,0 +1,38 @@
+"""Hands each round's metrics to the run's loggers (``trainer.logger``: TensorBoard by default)."""
+
+from collections.abc import Mapping
+from typing import Any
+
+from lightning.fabric.loggers import TensorBoardLogger
+from torch.utils.tensorboard.summary import hparams
+
+from lightfed.callbacks.base import Callback
+
+
+def flat_hparams(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"trainer": {"rounds": 5}}`` -> ``{"trainer/rounds": 5}``; values TensorBoard cannot show become strings."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            flat.update(flat_hparams(value, f"{prefix}{key}/"))
+        else:
+            flat[f"{prefix}{key}"] = value if isinstance(value, (bool, int, float, str)) else str(value)
+    return flat
+
+
+class LogMetrics(Callback):
+    """Logs every round's metrics at step = rounds done to ``trainer.loggers``; at the end, TensorBoard loggers also
+    record the run's hyperparameters against its final metrics (the HPARAMS tab, so a sweep compares in
+    TensorBoard; the metrics' values are the scalars already logged)."""
+
+    def on_round_end(self, trainer, round: int, metrics: dict[str, float]) -> None:
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.round)
+
+    def on_fit_end(self, trainer, metrics: dict[str, float]) -> None:
+        for logger in trainer.loggers:
+            if isinstance(logger, TensorBoardLogger) and metrics and trainer.fabric.is_global_zero:
+                writer = logger.experiment._get_file_writer()  # what Lightning's own log_hyperparams writes to
+                for summary in hparams(flat_hparams(trainer.hparams), metrics):
+                    writer.add_summary(summary)
+            logger.finalize("success")

@@ -1,0 +1,153 @@
+"""The round engine: this process's share of a round's jobs trained, one reduction, the aggregate, the checks.
+
+The synchronous and the asynchronous trainer both run their rounds through it; they differ only in which jobs a
+round has (see ``lightfed.core.rounds`` and ``lightfed.asynchronous.trainer``).
+"""
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+from lightning.fabric import Fabric
+from torch import Tensor
+
+from lightfed.core.client import ClientTrainer
+from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.sharding import CoordinateShards
+from lightfed.core.sums import Sums
+from lightfed.errors import DivergenceError
+from lightfed.strategies.base import Strategy
+from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
+
+PER_CLIENT = ("num_examples", "num_steps", "local_time", "staleness")  # per-client scalars of the sharded path
+
+
+@dataclass(frozen=True, eq=False)
+class Job:
+    """One client's training in a round: its plan (before the strategy configures it), the global weights it starts
+    from with what the strategy published beside them, and how many rounds old those weights are when its update is
+    aggregated (0 in synchronous rounds)."""
+
+    plan: ClientPlan
+    params: Tensor
+    buffers: Tensor
+    staleness: int = 0
+    package: Mapping[str, Tensor] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """The next global weights, the round's scalars, and whether any process asked to stop after it."""
+
+    params: Tensor
+    buffers: Tensor
+    metrics: dict[str, float]
+    stop: bool
+
+
+class RoundEngine:
+    """Trains this process's share of a round's jobs, reduces the bookkeeping and the strategy's sums in one
+    all-reduce, aggregates (sums path) or exchanges the deltas by coordinate slice and aggregates each slice (sharded
+    path), and checks the result (finite; with ``check_replicas`` the same on every process)."""
+
+    def __init__(
+        self,
+        fabric: Fabric,
+        client: ClientTrainer,
+        strategy: Strategy,
+        clients_per_round: int,
+        fixed_process: bool,
+        check_replicas: bool = False,
+        on_client_end: Callable[[ClientUpdate], None] = lambda update: None,
+        check_plans: Callable[[int, list[ClientPlan]], None] = lambda round, plans: None,
+    ) -> None:
+        """``fixed_process``: client i always trains on process i % world (where its per-client state lives).
+        ``check_plans``: called on every process with its configured plans before any trains (a collective call)."""
+        self.fabric, self.client, self.strategy = fabric, client, strategy
+        self.fixed_process, self.check_replicas = fixed_process, check_replicas
+        self.on_client_end, self.check_plans = on_client_end, check_plans
+        self.sharded = isinstance(strategy, ShardedStrategy)
+        buffers = client.flat.buffers.numel()
+        sizes = {**strategy.sum_sizes(), "_buffers": buffers, "_examples": 1, "_train_loss": 1, "_clients": 1, "_stop": 1}
+        if self.sharded:
+            sizes["_per_client"] = clients_per_round * len(PER_CLIENT)
+        self.sums = Sums(sizes, fabric.device)
+        self.shards = CoordinateShards(client.flat.params.numel(), fabric.world_size, fabric.global_rank)
+
+    def share(self, jobs: list[Job], rank: int | None = None) -> list[Job]:
+        """The jobs process ``rank`` (default: this one) trains: a balanced slice, or client i on process i % world."""
+        rank, world = self.fabric.global_rank if rank is None else rank, self.fabric.world_size
+        if self.fixed_process:
+            return [job for job in jobs if job.plan.client_id % world == rank]
+        return jobs[rank::world]
+
+    def run(self, round: int, jobs: list[Job], params: Tensor, buffers: Tensor, stop_requested: bool = False) -> RoundResult:
+        """Round ``round`` from the global ``params``/``buffers``; ``jobs`` (every process's, in increasing client id
+        order) are the same on every process."""
+        sums, mine = self.sums, self.share(jobs)
+        plans = [self.strategy.configure_job(job.plan, job.package) for job in mine]
+        self.check_plans(round, plans)
+        sums.zero_()
+        sums.add("_stop", float(stop_requested))  # reduced with the round: every process stops together
+        rows = torch.empty(len(mine), params.numel(), device=params.device) if self.sharded else None
+        for index, (job, plan) in enumerate(zip(mine, plans)):
+            update = self.client.train(plan, job.params, job.buffers)
+            self.strategy.accumulate_job(sums, update, job.staleness)
+            if rows is not None:
+                rows[index].copy_(update.delta)
+                position = jobs.index(job) * len(PER_CLIENT)  # jobs compare by identity
+                per_client = [update.num_examples, update.num_steps, update.local_time, job.staleness]
+                sums["_per_client"][position : position + len(PER_CLIENT)] = torch.tensor(per_client, dtype=torch.float64)
+            sums.add("_buffers", update.buffers, weight=update.num_examples)
+            sums.add("_examples", update.num_examples)
+            sums.add("_train_loss", update.train_loss)
+            sums.add("_clients", 1)
+            self.on_client_end(update)
+        sums.buffer.copy_(self.fabric.all_reduce(sums.buffer, reduce_op="sum"))
+        if rows is None:
+            params = self.strategy.aggregate_buffer(params, sums, round, [job.staleness for job in jobs])
+        else:
+            params = self._aggregate_sharded(round, jobs, rows, params)
+        buffers = (sums["_buffers"] / sums["_examples"]).to(buffers.dtype)
+        self._check(round, params, buffers)
+        metrics = {
+            "round/clients": float(sums["_clients"]),
+            "round/client_train_loss": float(sums["_train_loss"] / sums["_clients"]),
+            **self.client.logged.compute(self.fabric),
+            **{f"strategy/{k}": v for k, v in self.strategy.metrics().items()},
+        }
+        return RoundResult(params, buffers, metrics, float(sums["_stop"]) > 0)
+
+    def _aggregate_sharded(self, round: int, jobs: list[Job], rows: Tensor, params: Tensor) -> Tensor:
+        """One all-to-all gives this process its slice of every client's delta; the new slices are gathered back."""
+        world = self.fabric.world_size
+        shares = [self.share(jobs, rank) for rank in range(world)]
+        received = self.shards.exchange(rows, [len(share) for share in shares])
+        arrival = [jobs.index(job) for share in shares for job in share]  # row i of ``received`` is jobs[arrival[i]]
+        deltas = torch.empty_like(received)
+        deltas[arrival] = received
+        per_client = self.sums["_per_client"][: len(jobs) * len(PER_CLIENT)].reshape(len(jobs), len(PER_CLIENT))
+        updates = ShardedRound(
+            round,
+            [job.plan.client_id for job in jobs],
+            deltas,
+            *per_client.T,
+            sums=self.sums,
+            all_reduce=lambda tensor, op: self.fabric.all_reduce(tensor, reduce_op=op),
+        )
+        shard = self.strategy.aggregate_shard(params[self.shards.local], updates)
+        return self.shards.gather(self.fabric, shard)
+
+    def _check(self, round: int, params: Tensor, buffers: Tensor) -> None:
+        if self.check_replicas:
+            weights = torch.cat([params, buffers.to(params.dtype)])
+            if not torch.equal(self.fabric.broadcast(weights.clone()), weights):
+                raise RuntimeError(
+                    f"process {self.fabric.global_rank} holds other global weights than process 0 after round "
+                    f"{round + 1}: a strategy's aggregate depends on something that differs between processes"
+                )
+        if not (torch.isfinite(params).all() and torch.isfinite(buffers).all()):
+            raise DivergenceError(
+                f"the global weights became NaN/Inf in round {round + 1}; lower the learning rate (model lr or "
+                "strategy.server_lr)"
+            )

@@ -1,0 +1,50 @@
+"""Synchronous rounds: which clients train in a round and from what; the plan each is given before its strategy
+configures it."""
+
+from collections.abc import Iterator
+from typing import Any
+
+from torch import Tensor
+
+from lightfed.core.engine import Job, RoundEngine
+from lightfed.core.messages import ClientPlan
+from lightfed.core.seeding import CLIENT, derived_seed, sample_clients
+from lightfed.heterogeneity import LocalWork
+
+
+def client_plan(seed: int, local_work: LocalWork, round: int, client_id: int) -> ClientPlan:
+    """The plan of ``client_id`` in ``round``: its local work and the seed of its randomness."""
+    epochs, steps, lr = local_work.draw(seed, round, client_id)
+    return ClientPlan(client_id, round, derived_seed(seed, CLIENT, round, client_id), epochs, steps, lr)
+
+
+class SampledRounds:
+    """Each round, ``clients_per_round`` clients sampled from a generator seeded by (seed, round) train from the
+    current global model. The asynchronous trainer's ``BufferedRounds`` has the same methods."""
+
+    def __init__(self, seed: int, num_clients: int, clients_per_round: int, local_work: LocalWork) -> None:
+        self.seed, self.num_clients, self.clients_per_round, self.local_work = seed, num_clients, clients_per_round, local_work
+
+    def begin(self, engine: RoundEngine, params: Tensor, buffers: Tensor) -> None:
+        """Called once before the first round of a fresh run."""
+
+    def jobs(self, round: int, params: Tensor, buffers: Tensor) -> list[Job]:
+        """The round's jobs, in increasing client id order."""
+        clients = sample_clients(self.seed, round, self.num_clients, self.clients_per_round)
+        return [Job(client_plan(self.seed, self.local_work, round, c), params, buffers) for c in clients]
+
+    def finish(self, round: int, params: Tensor, buffers: Tensor) -> dict[str, float]:
+        """Called with the round's result; returns scalars to log with it."""
+        return {}
+
+    def planned(self, rounds: int) -> Iterator[ClientPlan]:
+        """Every client plan of a run of ``rounds`` rounds, before the strategy configures it (privacy budgets)."""
+        for round in range(rounds):
+            for client_id in sample_clients(self.seed, round, self.num_clients, self.clients_per_round):
+                yield client_plan(self.seed, self.local_work, round, client_id)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores what ``state_dict`` returned."""

@@ -1,0 +1,64 @@
+"""The second server path: strategies that need every active client's whole update, sharded by coordinate."""
+
+from abc import abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from lightfed.core.client_states import ShardedClientStates
+from lightfed.core.messages import ClientUpdate
+from lightfed.core.sums import Sums
+from lightfed.strategies.base import Strategy
+
+
+@dataclass(frozen=True)
+class ShardedRound:
+    """A round's updates as one process of a sharded strategy sees them: its slice of every active client's delta.
+
+    Rows are the round's clients in increasing id order, the same on every process; per-client scalars are whole.
+    """
+
+    round: int
+    client_ids: list[int]
+    deltas: Tensor  # [clients, slice length], fp32
+    num_examples: Tensor  # [clients], float64
+    num_steps: Tensor  # [clients], float64
+    local_time: Tensor  # [clients], float64
+    staleness: Tensor  # [clients], float64
+    sums: Mapping[str, Tensor]  # the strategy's own sums over the round (``sum_sizes``), reduced
+    all_reduce: Callable[[Tensor, str], Tensor]  # (tensor, "sum" | "max" | "min") over every process's slice
+
+
+class ShardedStrategy(Strategy):
+    """A strategy whose aggregate needs every active client's whole update (median, trimmed mean, Krum, the
+    circuit solves), not sums.
+
+    With N processes, process p owns the contiguous slice ``self.shard`` of the d coordinates (set before ``setup``):
+    after the round, one all-to-all hands it that slice of every active client's delta, ``aggregate_shard`` turns
+    it into that slice of the next global model, and the slices are gathered back. Norms and maxima over the whole
+    vector take ``updates.all_reduce`` of a scalar. Per-client state in ``self.client_states`` is a
+    ``ShardedClientStates``: each process keeps its slice of every client's vectors (memory per process ~ 1 / N).
+    Clients may train on any process.
+    """
+
+    server_path = "sharded"
+    shard: slice = slice(None)
+
+    def setup(self, params: Tensor, num_clients: int) -> None:
+        super().setup(params, num_clients)
+        self.client_states = ShardedClientStates(self.shard)
+
+    def sum_sizes(self) -> dict[str, int]:
+        """Sums besides the sharded deltas. Default: none."""
+        return {}
+
+    def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
+        """Adds into the strategy's own sums. Default: nothing."""
+
+    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
+        raise TypeError(f"{type(self).__name__} is a ShardedStrategy: the trainer calls aggregate_shard")
+
+    @abstractmethod
+    def aggregate_shard(self, params: Tensor, updates: ShardedRound) -> Tensor:
+        """This process's slice of the next global parameters from its slice ``params`` of the current ones."""

@@ -1,0 +1,87 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightfed.core.client_states import ShardedClientStates
+from lightfed.core.sharding import CoordinateShards
+from lightfed.errors import ConfigError
+from lightfed.strategies import CoordinateMedian, TrimmedMean
+from lightfed.strategies.robust import trimmed_mean
+from lightfed.strategies.sharded_base import ShardedRound
+from tests.conftest import small_data, small_model, small_trainer
+
+ROOT = Path(__file__).resolve().parents[2]
+DELTAS = torch.tensor([[1.0, -4.0], [100.0, 2.0], [3.0, 0.0], [2.0, -100.0], [5.0, 1.0]])
+
+
+def _round(deltas: torch.Tensor) -> ShardedRound:
+    count = torch.ones(len(deltas), dtype=torch.float64)
+    return ShardedRound(0, list(range(len(deltas))), deltas, count, count, count, 0 * count, {}, lambda t, op: t)
+
+
+def test_trimmed_mean_and_median_by_hand():
+    # column 0 sorted: 1 2 3 5 100; column 1 sorted: -100 -4 0 1 2
+    assert torch.equal(trimmed_mean(DELTAS, 1), torch.tensor([(2 + 3 + 5) / 3, (-4 + 0 + 1) / 3]))
+    assert torch.equal(trimmed_mean(DELTAS, 0), DELTAS.double().mean(0).float())
+    median = CoordinateMedian(server_lr=0.5)
+    assert torch.equal(median.aggregate_shard(torch.ones(2), _round(DELTAS)), torch.tensor([1 + 0.5 * 3, 1 + 0.5 * 0]))
+    # an even number of clients: the mean of the middle two (column 0: 1 2 3 100 -> 2.5; column 1: -100 -4 0 2 -> -2)
+    assert torch.equal(median.aggregate_shard(torch.zeros(2), _round(DELTAS[:4])), torch.tensor([0.5 * 2.5, 0.5 * -2.0]))
+    # a trim of 0.2 of 5 clients cuts one at each end
+    assert torch.equal(TrimmedMean(trim=0.2).aggregate_shard(torch.zeros(2), _round(DELTAS)), trimmed_mean(DELTAS, 1))
+
+
+@pytest.mark.parametrize("trim", [-0.1, 0.5])
+def test_a_trim_outside_zero_to_a_half_is_refused(trim):
+    with pytest.raises(ConfigError, match=r"strategy.trim must be in \[0, 0.5\)"):
+        TrimmedMean(trim=trim)
+
+
+def test_coordinate_shards_cover_every_coordinate_once():
+    for size, world in [(10, 3), (2, 4), (7, 1)]:
+        shards = [CoordinateShards(size, world, rank).local for rank in range(world)]
+        assert torch.equal(torch.cat([torch.arange(size)[s] for s in shards]), torch.arange(size))
+    assert CoordinateShards(10, 3, 0).lengths == [4, 4, 2]
+
+
+def test_sharded_client_states_load_their_slice_of_whole_vectors():
+    whole = {3: {"delta": torch.arange(10.0), "examples": torch.tensor(7.0)}}
+    states = ShardedClientStates(CoordinateShards(10, 3, 1).local)
+    states.load_shared(whole, rank=1, world=3)
+    assert torch.equal(states.get(3, "delta"), torch.arange(4.0, 8.0)) and states.get(3, "examples") == 7
+
+
+def test_the_median_trains_through_the_sharded_path_on_one_process(tmp_path):
+    metrics = small_trainer(tmp_path, rounds=2).fit(small_model(), small_data(), CoordinateMedian())
+    assert metrics["round/clients"] == 4 and 0.1 < metrics["val_acc"] <= 1
+
+
+def test_one_and_two_processes_give_the_same_model_and_client_states(tmp_path):
+    """Through the real command: with two processes each owns half the coordinates of every client's delta (one
+    all-to-all), computes the median of its half and keeps its half of every client's state; the gathered model and
+    the checkpoint's whole per-client vectors are those of one process, bit for bit."""
+
+    def checkpoint(devices: int) -> dict:
+        root = tmp_path / f"devices{devices}"
+        subprocess.run(
+            [sys.executable, "-m", "lightfed", "fit", "--config", str(ROOT / "configs" / "quickstart.yaml"),
+             "--strategy", "tests.strategies.sharded_memory.MedianRememberingDeltas", "--trainer.rounds", "2",
+             "--trainer.client_eval_interval", "0", "--trainer.devices", str(devices), "--trainer.root_dir", str(root),
+             "--trainer.progress_bar", "false", "--trainer.check_replicas", "true"],
+            check=True, cwd=ROOT, capture_output=True, timeout=600,
+            env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
+        )
+        return torch.load(root / "quickstart" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
+
+    one, two = checkpoint(1), checkpoint(2)
+    assert one["round"] == two["round"] == 2
+    assert torch.equal(one["params"], two["params"]) and torch.equal(one["buffers"], two["buffers"])
+    assert one["client_states"].keys() == two["client_states"].keys() and len(one["client_states"]) >= 10
+    for client_id, state in one["client_states"].items():
+        assert state["delta"].numel() == one["params"].numel()
+        assert torch.equal(state["delta"], two["client_states"][client_id]["delta"])
+        assert state["examples"] == two["client_states"][client_id]["examples"] > 0

@@ -92,14 +92,16 @@ class RecordingCorrection(MomentumCorrection):
 class MeasuredAdaMasFL(AdaMasFL):
     """Records every local step's length, every ||D_i|| and every server move."""
 
-    def configure_job(self, plan, package):
+    def configure_job(self, plan, package):  # the engine configures a round's jobs before training them
         plan = super().configure_job(plan, package)
-        self.rule = RecordingCorrection(plan.rule.beta, plan.rule.offset, normalise=True)
-        return replace(plan, rule=self.rule)
+        rule = RecordingCorrection(plan.rule.beta, plan.rule.offset, normalise=True)
+        self.rules = {**getattr(self, "rules", {}), plan.client_id: rule}
+        return replace(plan, rule=rule)
 
     def accumulate_job(self, sums, update, staleness):
         super().accumulate_job(sums, update, staleness)
-        points = [*self.rule.points, self.rule.points[0] + update.delta]
+        rule = self.rules.pop(update.client_id)
+        points = [*rule.points, rule.points[0] + update.delta]
         self.steps = [*getattr(self, "steps", []), *[(b - a).norm().item() for a, b in zip(points, points[1:])]]
         self.displacements = [*getattr(self, "displacements", []), (update.delta / update.local_time).norm().item()]
 

@@ -206,7 +206,7 @@ class FederatedTrainer:
         self.fabric.call("on_round_start", trainer=self, round=round)
         jobs = self.source.jobs(round, self.params, self.buffers)
         try:
-            result = engine.run(round, jobs, self.params, self.buffers, self.stop_requested)
+            result = engine.run(round, jobs, self.params, self.buffers, lambda: self.stop_requested)
         except BudgetReached as reached:
             self.save_checkpoint()
             self.fabric.print(f"{reached}: stopped after round {round}; {self.checkpoint_path} holds it")

@@ -121,6 +121,24 @@ def test_a_preemption_signal_stops_at_a_round_boundary_and_auto_resume_finishes_
     assert torch.equal(_weights(resumed), _weights(full))
 
 
+def test_a_preemption_signal_during_training_stops_after_that_round(tmp_path):
+    """The request is read when the round's sums are reduced, so a signal while round 2's clients train ends the run
+    after round 2, not round 3."""
+    import os
+    import signal
+
+    from lightfed import Callback
+
+    class SignalWhileRoundTwoTrains(Callback):
+        def on_client_end(self, trainer, update):
+            if trainer.round == 1:
+                os.kill(os.getpid(), signal.SIGUSR1)
+
+    trainer = small_trainer(tmp_path, rounds=5, callbacks=[SignalWhileRoundTwoTrains()])
+    trainer.fit(small_model(), small_data(), FedAvg())
+    assert trainer.round == 2 and torch.load(trainer.checkpoint_path, weights_only=False)["round"] == 2
+
+
 def test_replica_check_names_a_process_whose_global_weights_differ(tmp_path, monkeypatch):
     """Debug mode compares every process's global weights with process 0's broadcast after each round."""
     trainer = small_trainer(tmp_path, rounds=2, check_replicas=True)

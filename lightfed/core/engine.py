@@ -17,7 +17,7 @@ from lightfed.core.sharding import CoordinateShards
 from lightfed.core.sums import Sums
 from lightfed.errors import DivergenceError
 from lightfed.strategies.base import Strategy
-from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
+from lightfed.strategies.sharded_base import ShardedRound
 
 PER_CLIENT = ("num_examples", "num_steps", "local_time", "staleness")  # per-client scalars of the sharded path
 
@@ -66,7 +66,7 @@ class RoundEngine:
         self.fabric, self.client, self.strategy = fabric, client, strategy
         self.fixed_process, self.check_replicas = fixed_process, check_replicas
         self.on_client_end, self.check_plans = on_client_end, check_plans
-        self.sharded = isinstance(strategy, ShardedStrategy)
+        self.sharded = strategy.server_path == "sharded"
         buffers = client.flat.buffers.numel()
         sizes = {**strategy.sum_sizes(), "_buffers": buffers, "_examples": 1, "_train_loss": 1, "_clients": 1, "_stop": 1}
         if self.sharded:
@@ -81,14 +81,16 @@ class RoundEngine:
             return [job for job in jobs if job.plan.client_id % world == rank]
         return jobs[rank::world]
 
-    def run(self, round: int, jobs: list[Job], params: Tensor, buffers: Tensor, stop_requested: bool = False) -> RoundResult:
+    def run(
+        self, round: int, jobs: list[Job], params: Tensor, buffers: Tensor, stop_requested: Callable[[], bool] = bool
+    ) -> RoundResult:
         """Round ``round`` from the global ``params``/``buffers``; ``jobs`` (every process's, in increasing client id
-        order) are the same on every process."""
+        order) are the same on every process. ``stop_requested()`` is asked just before the reduction: when it is
+        true on any process, every process learns it from ``RoundResult.stop``."""
         sums, mine = self.sums, self.share(jobs)
         plans = [self.strategy.configure_job(job.plan, job.package) for job in mine]
         self.check_plans(round, plans)
         sums.zero_()
-        sums.add("_stop", float(stop_requested))  # reduced with the round: every process stops together
         rows = torch.empty(len(mine), params.numel(), device=params.device) if self.sharded else None
         for index, (job, plan) in enumerate(zip(mine, plans)):
             update = self.client.train(plan, job.params, job.buffers)
@@ -103,6 +105,7 @@ class RoundEngine:
             sums.add("_train_loss", update.train_loss)
             sums.add("_clients", 1)
             self.on_client_end(update)
+        sums.add("_stop", float(stop_requested()))
         sums.buffer.copy_(self.fabric.all_reduce(sums.buffer, reduce_op="sum"))
         if rows is None:
             params = self.strategy.aggregate_buffer(params, sums, round, [job.staleness for job in jobs])

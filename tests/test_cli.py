@@ -113,6 +113,29 @@ def test_missing_dataset_folder_is_named(tmp_path, capsys):
     assert str(tmp_path / "nowhere") in err and len(err.strip().splitlines()) == 1
 
 
+DP = str(ROOT / "configs" / "privacy" / "dp-sgd.yaml")
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["--trainer.clients_per_round", "21"], "larger than the number of clients"),
+        (["--data.dataset", "lightfed.data.CIFAR10", "--data.dataset.root", "nowhere"], "nowhere"),
+        (["--data.partitioner", "lightfed.data.ShardPartitioner", "--data.partitioner.num_clients", "1000"], "lightfed: error:"),
+        (["--strategy", "lightfed.strategies.FedECADO", "--trainer.devices", "2"], "trainer.devices=1"),
+        (["-c", DP, "--trainer.privacy.convert_batchnorm", "false", "--model", "lightfed.models.VGG11",
+          "--model.in_channels", "1", "--model.batch_norm", "true"], "convert_batchnorm: true"),
+        (["-c", DP, "--trainer.precision", "bf16-mixed"], "differential privacy needs trainer.precision 32-true"),
+    ],
+    ids=["clients_per_round", "dataset_files", "empty_client", "fedecado_two_processes", "dp_batchnorm", "dp_mixed"],
+)
+def test_a_refused_run_leaves_no_run_folder(tmp_path, capsys, overrides, message):
+    """Every check that does not need training runs before the run folder is made: the next real run is version_0."""
+    err = _error_of(["fit", "--config", QUICKSTART, "--trainer.root_dir", str(tmp_path / "runs"), *overrides], capsys)
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("config", [QUICKSTART, str(ROOT / "configs" / "digits" / "scaffold.yaml")], ids=["fedavg", "scaffold"])
 def test_two_processes_give_the_weights_of_one(tmp_path, config):
     """Run through the real command, as users do: Fabric launches the second process with gloo.

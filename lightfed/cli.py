@@ -74,9 +74,12 @@ def run(argv: list[str] | None = None) -> dict[str, float]:
     if name == "fit":
         metrics = trainer.fit(model, objects.data, strategy, sub_config.ckpt_path, run_config)
     else:
-        metrics = getattr(trainer, name)(model, objects.data, sub_config.ckpt_path, run_config)
+        metrics = getattr(trainer, name)(model, objects.data, sub_config.ckpt_path)
     trainer.fabric.print(" ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items()) if not k.startswith("round/")))
-    trainer.fabric.print(f"logs, config and checkpoints: {trainer.log_dir}")
+    if name == "fit":
+        trainer.fabric.print(f"logs, config and checkpoints: {trainer.log_dir}")
+    else:
+        trainer.fabric.print(f"evaluated: {trainer.log_dir or 'the initial model (no --ckpt_path)'}")
     return metrics
 
 
@@ -88,6 +91,15 @@ def _user_error(error: BaseException | None) -> LightfedError | None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["compare"]:
+        from lightfed.experiments.compare import main as compare
+
+        sys.exit(compare(argv[1:]))
+    if argv in (["-h"], ["--help"]):
+        build_parser()[0].print_help()
+        print(f"    {'compare':<20}Compare configs over seeds and sweeps: a table and a plot (lightfed compare --help).")
+        return
     try:
         run(argv)
     except Exception as error:

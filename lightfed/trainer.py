@@ -227,17 +227,13 @@ class FederatedTrainer:
         self.last_metrics = metrics
         self.fabric.call("on_round_end", trainer=self, round=round, metrics=metrics)
 
-    def validate(
-        self, model: LightningModule, data: FederatedDataModule, ckpt_path: str | None = None, run_config: str | None = None
-    ) -> dict[str, float]:
+    def validate(self, model: LightningModule, data: FederatedDataModule, ckpt_path: str | None = None) -> dict[str, float]:
         """Evaluates the (checkpointed) global model with ``validation_step`` on the central test set."""
-        return self._evaluate_once(model, data, ckpt_path, run_config, "validation_step")
+        return self._evaluate_once(model, data, ckpt_path, "validation_step")
 
-    def test(
-        self, model: LightningModule, data: FederatedDataModule, ckpt_path: str | None = None, run_config: str | None = None
-    ) -> dict[str, float]:
+    def test(self, model: LightningModule, data: FederatedDataModule, ckpt_path: str | None = None) -> dict[str, float]:
         """Evaluates the (checkpointed) global model with ``test_step`` on the central test set."""
-        return self._evaluate_once(model, data, ckpt_path, run_config, "test_step")
+        return self._evaluate_once(model, data, ckpt_path, "test_step")
 
     def evaluate(self, step: str) -> dict[str, float]:
         """The global model on this process's share of the central test set, reduced over all processes."""
@@ -280,10 +276,10 @@ class FederatedTrainer:
             self._launched = True
         data.setup(self.seed, self.fabric.device)
 
-    def _start_run(self, model: LightningModule, ckpt_path: str | None, run_config: str | None, step: str = "validation_step") -> dict | None:
+    def _start_run(self, model: LightningModule, ckpt_path: str | None, run_config: str | None) -> dict | None:
         """Fixes the run folder (the resumed run's, or a new version), its config and loggers; loads the checkpoint."""
-        if not is_overridden(step, model, LightningModule):
-            raise ConfigError(f"{type(model).__name__} must define {step} to evaluate the global model")
+        if not is_overridden("validation_step", model, LightningModule):
+            raise ConfigError(f"{type(model).__name__} must define validation_step to evaluate the global model")
         path = None
         if self.fabric.is_global_zero:
             path = resolve_checkpoint(ckpt_path, self.run_root)
@@ -351,18 +347,19 @@ class FederatedTrainer:
 
     # ----------------------------------------------------------------- evaluation
 
-    def _evaluate_once(
-        self, model: LightningModule, data: FederatedDataModule, ckpt_path: str | None, run_config: str | None, step: str
-    ) -> dict[str, float]:
+    def _evaluate_once(self, model: LightningModule, data: FederatedDataModule, ckpt_path: str | None, step: str) -> dict[str, float]:
+        """Evaluates the checkpoint's global model (the initial one without ``ckpt_path``); writes nothing: the fit
+        run's folder, config and events stay as the run left them."""
+        if not is_overridden(step, model, LightningModule):
+            raise ConfigError(f"{type(model).__name__} must define {step} to evaluate the global model")
         self._launch(data)
-        checkpoint = self._start_run(model, ckpt_path, run_config, step)
+        path = resolve_checkpoint(ckpt_path, self.run_root) if self.fabric.is_global_zero else None
+        path = self.fabric.broadcast(path)
+        self.log_dir = None if path is None else path.parent
         self.client = ClientTrainer(self.fabric, model, data)
         self.params, self.buffers = self.client.flat.params.clone(), self.client.flat.buffers.clone()
-        if checkpoint is not None:
+        if path is not None:
+            checkpoint = load_checkpoint(path)
             self.params, self.buffers = self._restore_weights(checkpoint, self.params, self.buffers)
             self.round = checkpoint["round"]
-        metrics = self.evaluate(step)
-        for logger in self.loggers:
-            logger.log_metrics(metrics, step=self.round)
-            logger.finalize("success")
-        return metrics
+        return self.evaluate(step)

@@ -24,8 +24,11 @@ def test_quickstart_reaches_90_percent_and_writes_logs_config_and_checkpoint(tmp
     assert list(run_dir.glob("events.out.tfevents.*"))
     assert "class_path: lightfed.data.DirichletPartitioner" in (run_dir / "config.yaml").read_text()
     # the saved config reproduces the run's global model: `test` on its checkpoint gives the same accuracy
+    config, files = (run_dir / "config.yaml").read_text(), sorted(run_dir.rglob("*"))
     tested = run(["test", "--config", str(run_dir / "config.yaml"), "--ckpt_path", "last"])
     assert tested["test_acc"] == pytest.approx(metrics["val_acc"], abs=1e-6)
+    # and leaves the run as it was: its config (ckpt_path: null, which reproduces the run) and no new files
+    assert (run_dir / "config.yaml").read_text() == config and sorted(run_dir.rglob("*")) == files
 
 
 def test_tensorboard_holds_the_per_round_scalars(tmp_path):

@@ -4,7 +4,6 @@ import heapq
 from dataclasses import astuple, dataclass
 from typing import Any
 
-from jsonargparse import lazy_instance
 
 from lightfed.asynchronous.delays import DelayModel, SpeedTiers
 from lightfed.errors import ConfigError
@@ -19,16 +18,17 @@ class Asynchrony:
     """Settings of buffered asynchronous training: ``concurrency`` clients (M_c) train at once, the server
     aggregates every ``trainer.clients_per_round`` (S) arrivals, and job durations come from ``delays``."""
 
-    def __init__(self, concurrency: int = 20, delays: DelayModel = lazy_instance(SpeedTiers)) -> None:
+    def __init__(self, concurrency: int = 20, delays: DelayModel | None = None) -> None:
         """
         Args:
             concurrency: Clients training at the same time, M_c (>= S; M_c = S is synchronous: no staleness).
-            delays: Duration of each client job on the virtual clock.
+            delays: Duration of each client job on the virtual clock; null: a new ``SpeedTiers()`` (a default
+                instance shared by every ``Asynchrony`` would carry one run's client traits into the next).
         """
         if concurrency < 1:
             raise ConfigError(f"asynchronous.concurrency must be >= 1, got {concurrency}")
         self.concurrency = concurrency
-        self.delays = delays
+        self.delays = SpeedTiers() if delays is None else delays
 
 
 @dataclass(frozen=True, order=True)

@@ -5,7 +5,6 @@ from collections.abc import Iterator
 
 import numpy as np
 import torch
-from jsonargparse import lazy_instance
 from torch import Tensor
 
 from lightfed.data.datasets import DatasetSource, Digits
@@ -23,7 +22,7 @@ class FederatedDataModule:
 
     def __init__(
         self,
-        dataset: DatasetSource = lazy_instance(Digits),
+        dataset: DatasetSource | None = None,
         partitioner: Partitioner | None = None,
         batch_size: int = 32,
         eval_batch_size: int = 512,
@@ -31,7 +30,7 @@ class FederatedDataModule:
     ) -> None:
         """
         Args:
-            dataset: Where the examples come from.
+            dataset: Where the examples come from; null: a new ``Digits()`` (scikit-learn's digits, embedded).
             partitioner: How the training examples are split across clients; leave unset for naturally federated
                 datasets (e.g. Synthetic).
             batch_size: Local training batch size.
@@ -40,7 +39,7 @@ class FederatedDataModule:
         """
         if batch_size < 1 or eval_batch_size < 1:
             raise ConfigError(f"data.batch_size and data.eval_batch_size must be >= 1, got {batch_size}, {eval_batch_size}")
-        self.dataset = dataset
+        self.dataset = Digits() if dataset is None else dataset
         self.partitioner = partitioner
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size

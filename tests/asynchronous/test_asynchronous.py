@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from lightfed.asynchronous.schedule import BufferedSchedule
+from lightfed.asynchronous.schedule import Asynchrony, BufferedSchedule
 from lightfed.cli import main, run
 from lightfed.asynchronous.delays import Exponential, LogNormal, SpeedTiers
 from lightfed.errors import ConfigError
@@ -210,3 +210,11 @@ def test_two_processes_give_the_weights_and_client_states_of_one(tmp_path):
     assert one["client_states"].keys() == two["client_states"].keys() and len(one["client_states"]) == 8
     for client_id, state in one["client_states"].items():
         assert (state["c"] - two["client_states"][client_id]["c"]).abs().max() <= 1e-5
+
+
+def test_each_asynchrony_gets_its_own_default_delays():
+    """A shared default instance would carry one run's client speed tiers into the next."""
+    from lightfed.asynchronous.delays import SpeedTiers
+
+    first, second = Asynchrony(), Asynchrony()
+    assert isinstance(first.delays, SpeedTiers) and first.delays is not second.delays

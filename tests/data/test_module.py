@@ -55,3 +55,8 @@ def test_naturally_federated_data_takes_no_partitioner_and_others_need_one():
     natural = FederatedDataModule(Synthetic(num_clients=3))
     natural.setup(0, CPU)
     assert natural.num_clients == 3 and natural.num_classes == 10
+
+
+def test_each_data_module_gets_its_own_default_dataset():
+    first, second = FederatedDataModule(), FederatedDataModule()
+    assert isinstance(first.dataset, Digits) and first.dataset is not second.dataset

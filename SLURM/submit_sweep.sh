@@ -1,6 +1,6 @@
 #!/bin/bash
-# Submits a scripts/compare.py plan as a SLURM job array (one task per run, SLURM/sweep_array.sbatch) and a job
-# that builds the table and the plot (compare.py --collect) once every task has ended.
+# Submits a `lightfed compare` plan as a SLURM job array (one task per run, SLURM/sweep_array.sbatch) and a job
+# that builds the table and the plot (lightfed compare --collect) once every task has ended.
 #
 #   SLURM/submit_sweep.sh COMPARE_ARGS...
 #   SLURM/submit_sweep.sh --configs configs/digits/fedavg.yaml configs/digits/scaffold.yaml --seeds 0 1 2 --out runs/cmp
@@ -17,19 +17,19 @@ here=$(cd "$(dirname "$0")" && pwd)
 VENV=${VENV-.venv}
 if [ -n "$VENV" ]; then source "$VENV/bin/activate"; fi
 set -u
-[ $# -gt 0 ] || { echo "usage: SLURM/submit_sweep.sh COMPARE_ARGS... (see scripts/compare.py --help)" >&2; exit 2; }
-COMPARE=${COMPARE:-scripts/compare.py}
+[ $# -gt 0 ] || { echo "usage: SLURM/submit_sweep.sh COMPARE_ARGS... (see lightfed compare --help)" >&2; exit 2; }
 python=$(command -v python)
+compare=("$python" -m lightfed.experiments.compare)
 
-runs=$("$python" "$COMPARE" "$@" --list | wc -l)   # also checks every run's arguments (stops here if one is wrong)
+runs=$("${compare[@]}" "$@" --list | wc -l)   # also checks every run's arguments (stops here if one is wrong)
 [ "$runs" -gt 0 ] || { echo "submit_sweep.sh: the plan has no runs" >&2; exit 1; }
 # shellcheck disable=SC2086  # SBATCH_ARGS and COLLECT_ARGS are lists of options
-array=$(VENV="$VENV" COMPARE="$COMPARE" sbatch --parsable --array="0-$((runs - 1))${MAX_PARALLEL:+%$MAX_PARALLEL}" \
+array=$(VENV="$VENV" sbatch --parsable --array="0-$((runs - 1))${MAX_PARALLEL:+%$MAX_PARALLEL}" \
     ${SBATCH_ARGS:-} "$here/sweep_array.sbatch" "$@")
 array=${array%%;*}
 # shellcheck disable=SC2086
 collect=$(sbatch --parsable --job-name=lightfed-collect --ntasks=1 --dependency="afterany:$array" \
     ${SBATCH_ARGS:-} --output=slurm-%x-%j.out ${COLLECT_ARGS:-} \
-    --wrap="$(printf '%q ' "$python" "$COMPARE" "$@" --collect)")
+    --wrap="$(printf '%q ' "${compare[@]}" "$@" --collect)")
 collect=${collect%%;*}
 echo "array job $array: $runs runs (tasks 0-$((runs - 1))); collect job $collect (after all of them)"

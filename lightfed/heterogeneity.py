@@ -1,58 +1,8 @@
 """Heterogeneous local work: per-client epochs, steps and learning rates drawn from distributions."""
 
-import math
-from dataclasses import dataclass
-
-import numpy as np
-
-from lightfed.errors import ConfigError
 from lightfed.core.seeding import LOCAL_WORK, derived_rng
-
-DISTRIBUTIONS = ("fixed", "randint", "uniform", "loguniform")
-
-
-@dataclass(frozen=True)
-class Distribution:
-    """``fixed:v``, ``randint:a:b`` (integers a..b inclusive), ``uniform:a:b`` or ``loguniform:a:b``."""
-
-    kind: str
-    low: float
-    high: float
-
-    @classmethod
-    def parse(cls, spec: str | int | float, setting: str) -> "Distribution":
-        """Reads a spec such as ``randint:1:50``; a plain number is ``fixed``. Refuses bad specs with a reason."""
-        if isinstance(spec, (int, float)):
-            return cls("fixed", spec, spec)
-        kind, *bounds = str(spec).split(":")
-        if kind not in DISTRIBUTIONS:
-            try:
-                return cls("fixed", float(spec), float(spec))
-            except ValueError:
-                raise ConfigError(f"{setting}: unknown distribution {kind!r} in {spec!r}; use one of {', '.join(DISTRIBUTIONS)}") from None
-        try:
-            values = [float(b) for b in bounds]
-        except ValueError:
-            raise ConfigError(f"{setting}: bounds of {spec!r} must be numbers") from None
-        if len(values) != (1 if kind == "fixed" else 2):
-            raise ConfigError(f"{setting}: {kind} takes {'one value' if kind == 'fixed' else 'two bounds'}, got {spec!r}")
-        low, high = values[0], values[-1]
-        if low > high:
-            raise ConfigError(f"{setting}: the lower bound of {spec!r} is above the upper bound")
-        if kind == "loguniform" and low <= 0:
-            raise ConfigError(f"{setting}: loguniform bounds must be > 0, got {spec!r}")
-        if kind == "randint" and not (low.is_integer() and high.is_integer()):
-            raise ConfigError(f"{setting}: randint bounds must be integers, got {spec!r}")
-        return cls(kind, low, high)
-
-    def sample(self, rng: np.random.Generator) -> float:
-        if self.kind == "fixed":
-            return self.low
-        if self.kind == "randint":
-            return float(rng.integers(int(self.low), int(self.high), endpoint=True))
-        if self.kind == "uniform":
-            return float(rng.uniform(self.low, self.high))
-        return float(math.exp(rng.uniform(math.log(self.low), math.log(self.high))))
+from lightfed.distributions import Distribution
+from lightfed.errors import ConfigError
 
 
 class LocalWork:

@@ -1,10 +1,10 @@
 """ADAPT-FED against FedAvg, FedProx, FedSAM and FedASAM on digits, without DP and under two DP mechanisms, over
-seeds: one scripts/compare.py table per privacy setting, ADAPT-FED's RP statistics, and a control.
+seeds: one ``lightfed compare`` table per privacy setting, ADAPT-FED's RP statistics, and a control.
 
 Every setting runs the same five configs (configs/digits/*.yaml) at the same eta_0 with the DP config added after
 them. ADAPT-FED's rate is about beta * eta_0 = 2 eta_0 while RP is small, so each setting also runs FedSAM at a
 fixed 2 eta_0 (OUT/SETTING-control): it separates the RP rule from the doubling of the rate.
-``--set`` and ``--rounds`` are passed on to compare.py. Example::
+``--set`` and ``--rounds`` are passed on to lightfed compare. Example::
 
     python scripts/compare_adaptfed.py --seeds 0 1 2 --rounds 10 --set model.init_args.width=8 --out runs/adaptfed-cmp
 """
@@ -14,12 +14,11 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import compare  # noqa: E402
+from lightfed.experiments import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 ALGORITHMS = ["fedavg", "fedprox", "fedsam", "fedasam", "adaptfed"]
-SETTINGS = {  # name: (compare.py --set overrides, eta_0)
+SETTINGS = {  # name: (lightfed compare --set overrides, eta_0)
     "no-dp": ([], 0.05),
     "paper-dp": (["config=configs/adaptfed/dp-sigma2-0.01.yaml"], 0.05),  # the step gradient clipped to 1, sigma^2 0.01
     "dp-sgd": (["config=configs/privacy/dp-sgd.yaml", "trainer.privacy.init_args.noise_multiplier=0.5"], 0.3),

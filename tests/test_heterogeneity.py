@@ -1,6 +1,10 @@
+import math
+import random
+
 import numpy as np
 import pytest
 
+from lightfed import distributions, heterogeneity
 from lightfed.errors import ConfigError
 from lightfed.heterogeneity import Distribution, LocalWork
 
@@ -17,6 +21,37 @@ def test_specs_parse_and_sample_within_their_bounds():
     assert abs(np.mean(logs < 1e-3) - 1 / 3) < 0.03 and abs(np.mean(logs < 1e-2) - 2 / 3) < 0.03
 
 
+def test_one_parser_serves_local_work_and_the_comparison_tool():
+    assert heterogeneity.Distribution is distributions.Distribution
+    choice = Distribution.parse("choice:sgd, adam,x:y", "--random opt", ("uniform", "choice"))
+    assert choice == Distribution("choice", choices=("sgd", "adam", "x:y"))
+    assert {choice.sample_argument(random.Random(seed)) for seed in range(50)} == {"sgd", "adam", "x:y"}
+    randint = Distribution.parse("randint:2:4", "x", ("randint",))
+    assert randint.sample_argument(random.Random(0)) == str(random.Random(0).randint(2, 4))
+    local_work = "fixed:VALUE, randint:MIN:MAX, uniform:MIN:MAX or loguniform:MIN:MAX"
+    with pytest.raises(ConfigError, match=f"^trainer.local_lr: unknown distribution 'choice'; use {local_work}$"):
+        Distribution.parse("choice:0.1,0.2", "trainer.local_lr")  # local work draws numbers only
+    with pytest.raises(ConfigError, match=r"^--random lr: unknown distribution '0.5'; use uniform:MIN:MAX or choice:A,B,...$"):
+        Distribution.parse("0.5", "--random lr", ("uniform", "choice"))  # a plain number is fixed only where fixed is
+    with pytest.raises(ConfigError, match="^--random opt: expected choice:A,B,... with no empty choice, got 'choice:a,,b'$"):
+        Distribution.parse("choice:a,,b", "--random opt", ("choice",))
+
+
+def test_local_work_draws_are_unchanged_by_hand():
+    """The numpy calls of each (seed, client) or (seed, client, round) stream: the project's results do not move."""
+    once = LocalWork("randint:1:50", None, "loguniform:1e-4:1e-1")
+    fresh = LocalWork(None, "randint:5:9", "uniform:1e-3:1e-2", redraw_each_round=True)
+    for seed, round, client in [(0, 0, 0), (0, 3, 5), (7, 2, 1)]:
+        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(2, client)))  # LOCAL_WORK = 2
+        epochs = int(rng.integers(1, 50, endpoint=True))
+        lr = float(math.exp(rng.uniform(math.log(1e-4), math.log(1e-1))))
+        assert once.draw(seed, round, client) == (epochs, None, lr)
+        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(2, client, round)))
+        steps = int(rng.integers(5, 9, endpoint=True))
+        assert fresh.draw(seed, round, client) == (None, steps, float(rng.uniform(1e-3, 1e-2)))
+    assert LocalWork(3, None, "fixed:0.05").draw(0, 0, 0) == (3, None, 0.05)
+
+
 @pytest.mark.parametrize(
     "spec, message",
     [
@@ -24,12 +59,16 @@ def test_specs_parse_and_sample_within_their_bounds():
         ("uniform:1e-3:1e-4", "lower bound of 'uniform:1e-3:1e-4' is above the upper bound"),
         ("loguniform:0:1", "loguniform bounds must be > 0"),
         ("randint:1.5:3", "randint bounds must be integers"),
-        ("uniform:1", "uniform takes two bounds"),
+        ("uniform:1", "uniform takes two bounds: expected uniform:MIN:MAX, got 'uniform:1'"),
+        ("fixed:1:2", "fixed takes one value"),
+        ("uniform:0:inf", "the bounds of 'uniform:0:inf' must be finite"),
+        ("uniform:a:1", "the bounds of 'uniform:a:1' must be numbers"),
     ],
 )
 def test_bad_specs_are_refused_with_the_reason(spec, message):
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=message) as error:
         Distribution.parse(spec, "trainer.local_lr")
+    assert str(error.value).startswith("trainer.local_lr: ") and "\n" not in str(error.value)
 
 
 def test_local_work_is_drawn_once_per_client_or_afresh_each_round():

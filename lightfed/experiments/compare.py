@@ -1,7 +1,8 @@
-"""Compare lightfed configs over seeds and hyperparameter sweeps: a Markdown table, a plot and the raw results.
+"""``lightfed compare``: configs over seeds and hyperparameter sweeps; a Markdown table, a plot and the raw results.
 
 Every run is ``lightfed fit --config C <overrides>`` named ``<config stem>__<setting>__seed<S>`` under ``OUT/runs``
-(with the folder in front of a stem two configs share); its history is read back from its TensorBoard events.
+(with the folder in front of a stem two configs share); its history is read back from its ``metrics.jsonl``. A local
+sweep trains --workers runs at a time (default: one per CPU core), each in a process forked from this one.
 Outputs::
 
     OUT/table.md       one row per (config, setting): final and best metric over seeds, rounds to --target, time;
@@ -12,17 +13,17 @@ Outputs::
 
 Examples::
 
-    python scripts/compare.py --configs configs/quickstart.yaml --seeds 0 1 2 --target 0.9 --out runs/cmp
-    python scripts/compare.py --configs configs/quickstart.yaml --grid strategy.init_args.server_lr=1.0,0.5 \\
+    lightfed compare --configs configs/quickstart.yaml --seeds 0 1 2 --target 0.9 --workers 3 --out runs/cmp
+    lightfed compare --configs configs/quickstart.yaml --grid strategy.init_args.server_lr=1.0,0.5 \\
         --random model.init_args.lr=loguniform:1e-3:1e-1 --samples 4 --sweep-seed 0 --rounds 10 --out runs/sweep
     # a key prefixed with a config's name applies to that config only: each method its own random search
-    python scripts/compare.py --configs configs/digits/fedadam.yaml configs/digits/adaptive_fedecado.yaml \\
+    lightfed compare --configs configs/digits/fedadam.yaml configs/digits/adaptive_fedecado.yaml \\
         --random fedadam:strategy.init_args.server_lr=uniform:0:1 \\
         --random adaptive_fedecado:strategy.init_args.tolerance=loguniform:1e-4:1 --samples 10 --usable 0.8
     # a SLURM array: one run per task, then one job that gathers the table and the plot
-    python scripts/compare.py ARGS --list | wc -l                       # how many tasks
-    python scripts/compare.py ARGS --task-index $SLURM_ARRAY_TASK_ID
-    python scripts/compare.py ARGS --collect
+    lightfed compare ARGS --list | wc -l                       # how many tasks
+    lightfed compare ARGS --task-index $SLURM_ARRAY_TASK_ID
+    lightfed compare ARGS --collect
 """
 
 from __future__ import annotations
@@ -31,19 +32,25 @@ import argparse
 import hashlib
 import itertools
 import json
-import math
+import multiprocessing
+import os
 import random
 import re
 import shlex
 import statistics
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from lightfed.callbacks.metrics_file import METRICS_FILE
+from lightfed.distributions import Distribution, usage
+from lightfed.errors import ConfigError, DivergenceError, LightfedError
+
 KEY = re.compile(r"([\w.-]+:)?[A-Za-z_][\w-]*(\.[A-Za-z_][\w-]*)*")  # an optional "config-name:" scope
 MANAGED = {"trainer.root_dir": "--out", "trainer.name": "the run name", "seed_everything": "--seeds"}
-DISTRIBUTIONS = "loguniform:MIN:MAX, uniform:MIN:MAX or choice:A,B,..."
+RANDOM_KINDS = ("loguniform", "uniform", "randint", "choice")  # the distributions --random takes
 Setting = dict[str, str]  # override key -> value, as passed to the lightfed command line
 
 
@@ -61,7 +68,7 @@ def _split(spec: str, option: str) -> tuple[str, str]:
         raise SpecError(f"{option} {spec!r}: expected KEY=VALUE with a dotted key, e.g. model.init_args.lr=0.01")
     bare = key.rpartition(":")[2]  # without a config-name scope
     if bare in MANAGED:
-        raise SpecError(f"{option} {spec!r}: {bare} is set by compare.py (use {MANAGED[bare]})")
+        raise SpecError(f"{option} {spec!r}: {bare} is set by lightfed compare (use {MANAGED[bare]})")
     return key, value.strip()
 
 
@@ -81,48 +88,13 @@ def parse_grid(spec: str) -> tuple[str, list[str]]:
     return key, items
 
 
-def _bounds(spec: str, kind: str, args: str) -> tuple[float, float]:
-    parts = args.split(":")
-    if len(parts) != 2:
-        raise SpecError(f"--random {spec!r}: expected {kind}:MIN:MAX")
-    try:
-        low, high = float(parts[0]), float(parts[1])
-    except ValueError:
-        raise SpecError(f"--random {spec!r}: MIN and MAX must be numbers") from None
-    if not (math.isfinite(low) and math.isfinite(high)):
-        raise SpecError(f"--random {spec!r}: MIN and MAX must be finite")
-    if low > high:
-        raise SpecError(f"--random {spec!r}: MIN ({parts[0]}) is larger than MAX ({parts[1]})")
-    if kind == "loguniform" and low <= 0:
-        raise SpecError(f"--random {spec!r}: loguniform bounds must be > 0")
-    return low, high
-
-
-def parse_random(spec: str) -> tuple[str, tuple]:
-    """``key=loguniform:1e-4:1e-1`` / ``uniform:a:b`` / ``choice:a,b,c`` -> (key, (kind, ...))."""
+def parse_random(spec: str) -> tuple[str, Distribution]:
+    """``key=loguniform:1e-4:1e-1`` / ``uniform:a:b`` / ``randint:a:b`` / ``choice:a,b,c`` -> (key, distribution)."""
     key, value = _split(spec, "--random")
-    kind, _, args = value.partition(":")
-    if kind in ("loguniform", "uniform"):
-        return key, (kind, *_bounds(spec, kind, args))
-    if kind == "choice":
-        items = [v.strip() for v in args.split(",")]
-        if not all(items):
-            raise SpecError(f"--random {spec!r}: expected choice:A,B,... with no empty choice")
-        return key, ("choice", items)
-    raise SpecError(f"--random {spec!r}: unknown distribution {kind!r}; use {DISTRIBUTIONS}")
-
-
-def draw(distribution: tuple, rng: random.Random) -> str:
-    """One value, as a command-line string; numbers are rounded to 4 significant digits (kept within bounds)."""
-    kind = distribution[0]
-    if kind == "choice":
-        return rng.choice(distribution[1])
-    low, high = distribution[1], distribution[2]
-    if kind == "loguniform":
-        value = math.exp(rng.uniform(math.log(low), math.log(high)))
-    else:
-        value = rng.uniform(low, high)
-    return repr(min(max(float(f"{value:.4g}"), low), high))
+    try:
+        return key, Distribution.parse(value, f"--random {key}", RANDOM_KINDS)
+    except ConfigError as error:
+        raise SpecError(str(error)) from None
 
 
 def expand_grid(grid: list[tuple[str, list[str]]]) -> list[Setting]:
@@ -131,12 +103,12 @@ def expand_grid(grid: list[tuple[str, list[str]]]) -> list[Setting]:
     return [dict(zip(keys, values)) for values in itertools.product(*(values for _, values in grid))]
 
 
-def sample_random(specs: list[tuple[str, tuple]], samples: int, sweep_seed: int) -> list[Setting]:
+def sample_random(specs: list[tuple[str, Distribution]], samples: int, sweep_seed: int) -> list[Setting]:
     """``samples`` settings drawn from ``specs``, the same for the same sweep seed; [{}] without specs."""
     if not specs:
         return [{}]
     rng = random.Random(sweep_seed)
-    return [{key: draw(distribution, rng) for key, distribution in specs} for _ in range(samples)]
+    return [{key: distribution.sample_argument(rng) for key, distribution in specs} for _ in range(samples)]
 
 
 def plan_settings(grid, randoms, samples: int = 1, sweep_seed: int = 0) -> list[Setting]:
@@ -265,22 +237,19 @@ def resolve_rounds(runs: list[Run]) -> dict[tuple[str, str], int]:
 
 
 def read_log(runs_dir: Path, name: str, metric: str) -> dict | None:
-    """History of ``metric`` and summed ``round/time_s`` from the newest version of a run; None if it has no events."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    versions = [p for p in (runs_dir / name).glob("version_*") if p.name[8:].isdigit() and any(p.glob("events.out.tfevents.*"))]
+    """History of ``metric``, summed ``round/time_s`` and the names of the logged metrics, from the metrics file of
+    the newest version of a run; None if it has none. A round logged again (a resumed run) counts with its last line."""
+    versions = [p for p in (runs_dir / name).glob("version_*") if p.name[8:].isdigit() and (p / METRICS_FILE).is_file()]
     if not versions:
         return None
     log_dir = max(versions, key=lambda p: int(p.name[8:]))
-    events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0}).Reload()
-    tags = events.Tags()["scalars"]
-
-    def scalars(tag: str) -> dict[int, float]:
-        return {e.step: e.value for e in events.Scalars(tag)} if tag in tags else {}  # a resumed round: the last value
-
-    history = sorted(scalars(metric).items())
-    return {"log_dir": str(log_dir), "tags": sorted(tags), "history": [[s, v] for s, v in history],
-            "wall_time_s": sum(scalars("round/time_s").values())}
+    rounds = {}
+    for line in (log_dir / METRICS_FILE).read_text().splitlines():
+        values = json.loads(line)
+        rounds[values.pop("round")] = values
+    history = [[done, values[metric]] for done, values in sorted(rounds.items()) if metric in values]
+    return {"log_dir": str(log_dir), "metrics": sorted({key for values in rounds.values() for key in values}),
+            "history": history, "wall_time_s": sum(values.get("round/time_s", 0.0) for values in rounds.values())}
 
 
 def reached(value: float, target: float, mode: str) -> bool:
@@ -406,7 +375,7 @@ def plot_curves(curves: dict[str, list[list[list[float]]]], metric: str, target:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="compare.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="lightfed compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configs", nargs="+", required=True, metavar="YAML", help="lightfed config files")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="values of seed_everything (default: 0)")
     parser.add_argument("--rounds", type=int, help="override trainer.rounds of every run")
@@ -416,9 +385,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default="runs/compare", help="output folder; the runs' logs go to OUT/runs")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="fixed override of every run")
     parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="sweep all values (product)")
-    parser.add_argument("--random", action="append", default=[], metavar="KEY=DIST", help=f"sample from {DISTRIBUTIONS}")
+    parser.add_argument("--random", action="append", default=[], metavar="KEY=DIST", help=f"sample from {usage(RANDOM_KINDS)}")
     parser.add_argument("--samples", type=int, help="how many --random settings to draw")
     parser.add_argument("--sweep-seed", type=int, default=0, help="seed of the --random draws (default: 0)")
+    parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)), help="runs of a local sweep "
+                        "trained at a time, each in a forked process (default: the CPU cores available, %(default)s)")
     parser.add_argument("--usable", type=float, metavar="F", help="also tabulate each config's share of runs whose final "
                         "metric is at least F times the best run's (e.g. 0.8)")
     action = parser.add_mutually_exclusive_group()
@@ -454,10 +425,10 @@ def divergence_marker(runs_dir: Path, name: str) -> Path:
     return runs_dir / name / "diverged.txt"
 
 
-def execute(run: Run, index: int, total: int, metric: str, runs_dir: Path) -> bool:
-    """Trains one run in this process; prints a line when it starts and when it ends. False if lightfed refused it."""
+def execute(run: Run, index: int, total: int, metric: str, runs_dir: Path) -> tuple[bool, float]:
+    """Trains one run in this process; prints a line when it starts and when it ends. Returns whether lightfed
+    accepted it and its wall time in seconds."""
     from lightfed.cli import run as lightfed_run
-    from lightfed.errors import DivergenceError, LightfedError
 
     tag = f"[{index + 1}/{total}] {run.stem} {setting_label(run.setting)} seed={run.seed}"
     print(f"{tag}: started", flush=True)
@@ -470,11 +441,38 @@ def execute(run: Run, index: int, total: int, metric: str, runs_dir: Path) -> bo
         print(f"{tag}: failed: {error}", flush=True)
         if isinstance(error, DivergenceError):
             marker.write_text(f"{error}\n")
-        return False
+        return False, time.perf_counter() - began
+    seconds = time.perf_counter() - began
     if metric not in metrics:
         raise SpecError(f"--metric {metric} is not among the run's metrics ({', '.join(sorted(metrics))})")
-    print(f"{tag}: {metric}={metrics[metric]:.4f} ({time.perf_counter() - began:.1f} s)", flush=True)
-    return True
+    print(f"{tag}: {metric}={metrics[metric]:.4f} ({seconds:.1f} s)", flush=True)
+    return True, seconds
+
+
+def execute_all(runs: list[Run], metric: str, runs_dir: Path, workers: int) -> bool:
+    """Trains every run, ``workers`` at a time (one after the other in this process if 1), and prints the sweep's wall
+    time against the sum of the runs' own; False if lightfed refused a run."""
+    began = time.perf_counter()
+    jobs = [(run, index, len(runs), metric, runs_dir) for index, run in enumerate(runs)]
+    workers = min(workers, len(runs))
+    if workers == 1:
+        outcomes = [execute(*job) for job in jobs]
+    else:
+        import torch
+
+        import lightfed.cli  # noqa: F401  (imported once, here: the forked workers start with it, torch and Lightning)
+
+        threads = max(1, len(os.sched_getaffinity(0)) // workers)
+        pool = ProcessPoolExecutor(workers, multiprocessing.get_context("fork"), torch.set_num_threads, (threads,))
+        try:  # a worker that dies (out of memory) raises BrokenProcessPool here rather than hanging the sweep
+            outcomes = [future.result() for future in [pool.submit(execute, *job) for job in jobs]]
+        finally:
+            pool.shutdown(cancel_futures=True)  # after an error or Ctrl-C, no further run starts
+    wall = time.perf_counter() - began
+    run_time = sum(seconds for _, seconds in outcomes)
+    print(f"compare: {len(runs)} runs in {wall:.1f} s wall, {run_time:.1f} s of run time ({run_time / wall:.2f}x)",
+          flush=True)
+    return all(ok for ok, _ in outcomes)
 
 
 def curve_label(stem: str, label: str, groups: list[tuple[str, str]]) -> str:
@@ -493,14 +491,14 @@ def collect(runs: list[Run], rounds: dict, out: Path, metric: str, target: float
         record = {**asdict(run), "setting_label": setting_label(run.setting), "status": "missing"}
         log = read_log(out / "runs", run.name, metric)
         if log is not None:
-            if not log["history"] and log["tags"]:
-                raise SpecError(f"--metric {metric} is not in the logs of {run.name} (they hold {', '.join(log['tags'])})")
+            if not log["history"] and log["metrics"]:
+                raise SpecError(f"--metric {metric} is not in the logs of {run.name} (they hold {', '.join(log['metrics'])})")
             complete = bool(log["history"]) and log["history"][-1][0] >= rounds[run.group]
             diverged = not complete and divergence_marker(out / "runs", run.name).is_file()
             record.update(log, status="finished" if complete else "diverged" if diverged else "unfinished")
             if complete:
                 record.update(summarise_history(log["history"], target, mode))
-        record.pop("tags", None)
+        record.pop("metrics", None)
         if record["status"] in ("unfinished", "missing"):
             unfinished.append(run)
         results.append(record)
@@ -533,6 +531,8 @@ def main(argv: list[str] | None = None) -> int:
     mode = args.mode or ("min" if "loss" in args.metric else "max")
     if args.usable is not None and (mode == "min" or not 0 < args.usable <= 1):
         parser.error("--usable F needs 0 < F <= 1 and a metric where higher is better")
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
     out = Path(args.out).resolve()
     try:
         runs = plan_from_args(args)
@@ -540,7 +540,8 @@ def main(argv: list[str] | None = None) -> int:
             if not 0 <= args.task_index < len(runs):
                 raise SpecError(f"--task-index {args.task_index} is out of range: the plan has {len(runs)} runs (0..{len(runs) - 1})")
             resolve_rounds([runs[args.task_index]])
-            return 0 if execute(runs[args.task_index], args.task_index, len(runs), args.metric, out / "runs") else 1
+            ok, _ = execute(runs[args.task_index], args.task_index, len(runs), args.metric, out / "runs")
+            return 0 if ok else 1
         rounds = resolve_rounds(runs)
         if args.list:
             for run in runs:
@@ -551,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
             settings = len({run.group for run in runs})
             print(f"compare: {len(runs)} runs ((config, setting) pairs × seeds = {settings} × "
                   f"{len(args.seeds)}), logs in {out / 'runs'}", flush=True)
-            ok = all([execute(run, i, len(runs), args.metric, out / "runs") for i, run in enumerate(runs)])
+            ok = execute_all(runs, args.metric, out / "runs", args.workers)
         unfinished = collect(runs, rounds, out, args.metric, args.target, mode, args.usable)
     except SpecError as error:
         parser.error(str(error))

@@ -1,24 +1,28 @@
-"""scripts/compare.py: spec parsing, sweeps, summaries and tables by hand; then small end-to-end comparisons."""
+"""lightfed compare: spec parsing, sweeps, metrics files, summaries and tables by hand; then small end-to-end
+comparisons, one of them with two worker processes."""
 
-import importlib.util
 import json
 import math
+import os
+import random
+import re
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from lightfed.cli import main as lightfed_main
+from lightfed.experiments import compare
+
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
-_spec = importlib.util.spec_from_file_location("compare", ROOT / "scripts" / "compare.py")
-compare = importlib.util.module_from_spec(_spec)
-sys.modules["compare"] = compare
-_spec.loader.exec_module(compare)
 
+# runs one after the other in the test's process, with conftest's one thread
 FAST = ["--rounds", "2", "--set", "data.partitioner.init_args.num_clients=10", "--set", "trainer.clients_per_round=5",
-        "--set", "trainer.client_eval_interval=0"]
+        "--set", "trainer.client_eval_interval=0", "--workers", "1"]
 LR = "strategy.init_args.server_lr"
 
 
@@ -47,6 +51,23 @@ def test_random_sampling_is_deterministic_for_a_sweep_seed_and_within_bounds():
     assert {s["opt"] for s in first} == {"sgd", "adam"}
     # values go to the command line as they will be used: at most 4 significant digits
     assert all(len(s["m"].replace("0.", "", 1)) <= 4 for s in first)
+
+
+def test_random_draws_are_those_of_python_random_by_hand():
+    """The draws of a sweep seed do not change: existing sweeps reproduce."""
+    specs = [compare.parse_random("lr=loguniform:1e-4:1e-1"), compare.parse_random("m=uniform:0.2:0.8"),
+             compare.parse_random("opt=choice:sgd, adam ,rmsprop"), compare.parse_random("epochs=randint:1:5")]
+    rng = random.Random(7)
+    expected = []
+    for _ in range(20):
+        lr = math.exp(rng.uniform(math.log(1e-4), math.log(1e-1)))
+        m = rng.uniform(0.2, 0.8)
+        expected.append({"lr": repr(min(max(float(f"{lr:.4g}"), 1e-4), 1e-1)), "m": repr(float(f"{m:.4g}")),
+                         "opt": rng.choice(["sgd", "adam", "rmsprop"]), "epochs": str(rng.randint(1, 5))})
+    assert compare.sample_random(specs, 20, sweep_seed=7) == expected
+    assert {s["epochs"] for s in expected} == {"1", "2", "3", "4", "5"}
+    # rounded to 4 digits (0.1235) and kept within the bounds
+    assert compare.sample_random([compare.parse_random("x=uniform:0.12345:0.12346")], 5, 0) == [{"x": "0.12346"}] * 5
 
 
 def test_settings_combine_grid_and_samples_and_drop_duplicates():
@@ -79,6 +100,33 @@ def test_run_names_and_arguments_are_deterministic():
     assert compare.setting_label({}) == "defaults"
     long = compare.run_name("x", {f"k{i}": "v" * 20 for i in range(10)}, 0)
     assert len(long) < 120 and long == compare.run_name("x", {f"k{i}": "v" * 20 for i in range(10)}, 0)
+
+
+# ----------------------------------------------------------------- metrics files
+
+
+def _write_metrics(folder: Path, *lines: dict) -> None:
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_read_log_takes_the_last_line_of_a_round_from_the_newest_version(tmp_path):
+    _write_metrics(tmp_path / "run" / "version_9", {"round": 1, "val_acc": 0.9, "round/time_s": 100.0})
+    # a run stopped after round 2, resumed from its round-1 checkpoint: rounds 2 and 3 logged again
+    _write_metrics(tmp_path / "run" / "version_10",
+                   {"round": 1, "val_acc": 0.5, "val_loss": 1.5, "round/time_s": 2.0},
+                   {"round": 2, "val_acc": 0.6, "round/time_s": 3.0, "strategy/lr": 0.1},
+                   {"round": 3, "val_acc": 0.4, "round/time_s": 4.0},
+                   {"round": 2, "val_acc": 0.7, "round/time_s": 5.0},
+                   {"round": 3, "val_acc": 0.8, "round/time_s": 6.0},
+                   {"round": 4, "val_loss": 0.9, "round/time_s": 7.0})  # val_acc not evaluated in round 4
+    (tmp_path / "run" / "version_11").mkdir()  # a run that has not written a line yet
+    log = compare.read_log(tmp_path, "run", "val_acc")
+    assert log == {"log_dir": str(tmp_path / "run" / "version_10"), "history": [[1, 0.5], [2, 0.7], [3, 0.8]],
+                   "wall_time_s": 2.0 + 5.0 + 6.0 + 7.0, "metrics": ["round/time_s", "val_acc", "val_loss"]}
+    assert compare.read_log(tmp_path, "run", "val_loss")["history"] == [[1, 1.5], [4, 0.9]]
+    assert compare.read_log(tmp_path, "run", "nope")["history"] == []
+    assert compare.read_log(tmp_path, "other", "val_acc") is None
 
 
 # ----------------------------------------------------------------- numbers and table
@@ -134,15 +182,17 @@ def test_table_rendering():
         ("parse_set", "=0.1", "expected KEY=VALUE"),
         ("parse_set", "a b=0.1", "expected KEY=VALUE"),
         ("parse_set", "lr=", "expected KEY=VALUE"),
-        ("parse_set", "trainer.name=x", "set by compare.py"),
+        ("parse_set", "trainer.name=x", "set by lightfed compare"),
         ("parse_grid", "lr=0.1,,0.2", "empty value"),
         ("parse_grid", "lr=0.1,0.1", "listed twice"),
         ("parse_random", "lr=normal:0:1", "unknown distribution 'normal'; use loguniform:MIN:MAX"),
         ("parse_random", "lr=uniform:0", "expected uniform:MIN:MAX"),
         ("parse_random", "lr=uniform:a:1", "must be numbers"),
         ("parse_random", "lr=uniform:0:inf", "must be finite"),
-        ("parse_random", "lr=uniform:2:1", "MIN (2) is larger than MAX (1)"),
-        ("parse_random", "lr=loguniform:1e-1:1e-4", "is larger than MAX"),
+        ("parse_random", "lr=uniform:2:1", "the lower bound of 'uniform:2:1' is above the upper bound"),
+        ("parse_random", "lr=loguniform:1e-1:1e-4", "the lower bound of 'loguniform:1e-1:1e-4' is above"),
+        ("parse_random", "lr=randint:1:2.5", "randint bounds must be integers"),
+        ("parse_random", "lr=0.5", "unknown distribution '0.5'"),  # a fixed value is a --set
         ("parse_random", "lr=loguniform:0:1", "loguniform bounds must be > 0"),
         ("parse_random", "lr=loguniform:-1:1", "loguniform bounds must be > 0"),
         ("parse_random", "opt=choice:a,,b", "no empty choice"),
@@ -176,15 +226,15 @@ def _cli_error(argv, capsys) -> str:
 )
 def test_cli_reports_bad_input_in_one_line(extra, message, capsys, tmp_path):
     line = _cli_error(["--configs", QUICKSTART, "--out", str(tmp_path), *extra], capsys)
-    assert line.startswith("compare.py: error:") and message in line
+    assert line.startswith("lightfed compare: error:") and message in line
 
 
 def test_cli_reports_missing_configs_and_unknown_lightfed_options(capsys, tmp_path):
     line = _cli_error(["--configs", QUICKSTART, str(tmp_path / "nope.yaml")], capsys)
-    assert line == f"compare.py: error: config file not found: {tmp_path / 'nope.yaml'}"
+    assert line == f"lightfed compare: error: config file not found: {tmp_path / 'nope.yaml'}"
     # lightfed's own parser checks every planned run before anything is trained
     line = _cli_error(["--configs", QUICKSTART, "--out", str(tmp_path), "--set", "trainer.roundz=3"], capsys)
-    assert line.startswith("compare.py: error: run quickstart__seed0:") and "trainer.roundz" in line
+    assert line.startswith("lightfed compare: error: run quickstart__seed0:") and "trainer.roundz" in line
     line = _cli_error(["--configs", QUICKSTART, "--out", str(tmp_path), "--task-index", "1"], capsys)
     assert "out of range: the plan has 1 runs" in line
 
@@ -194,6 +244,11 @@ def test_cli_reports_missing_configs_and_unknown_lightfed_options(capsys, tmp_pa
 
 def _table_rows(out: Path) -> list[str]:
     return [line for line in (out / "table.md").read_text().splitlines() if line.startswith("| quickstart")]
+
+
+def _without_time(out: Path) -> list[str]:
+    """The table's rows without the wall time, which differs between two runs of one plan."""
+    return [row.rsplit(" | ", 1)[0] for row in _table_rows(out)]
 
 
 @pytest.fixture(scope="module")
@@ -252,7 +307,7 @@ def test_collect_reproduces_the_table_from_the_logs(sweep):
 def test_collect_names_a_metric_the_runs_did_not_log(sweep, capsys):
     argv, _ = sweep
     line = _cli_error([*argv, "--collect", "--metric", "val_accuracy"], capsys)
-    assert line.startswith("compare.py: error: --metric val_accuracy is not in the logs of quickstart__") and "val_acc," in line
+    assert line.startswith("lightfed compare: error: --metric val_accuracy is not in the logs of quickstart__") and "val_acc," in line
 
 
 def test_a_diverging_run_is_reported_and_left_out_of_the_numbers(tmp_path, capsys):
@@ -283,15 +338,43 @@ def test_task_index_then_collect_gives_the_table_of_a_direct_run(tmp_path, capsy
         assert compare.main([*tasks, "--task-index", str(index)]) == 0
     assert [row.split(" | ")[2] for row in _table_rows(tmp_path / "tasks")] == ["0/1", "0/1"]  # tasks leave the table
     assert compare.main([*tasks, "--collect"]) == 0
-
-    def without_time(out):  # wall time differs between the two; every other cell must match
-        return [row.rsplit(" | ", 1)[0] for row in _table_rows(out)]
-
-    assert without_time(tmp_path / "tasks") == without_time(tmp_path / "direct")
-    assert len(without_time(tmp_path / "direct")) == 2 and "1/1" in without_time(tmp_path / "direct")[0]
+    assert _without_time(tmp_path / "tasks") == _without_time(tmp_path / "direct")
+    assert len(_without_time(tmp_path / "direct")) == 2 and "1/1" in _without_time(tmp_path / "direct")[0]
     direct = json.loads((tmp_path / "direct" / "results.json").read_text())["runs"]
     tasks_runs = json.loads((tmp_path / "tasks" / "results.json").read_text())["runs"]
     assert [r["history"] for r in tasks_runs] == [r["history"] for r in direct]
+
+
+def test_two_workers_give_the_table_of_one(tmp_path, capfd, monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})  # 2 cores: each worker one thread, as conftest's
+    base = ["--configs", QUICKSTART, "--seeds", "0", "1", "--target", "0.2", *FAST, "--rounds", "1"]  # the last wins
+    assert compare.main([*base, "--out", str(tmp_path / "one")]) == 0
+    assert re.search(r"compare: 2 runs in [\d.]+ s wall, [\d.]+ s of run time \([\d.]+x\)", capfd.readouterr().out)
+    assert compare.main([*base, "--out", str(tmp_path / "two"), "--workers", "2"]) == 0
+    printed = capfd.readouterr().out  # the workers' lines too
+    for i in (1, 2):
+        assert f"[{i}/2] quickstart defaults seed={i - 1}: started" in printed
+        assert f"[{i}/2] quickstart defaults seed={i - 1}: val_acc=" in printed
+    assert re.search(r"compare: 2 runs in [\d.]+ s wall, [\d.]+ s of run time \([\d.]+x\)", printed)
+    assert _without_time(tmp_path / "two") == _without_time(tmp_path / "one")
+    assert len(_without_time(tmp_path / "one")) == 1 and "2/2" in _without_time(tmp_path / "one")[0]
+    one, two = (json.loads((tmp_path / out / "results.json").read_text())["runs"] for out in ("one", "two"))
+    assert [r["history"] for r in two] == [r["history"] for r in one] and all(len(r["history"]) == 1 for r in one)
+    assert [r["status"] for r in two] == ["finished", "finished"]
+
+
+def test_lightfed_compare_and_python_m_run_the_tool(tmp_path, capsys):
+    argv = ["--configs", QUICKSTART, "--seeds", "0", "1", "--out", str(tmp_path), "--list"]
+    with pytest.raises(SystemExit) as exit:
+        lightfed_main(["compare", *argv])
+    assert exit.value.code == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert len(listed) == 2 and listed[1].endswith("--trainer.name quickstart__seed1")
+    done = subprocess.run([sys.executable, "-m", "lightfed.experiments.compare", *argv], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.splitlines() == listed
+    lightfed_main(["--help"])
+    assert "compare " in capsys.readouterr().out.splitlines()[-1]
 
 
 def test_three_strategies_by_two_seeds_on_digits(tmp_path):
@@ -325,7 +408,7 @@ def test_scoped_keys_apply_to_their_config_only():
         compare.plan_runs(["/c/a.yaml"], [0], [{}], {"c:x": "1"}, None, "/out/runs")
     with pytest.raises(compare.SpecError, match="x is given both for every config and for a"):
         compare.plan_runs(["/c/a.yaml"], [0], [{}], {"x": "1", "a:x": "2"}, None, "/out/runs")
-    with pytest.raises(compare.SpecError, match="set by compare.py"):
+    with pytest.raises(compare.SpecError, match="set by lightfed compare"):
         compare.parse_set("a:trainer.name=x")
 
 

@@ -1,0 +1,1 @@
+"""Experiments over many runs: ``lightfed compare``."""

@@ -425,27 +425,32 @@ def divergence_marker(runs_dir: Path, name: str) -> Path:
     return runs_dir / name / "diverged.txt"
 
 
+def print_line(line: str) -> None:
+    """Prints ``line`` in one write, so that the lines of parallel workers do not run into each other."""
+    print(line + "\n", end="", flush=True)
+
+
 def execute(run: Run, index: int, total: int, metric: str, runs_dir: Path) -> tuple[bool, float]:
     """Trains one run in this process; prints a line when it starts and when it ends. Returns whether lightfed
     accepted it and its wall time in seconds."""
     from lightfed.cli import run as lightfed_run
 
     tag = f"[{index + 1}/{total}] {run.stem} {setting_label(run.setting)} seed={run.seed}"
-    print(f"{tag}: started", flush=True)
+    print_line(f"{tag}: started")
     began = time.perf_counter()
     marker = divergence_marker(runs_dir, run.name)
     marker.unlink(missing_ok=True)
     try:
         metrics = lightfed_run(run.argv)
     except LightfedError as error:
-        print(f"{tag}: failed: {error}", flush=True)
+        print_line(f"{tag}: failed: {error}")
         if isinstance(error, DivergenceError):
             marker.write_text(f"{error}\n")
         return False, time.perf_counter() - began
     seconds = time.perf_counter() - began
     if metric not in metrics:
         raise SpecError(f"--metric {metric} is not among the run's metrics ({', '.join(sorted(metrics))})")
-    print(f"{tag}: {metric}={metrics[metric]:.4f} ({seconds:.1f} s)", flush=True)
+    print_line(f"{tag}: {metric}={metrics[metric]:.4f} ({seconds:.1f} s)")
     return True, seconds
 
 

@@ -239,7 +239,7 @@ class FederatedTrainer:
         """The global model on this process's share of the central test set, reduced over all processes."""
         rank, world = self.fabric.global_rank, self.fabric.world_size
         batches = self.client.data.test_batches(rank, world)
-        return evaluation_pass(self.fabric, self.client, self.params, self.buffers, step, batches).compute(self.fabric)
+        return evaluation_pass(self.fabric, self.client, self.params, self.buffers, step, batches).compute(self.fabric, self.client.module)
 
     # ----------------------------------------------------------------- parts of a run
 

@@ -55,7 +55,7 @@ class BufferedRounds(SampledRounds):
                 strategy.accumulate_warm_up(sums, engine.client.train(strategy.configure_warm_up(plan), params, buffers))
             sums.buffer.copy_(fabric.all_reduce(sums.buffer, reduce_op="sum"))
             strategy.finish_warm_up(sums)
-            engine.client.logged.compute(fabric)  # the warm-up's training losses are not round 1's
+            engine.client.logged.compute(fabric, engine.client.module)  # the warm-up's training losses are not round 1's
         self.schedule.start()
         self._publish(0, params, buffers)
 

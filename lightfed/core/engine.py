@@ -116,7 +116,7 @@ class RoundEngine:
         metrics = {
             "round/clients": float(sums["_clients"]),
             "round/client_train_loss": float(sums["_train_loss"] / sums["_clients"]),
-            **self.client.logged.compute(self.fabric),
+            **self.client.logged.compute(self.fabric, self.client.module),
             **{f"strategy/{k}": v for k, v in self.strategy.metrics().items()},
         }
         return RoundResult(params, buffers, metrics, float(sums["_stop"]) > 0)

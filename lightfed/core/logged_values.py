@@ -10,6 +10,8 @@ from lightning import LightningModule
 from torch import Tensor
 from torchmetrics import Metric
 
+from lightfed.errors import ConfigError
+
 
 class LoggedValues:
     """Batch-size-weighted means of logged scalars, and ``compute()`` of logged torchmetrics objects.
@@ -50,13 +52,25 @@ class LoggedValues:
         finally:
             del module.log, module.log_dict
 
-    def compute(self, fabric: Fabric | None = None) -> dict[str, float]:
-        """Means and metric values, reduced over all processes when ``fabric`` is given; then starts afresh."""
+    def compute(self, fabric: Fabric | None = None, module: LightningModule | None = None) -> dict[str, float]:
+        """Means and metric values, reduced over all processes when ``fabric`` is given; then starts afresh.
+
+        Every process joins the reduction of every name any process logged: a process that logged nothing this pass
+        (it trained no client) syncs the same torchmetrics object of its own ``module``, with its empty state.
+        """
         names = sorted(self._sums)
-        if fabric is not None and fabric.world_size > 1:  # a process that trained no client logged nothing
+        paths = {name: _path_in(module, metric) for name, metric in self._metrics.items()}
+        if fabric is not None and fabric.world_size > 1:
             everyone: list = [None] * fabric.world_size
-            torch.distributed.all_gather_object(everyone, names)
-            names = sorted(set().union(*everyone))
+            torch.distributed.all_gather_object(everyone, (names, paths))
+            names = sorted(set().union(*(logged for logged, _ in everyone)))
+            paths = {name: path for _, logged in everyone for name, path in logged.items()}
+            unreachable = sorted(name for name, path in paths.items() if path is None)
+            if unreachable:  # refused on every process, before any of them waits in a metric's sync
+                raise ConfigError(
+                    f"the torchmetrics object logged as {unreachable[0]!r} must be an attribute of the LightningModule, "
+                    "so that every process can reduce it, also one that logged nothing this round"
+                )
         result: dict[str, float] = {}
         if names:
             zero = torch.zeros((), device=fabric.device if fabric is not None else "cpu")
@@ -69,10 +83,17 @@ class LoggedValues:
             result = {n: totals[i] / totals[i + len(names)] for i, n in enumerate(names)}
         self._sums.clear()
         self._counts.clear()
-        for name, metric in sorted(self._metrics.items()):
+        for name, path in sorted(paths.items()):
+            metric = self._metrics[name] if name in self._metrics else module.get_submodule(path)
             metric._to_sync = fabric is not None  # torchmetrics syncs over processes unless told not to
             result[name] = float(metric.compute())
             metric._to_sync = metric.sync_on_compute
             metric.reset()
         self._metrics.clear()
         return result
+
+
+def _path_in(module: LightningModule | None, metric: Metric) -> str | None:
+    """Where ``metric`` sits in ``module`` (its name in ``named_modules``), None if it is not one of its parts."""
+    return next((path for path, part in (module.named_modules() if module is not None else []) if part is metric), None)
+

@@ -37,3 +37,32 @@ def test_logging_never_writes_to_the_logged_tensors():
     logged.log("loss", first, batch_size=2)
     assert (first.item(), second.item()) == (2.0, 5.0)
     assert logged.compute() == {"loss": (2.0 + 5.0 + 4.0) / 4}
+
+
+def test_a_metric_logged_in_training_step_is_reduced_when_a_process_trains_no_client(tmp_path):
+    """One client a round on two processes: every round one process trains nothing, yet joins the metric's sync
+    (it used to wait for the other forever); the accuracy is the one-process run's."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+
+    def last_train_acc(devices: int) -> float:
+        out = tmp_path / f"devices{devices}"
+        subprocess.run(
+            [sys.executable, "-m", "lightfed", "fit", "--config", str(root / "configs" / "quickstart.yaml"),
+             "--model", "tests.core.metric_model.SmallCNNWithTrainAccuracy", "--trainer.clients_per_round", "1",
+             "--trainer.rounds", "3", "--trainer.client_eval_interval", "0", "--trainer.devices", str(devices),
+             "--trainer.root_dir", str(out), "--trainer.progress_bar", "false"],
+            check=True, cwd=root, capture_output=True, timeout=600,
+            env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)},
+        )
+        lines = (out / "quickstart" / "version_0" / "metrics.jsonl").read_text().splitlines()
+        return [yaml.safe_load(line)["train_acc"] for line in lines]
+
+    one, two = last_train_acc(1), last_train_acc(2)
+    assert len(one) == 3 and one == two and all(0 < acc <= 1 for acc in one)

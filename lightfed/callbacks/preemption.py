@@ -9,27 +9,33 @@ from lightfed.callbacks.base import Callback
 
 
 class Preemption(Callback):
-    """While a run fits, a signal (SIGUSR1 by default: ask SLURM for it with ``--signal=USR1@120``) does not kill the
-    process but asks the run to stop (``trainer.stop_requested``): the request is reduced with the round in flight,
-    so every process writes the checkpoint at the end of that round and stops; under SLURM the job is requeued."""
+    """While a run fits, SIGUSR1 (the cluster's warning: ask SLURM for it with ``--signal=USR1@120``) and SIGTERM
+    (``scancel``, a preemption, the time limit) do not kill the process but ask the run to stop
+    (``trainer.stop_requested``). The request is read when the round in flight reduces its sums, so every process
+    finishes that round, writes its checkpoint and stops cleanly; after SIGUSR1 a SLURM job is also requeued (after
+    SIGTERM SLURM decides). A round that outlasts SLURM's KillWait is lost to the SIGKILL that follows; the previous
+    checkpoint stays whole."""
 
-    def __init__(self, signum: int = signal.SIGUSR1) -> None:
-        self.signum = signum
-        self._previous = None
+    def __init__(self) -> None:
+        self._previous: dict[int, object] = {}
+        self.received: int | None = None
 
     def on_fit_start(self, trainer) -> None:
-        if threading.current_thread() is threading.main_thread():  # Python only delivers signals there
+        self.received = None
+        if threading.current_thread() is not threading.main_thread():  # Python only delivers signals there
+            return
 
-            def request_stop(signum: int, frame: object) -> None:
-                trainer.stop_requested = True
+        def request_stop(signum: int, frame: object) -> None:
+            self.received = signum
+            trainer.stop_requested = True
 
-            self._previous = signal.signal(self.signum, request_stop)
+        self._previous = {signum: signal.signal(signum, request_stop) for signum in (signal.SIGUSR1, signal.SIGTERM)}
 
     def on_fit_end(self, trainer, metrics: dict[str, float]) -> None:
         self._restore()
         if not (trainer.stop_requested and trainer.should_stop and trainer.round < trainer.rounds):
             return
-        job_id = slurm_job_id()
+        job_id = slurm_job_id() if self.received != signal.SIGTERM else None  # the request may come from another process
         if trainer.fabric.is_global_zero and job_id is not None:
             requeue_slurm_job(job_id)
         trainer.fabric.print(
@@ -41,9 +47,9 @@ class Preemption(Callback):
         self._restore()
 
     def _restore(self) -> None:
-        if self._previous is not None:
-            signal.signal(self.signum, self._previous)
-            self._previous = None
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
 
 
 def slurm_job_id() -> str | None:

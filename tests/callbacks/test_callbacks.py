@@ -123,3 +123,31 @@ def test_a_logger_from_the_command_line_and_the_hparams_of_tensorboard(tmp_path)
     events = EventAccumulator(str(tmp_path / "tb" / "quickstart" / "version_0")).Reload()
     content = b"".join(events.PluginTagToContent("hparams").values())
     assert b"trainer/clients_per_round" in content and b"val_acc" in content
+
+
+def test_sigterm_mid_round_on_two_processes_checkpoints_that_round_and_exits_cleanly(tmp_path):
+    """Both processes get SIGTERM while round 2 trains: each finishes round 2, it is checkpointed, both exit 0 without
+    a traceback, and resuming gives the weights of an uninterrupted run."""
+    import os
+    import subprocess
+    import sys
+
+    def fit(root: Path, *extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "lightfed", "fit", "--config", QUICKSTART, "--trainer.rounds", "4",
+             "--trainer.client_eval_interval", "0", "--trainer.devices", "2", "--trainer.root_dir", str(root),
+             "--trainer.progress_bar", "false", *extra],
+            cwd=ROOT, capture_output=True, text=True, timeout=600, start_new_session=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
+        )
+
+    stopped = fit(tmp_path / "cut", "--trainer.callbacks+=tests.callbacks.sigterm_callback.TerminateDuringRoundTwo")
+    assert stopped.returncode == 0 and "Traceback" not in stopped.stderr
+    assert "stopped on request after round 2" in stopped.stdout + stopped.stderr
+    checkpoint = tmp_path / "cut" / "quickstart" / "version_0" / "checkpoints" / "last.ckpt"
+    assert torch.load(checkpoint, weights_only=False)["round"] == 2
+    assert fit(tmp_path / "cut", "--ckpt_path", "last").returncode == 0
+    assert fit(tmp_path / "full").returncode == 0
+    resumed = torch.load(checkpoint, weights_only=False)
+    full = torch.load(tmp_path / "full" / "quickstart" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
+    assert resumed["round"] == full["round"] == 4 and torch.equal(resumed["params"], full["params"])

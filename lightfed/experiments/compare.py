@@ -238,14 +238,18 @@ def resolve_rounds(runs: list[Run]) -> dict[tuple[str, str], int]:
 
 def read_log(runs_dir: Path, name: str, metric: str) -> dict | None:
     """History of ``metric``, summed ``round/time_s`` and the names of the logged metrics, from the metrics file of
-    the newest version of a run; None if it has none. A round logged again (a resumed run) counts with its last line."""
+    the newest version of a run; None if it has none. A round logged again (a resumed run) counts with its last line;
+    a line cut short by a kill is skipped."""
     versions = [p for p in (runs_dir / name).glob("version_*") if p.name[8:].isdigit() and (p / METRICS_FILE).is_file()]
     if not versions:
         return None
     log_dir = max(versions, key=lambda p: int(p.name[8:]))
     rounds = {}
     for line in (log_dir / METRICS_FILE).read_text().splitlines():
-        values = json.loads(line)
+        try:
+            values = json.loads(line)
+        except json.JSONDecodeError:  # a line cut short when the run was killed
+            continue
         rounds[values.pop("round")] = values
     history = [[done, values[metric]] for done, values in sorted(rounds.items()) if metric in values]
     return {"log_dir": str(log_dir), "metrics": sorted({key for values in rounds.values() for key in values}),

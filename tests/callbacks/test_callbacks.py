@@ -78,8 +78,16 @@ def test_metrics_file_holds_each_round_and_a_resumed_round_is_appended(tmp_path)
     assert [line["round"] for line in lines] == [1, 2]
     assert lines[-1] == {"round": 2, **metrics}
     assert not list(trainer.log_dir.glob("events.out.tfevents.*"))  # logger false: no TensorBoard, the file stays
+    with open(trainer.log_dir / METRICS_FILE, "a") as file:
+        file.write('{"round": 3, "val_ac')  # a write cut short by a kill during round 3
     small_trainer(tmp_path, rounds=3, logger=False).fit(small_model(), small_data(), FedAvg(), ckpt_path="last")
-    assert [line["round"] for line in _lines(trainer.log_dir)] == [1, 2, 3]
+    lines = (trainer.log_dir / METRICS_FILE).read_text().splitlines()
+    assert lines[2] == '{"round": 3, "val_ac' and [json.loads(line)["round"] for line in lines[:2] + lines[3:]] == [1, 2, 3]
+
+    from lightfed.experiments.compare import read_log
+
+    log = read_log(tmp_path, "lightfed", "val_acc")
+    assert [step for step, _ in log["history"]] == [1, 2, 3]
 
 
 def test_early_stopping_from_a_config_stops_every_process_and_keeps_the_checkpoint(tmp_path):

@@ -1,6 +1,8 @@
 """The ``lightfed`` command: ``fit``, ``validate`` and ``test`` with LightningCLI conventions on jsonargparse."""
 
+import re
 import sys
+from argparse import ArgumentError
 
 from jsonargparse import ActionConfigFile, ArgumentParser
 from lightning import LightningModule, seed_everything
@@ -21,7 +23,7 @@ SUBCOMMANDS = {
 
 
 def _subcommand_parser(name: str) -> ArgumentParser:
-    parser = ArgumentParser(description=SUBCOMMANDS[name])
+    parser = ArgumentParser(description=SUBCOMMANDS[name], exit_on_error=False)  # main() prints the error in one line
     parser.add_argument("-c", "--config", action=ActionConfigFile, help="YAML config file(s), later ones override.")
     parser.add_argument("--seed_everything", type=int, default=0, help="Seed of model init, sampling and clients.")
     parser.add_class_arguments(FederatedTrainer, "trainer", skip={"seed"}, instantiate=False)
@@ -47,7 +49,7 @@ def _subcommand_parser(name: str) -> ArgumentParser:
 
 
 def build_parser() -> tuple[ArgumentParser, dict[str, ArgumentParser]]:
-    parser = ArgumentParser(prog="lightfed", description="Federated learning on Lightning Fabric.")
+    parser = ArgumentParser(prog="lightfed", description="Federated learning on Lightning Fabric.", exit_on_error=False)
     subcommands = parser.add_subcommands()
     parsers = {name: _subcommand_parser(name) for name in SUBCOMMANDS}
     for name, sub in parsers.items():
@@ -90,6 +92,16 @@ def _user_error(error: BaseException | None) -> LightfedError | None:
     return error
 
 
+def _parse_error_line(error: ArgumentError) -> str:
+    """jsonargparse's message in one line; for a class path that does not import, only the reason."""
+    message = " ".join(str(error).split())
+    unknown_class = re.search(r"^(Parser key \S+ )?.*Problem with given class_path ('[^']+'): (.*?)( - |$)", message)
+    if unknown_class:
+        key, path, reason = unknown_class.group(1) or "", unknown_class.group(2), unknown_class.group(3)
+        return f"{key}cannot import {path}: {reason}"
+    return message
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["compare"]:
@@ -104,7 +116,12 @@ def main(argv: list[str] | None = None) -> None:
         run(argv)
     except Exception as error:
         user_error = _user_error(error)
-        if user_error is None:
+        if user_error is not None:
+            message = str(user_error)
+        elif isinstance(error, ArgumentError):  # a config or command line jsonargparse could not parse
+            where = f"lightfed {argv[0]} --help" if argv[:1] and argv[0] in SUBCOMMANDS else "lightfed --help"
+            message = f"{_parse_error_line(error)} ({where} lists every option)"
+        else:
             raise
-        print(f"lightfed: error: {user_error}", file=sys.stderr)
+        print(f"lightfed: error: {message}", file=sys.stderr)
         sys.exit(2)

@@ -86,6 +86,27 @@ def test_unknown_config_key_is_named(tmp_path, capsys):
     assert "roundz" in _error_of(["fit", "--config", str(config)], capsys)
 
 
+@pytest.mark.parametrize(
+    "argv, names",
+    [
+        (["--strategy", "lightfed.strategies.NoSuch"], ["cannot import 'lightfed.strategies.NoSuch'", "no attribute"]),
+        (["--model", "nosuchmodule.Model"], ["cannot import 'nosuchmodule.Model'", "No module named 'nosuchmodule'"]),
+        (["--trainer.rounds", "abc"], ['Parser key "trainer.rounds"', "Got value: abc"]),
+        (["--trainer.roundz", "3"], ["unrecognized arguments: --trainer.roundz 3"]),
+        (["--config", "missing.yaml"], ["File does not exist", "missing.yaml"]),
+        (["--config", "BAD_YAML"], ["Problems parsing config"]),
+    ],
+    ids=["unknown_class", "unknown_module", "wrong_type", "unknown_key", "missing_config", "yaml_syntax"],
+)
+def test_a_parse_error_is_one_line_that_points_to_help(tmp_path, capsys, monkeypatch, argv, names):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "BAD_YAML").write_text("trainer: {rounds: [\n")
+    err = _error_of(["fit", "--config", QUICKSTART, "--trainer.root_dir", str(tmp_path / "runs"), *argv], capsys)
+    assert err.count("\n") == 1 and err.startswith("lightfed: error: ") and all(name in err for name in names)
+    assert err.rstrip().endswith("(lightfed fit --help lists every option)")
+    assert not (tmp_path / "runs").exists()
+
+
 def test_non_positive_alpha_is_refused(tmp_path, capsys):
     err = _error_of(["fit", "--config", QUICKSTART, "--data.partitioner.init_args.alpha", "0"], capsys)
     assert "alpha must be > 0" in err

@@ -1,5 +1,6 @@
 """FederatedTrainer: federated rounds on one Fabric; the round engine trains and aggregates, callbacks do the rest."""
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,14 @@ from lightfed.privacy.base import BudgetReached, ClientPrivacy
 from lightfed.strategies.base import Strategy
 
 PRECISIONS = ("32-true", "16-mixed", "bf16-mixed")
+
+
+def _check_writable(folder: Path) -> None:
+    """Refuses a run folder that cannot be made (a file in the way, no permission), before anything is written."""
+    existing = next(path for path in [folder, *folder.parents] if path.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        reason = "is not a folder" if not existing.is_dir() else "is not writable"
+        raise ConfigError(f"cannot make the run folder {folder}: {existing} {reason}; change trainer.root_dir")
 
 
 class FederatedTrainer:
@@ -123,9 +132,14 @@ class FederatedTrainer:
         built_in_last = [LogMetrics(), MetricsFile(), *([ProgressBar()] if progress_bar else [])]
         built_in_last += [Checkpointing(checkpoint_interval), Preemption()]
         everything = [*built_in_first, *(callbacks or []), *built_in_last]
-        self.fabric = Fabric(
-            accelerator=accelerator, devices=devices, num_nodes=num_nodes, precision=precision, callbacks=everything
-        )
+        try:
+            self.fabric = Fabric(
+                accelerator=accelerator, devices=devices, num_nodes=num_nodes, precision=precision, callbacks=everything
+            )
+        except (RuntimeError, ValueError) as error:  # Lightning's MisconfigurationException is a RuntimeError
+            raise ConfigError(
+                f"trainer.accelerator {accelerator!r} with trainer.devices {devices!r}, num_nodes {num_nodes}: {error}"
+            ) from None
         self.rounds = rounds
         self.clients_per_round = clients_per_round
         self.eval_interval = eval_interval
@@ -164,6 +178,7 @@ class FederatedTrainer:
                 f"{type(strategy).__name__} solves each round from every active client's state on one process; run "
                 "it with trainer.devices=1 and trainer.num_nodes=1"
             )
+        _check_writable(self.run_root)
         self._launch(data)
         if self.clients_per_round > data.num_clients:
             raise ConfigError(

@@ -150,14 +150,37 @@ DP = str(ROOT / "configs" / "privacy" / "dp-sgd.yaml")
         (["-c", DP, "--trainer.privacy.convert_batchnorm", "false", "--model", "lightfed.models.VGG11",
           "--model.in_channels", "1", "--model.batch_norm", "true"], "convert_batchnorm: true"),
         (["-c", DP, "--trainer.precision", "bf16-mixed"], "differential privacy needs trainer.precision 32-true"),
+        (["--trainer.devices", "0"], "trainer.accelerator 'cpu' with trainer.devices 0"),
+        (["--trainer.accelerator", "gpu"] if not torch.cuda.is_available() else ["--trainer.devices", "-5"],
+         "trainer.accelerator"),
     ],
-    ids=["clients_per_round", "dataset_files", "empty_client", "fedecado_two_processes", "dp_batchnorm", "dp_mixed"],
+    ids=["clients_per_round", "dataset_files", "empty_client", "fedecado_two_processes", "dp_batchnorm", "dp_mixed",
+         "no_devices", "no_gpu"],
 )
 def test_a_refused_run_leaves_no_run_folder(tmp_path, capsys, overrides, message):
     """Every check that does not need training runs before the run folder is made: the next real run is version_0."""
     err = _error_of(["fit", "--config", QUICKSTART, "--trainer.root_dir", str(tmp_path / "runs"), *overrides], capsys)
     assert message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_root_dir_that_cannot_hold_the_run_is_refused_in_one_line(tmp_path, capsys):
+    (tmp_path / "a_file").write_text("not a folder")
+    err = _error_of(["fit", "--config", QUICKSTART, "--trainer.root_dir", str(tmp_path / "a_file" / "runs")], capsys)
+    assert err.strip().splitlines() == [
+        f"lightfed: error: cannot make the run folder {tmp_path / 'a_file' / 'runs' / 'quickstart'}: "
+        f"{tmp_path / 'a_file'} is not a folder; change trainer.root_dir"
+    ]
+    assert (tmp_path / "a_file").read_text() == "not a folder"
+
+
+def test_a_truncated_checkpoint_is_named_in_one_line(tmp_path, capsys):
+    _fit_quickstart(tmp_path, "--trainer.rounds", "1", "--trainer.client_eval_interval", "0")
+    checkpoint = tmp_path / "quickstart" / "version_0" / "checkpoints" / "last.ckpt"
+    checkpoint.write_bytes(checkpoint.read_bytes()[:1000])
+    err = _error_of(["fit", "--config", QUICKSTART, "--trainer.root_dir", str(tmp_path), "--ckpt_path", "last"], capsys)
+    assert len(err.strip().splitlines()) == 1
+    assert err.startswith(f"lightfed: error: checkpoint {checkpoint} cannot be read (truncated or corrupt")
 
 
 @pytest.mark.parametrize("config", [QUICKSTART, str(ROOT / "configs" / "digits" / "scaffold.yaml")], ids=["fedavg", "scaffold"])

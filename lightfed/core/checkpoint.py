@@ -1,6 +1,7 @@
 """Checkpoint files: written atomically, found again by ``--ckpt_path last``."""
 
 import os
+import pickle
 import random
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,13 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
 def load_checkpoint(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"checkpoint {path} does not exist; check --ckpt_path")
-    return torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except (RuntimeError, EOFError, pickle.UnpicklingError) as error:
+        raise ConfigError(
+            f"checkpoint {path} cannot be read (truncated or corrupt: {' '.join(str(error).split())}); resume from "
+            "another checkpoint or start without --ckpt_path"
+        ) from None
 
 
 def resolve_checkpoint(ckpt_path: str | None, run_root: Path) -> Path | None:

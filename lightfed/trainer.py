@@ -306,7 +306,7 @@ class FederatedTrainer:
         path, self.log_dir = self.fabric.broadcast((path, self.log_dir))
         self.hparams = yaml.safe_load(run_config) if run_config is not None else {"seed": self.seed, "rounds": self.rounds}
         self.loggers = self._loggers()
-        return None if path is None else load_checkpoint(path)
+        return None if path is None else load_checkpoint(path, self.fabric.print)
 
     def _loggers(self) -> list[Logger]:
         if self.logger is True:
@@ -374,7 +374,7 @@ class FederatedTrainer:
         self.client = ClientTrainer(self.fabric, model, data)
         self.params, self.buffers = self.client.flat.params.clone(), self.client.flat.buffers.clone()
         if path is not None:
-            checkpoint = load_checkpoint(path)
+            checkpoint = load_checkpoint(path, self.fabric.print)
             self.params, self.buffers = self._restore_weights(checkpoint, self.params, self.buffers)
             self.round = checkpoint["round"]
         return self.evaluate(step)

@@ -183,6 +183,23 @@ def test_a_truncated_checkpoint_is_named_in_one_line(tmp_path, capsys):
     assert err.startswith(f"lightfed: error: checkpoint {checkpoint} cannot be read (truncated or corrupt")
 
 
+def test_a_truncated_last_checkpoint_falls_back_to_the_previous_one_with_a_warning(tmp_path, capsys):
+    """The previous checkpoint is kept beside last.ckpt: resuming from it repeats one round and ends with the weights
+    of an uninterrupted run."""
+    common = ["--trainer.client_eval_interval", "0"]
+    _fit_quickstart(tmp_path / "full", "--trainer.rounds", "3", *common)
+    _fit_quickstart(tmp_path / "cut", "--trainer.rounds", "2", *common)
+    folder = tmp_path / "cut" / "quickstart" / "version_0" / "checkpoints"
+    assert torch.load(folder / "previous.ckpt", weights_only=False)["round"] == 1
+    (folder / "last.ckpt").write_bytes((folder / "last.ckpt").read_bytes()[:1000])
+    capsys.readouterr()
+    _fit_quickstart(tmp_path / "cut", "--trainer.rounds", "3", "--ckpt_path", "last", *common)
+    warnings = [line for line in capsys.readouterr().out.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and warnings[0].startswith(f"lightfed: warning: checkpoint {folder / 'last.ckpt'} cannot")
+    full = torch.load(tmp_path / "full" / "quickstart" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
+    assert torch.equal(torch.load(folder / "last.ckpt", weights_only=False)["params"], full["params"])
+
+
 @pytest.mark.parametrize("config", [QUICKSTART, str(ROOT / "configs" / "digits" / "scaffold.yaml")], ids=["fedavg", "scaffold"])
 def test_two_processes_give_the_weights_of_one(tmp_path, config):
     """Run through the real command, as users do: Fabric launches the second process with gloo.

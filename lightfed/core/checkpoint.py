@@ -1,8 +1,9 @@
-"""Checkpoint files: written atomically, found again by ``--ckpt_path last``."""
+"""Checkpoint files: written atomically with the previous one kept, found again by ``--ckpt_path last``."""
 
 import os
 import pickle
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,26 +13,37 @@ import torch
 from lightfed.errors import ConfigError
 
 LAST = "last.ckpt"
+PREVIOUS = "previous.ckpt"
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """Writes ``state`` to ``path`` through a temporary file, so a crash never leaves a broken checkpoint."""
+    """Writes ``state`` to ``path`` through a temporary file, so a crash never leaves a broken checkpoint; the
+    checkpoint it replaces stays beside it as ``previous.ckpt`` (a hard link, no copy), and ``path`` always exists."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     torch.save(state, tmp)
+    if path.is_file():
+        kept = path.with_name(PREVIOUS + ".tmp")
+        kept.unlink(missing_ok=True)
+        os.link(path, kept)
+        os.replace(kept, path.with_name(PREVIOUS))
     os.replace(tmp, path)
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
+def load_checkpoint(path: Path, warn: Callable[[str], None] = print) -> dict[str, Any]:
+    """The checkpoint at ``path``; when ``last.ckpt`` cannot be read (truncated or corrupt on disk), the
+    ``previous.ckpt`` beside it, with a one-line ``warn``ing."""
     if not path.is_file():
         raise ConfigError(f"checkpoint {path} does not exist; check --ckpt_path")
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except (RuntimeError, EOFError, pickle.UnpicklingError) as error:
-        raise ConfigError(
-            f"checkpoint {path} cannot be read (truncated or corrupt: {' '.join(str(error).split())}); resume from "
-            "another checkpoint or start without --ckpt_path"
-        ) from None
+        problem = f"checkpoint {path} cannot be read (truncated or corrupt: {' '.join(str(error).split())})"
+        previous = path.with_name(PREVIOUS)
+        if path.name == LAST and previous.is_file():
+            warn(f"lightfed: warning: {problem}; resuming from {previous}, one checkpoint earlier")
+            return load_checkpoint(previous, warn)
+        raise ConfigError(f"{problem}; resume from another checkpoint or start without --ckpt_path") from None
 
 
 def resolve_checkpoint(ckpt_path: str | None, run_root: Path) -> Path | None:

@@ -8,13 +8,15 @@ from lightning.fabric import Fabric
 from torch import Tensor
 from torch.optim import Optimizer
 
+from lightfed.core.flat import FlatModule
+from lightfed.core.local_context import LocalContext
+from lightfed.core.local_session import LocalSession
 from lightfed.core.logged_values import LoggedValues
+from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
-from lightfed.core.flat import FlatModule
 from lightfed.optim.sam import SAM
-from lightfed.privacy.base import ClientPrivacy, LocalSession
-from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.privacy.base import ClientPrivacy
 
 
 def _single_optimizer(configured: object) -> Optimizer:
@@ -35,8 +37,9 @@ class ClientTrainer:
     """Trains the process's one live module for one client at a time.
 
     Global weights are copied into the module in place; the optimizer is built once and its state reset per client,
-    which is what a freshly built optimizer would start from. With ``privacy``, each client's training runs in the
-    mechanism's session (its batches, its private gradients, its hook before each step).
+    which is what a freshly built optimizer would start from. Each client's training runs in a ``LocalSession``: plain
+    gradients of shuffled batches, or with ``privacy`` the mechanism's session (its batches, its private gradients,
+    its hook before each step). Local rules and sessions see the trainer only through its ``LocalContext``.
     """
 
     def __init__(
@@ -59,26 +62,37 @@ class ClientTrainer:
                 "differential privacy use strategy FedSAM or FedASAM, whose rule makes both gradients private"
             )
         self.logged = LoggedValues()
+        self._context = LocalContext(
+            module=self.module,
+            flat=self.flat,
+            optimizer=optimizer,
+            data=data,
+            scales_gradients=self.scales_gradients,
+            autocast=fabric.autocast,
+            backward=fabric.backward,
+            recompute_gradient=self._recompute_gradient,
+        )
 
     def train(self, plan: ClientPlan, params: Tensor, buffers: Tensor) -> ClientUpdate:
         """Runs the plan from the given global weights; randomness comes only from ``plan.seed``."""
         self.flat.load(params, buffers)
         self._reset_optimizer(plan.lr)
         self._rule = rule = plan.rule
+        context = self._context
         if rule is not None:
-            rule.start(params, self)
+            rule.start(params, context)
         torch.manual_seed(plan.seed)  # dropout, DP noise and other randomness drawn from torch's global RNG
         generator = torch.Generator().manual_seed(plan.seed)
         module, optimizer = self.module, self.optimizer
         module.train()
-        session = LocalSession(self, plan, generator) if self.privacy is None else self.privacy.session(self, plan, generator)
+        session = LocalSession(context, plan, generator) if self.privacy is None else self.privacy.session(context, plan, generator)
         self._session = session
         loss_sum = torch.zeros((), device=self.fabric.device)
         steps, local_time = 0, 0.0
         with self.logged.attached(module):
             for batch in session.batches():
                 self.logged.batch_size = len(batch[1])
-                self.batch, self.step_index = batch, steps
+                self._batch, self._batch_idx = batch, steps
                 loss = self._gradient()
                 session.before_step(self.flat.grads)
                 if rule is not None:
@@ -86,7 +100,7 @@ class ClientTrainer:
                 if rule is None or not rule.takes_step:
                     optimizer.step(self._sam_closure)
                 loss_sum += loss.detach()
-                local_time += optimizer.param_groups[0]["lr"]
+                local_time += context.lr
                 steps += 1
         session.finish()
         torch.sub(self.flat.params, params, out=self.delta)
@@ -106,26 +120,14 @@ class ClientTrainer:
         """Whether gradients are loss-scaled (16-bit mixed precision) until the optimizer step unscales them."""
         return self._scaler is not None
 
-    def recompute_gradient(self) -> Tensor:
-        """Loss and flat gradient (``flat.grads``) of the current batch at the current parameters; returns the loss.
-
-        Local rules that need more than one gradient per step (step-size control, sharpness-aware steps) call it;
-        under differential privacy every call releases one more private gradient of the batch.
-        """
-        return self._session.gradient(self.batch, self.step_index)
-
-    def backward(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
-        """Loss of ``batch`` at the current parameters, its plain gradient in ``flat.grads``; returns the loss."""
-        with self.fabric.autocast():
-            output = self.module.training_step(batch, batch_idx)
-        loss = output["loss"] if isinstance(output, Mapping) else output
-        self.flat.zero_grad()
-        self.fabric.backward(loss)
-        return loss
+    def _recompute_gradient(self) -> Tensor:
+        """Loss and flat gradient (``flat.grads``) of the current batch at the current parameters, through the session
+        (private under privacy); returns the loss."""
+        return self._session.gradient(self._batch, self._batch_idx)
 
     def _gradient(self) -> Tensor:
         """The step's gradient: the batch's (private under privacy), then changed by the plan's rule."""
-        loss = self.recompute_gradient()
+        loss = self._recompute_gradient()
         if self._rule is not None:
             if self._scaler is not None:
                 self._scaler.unscale_(self.optimizer.optimizer)  # the rule works on true gradients

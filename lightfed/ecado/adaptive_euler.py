@@ -1,19 +1,15 @@
 """Adaptive FedECADO's client (Algorithm 1 of the paper): Forward-Euler steps whose size keeps the local truncation
 error below one tolerance, starting from the passivity bound."""
 
-from __future__ import annotations
-
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch import Tensor
 
+from lightfed.core.local_context import LocalContext
 from lightfed.ecado.curvature import client_hessian_diagonal
 from lightfed.errors import ConfigError
 from lightfed.local.base import LocalRule
-
-if TYPE_CHECKING:
-    from lightfed.core.client import ClientTrainer
 
 
 def passivity_bound(params: Tensor, velocity: Tensor) -> float:
@@ -66,11 +62,11 @@ class AdaptiveEuler(LocalRule):
         self.seed = seed
         self.curvature: Tensor | None = None
 
-    def start(self, params: Tensor, client: ClientTrainer) -> None:
-        if getattr(client.fabric.strategy.precision, "scaler", None) is not None:  # 16-mixed: scaled gradients
+    def start(self, params: Tensor, context: LocalContext) -> None:
+        if context.scales_gradients:  # 16-mixed
             raise ConfigError("Adaptive FedECADO takes its own fp32 Forward-Euler steps; use trainer.precision 32-true or bf16-mixed")
-        data = client.data
-        self.client = client
+        data = context.data
+        self.context = context
         self.weight = data.client_size(self.client_id) / sum(data.client_size(i) for i in range(data.num_clients))
         self.current = self.current.to(params.device)
         self.steps: list[float] = []
@@ -78,7 +74,7 @@ class AdaptiveEuler(LocalRule):
         self.rejected = self.forced = 0
         self.bound = math.nan
         if self.curvature_batches > 0:
-            self.curvature = client_hessian_diagonal(client, self.client_id, self.curvature_batches, self.curvature_probes, self.seed)
+            self.curvature = client_hessian_diagonal(context, self.client_id, self.curvature_batches, self.curvature_probes, self.seed)
 
     def adjust(self, grad: Tensor, params: Tensor) -> None:
         gradient, start = grad.clone(), params.clone()
@@ -92,7 +88,7 @@ class AdaptiveEuler(LocalRule):
             dt = self.first_trial = self.bound if math.isfinite(self.bound) and self.bound > 0 else self.fallback_step
         for attempt in range(self.max_backtracks + 1):
             params.copy_(start).add_(velocity, alpha=dt)
-            self.client.recompute_gradient()  # grad now holds g(x') on the same batch
+            self.context.recompute_gradient()  # grad now holds g(x') on the same batch
             error = float((grad - gradient).abs().max()) * self.weight * dt / 2
             if error <= self.tolerance or attempt == self.max_backtracks:
                 break
@@ -101,8 +97,7 @@ class AdaptiveEuler(LocalRule):
         self.forced += error > self.tolerance
         self.steps.append(dt)
         self.errors.append(error)
-        for group in self.client.optimizer.param_groups:
-            group["lr"] = dt
+        self.context.lr = dt
 
     def report(self) -> dict[str, Any]:
         """The window T_i, p_i, accepted steps and their largest LTE, rejected and forced trials, the passivity

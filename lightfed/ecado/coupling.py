@@ -1,16 +1,12 @@
 """FedECADO's client side: local steps driven by the client's coupling current, and a curvature estimate on demand."""
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from torch import Tensor
 
+from lightfed.core.local_context import LocalContext
 from lightfed.ecado.curvature import client_hessian_diagonal
 from lightfed.local.correction import GradientCorrection
-
-if TYPE_CHECKING:
-    from lightfed.core.client import ClientTrainer
 
 CouplingScale = Literal["data_size", "unit"]
 
@@ -45,12 +41,12 @@ class CouplingCurrent(GradientCorrection):
         self.seed = seed
         self.curvature: Tensor | None = None
 
-    def start(self, params: Tensor, client: ClientTrainer) -> None:
-        data = client.data
+    def start(self, params: Tensor, context: LocalContext) -> None:
+        data = context.data
         self.beta = data.batch_size / data.client_size(self.client_id) if self.scale == "data_size" else 1.0
         self.vector = self.current.to(params.device) * -self.beta
         if self.curvature_batches > 0:
-            self.curvature = client_hessian_diagonal(client, self.client_id, self.curvature_batches, self.curvature_probes, self.seed)
+            self.curvature = client_hessian_diagonal(context, self.client_id, self.curvature_batches, self.curvature_probes, self.seed)
 
     def report(self) -> dict[str, Any]:
         """``time_scale``: beta (the client's window is beta x its summed learning rates); ``curvature`` if estimated."""

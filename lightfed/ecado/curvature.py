@@ -1,18 +1,13 @@
 """Hutchinson estimates of a loss's Hessian diagonal (and its mean, trace / d) from Hessian-vector products."""
 
-from __future__ import annotations
-
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 import torch
 from lightning import LightningModule
 from torch import Tensor
 
+from lightfed.core.local_context import LocalContext
 from lightfed.core.logged_values import LoggedValues
-
-if TYPE_CHECKING:
-    from lightfed.core.client import ClientTrainer
 
 
 def hutchinson_diagonal(loss: Tensor, params: list[Tensor], probes: int, generator: torch.Generator) -> Tensor:
@@ -55,7 +50,7 @@ def module_hessian_diagonal(
     return total / count
 
 
-def client_hessian_diagonal(client: ClientTrainer, client_id: int, batches: int, probes: int, seed: int) -> Tensor:
+def client_hessian_diagonal(context: LocalContext, client_id: int, batches: int, probes: int, seed: int) -> Tensor:
     """``module_hessian_diagonal`` of the client's live module on ``batches`` of its own shuffled batches."""
     generator = torch.Generator().manual_seed(seed)
-    return module_hessian_diagonal(client.module, client.data.client_batches(client_id, generator, steps=batches), probes, generator)
+    return module_hessian_diagonal(context.module, context.data.client_batches(client_id, generator, steps=batches), probes, generator)

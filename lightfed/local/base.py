@@ -1,26 +1,24 @@
 """The place where an algorithm changes a client's local steps."""
 
-from __future__ import annotations
-
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch import Tensor
 
-if TYPE_CHECKING:
-    from lightfed.core.client import ClientTrainer
+from lightfed.core.local_context import LocalContext
 
 
 class LocalRule(ABC):
     """Changes every local step of one client: applied to the flat gradient between the backward pass and the step
     of the user's own optimizer. A strategy builds one per client in ``configure_client``.
 
-    Rules that need more than the gradient keep the ``ClientTrainer`` given to ``start``: its live ``module``, the
-    client's ``data``, its ``optimizer`` (e.g. to set this step's learning rate) and ``recompute_gradient()``, which
-    evaluates the current batch again at the current parameters.
+    Rules that need more than the gradient keep the ``LocalContext`` given to ``start``, which is all they see of the
+    client: its live ``module`` and ``flat`` views, its torch ``optimizer``, the federated ``data`` (the client's
+    batches and sizes), ``autocast()``, ``scales_gradients``, this step's size ``lr`` (get or set; ``scale_lr``) and
+    ``recompute_gradient()``, which evaluates the current batch again at the current parameters.
 
-    A rule with ``takes_step = True`` moves the parameters itself in ``adjust`` (and sets the optimizer's ``lr`` to
-    the step it took, which the client sums into its local time); the user's optimizer is then not stepped.
+    A rule with ``takes_step = True`` moves the parameters itself in ``adjust`` (and sets ``context.lr`` to the step
+    it took, which the client sums into its local time); the user's optimizer is then not stepped.
 
     ``gradients_per_step`` counts the gradient evaluations of one step (2 for a rule that calls
     ``recompute_gradient()`` once): differential privacy sizes its noise and accounting by it.
@@ -29,8 +27,8 @@ class LocalRule(ABC):
     takes_step = False
     gradients_per_step = 1
 
-    def start(self, params: Tensor, client: ClientTrainer) -> None:
-        """Called with the global parameters (flat, read-only) and the client's trainer before the first step."""
+    def start(self, params: Tensor, context: LocalContext) -> None:
+        """Called with the global parameters (flat, read-only) and the client's local context before the first step."""
 
     @abstractmethod
     def adjust(self, grad: Tensor, params: Tensor) -> None:

@@ -1,17 +1,13 @@
 """MasFL's local direction (Yan et al. 2025): momentum and control variates, optionally as a normalised step."""
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from lightfed.core.local_context import LocalContext
 from lightfed.errors import ConfigError
 from lightfed.local.base import LocalRule
-
-if TYPE_CHECKING:
-    from lightfed.core.client import ClientTrainer
 
 EPS = 1e-12  # guards the normalisation of a zero direction
 
@@ -29,8 +25,8 @@ class MomentumCorrection(LocalRule):
         """``offset`` None adds nothing (the warm-up, where only the raw gradients are wanted)."""
         self.beta, self.offset, self.normalise = beta, offset, normalise
 
-    def start(self, params: Tensor, client: ClientTrainer) -> None:
-        optimizer = getattr(client.optimizer, "optimizer", client.optimizer)
+    def start(self, params: Tensor, context: LocalContext) -> None:
+        optimizer = context.optimizer
         groups = optimizer.param_groups
         if not isinstance(optimizer, torch.optim.SGD) or any(g["momentum"] or g["weight_decay"] for g in groups):
             raise ConfigError(

@@ -1,15 +1,9 @@
 """FedProx's proximal term (Li et al. 2020): mu/2 ||w - w_global||^2 added to the local objective."""
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
 from torch import Tensor
 
+from lightfed.core.local_context import LocalContext
 from lightfed.local.base import LocalRule
-
-if TYPE_CHECKING:
-    from lightfed.core.client import ClientTrainer
 
 
 class ProximalTerm(LocalRule):
@@ -18,7 +12,7 @@ class ProximalTerm(LocalRule):
     def __init__(self, mu: float) -> None:
         self.mu = mu
 
-    def start(self, params: Tensor, client: ClientTrainer) -> None:
+    def start(self, params: Tensor, context: LocalContext) -> None:
         self.anchor = params
 
     def adjust(self, grad: Tensor, params: Tensor) -> None:

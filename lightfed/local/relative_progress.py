@@ -1,20 +1,16 @@
 """ADAPT-FED's client: a learning rate set each round from the client's relative progress (RP), then SAM steps."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from lightfed.core.local_context import LocalContext
 from lightfed.core.logged_values import LoggedValues
 from lightfed.local.sharpness import SharpnessAware
-
-if TYPE_CHECKING:
-    from lightfed.core.client import ClientTrainer
 
 RPForm = Literal["product", "ratio"]
 LOG_LIMIT = 700.0  # exp(+-700) is a finite, positive float64
@@ -43,14 +39,14 @@ def lr_scale(
     return scale if bounds is None else min(max(scale, bounds[0]), bounds[1])
 
 
-def probe_loss(client: ClientTrainer, client_id: int) -> float:
+def probe_loss(context: LocalContext, client_id: int) -> float:
     """Mean training loss of the client's current (received) model over its own data, in eval mode."""
-    module, data = client.module, client.data
+    module, data = context.module, context.data
     module.eval()
     total, count = 0.0, 0
     with torch.no_grad(), LoggedValues().attached(module):
         for batch_idx, batch in enumerate(data.client_eval_batches(client_id)):
-            with client.fabric.autocast():
+            with context.autocast():
                 output = module.training_step(batch, batch_idx)
             loss = output["loss"] if isinstance(output, dict) else output
             total += float(loss) * len(batch[1])
@@ -86,9 +82,9 @@ class RelativeProgressRule(SharpnessAware):
         self.history, self.previous, self.loss_change = list(history), previous, loss_change
         self.beta, self.window, self.form, self.rp_max, self.bounds = beta, window, form, rp_max, bounds
 
-    def start(self, params: Tensor, client: ClientTrainer) -> None:
-        super().start(params, client)
-        self.probe = probe_loss(client, self.client_id)
+    def start(self, params: Tensor, context: LocalContext) -> None:
+        super().start(params, context)
+        self.probe = probe_loss(context, self.client_id)
         self.rp = None
         if self.previous is not None:
             lr, grad_sq, loss = self.previous
@@ -96,9 +92,8 @@ class RelativeProgressRule(SharpnessAware):
             self.rp = relative_progress(lr, grad_sq, change, self.form)
             self.history = (self.history + [self.rp])[-self.window :] if self.window else self.history + [self.rp]
         scale = lr_scale(self.history, self.beta, self.rp_max, self.bounds) if self.history else 1.0
-        for group in client.optimizer.param_groups:
-            group["lr"] *= scale
-        self.lr = client.optimizer.param_groups[0]["lr"]
+        context.scale_lr(scale)
+        self.lr = context.lr
         self.steps = 0
         self.grad_sq_sum = torch.zeros((), device=params.device)  # sum of ||step gradient||^2 over the steps
 

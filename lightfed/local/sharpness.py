@@ -1,18 +1,12 @@
 """SAM/ASAM as a local rule: the client's own optimizer steps with the gradient taken at w + e(w)."""
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
 import torch
 from torch import Tensor
 
+from lightfed.core.local_context import LocalContext
 from lightfed.errors import ConfigError
 from lightfed.local.base import LocalRule
 from lightfed.optim.sam import check_sam_settings, sam_perturbation
-
-if TYPE_CHECKING:
-    from lightfed.core.client import ClientTrainer
 
 
 class SharpnessAware(LocalRule):
@@ -24,10 +18,10 @@ class SharpnessAware(LocalRule):
         self.rho, self.adaptive, self.eta = rho, adaptive, eta
         self.gradients_per_step = 2 if rho > 0 else 1
 
-    def start(self, params: Tensor, client: ClientTrainer) -> None:
-        if client.scales_gradients:
+    def start(self, params: Tensor, context: LocalContext) -> None:
+        if context.scales_gradients:
             raise ConfigError("sharpness-aware steps need unscaled gradients: use trainer.precision 32-true or bf16-mixed")
-        self.client = client
+        self.context = context
         self._saved = torch.empty_like(params)
 
     def adjust(self, grad: Tensor, params: Tensor) -> None:
@@ -37,6 +31,6 @@ class SharpnessAware(LocalRule):
         with torch.no_grad():
             self._saved.copy_(params)
             params.add_(ascent)
-        self.client.recompute_gradient()  # grad now holds the gradient at w + e(w)
+        self.context.recompute_gradient()  # grad now holds the gradient at w + e(w)
         with torch.no_grad():
             params.copy_(self._saved)

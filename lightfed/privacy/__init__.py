@@ -1,7 +1,7 @@
 """Differential privacy for clients' local training (``trainer.privacy``)."""
 
-from lightfed.privacy.base import ClientPrivacy, LocalSession
+from lightfed.privacy.base import ClientPrivacy
 from lightfed.privacy.clipped_noise import ClippedGaussianNoise
 from lightfed.privacy.dp_sgd import DPSGD
 
-__all__ = ["ClientPrivacy", "ClippedGaussianNoise", "DPSGD", "LocalSession"]
+__all__ = ["ClientPrivacy", "ClippedGaussianNoise", "DPSGD"]

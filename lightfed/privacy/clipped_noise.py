@@ -1,19 +1,15 @@
 """ADAPT-FED's client mechanism: each step's whole gradient clipped to norm C plus N(0, sigma^2 C^2 / m) noise."""
 
-from __future__ import annotations
-
 import math
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from lightfed.errors import ConfigError
-from lightfed.privacy.base import ClientPrivacy, LocalSession
+from lightfed.core.local_context import LocalContext
+from lightfed.core.local_session import LocalSession
 from lightfed.core.messages import ClientPlan
-
-if TYPE_CHECKING:
-    from lightfed.core.client import ClientTrainer
+from lightfed.errors import ConfigError
+from lightfed.privacy.base import ClientPrivacy
 
 
 class ClippedGaussianNoise(ClientPrivacy):
@@ -45,13 +41,13 @@ class ClippedGaussianNoise(ClientPrivacy):
         scale = self.max_grad_norm if self.noise_scales_with_clip else 1.0
         return math.sqrt(self.sigma2) * scale / math.sqrt(self.clients_per_round)
 
-    def session(self, client: ClientTrainer, plan: ClientPlan, generator: torch.Generator) -> LocalSession:
-        return ClippedGaussianSession(self.max_grad_norm, self.noise_std(), client, plan, generator)
+    def session(self, context: LocalContext, plan: ClientPlan, generator: torch.Generator) -> LocalSession:
+        return ClippedGaussianSession(self.max_grad_norm, self.noise_std(), context, plan, generator)
 
 
 class ClippedGaussianSession(LocalSession):
-    def __init__(self, clip: float, std: float, client: ClientTrainer, plan: ClientPlan, generator: torch.Generator):
-        super().__init__(client, plan, generator)
+    def __init__(self, clip: float, std: float, context: LocalContext, plan: ClientPlan, generator: torch.Generator):
+        super().__init__(context, plan, generator)
         self.clip, self.std = clip, std
 
     def before_step(self, grad: Tensor) -> None:

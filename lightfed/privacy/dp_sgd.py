@@ -1,12 +1,10 @@
 """Opacus DP-SGD inside every client: per-example clipping, Gaussian noise, Poisson sampling, one accountant per
 client kept across rounds (and in checkpoints)."""
 
-from __future__ import annotations
-
 import math
 import warnings
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import torch
 from lightning import LightningModule
@@ -18,14 +16,13 @@ from opacus.validators import ModuleValidator
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from lightfed.core.local_context import LocalContext
+from lightfed.core.local_session import LocalSession
+from lightfed.core.messages import ClientPlan
+from lightfed.data.module import Batch
 from lightfed.errors import ConfigError
 from lightfed.privacy.accountant import STATE, accountant_state, compose, load_accountant, spent_epsilon, poisson_schedule
-from lightfed.privacy.base import ClientPrivacy, LocalSession
-from lightfed.core.messages import ClientPlan
-
-if TYPE_CHECKING:
-    from lightfed.core.client import ClientTrainer
-    from lightfed.data.module import Batch
+from lightfed.privacy.base import ClientPrivacy
 
 def gradients_per_step(plan: ClientPlan) -> int:
     """Private gradients each local step releases: 2 under a sharpness-aware rule, else 1."""
@@ -187,8 +184,8 @@ class DPSGD(ClientPrivacy):
             return {}
         return {"privacy/epsilon_max": float(trained.max()), "privacy/epsilon_mean": float(trained.mean())}
 
-    def session(self, client: ClientTrainer, plan: ClientPlan, generator: torch.Generator) -> LocalSession:
-        return DPSGDSession(self, client, plan, generator)
+    def session(self, context: LocalContext, plan: ClientPlan, generator: torch.Generator) -> LocalSession:
+        return DPSGDSession(self, context, plan, generator)
 
     def save(self, client_id: int, accountant: IAccountant) -> None:
         self.states.set(client_id, STATE, accountant_state(accountant))
@@ -196,24 +193,26 @@ class DPSGD(ClientPrivacy):
 
 
 class DPSGDSession(LocalSession):
-    """One client's DP-SGD: ``make_private`` around the live module and the client's optimizer for one round."""
+    """One client's DP-SGD: ``make_private`` around the live module and the client's torch optimizer for one round;
+    each physical chunk's plain gradient comes from ``LocalSession.gradient``."""
 
-    def __init__(self, privacy: DPSGD, client: ClientTrainer, plan: ClientPlan, generator: torch.Generator) -> None:
-        super().__init__(client, plan, generator)
+    def __init__(self, privacy: DPSGD, context: LocalContext, plan: ClientPlan, generator: torch.Generator) -> None:
+        super().__init__(context, plan, generator)
         self.privacy = privacy
         client_id = plan.client_id
         self.releases_per_step = gradients_per_step(plan)
         self.noise = privacy.release_noise(client_id, self.releases_per_step)
         self.sample_rate, _ = privacy.schedule(client_id)
-        positions = TensorDataset(torch.arange(client.data.client_size(client_id)))
+        data = context.data
+        positions = TensorDataset(torch.arange(data.client_size(client_id)))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Secure RNG turned off")
             engine = PrivacyEngine(accountant=privacy.accountant, secure_mode=privacy.secure_mode)
         engine.accountant = load_accountant(privacy.accountant, privacy.states.get(client_id, STATE))
         self.hooks, self.optimizer, self.loader = engine.make_private(
-            module=client.module,
-            optimizer=client.optimizer.optimizer,
-            data_loader=DataLoader(positions, batch_size=client.data.batch_size, generator=generator),
+            module=context.module,
+            optimizer=context.optimizer,
+            data_loader=DataLoader(positions, batch_size=data.batch_size, generator=generator),
             noise_multiplier=self.noise,
             max_grad_norm=privacy.max_grad_norm,
             poisson_sampling=True,
@@ -234,13 +233,13 @@ class DPSGDSession(LocalSession):
                 if taken == steps:
                     return
                 taken += 1
-                yield self.client.data.client_subset(self.plan.client_id, positions)
+                yield self.context.data.client_subset(self.plan.client_id, positions)
 
     def gradient(self, batch: Batch, batch_idx: int) -> Tensor:
         """Clipped, noised gradient of the Poisson batch, in physical chunks; the per-example gradients of every
         evaluation are cleared after it, so a second evaluation of the batch never sees those of the first."""
         size = len(batch[1])
-        loss = torch.zeros((), device=self.client.fabric.device)
+        loss = torch.zeros((), device=self.context.flat.params.device)
         if size == 0:  # Poisson sampling drew nobody: the step releases noise only
             for p in self.optimizer.params:
                 p.grad_sample = p.new_zeros((0, *p.shape))
@@ -250,13 +249,13 @@ class DPSGDSession(LocalSession):
             chunks = list(zip(*(part.split(chunk_size) for part in batch)))
             for i, chunk in enumerate(chunks):
                 self.optimizer.signal_skip_step(do_skip=i < len(chunks) - 1)
-                loss += self.client.backward(chunk, batch_idx).detach() * len(chunk[1])
+                loss += super().gradient(chunk, batch_idx).detach() * len(chunk[1])
                 if not self.optimizer.pre_step():
                     self.optimizer.zero_grad(set_to_none=True)  # keeps the accumulated clipped sum
             loss /= size
         private = [p.grad for p in self.optimizer.params]
         self.optimizer.zero_grad(set_to_none=True)
-        self.client.flat.zero_grad()  # the flat gradient views are the parameters' .grad again
+        self.context.flat.zero_grad()  # the flat gradient views are the parameters' .grad again
         with torch.no_grad():
             for p, grad in zip(self.optimizer.params, private):
                 p.grad.copy_(grad)

@@ -99,18 +99,18 @@ def test_a_rule_can_re_evaluate_the_batch_set_the_step_size_and_report():
     from lightfed.local.base import LocalRule
 
     class Extragradient(LocalRule):
-        def start(self, params, client):
-            self.client, self.evaluations = client, 0
+        def start(self, params, context):
+            self.context, self.evaluations = context, 0
 
         def adjust(self, grad, params):
             start = params.clone()
             with torch.no_grad():
                 params.sub_(grad)  # the trial point
-            self.client.recompute_gradient()  # grad (the client's flat gradient) now holds the trial point's
+            self.context.recompute_gradient()  # grad (the client's flat gradient) now holds the trial point's
             with torch.no_grad():
                 params.copy_(start)
             self.evaluations += 1
-            self.client.optimizer.param_groups[0]["lr"] = 0.25
+            self.context.lr = 0.25
 
         def report(self):
             return {"evaluations": self.evaluations}
@@ -124,3 +124,46 @@ def test_a_rule_can_re_evaluate_the_batch_set_the_step_size_and_report():
     expected = x - 0.25 * (trial - c)  # the step uses the gradient at the trial point, with the rule's step size
     assert torch.allclose(update.delta, expected - x)
     assert update.report == {"evaluations": 1} and update.local_time == pytest.approx(0.25)
+
+
+class TwoGroups(L.LightningModule):
+    """f(w, v) = ||w - c||^2 / 2 + ||v||^2 / 2, w in a group at rate 0.5 and v in one at 0.05."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(3))
+        self.v = nn.Parameter(torch.zeros(2))
+        self.c = torch.tensor([1.0, -2.0, 4.0])
+
+    def training_step(self, batch, batch_idx):
+        return 0.5 * (self.w - self.c).square().sum() + 0.5 * self.v.square().sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD([{"params": [self.w]}, {"params": [self.v], "lr": 0.05}], lr=0.5)
+
+
+def test_a_rule_sees_the_client_through_its_context_and_scales_every_groups_rate():
+    from lightfed.local.base import LocalRule
+
+    class DoubledRate(LocalRule):
+        def start(self, params, context):
+            self.context = context
+            context.scale_lr(2.0)
+            self.rates = [group["lr"] for group in context.optimizer.param_groups]
+
+        def adjust(self, grad, params):
+            pass
+
+    client = _client(TwoGroups())
+    rule = DoubledRate()
+    x = torch.ones(5)
+    update = client.train(ClientPlan(client_id=0, round=0, seed=0, steps=1, rule=rule), x, torch.zeros(0))
+    context = rule.context
+    assert context.module is client.module and context.flat is client.flat and context.data is client.data
+    assert type(context.optimizer) is torch.optim.SGD and not context.scales_gradients  # not Fabric's wrapper
+    assert rule.rates == [1.0, 0.1] and update.local_time == 1.0  # the first group's rate is the step size
+    w, v = x[:3], x[3:]
+    assert torch.allclose(update.delta, torch.cat([-1.0 * (w - torch.tensor([1.0, -2.0, 4.0])), -0.1 * v]))
+    context.lr = 0.3
+    assert [group["lr"] for group in context.optimizer.param_groups] == [0.3, 0.3]
+    assert client.train(ClientPlan(client_id=0, round=0, seed=0, steps=1), x, torch.zeros(0)).local_time == 0.5

@@ -78,16 +78,17 @@ class QuadraticData:
         return iter([None] * (steps or 1))
 
 
-class QuadraticClient:
-    """Stands in for ``ClientTrainer``: ``module``, ``data``, ``optimizer``, ``flat`` and ``recompute_gradient``."""
+class QuadraticContext:
+    """Stands in for ``LocalContext``: ``module``, ``data``, ``flat``, ``lr``, ``scales_gradients`` and
+    ``recompute_gradient``."""
 
     def __init__(self, problem: Quadratics, client_id: int, params: Tensor, lr: float) -> None:
         self.A = torch.tensor(problem.A[client_id], dtype=params.dtype)
         self.b = torch.tensor(problem.b[client_id], dtype=params.dtype)
         self.module = QuadraticModule(self.A, self.b, params)
         self.data = QuadraticData(problem.sizes)
-        self.optimizer = SimpleNamespace(param_groups=[{"lr": lr}])
-        self.fabric = SimpleNamespace(strategy=SimpleNamespace(precision=None))
+        self.lr = lr
+        self.scales_gradients = False
         self.flat = SimpleNamespace(params=params.clone(), grads=torch.zeros_like(params))
 
     def recompute_gradient(self) -> Tensor:
@@ -99,22 +100,21 @@ class QuadraticClient:
 def train_client(strategy: Strategy, problem: Quadratics, plan: ClientPlan, params: Tensor, lr: float) -> ClientUpdate:
     """``steps`` local steps of the client loop (lr: the optimizer's learning rate) through the plan's rule."""
     plan = strategy.configure_client(plan)
-    client = QuadraticClient(problem, plan.client_id, params, lr)
+    context = QuadraticContext(problem, plan.client_id, params, lr)
     rule = plan.rule
-    rule.start(params, client)
+    rule.start(params, context)
     local_time = 0.0
-    for step in range(plan.steps):
-        client.step_index = step
-        client.recompute_gradient()
-        rule.adjust(client.flat.grads, client.flat.params)
+    for _ in range(plan.steps):
+        context.recompute_gradient()
+        rule.adjust(context.flat.grads, context.flat.params)
         if not getattr(rule, "takes_step", False):
-            client.flat.params.sub_(client.flat.grads, alpha=client.optimizer.param_groups[0]["lr"])
-        local_time += client.optimizer.param_groups[0]["lr"]
+            context.flat.params.sub_(context.flat.grads, alpha=context.lr)
+        local_time += context.lr
     return ClientUpdate(
         client_id=plan.client_id,
-        delta=client.flat.params - params,
+        delta=context.flat.params - params,
         buffers=torch.zeros(0),
-        num_examples=client.data.client_size(plan.client_id),
+        num_examples=context.data.client_size(plan.client_id),
         num_steps=plan.steps,
         local_time=local_time,
         train_loss=torch.zeros(()),

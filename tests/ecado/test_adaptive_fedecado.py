@@ -1,7 +1,5 @@
 """Adaptive FedECADO: critical damping, the client's error-controlled Forward Euler, convergence for every gamma."""
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import torch
@@ -13,7 +11,7 @@ from lightfed.strategies import AdaptiveFedECADO
 from lightfed.ecado.adaptive_fedecado import critical_inductance
 from lightfed.core.messages import ClientPlan
 from tests.conftest import small_data, small_model, small_trainer
-from tests.ecado.ecado_quadratics import QuadraticClient, Quadratics, diagonal_quadratics, run_rounds, train_client
+from tests.ecado.ecado_quadratics import QuadraticContext, Quadratics, diagonal_quadratics, run_rounds, train_client
 
 ROUNDS = 40
 
@@ -200,10 +198,10 @@ def test_bad_settings_are_refused_in_one_line():
         with pytest.raises(ConfigError, match=message) as error:
             AdaptiveFedECADO(**kwargs)
         assert "\n" not in str(error.value)
-    client = QuadraticClient(diagonal_quadratics(), 0, torch.zeros(20), lr=1.0)
-    client.fabric.strategy.precision = SimpleNamespace(scaler=object())  # 16-mixed: the loss is scaled
+    context = QuadraticContext(diagonal_quadratics(), 0, torch.zeros(20), lr=1.0)
+    context.scales_gradients = True  # 16-mixed: the loss is scaled
     with pytest.raises(ConfigError, match="precision 32-true"):
-        AdaptiveEuler(0, torch.zeros(20), tolerance=1e-2).start(torch.zeros(20), client)
+        AdaptiveEuler(0, torch.zeros(20), tolerance=1e-2).start(torch.zeros(20), context)
 
 
 def test_trains_through_the_client_loop_with_its_own_steps(tmp_path):

@@ -5,6 +5,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
+from lightfed.core.local_context import LocalContext
 from lightfed.local.base import LocalRule
 from lightfed.strategies import FedAvg
 from lightfed.core.messages import ClientPlan
@@ -12,16 +13,16 @@ from tests.conftest import small_data, small_model, small_trainer
 
 
 class HalfGradientStep(LocalRule):
-    """Moves the parameters by -0.5 x the gradient itself and reports the step as the optimizer's lr."""
+    """Moves the parameters by -0.5 x the gradient itself and reports the step as the context's lr."""
 
     takes_step = True
 
-    def start(self, params: Tensor, client) -> None:
-        self.client = client
+    def start(self, params: Tensor, context: LocalContext) -> None:
+        self.context = context
 
     def adjust(self, grad: Tensor, params: Tensor) -> None:
         params.sub_(grad, alpha=0.5)
-        self.client.optimizer.param_groups[0]["lr"] = 0.5
+        self.context.lr = 0.5
 
 
 class WithRule(FedAvg):

@@ -32,7 +32,7 @@ def test_fedprox_aggregates_like_fedavg_and_hands_clients_the_proximal_term():
     new = _round(strategy, [_update(0, [1.0, 0.0, 0.0], examples=30), _update(1, [0.0, 4.0, 0.0], examples=10)])
     assert torch.allclose(new, X + torch.tensor([0.75, 1.0, 0.0]))
     rule = strategy.configure_client(ClientPlan(0, 0, 0, epochs=1)).rule
-    rule.start(X, client=None)
+    rule.start(X, context=None)
     grad = torch.tensor([1.0, 1.0, 1.0])
     rule.adjust(grad, X + torch.tensor([2.0, 0.0, -4.0]))  # + 0.5 * (w - w_global)
     assert grad.tolist() == [2.0, 1.0, -1.0]

@@ -1,0 +1,61 @@
+"""A run killed with SIGKILL at random moments and resumed each time ends with the weights of an uninterrupted run."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+KILLS = 10
+
+
+def _command(root: Path, devices: int) -> list[str]:
+    return [sys.executable, "-m", "lightfed", "fit", "--config", str(ROOT / "configs" / "quickstart.yaml"),
+            "--trainer.rounds", "8", "--trainer.eval_interval", "2", "--trainer.client_eval_interval", "0",
+            "--trainer.devices", str(devices), "--trainer.root_dir", str(root), "--trainer.progress_bar", "false",
+            "--trainer.callbacks+=tests.fault_marker.MarkTrainingStarted", "--ckpt_path", "auto"]
+
+
+def _environment(marker: Path) -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "LIGHTFED_TEST_MARKER": str(marker)}
+
+
+def _weights(root: Path) -> dict:
+    """The run's last checkpoint (a start killed before its first checkpoint leaves an empty version folder, and the
+    next start, finding nothing to resume, begins the run in a new one)."""
+    checkpoints = sorted((root / "quickstart").glob("version_*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
+    return torch.load(checkpoints[-1], weights_only=False)
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_sigkill_at_random_moments_and_resume_gives_the_uninterrupted_weights(tmp_path, devices):
+    marker = tmp_path / "training"
+    subprocess.run(_command(tmp_path / "full", devices), check=True, cwd=ROOT, capture_output=True, timeout=600,
+                   env=_environment(marker))
+    rng, kills = random.Random(devices), 0
+    while kills < KILLS:  # each start resumes (auto) from the last checkpoint it finds whole
+        marker.unlink(missing_ok=True)
+        run = subprocess.Popen(_command(tmp_path / "cut", devices), cwd=ROOT, env=_environment(marker),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 600
+        while not marker.exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if run.poll() is not None:  # it finished before it could be killed: start a fresh run to kill
+            assert run.returncode == 0
+            break
+        time.sleep(rng.uniform(0.0, 1.5))  # somewhere in training, evaluation or a checkpoint write
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait(timeout=600)
+        kills += 1
+    subprocess.run(_command(tmp_path / "cut", devices), check=True, cwd=ROOT, capture_output=True, timeout=600,
+                   env=_environment(marker))
+    assert kills == KILLS
+    full, cut = _weights(tmp_path / "full"), _weights(tmp_path / "cut")
+    assert cut["round"] == full["round"] == 8
+    assert torch.equal(cut["params"], full["params"]) and torch.equal(cut["buffers"], full["buffers"])

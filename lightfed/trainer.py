@@ -173,11 +173,7 @@ class FederatedTrainer:
         ``ckpt_path``: a checkpoint file, or "last" for the newest ``last.ckpt`` of this experiment, to resume from
         ("auto": the same, or a fresh start when there is none). ``run_config``: saved as ``config.yaml``.
         """
-        if strategy.single_process and self.fabric.world_size > 1:
-            raise ConfigError(
-                f"{type(strategy).__name__} solves each round from every active client's state on one process; run "
-                "it with trainer.devices=1 and trainer.num_nodes=1"
-            )
+        strategy.check(self.fabric.world_size)
         _check_writable(self.run_root)
         self._launch(data)
         if self.clients_per_round > data.num_clients:

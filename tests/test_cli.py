@@ -150,12 +150,13 @@ DP = str(ROOT / "configs" / "privacy" / "dp-sgd.yaml")
         (["-c", DP, "--trainer.privacy.convert_batchnorm", "false", "--model", "lightfed.models.VGG11",
           "--model.in_channels", "1", "--model.batch_norm", "true"], "convert_batchnorm: true"),
         (["-c", DP, "--trainer.precision", "bf16-mixed"], "differential privacy needs trainer.precision 32-true"),
+        (["--strategy", "lightfed.strategies.MasFL"], "MasFL is asynchronous: add an `asynchronous:` section"),
         (["--trainer.devices", "0"], "trainer.accelerator 'cpu' with trainer.devices 0"),
         (["--trainer.accelerator", "gpu"] if not torch.cuda.is_available() else ["--trainer.devices", "-5"],
          "trainer.accelerator"),
     ],
     ids=["clients_per_round", "dataset_files", "empty_client", "fedecado_two_processes", "dp_batchnorm", "dp_mixed",
-         "no_devices", "no_gpu"],
+         "async_strategy_in_rounds", "no_devices", "no_gpu"],
 )
 def test_a_refused_run_leaves_no_run_folder(tmp_path, capsys, overrides, message):
     """Every check that does not need training runs before the run folder is made: the next real run is version_0."""

@@ -35,12 +35,12 @@ class AsyncStrategy(Strategy):
         """Called by the asynchronous trainer before ``setup``."""
         self.setting = setting
 
-    def setup(self, params: Tensor, num_clients: int) -> None:
+    def check(self, world_size: int) -> None:
         if self.setting is None:
             raise ConfigError(
                 f"{type(self).__name__} is asynchronous: add an `asynchronous:` section (e.g. concurrency: 20) to the config"
             )
-        super().setup(params, num_clients)
+        super().check(world_size)
 
     def package(self) -> dict[str, Tensor]:
         """Vectors published with the current model for the clients that start from it. Default: none."""

@@ -7,6 +7,7 @@ from typing import Any, ClassVar, Literal
 from torch import Tensor
 
 from lightfed.core.client_states import ClientStates
+from lightfed.errors import ConfigError
 from lightfed.core.sums import Sums
 from lightfed.core.messages import ClientPlan, ClientUpdate
 
@@ -28,6 +29,14 @@ class Strategy(ABC):
     server_path: ClassVar[Literal["sums", "sharded"]] = "sums"
     keeps_client_state = False
     single_process = False
+
+    def check(self, world_size: int) -> None:
+        """Refuses a run this strategy cannot do, before any process starts or anything is written."""
+        if self.single_process and world_size > 1:
+            raise ConfigError(
+                f"{type(self).__name__} solves each round from every active client's state on one process; run "
+                "it with trainer.devices=1 and trainer.num_nodes=1"
+            )
 
     def setup(self, params: Tensor, num_clients: int) -> None:
         """Called once with the initial global parameters before the first round (and before a resume)."""

@@ -117,7 +117,7 @@ def test_fadas_bias_corrected_amsgrad_step():
 
 def test_asynchronous_strategies_refuse_the_synchronous_trainer_and_bad_settings():
     with pytest.raises(ConfigError, match="add an `asynchronous:` section"):
-        MasFL().setup(torch.zeros(1), 4)
+        MasFL().check(world_size=1)  # before any process starts
     with pytest.raises(ConfigError, match="set trainer.local_steps"):
         AdaMasFL().configure_async(AsyncSetting(2, None, 10))
     with pytest.raises(ConfigError, match="strategy.beta"):

@@ -47,6 +47,10 @@ def _check_writable(folder: Path) -> None:
         raise ConfigError(f"cannot make the run folder {folder}: {existing} {reason}; change trainer.root_dir")
 
 
+def _sgd_without_momentum(optimizer: torch.optim.Optimizer) -> bool:
+    return isinstance(optimizer, torch.optim.SGD) and not any(group["momentum"] for group in optimizer.param_groups)
+
+
 class FederatedTrainer:
     """Runs federated rounds of a LightningModule under a server ``Strategy`` on one ``lightning.fabric.Fabric``.
 
@@ -183,8 +187,15 @@ class FederatedTrainer:
             )
         if self.privacy is not None:
             model = self.privacy.prepare(model, self.precision)
-        checkpoint = self._start_run(model, ckpt_path, run_config)
         self.client = client = ClientTrainer(self.fabric, model, data, self.privacy)
+        optimizer = client.optimizer.optimizer
+        if strategy.needs_plain_sgd and not _sgd_without_momentum(optimizer):
+            settings = f" with momentum {optimizer.param_groups[0]['momentum']}" if isinstance(optimizer, torch.optim.SGD) else ""
+            raise ConfigError(
+                f"{type(strategy).__name__} assumes plain SGD local steps (x <- x - lr g): the model's optimizer must be "
+                f"torch.optim.SGD with momentum 0, got {type(optimizer).__name__}{settings}"
+            )
+        checkpoint = self._start_run(model, ckpt_path, run_config)
         self.params = self.fabric.broadcast(client.flat.params.clone())
         self.buffers = self.fabric.broadcast(client.flat.buffers.clone())
         self.strategy = strategy

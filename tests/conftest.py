@@ -19,9 +19,9 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
-def small_model(lr: float = 0.1) -> SmallCNN:
+def small_model(lr: float = 0.1, momentum: float = 0.5) -> SmallCNN:
     L.seed_everything(0, verbose=False)
-    return SmallCNN(width=8, lr=lr, momentum=0.5)
+    return SmallCNN(width=8, lr=lr, momentum=momentum)
 
 
 def small_data(num_clients: int = 8) -> FederatedDataModule:

@@ -14,12 +14,12 @@ def _weights(model) -> torch.Tensor:
 
 @pytest.mark.parametrize("strategy_class", [FedAvg, Scaffold])  # Scaffold: per-client state must survive too
 def test_resuming_after_round_k_reproduces_the_uninterrupted_run(tmp_path, strategy_class):
-    model = small_model()
+    model = small_model(momentum=0.0)  # SCAFFOLD's control variates assume plain SGD steps
     small_trainer(tmp_path / "full", rounds=4).fit(model, small_data(), strategy_class(server_lr=0.9))
     uninterrupted = _weights(model)
 
-    small_trainer(tmp_path / "cut", rounds=2).fit(small_model(), small_data(), strategy_class(server_lr=0.9))
-    resumed_model = small_model()
+    small_trainer(tmp_path / "cut", rounds=2).fit(small_model(momentum=0.0), small_data(), strategy_class(server_lr=0.9))
+    resumed_model = small_model(momentum=0.0)
     trainer = small_trainer(tmp_path / "cut", rounds=4)
     trainer.fit(resumed_model, small_data(), strategy_class(server_lr=0.9), ckpt_path="last")
     assert torch.equal(_weights(resumed_model), uninterrupted)
@@ -137,6 +137,15 @@ def test_a_preemption_signal_during_training_stops_after_that_round(tmp_path):
     trainer = small_trainer(tmp_path, rounds=5, callbacks=[SignalWhileRoundTwoTrains()])
     trainer.fit(small_model(), small_data(), FedAvg())
     assert trainer.round == 2 and torch.load(trainer.checkpoint_path, weights_only=False)["round"] == 2
+
+
+@pytest.mark.parametrize("strategy", ["Scaffold", "FedNova"])
+def test_strategies_that_assume_plain_sgd_refuse_momentum_before_the_run_folder(tmp_path, strategy):
+    import lightfed.strategies
+
+    with pytest.raises(ConfigError, match=f"{strategy} assumes plain SGD local steps"):
+        small_trainer(tmp_path).fit(small_model(momentum=0.5), small_data(), getattr(lightfed.strategies, strategy)())
+    assert not any(tmp_path.iterdir())
 
 
 def test_replica_check_names_a_process_whose_global_weights_differ(tmp_path, monkeypatch):

@@ -29,6 +29,7 @@ class Strategy(ABC):
     server_path: ClassVar[Literal["sums", "sharded"]] = "sums"
     keeps_client_state = False
     single_process = False
+    needs_plain_sgd = False  # the update assumes local steps x <- x - lr g (SGD without momentum), checked at start
 
     def check(self, world_size: int) -> None:
         """Refuses a run this strategy cannot do, before any process starts or anything is written."""

@@ -22,6 +22,8 @@ class FedNova(FedAvg):
     T_i is the plain-SGD normaliser; with client momentum rho the paper's a_i = sum_k (1 - rho^k)/(1 - rho) differs.
     """
 
+    needs_plain_sgd = True  # its normalisation counts steps of length lr
+
     def sum_sizes(self) -> dict[str, int]:
         return {"normalised": self.num_params, "time": 1, "weight": 1}
 

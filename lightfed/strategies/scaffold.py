@@ -20,6 +20,7 @@ class Scaffold(FedAvg):
     Memory: one control variate c_i per client that has trained (N x d floats on the CPU over a run).
     """
 
+    needs_plain_sgd = True  # its control variates are (x - y_i) / (K lr)
     keeps_client_state = True
 
     def __init__(self, server_lr: float = 1.0) -> None:

@@ -238,16 +238,20 @@ class FederatedTrainer:
             raise DivergenceError(f"{error}; the last good checkpoint is kept in {self.checkpoint_path.parent}") from None
         self.params, self.buffers = result.params, result.buffers
         metrics = {**result.metrics, **self.source.finish(round, self.params, self.buffers)}
-        self.round = done = round + 1
+        self.round = round + 1
         if result.stop:  # a process was asked to stop (a signal): every process stops after this round
             self.stop_requested = self.should_stop = True
-        if done % self.eval_interval == 0 or done == self.rounds:
+        if self.due(self.eval_interval):
             evaluation = self.evaluate("validation_step")
             self.fabric.call("on_evaluation_end", trainer=self, metrics=evaluation)
             metrics.update(evaluation)
         metrics["round/time_s"] = time.perf_counter() - began
         self.last_metrics = metrics
         self.fabric.call("on_round_end", trainer=self, round=round, metrics=metrics)
+
+    def due(self, every_n_rounds: int) -> bool:
+        """Whether the round just done is one of every ``every_n_rounds`` (the last round always is)."""
+        return self.round % every_n_rounds == 0 or self.round == self.rounds
 
     def validate(self, model: LightningModule, data: FederatedDataModule, ckpt_path: str | None = None) -> dict[str, float]:
         """Evaluates the (checkpointed) global model with ``validation_step`` on the central test set."""

@@ -11,6 +11,5 @@ class Checkpointing(Callback):
         self.every_n_rounds = every_n_rounds
 
     def on_round_end(self, trainer, round: int, metrics: dict[str, float]) -> None:
-        done = trainer.round
-        if trainer.should_stop or done % self.every_n_rounds == 0 or done == trainer.rounds:
+        if trainer.should_stop or trainer.due(self.every_n_rounds):
             trainer.save_checkpoint()

@@ -18,8 +18,7 @@ class ClientEvaluation(Callback):
         self.every_n_rounds = every_n_rounds
 
     def on_round_end(self, trainer, round: int, metrics: dict[str, float]) -> None:
-        done = trainer.round
-        if done % self.every_n_rounds and done != trainer.rounds:
+        if not trainer.due(self.every_n_rounds):
             return
         fabric, client, monitor = trainer.fabric, trainer.client, trainer.monitor
         data = client.data
@@ -33,7 +32,7 @@ class ClientEvaluation(Callback):
         values = fabric.all_reduce(values, reduce_op="sum").cpu().numpy()
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger) and fabric.is_global_zero:
-                logger.experiment.add_histogram(f"clients/{monitor}", values, global_step=done)
+                logger.experiment.add_histogram(f"clients/{monitor}", values, global_step=trainer.round)
         metrics.update({
             f"clients/{monitor}_mean": float(values.mean()),
             f"clients/{monitor}_std": float(values.std()),

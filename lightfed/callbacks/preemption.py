@@ -36,12 +36,13 @@ class Preemption(Callback):
         if not (trainer.stop_requested and trainer.should_stop and trainer.round < trainer.rounds):
             return
         job_id = slurm_job_id() if self.received != signal.SIGTERM else None  # the request may come from another process
+        trainer.fabric.print(  # before the requeue: SLURM then ends this job at once, unflushed output with it
+            f"stopped on request after round {trainer.round}; {trainer.checkpoint_path} holds it"
+            + (f"; SLURM job {job_id} requeued" if job_id else "; resume with --ckpt_path last"),
+            flush=True,
+        )
         if trainer.fabric.is_global_zero and job_id is not None:
             requeue_slurm_job(job_id)
-        trainer.fabric.print(
-            f"stopped on request after round {trainer.round}; {trainer.checkpoint_path} holds it"
-            + (f"; SLURM job {job_id} requeued" if job_id else "; resume with --ckpt_path last")
-        )
 
     def on_exception(self, trainer, error: BaseException) -> None:
         self._restore()

@@ -28,6 +28,8 @@ from lightfed.core.client import ClientTrainer
 from lightfed.core.engine import RoundEngine
 from lightfed.core.evaluation import evaluation_pass
 from lightfed.core.messages import ClientPlan
+from lightfed.core.process_states import FOLDER as PROCESS_STATES
+from lightfed.core.process_states import prune, reader, write_process_state
 from lightfed.core.rounds import SampledRounds
 from lightfed.core.sharding import CoordinateShards
 from lightfed.data.module import FederatedDataModule
@@ -195,7 +197,8 @@ class FederatedTrainer:
                 f"{type(strategy).__name__} assumes plain SGD local steps (x <- x - lr g): the model's optimizer must be "
                 f"torch.optim.SGD with momentum 0, got {type(optimizer).__name__}{settings}"
             )
-        checkpoint = self._start_run(model, ckpt_path, run_config)
+        resume_from = self._start_run(model, ckpt_path, run_config)
+        checkpoint = None if resume_from is None else load_checkpoint(resume_from, self.fabric.print)
         self.params = self.fabric.broadcast(client.flat.params.clone())
         self.buffers = self.fabric.broadcast(client.flat.buffers.clone())
         self.strategy = strategy
@@ -207,8 +210,9 @@ class FederatedTrainer:
         if self.privacy is not None:  # its accountants live in the strategy's per-client store
             self.privacy.setup(data, strategy.client_states, self.clients_per_round, lambda: source.planned(self.rounds))
         self.round, self.should_stop, self.stop_requested, self.last_metrics = 0, False, False, {}
+        self._process_states: str | None = None  # the process-state folder of the newest checkpoint
         if checkpoint is not None:
-            self._resume(checkpoint)
+            self._resume(checkpoint, resume_from.parent)
         else:
             source.begin(engine, self.params, self.buffers)
         self.fabric.call("on_fit_start", trainer=self)
@@ -302,8 +306,9 @@ class FederatedTrainer:
             self._launched = True
         data.setup(self.seed, self.fabric.device)
 
-    def _start_run(self, model: LightningModule, ckpt_path: str | None, run_config: str | None) -> dict | None:
-        """Fixes the run folder (the resumed run's, or a new version), its config and loggers; loads the checkpoint."""
+    def _start_run(self, model: LightningModule, ckpt_path: str | None, run_config: str | None) -> Path | None:
+        """Fixes the run folder (the resumed run's, or a new version), its config and loggers; returns the
+        checkpoint to resume from."""
         if not is_overridden("validation_step", model, LightningModule):
             raise ConfigError(f"{type(model).__name__} must define validation_step to evaluate the global model")
         path = None
@@ -317,7 +322,7 @@ class FederatedTrainer:
         path, self.log_dir = self.fabric.broadcast((path, self.log_dir))
         self.hparams = yaml.safe_load(run_config) if run_config is not None else {"seed": self.seed, "rounds": self.rounds}
         self.loggers = self._loggers()
-        return None if path is None else load_checkpoint(path, self.fabric.print)
+        return path
 
     def _loggers(self) -> list[Logger]:
         if self.logger is True:
@@ -334,28 +339,41 @@ class FederatedTrainer:
         return self.log_dir / "checkpoints" / LAST
 
     def save_checkpoint(self) -> None:
-        """Writes ``last.ckpt`` atomically (process 0): every process's client states gathered (a collective call)."""
-        client_states = self.strategy.client_states.gather(self.fabric)
+        """Writes ``last.ckpt`` atomically (process 0), and beside it what each process alone holds (its clients'
+        states), in its own file: nothing is gathered to one process. A collective call."""
+        folder, rank, world = self.checkpoint_path.parent, self.fabric.global_rank, self.fabric.world_size
+        own, name = self.strategy.process_state(), f"round_{self.round}"
+        held = float(self.fabric.all_reduce(torch.tensor(float(any(own.values())), device=self.fabric.device), reduce_op="max")) > 0
+        if held:
+            write_process_state(folder / PROCESS_STATES / name, rank, world, own)
+        self.fabric.barrier()
         if self.fabric.is_global_zero:
             state = {
                 "round": self.round,
                 "params": self.params.cpu(),
                 "buffers": self.buffers.cpu(),
                 "strategy": self.strategy.state_dict(),
-                "client_states": client_states,
+                "process_states": {"folder": name, "world_size": world} if held else None,
                 "rng": rng_states(),
                 "metrics": self.last_metrics,
                 **self.source.state_dict(),
             }
             self.fabric.call("on_save_checkpoint", trainer=self, checkpoint=state)
             save_checkpoint(self.checkpoint_path, state)
+            prune(folder / PROCESS_STATES, {name, self._process_states})  # the previous checkpoint's stay
+        self._process_states = name if held else None
         self.fabric.barrier()
 
-    def _resume(self, checkpoint: dict) -> None:
-        """Restores the run from ``checkpoint``."""
+    def _resume(self, checkpoint: dict, folder: Path) -> None:
+        """Restores the run from ``checkpoint`` (read from ``folder``); each process reads only its own process file
+        when the number of processes is unchanged."""
         self.params, self.buffers = self._restore_weights(checkpoint, self.params, self.buffers)
         self.strategy.load_state_dict(checkpoint["strategy"])
-        self.strategy.client_states.load_shared(checkpoint["client_states"], self.fabric.global_rank, self.fabric.world_size)
+        saved = checkpoint["process_states"]
+        if saved is not None:
+            read = reader(folder / PROCESS_STATES / saved["folder"], saved["world_size"])
+            self.strategy.load_process_state(read, saved["world_size"], self.fabric.global_rank, self.fabric.world_size)
+            self._process_states = saved["folder"]
         restore_rng_states(checkpoint["rng"])
         self.source.load_state_dict(checkpoint)
         self.round, self.last_metrics = checkpoint["round"], checkpoint["metrics"]

@@ -1,9 +1,13 @@
 """Per-client persistent state (control variates and the like), kept where the client trains or by coordinate."""
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
-import torch.distributed as dist
-from lightning.fabric import Fabric
 from torch import Tensor
+
+from lightfed.core.process_states import Read
+from lightfed.core.sharding import CoordinateShards
 
 State = dict[int, dict[str, Tensor]]
 
@@ -12,7 +16,7 @@ class ClientStates:
     """Named tensors per client, held on the CPU by default (memory: one vector per client and name).
 
     With several processes each process holds the clients it trains (client ``i`` trains on process
-    ``i % world_size``); ``gather`` collects all of them for a checkpoint.
+    ``i % world_size``) and writes them into its own checkpoint file (``lightfed.core.process_states``).
     """
 
     def __init__(self, device: torch.device | str = "cpu") -> None:
@@ -32,43 +36,38 @@ class ClientStates:
         return {client_id: dict(state) for client_id, state in self._states.items()}
 
     def load_state_dict(self, state: State) -> None:
-        self._states = {client_id: {k: v.to(self.device) for k, v in s.items()} for client_id, s in state.items()}
+        self._states = {client_id: {k: v.to(self.device, copy=True) for k, v in s.items()} for client_id, s in state.items()}
 
-    def gather(self, fabric: Fabric) -> State | None:
-        """Every process's states, on process 0 (None elsewhere): a collective call."""
-        shards = self._gather_objects(fabric)
-        return None if shards is None else {i: s for shard in shards for i, s in shard.items()}
+    def process_state(self) -> dict[str, Any]:
+        """What this process writes into its checkpoint file."""
+        return {"clients": self.state_dict()}
 
-    def load_shared(self, state: State, rank: int, world: int) -> None:
-        """Keeps this process's part of the states ``gather`` collected (on any number of processes)."""
-        self.load_state_dict({i: s for i, s in state.items() if i % world == rank})
-
-    def _gather_objects(self, fabric: Fabric) -> list[State] | None:
-        if fabric.world_size == 1:
-            return [self.state_dict()]
-        shards = [None] * fabric.world_size if fabric.is_global_zero else None
-        dist.gather_object(self.state_dict(), shards, dst=0)
-        return shards
+    def load_process_states(self, read: Read, saved_world: int, rank: int, world: int) -> None:
+        """Keeps this process's clients from the files ``saved_world`` processes wrote: only its own file when the
+        number of processes is unchanged, every file's clients ``i % world == rank`` otherwise."""
+        files = [rank] if saved_world == world else range(saved_world)
+        self.load_state_dict({i: s for r in files for i, s in read(r)["clients"].items() if i % world == rank})
 
 
 class ShardedClientStates(ClientStates):
-    """Per-client state of a sharded strategy: every process holds its slice ``shard`` of each client's vectors
-    (memory per process falls as 1 / world size); 0-d tensors are the same on every process."""
+    """Per-client state of a sharded strategy: every process holds its slice ``shard`` of each client's vectors of
+    ``size`` coordinates (memory per process falls as 1 / world size); 0-d tensors are the same on every process."""
 
-    def __init__(self, shard: slice, device: torch.device | str = "cpu") -> None:
+    def __init__(self, shard: slice, size: int, device: torch.device | str = "cpu") -> None:
         super().__init__(device)
-        self.shard = shard
+        self.shard, self.size = shard, size
 
-    def gather(self, fabric: Fabric) -> State | None:
-        """Whole vectors, the slices joined in process order, on process 0 (None elsewhere): a collective call."""
-        shards = self._gather_objects(fabric)
-        if shards is None:
-            return None
-        first = shards[0]
-        return {
-            i: {k: v if v.dim() == 0 else torch.cat([shard[i][k] for shard in shards]) for k, v in state.items()}
-            for i, state in first.items()
-        }
+    def load_process_states(self, read: Read, saved_world: int, rank: int, world: int) -> None:
+        """This process's slice of every client's vectors, joined from the files whose slices overlap it (only its
+        own file when the number of processes is unchanged)."""
+        pieces = CoordinateShards(self.size, saved_world).pieces(self.shard)
+        first = read(pieces[0][0])["clients"]
+        self.load_state_dict({
+            i: {k: v if v.dim() == 0 else join_pieces(read, pieces, lambda saved: saved["clients"][i][k]) for k, v in s.items()}
+            for i, s in first.items()
+        })
 
-    def load_shared(self, state: State, rank: int, world: int) -> None:
-        self.load_state_dict({i: {k: v if v.dim() == 0 else v[self.shard] for k, v in s.items()} for i, s in state.items()})
+
+def join_pieces(read: Read, pieces: list[tuple[int, slice]], pick: Callable[[dict[str, Any]], Tensor]) -> Tensor:
+    """One vector slice from the ``pieces`` (process, slice of what it saved) that make it up."""
+    return torch.cat([pick(read(rank))[part] for rank, part in pieces])

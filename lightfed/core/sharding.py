@@ -11,11 +11,19 @@ from torch import Tensor
 class CoordinateShards:
     """Splits d coordinates into ``world`` contiguous slices of ceil(d / world) (the last ones shorter or empty)."""
 
-    def __init__(self, size: int, world: int, rank: int) -> None:
+    def __init__(self, size: int, world: int, rank: int = 0) -> None:
         self.size, self.world, self.rank = size, world, rank
         self.chunk = math.ceil(size / world)
         self.bounds = [(min(p * self.chunk, size), min((p + 1) * self.chunk, size)) for p in range(world)]
         self.local = slice(*self.bounds[rank])
+
+    def pieces(self, wanted: slice) -> list[tuple[int, slice]]:
+        """(process, slice of that process's shard) for the shards that together cover the coordinates ``wanted``."""
+        return [
+            (rank, slice(max(start, wanted.start) - start, min(stop, wanted.stop) - start))
+            for rank, (start, stop) in enumerate(self.bounds)
+            if max(start, wanted.start) < min(stop, wanted.stop)
+        ]
 
     @property
     def lengths(self) -> list[int]:

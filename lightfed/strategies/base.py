@@ -7,6 +7,7 @@ from typing import Any, ClassVar, Literal
 from torch import Tensor
 
 from lightfed.core.client_states import ClientStates
+from lightfed.core.process_states import Read
 from lightfed.errors import ConfigError
 from lightfed.core.sums import Sums
 from lightfed.core.messages import ClientPlan, ClientUpdate
@@ -80,8 +81,16 @@ class Strategy(ABC):
         return {}
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume; tensors are saved as they are."""
+        """Everything needed to resume that is the same on every process (saved once, in ``last.ckpt``)."""
         return {}
+
+    def process_state(self) -> dict[str, Any]:
+        """What only this process holds (its clients' states), saved in its own checkpoint file."""
+        return self.client_states.process_state()
+
+    def load_process_state(self, read: Read, saved_world: int, rank: int, world: int) -> None:
+        """Restores this process's part of what ``saved_world`` processes saved with ``process_state``."""
+        self.client_states.load_process_states(read, saved_world, rank, world)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores what ``state_dict`` returned."""

@@ -3,10 +3,13 @@
 from abc import abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from torch import Tensor
 
-from lightfed.core.client_states import ShardedClientStates
+from lightfed.core.client_states import ShardedClientStates, join_pieces
+from lightfed.core.process_states import Read
+from lightfed.core.sharding import CoordinateShards
 from lightfed.core.messages import ClientUpdate
 from lightfed.core.sums import Sums
 from lightfed.strategies.base import Strategy
@@ -47,7 +50,21 @@ class ShardedStrategy(Strategy):
 
     def setup(self, params: Tensor, num_clients: int) -> None:
         super().setup(params, num_clients)
-        self.client_states = ShardedClientStates(self.shard)
+        self.client_states = ShardedClientStates(self.shard, params.numel())
+
+    def sharded_state(self) -> dict[str, Tensor]:
+        """This process's slices of the server's own coordinate vectors (saved per process, re-sliced on a resume
+        with another number of processes). Default: none."""
+        return {}
+
+    def process_state(self) -> dict[str, Any]:
+        return {**super().process_state(), "server": self.sharded_state()}
+
+    def load_process_state(self, read: Read, saved_world: int, rank: int, world: int) -> None:
+        super().load_process_state(read, saved_world, rank, world)
+        pieces = CoordinateShards(self.num_params, saved_world).pieces(self.shard)
+        for name, value in self.sharded_state().items():
+            value.copy_(join_pieces(read, pieces, lambda saved: saved["server"][name]))
 
     def sum_sizes(self) -> dict[str, int]:
         """Sums besides the sharded deltas. Default: none."""

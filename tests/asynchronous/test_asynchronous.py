@@ -10,6 +10,7 @@ import pytest
 import torch
 import yaml
 
+from lightfed.core.process_states import saved_client_states
 from lightfed.asynchronous.schedule import Asynchrony, BufferedSchedule
 from lightfed.cli import main, run
 from lightfed.asynchronous.delays import Exponential, LogNormal, SpeedTiers
@@ -135,7 +136,8 @@ def test_resumed_run_gives_the_model_and_state_of_an_uninterrupted_one(tmp_path)
     _fit(tmp_path / "resumed", "--trainer.name", "run", "--ckpt_path", "last")
 
     def checkpoint(folder):
-        return torch.load(tmp_path / folder / "run" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
+        path = tmp_path / folder / "run" / "version_0" / "checkpoints" / "last.ckpt"
+        return {**torch.load(path, weights_only=False), "client_states": saved_client_states(path)}
 
     straight, resumed = checkpoint("straight"), checkpoint("resumed")
     assert straight["round"] == resumed["round"] == 4
@@ -204,7 +206,8 @@ def test_two_processes_give_the_weights_and_client_states_of_one(tmp_path):
          "--trainer.devices", "2", "--trainer.check_replicas", "true", "--trainer.root_dir", str(tmp_path / "two")],
         check=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, timeout=300,
     )
-    one, two = (torch.load(tmp_path / n / "run" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False) for n in ("one", "two"))
+    paths = [tmp_path / n / "run" / "version_0" / "checkpoints" / "last.ckpt" for n in ("one", "two")]
+    one, two = ({**torch.load(path, weights_only=False), "client_states": saved_client_states(path)} for path in paths)
     assert one["round"] == two["round"] == 4 and one["schedule"] == two["schedule"]
     assert (one["params"] - two["params"]).abs().max() <= 1e-5
     assert one["client_states"].keys() == two["client_states"].keys() and len(one["client_states"]) == 8

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightfed.core.client_states import ShardedClientStates
+from lightfed.core.process_states import saved_client_states
 from lightfed.core.sharding import CoordinateShards
 from lightfed.errors import ConfigError
 from lightfed.strategies import CoordinateMedian, TrimmedMean
@@ -48,13 +48,6 @@ def test_coordinate_shards_cover_every_coordinate_once():
     assert CoordinateShards(10, 3, 0).lengths == [4, 4, 2]
 
 
-def test_sharded_client_states_load_their_slice_of_whole_vectors():
-    whole = {3: {"delta": torch.arange(10.0), "examples": torch.tensor(7.0)}}
-    states = ShardedClientStates(CoordinateShards(10, 3, 1).local)
-    states.load_shared(whole, rank=1, world=3)
-    assert torch.equal(states.get(3, "delta"), torch.arange(4.0, 8.0)) and states.get(3, "examples") == 7
-
-
 def test_the_median_trains_through_the_sharded_path_on_one_process(tmp_path):
     metrics = small_trainer(tmp_path, rounds=2).fit(small_model(), small_data(), CoordinateMedian())
     assert metrics["round/clients"] == 4 and 0.1 < metrics["val_acc"] <= 1
@@ -75,7 +68,8 @@ def test_one_and_two_processes_give_the_same_model_and_client_states(tmp_path):
             check=True, cwd=ROOT, capture_output=True, timeout=600,
             env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
         )
-        return torch.load(root / "quickstart" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
+        path = root / "quickstart" / "version_0" / "checkpoints" / "last.ckpt"
+        return {**torch.load(path, weights_only=False), "client_states": saved_client_states(path)}
 
     one, two = checkpoint(1), checkpoint(2)
     assert one["round"] == two["round"] == 2

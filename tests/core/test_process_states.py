@@ -1,0 +1,79 @@
+"""Per-process checkpoint files: each process writes what it holds and reads back only its own file, or re-slices
+what another number of processes wrote."""
+
+import torch
+
+from lightfed.core.client_states import ClientStates, ShardedClientStates
+from lightfed.core.process_states import reader, saved_client_states, write_process_state
+from lightfed.core.sharding import CoordinateShards
+
+
+def _write(folder, world, states_of_rank) -> None:
+    for rank in range(world):
+        write_process_state(folder, rank, world, states_of_rank(rank).process_state())
+
+
+def _client_states(world: int, rank: int) -> ClientStates:
+    states = ClientStates()
+    for client_id in range(rank, 7, world):  # client i lives on process i % world
+        states.set(client_id, "c", torch.full((3,), float(client_id)))
+    return states
+
+
+def test_with_the_same_number_of_processes_each_reads_only_its_own_file(tmp_path):
+    _write(tmp_path, 2, lambda rank: _client_states(2, rank))
+    (tmp_path / "process_1_of_2.pt").unlink()  # process 0 must not need it
+    loaded = ClientStates()
+    loaded.load_process_states(reader(tmp_path, 2), saved_world=2, rank=0, world=2)
+    assert loaded.state_dict().keys() == {0, 2, 4, 6}
+    assert torch.equal(loaded.get(4, "c"), torch.full((3,), 4.0))
+
+
+def test_another_number_of_processes_takes_its_clients_from_every_file(tmp_path):
+    _write(tmp_path, 2, lambda rank: _client_states(2, rank))
+    for rank in range(3):
+        loaded = ClientStates()
+        loaded.load_process_states(reader(tmp_path, 2), saved_world=2, rank=rank, world=3)
+        assert loaded.state_dict().keys() == set(range(rank, 7, 3))
+        assert all(torch.equal(loaded.get(i, "c"), torch.full((3,), float(i))) for i in range(rank, 7, 3))
+
+
+def _sharded(world: int, rank: int, whole: dict) -> ShardedClientStates:
+    states = ShardedClientStates(CoordinateShards(10, world, rank).local, 10)
+    for client_id, vector in whole.items():
+        states.set(client_id, "current", vector[states.shard])
+        states.set(client_id, "round", torch.tensor(client_id))
+    return states
+
+
+def test_sharded_states_are_resliced_for_any_number_of_processes(tmp_path):
+    whole = {3: torch.arange(10.0), 5: torch.arange(10.0) * -2}
+    _write(tmp_path, 3, lambda rank: _sharded(3, rank, whole))  # slices of 4, 4, 2 coordinates
+    for world in (1, 2, 4):
+        for rank in range(world):
+            shard = CoordinateShards(10, world, rank).local
+            loaded = ShardedClientStates(shard, 10)
+            loaded.load_process_states(reader(tmp_path, 3), saved_world=3, rank=rank, world=world)
+            for client_id, vector in whole.items():
+                assert torch.equal(loaded.get(client_id, "current"), vector[shard])
+                assert loaded.get(client_id, "round") == client_id
+
+
+def test_sharded_states_read_only_their_own_file_when_the_processes_are_the_same(tmp_path):
+    whole = {3: torch.arange(10.0)}
+    _write(tmp_path, 2, lambda rank: _sharded(2, rank, whole))
+    (tmp_path / "process_0_of_2.pt").unlink()
+    loaded = ShardedClientStates(CoordinateShards(10, 2, 1).local, 10)
+    loaded.load_process_states(reader(tmp_path, 2), saved_world=2, rank=1, world=2)
+    assert torch.equal(loaded.get(3, "current"), torch.arange(5.0, 10.0))
+
+
+def test_saved_client_states_joins_the_files_of_a_checkpoint(tmp_path):
+    folder = tmp_path / "process_states" / "round_4"
+    whole = {3: torch.arange(10.0), 5: torch.arange(10.0) * -2}
+    for rank in range(2):
+        state = {**_sharded(2, rank, whole).process_state(), "server": {}}  # what a sharded strategy writes
+        write_process_state(folder, rank, 2, state)
+    torch.save({"process_states": {"folder": "round_4", "world_size": 2}}, tmp_path / "last.ckpt")
+    joined = saved_client_states(tmp_path / "last.ckpt")
+    assert joined.keys() == whole.keys() and all(torch.equal(joined[i]["current"], v) for i, v in whole.items())

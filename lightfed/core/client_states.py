@@ -19,15 +19,18 @@ class ClientStates:
     ``i % world_size``) and writes them into its own checkpoint file (``lightfed.core.process_states``).
     """
 
-    def __init__(self, device: torch.device | str = "cpu") -> None:
+    def __init__(self, device: torch.device | str = "cpu", pin_memory: bool = False) -> None:
+        """``pin_memory``: hold the states in page-locked host memory (fast, non-blocking copies to a GPU)."""
         self.device = torch.device(device)
+        self.pin_memory = pin_memory
         self._states: State = {}
 
     def get(self, client_id: int, name: str) -> Tensor | None:
         return self._states.get(client_id, {}).get(name)
 
     def set(self, client_id: int, name: str, value: Tensor) -> None:
-        self._states.setdefault(client_id, {})[name] = value.detach().to(self.device, copy=True)
+        stored = torch.empty(value.shape, dtype=value.dtype, device=self.device, pin_memory=self.pin_memory)
+        self._states.setdefault(client_id, {})[name] = stored.copy_(value.detach())
 
     def __len__(self) -> int:
         return len(self._states)
@@ -36,7 +39,10 @@ class ClientStates:
         return {client_id: dict(state) for client_id, state in self._states.items()}
 
     def load_state_dict(self, state: State) -> None:
-        self._states = {client_id: {k: v.to(self.device, copy=True) for k, v in s.items()} for client_id, s in state.items()}
+        self._states = {}
+        for client_id, values in state.items():
+            for name, value in values.items():
+                self.set(client_id, name, value)
 
     def process_state(self) -> dict[str, Any]:
         """What this process writes into its checkpoint file."""
@@ -53,8 +59,8 @@ class ShardedClientStates(ClientStates):
     """Per-client state of a sharded strategy: every process holds its slice ``shard`` of each client's vectors of
     ``size`` coordinates (memory per process falls as 1 / world size); 0-d tensors are the same on every process."""
 
-    def __init__(self, shard: slice, size: int, device: torch.device | str = "cpu") -> None:
-        super().__init__(device)
+    def __init__(self, shard: slice, size: int, device: torch.device | str = "cpu", pin_memory: bool = False) -> None:
+        super().__init__(device, pin_memory)
         self.shard, self.size = shard, size
 
     def load_process_states(self, read: Read, saved_world: int, rank: int, world: int) -> None:

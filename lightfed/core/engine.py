@@ -70,7 +70,8 @@ class RoundEngine:
         buffers = client.flat.buffers.numel()
         sizes = {**strategy.sum_sizes(), "_buffers": buffers, "_examples": 1, "_train_loss": 1, "_clients": 1, "_stop": 1}
         if self.sharded:
-            sizes["_per_client"] = clients_per_round * len(PER_CLIENT)
+            self.columns = (*PER_CLIENT, *strategy.report_scalars)
+            sizes["_per_client"] = clients_per_round * len(self.columns)
         self.sums = Sums(sizes, fabric.device)
         self.shards = CoordinateShards(client.flat.params.numel(), fabric.world_size, fabric.global_rank)
 
@@ -88,18 +89,27 @@ class RoundEngine:
         order) are the same on every process. ``stop_requested()`` is asked just before the reduction: when it is
         true on any process, every process learns it from ``RoundResult.stop``."""
         sums, mine = self.sums, self.share(jobs)
-        plans = [self.strategy.configure_job(job.plan, job.package) for job in mine]
+        rows_of = [[jobs.index(job) for job in self.share(jobs, rank)] for rank in range(self.fabric.world_size)]
+        downloads = self._downloads(jobs, rows_of) if self.sharded else [{} for _ in mine]
+        plans = [self.strategy.configure_job(job.plan, {**job.package, **download}) for job, download in zip(mine, downloads)]
         self.check_plans(round, plans)
         sums.zero_()
-        rows = torch.empty(len(mine), params.numel(), device=params.device) if self.sharded else None
+        if self.sharded:
+            vectors = self.strategy.report_vectors
+            rows = torch.zeros(len(mine), 1 + len(vectors), params.numel(), device=params.device)
         for index, (job, plan) in enumerate(zip(mine, plans)):
             update = self.client.train(plan, job.params, job.buffers)
             self.strategy.accumulate_job(sums, update, job.staleness)
-            if rows is not None:
-                rows[index].copy_(update.delta)
-                position = jobs.index(job) * len(PER_CLIENT)  # jobs compare by identity
+            if self.sharded:
+                report = self.strategy.client_report(update)
+                rows[index, 0].copy_(update.delta)
+                for k, name in enumerate(vectors, start=1):
+                    if name in report:
+                        rows[index, k].copy_(report[name])
+                position = rows_of[self.fabric.global_rank][index] * len(self.columns)
                 per_client = [update.num_examples, update.num_steps, update.local_time, job.staleness]
-                sums["_per_client"][position : position + len(PER_CLIENT)] = torch.tensor(per_client, dtype=torch.float64)
+                per_client += [float(report.get(name, 0.0)) for name in self.strategy.report_scalars]
+                sums["_per_client"][position : position + len(self.columns)] = torch.tensor(per_client, dtype=torch.float64)
             sums.add("_buffers", update.buffers, weight=update.num_examples)
             sums.add("_examples", update.num_examples)
             sums.add("_train_loss", update.train_loss)
@@ -107,10 +117,10 @@ class RoundEngine:
             self.on_client_end(update)
         sums.add("_stop", float(stop_requested()))
         sums.buffer.copy_(self.fabric.all_reduce(sums.buffer, reduce_op="sum"))
-        if rows is None:
+        if not self.sharded:
             params = self.strategy.aggregate_buffer(params, sums, round, [job.staleness for job in jobs])
         else:
-            params = self._aggregate_sharded(round, jobs, rows, params)
+            params = self._aggregate_sharded(round, jobs, rows_of, rows, params)
         buffers = (sums["_buffers"] / sums["_examples"]).to(buffers.dtype)
         self._check(round, params, buffers)
         metrics = {
@@ -121,25 +131,38 @@ class RoundEngine:
         }
         return RoundResult(params, buffers, metrics, float(sums["_stop"]) > 0)
 
-    def _aggregate_sharded(self, round: int, jobs: list[Job], rows: Tensor, params: Tensor) -> Tensor:
-        """One all-to-all gives this process its slice of every client's delta; the new slices are gathered back."""
-        world = self.fabric.world_size
-        shares = [self.share(jobs, rank) for rank in range(world)]
-        received = self.shards.exchange(rows, [len(share) for share in shares])
-        arrival = [jobs.index(job) for share in shares for job in share]  # row i of ``received`` is jobs[arrival[i]]
-        deltas = torch.empty_like(received)
-        deltas[arrival] = received
-        per_client = self.sums["_per_client"][: len(jobs) * len(PER_CLIENT)].reshape(len(jobs), len(PER_CLIENT))
+    def _downloads(self, jobs: list[Job], rows_of: list[list[int]]) -> list[dict[str, Tensor]]:
+        """The whole per-client vectors (``ShardedStrategy.client_vectors``) of this process's jobs, assembled from
+        every process's slices: one all-to-all per vector name."""
+        slices = self.strategy.client_vectors([job.plan.client_id for job in jobs])
+        whole = {name: self.shards.assemble(rows, rows_of) for name, rows in slices.items()}
+        return [{name: vectors[k] for name, vectors in whole.items()} for k in range(len(rows_of[self.fabric.global_rank]))]
+
+    def _aggregate_sharded(
+        self, round: int, jobs: list[Job], rows_of: list[list[int]], rows: Tensor, params: Tensor
+    ) -> Tensor:
+        """One all-to-all gives this process its slice of every client's delta (and reported vectors); the new
+        slices are gathered back."""
+        received = self.shards.exchange(rows, [len(rows) for rows in rows_of])
+        arrival = [row for rows in rows_of for row in rows]  # row i of ``received`` is jobs[arrival[i]]
+        sliced = torch.empty_like(received)
+        sliced[arrival] = received
+        columns = self.sums["_per_client"][: len(jobs) * len(self.columns)].reshape(len(jobs), len(self.columns)).T
+        per_client = dict(zip(self.columns, columns))
         updates = ShardedRound(
             round,
             [job.plan.client_id for job in jobs],
-            deltas,
-            *per_client.T,
+            sliced[:, 0],
+            *(per_client[name] for name in PER_CLIENT),
             sums=self.sums,
             all_reduce=lambda tensor, op: self.fabric.all_reduce(tensor, reduce_op=op),
+            reports={
+                **{name: per_client[name] for name in self.strategy.report_scalars},
+                **{name: sliced[:, k] for k, name in enumerate(self.strategy.report_vectors, start=1)},
+            },
         )
         shard = self.strategy.aggregate_shard(params[self.shards.local], updates)
-        return self.shards.gather(self.fabric, shard)
+        return self.shards.gather(shard)
 
     def _check(self, round: int, params: Tensor, buffers: Tensor) -> None:
         if self.check_replicas:

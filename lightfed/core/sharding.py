@@ -4,7 +4,6 @@ import math
 
 import torch
 import torch.distributed as dist
-from lightning.fabric import Fabric
 from torch import Tensor
 
 
@@ -30,21 +29,39 @@ class CoordinateShards:
         return [stop - start for start, stop in self.bounds]
 
     def exchange(self, rows: Tensor, counts: list[int]) -> Tensor:
-        """From this process's ``rows`` (its clients' whole vectors, ``[counts[rank], d]``) to this process's slice of
-        every process's rows (``[sum(counts), len(local)]``, process 0's rows first): one all-to-all."""
+        """From this process's ``rows`` (its clients' whole vectors, ``[counts[rank], ..., d]``) to this process's
+        slice of every process's rows (``[sum(counts), ..., len(local)]``, process 0's rows first): one all-to-all."""
         if self.world == 1:
             return rows
-        send = torch.cat([rows[:, start:stop].reshape(-1) for start, stop in self.bounds])
-        received = torch.empty(sum(counts) * self.lengths[self.rank], dtype=rows.dtype, device=rows.device)
+        inner = rows.shape[1:-1]
+        send = torch.cat([rows[..., start:stop].reshape(-1) for start, stop in self.bounds])
+        width = inner.numel() * self.lengths[self.rank]
+        received = torch.empty(sum(counts) * width, dtype=rows.dtype, device=rows.device)
         dist.all_to_all_single(
-            received, send, [n * self.lengths[self.rank] for n in counts], [counts[self.rank] * n for n in self.lengths]
+            received, send, [n * width for n in counts], [counts[self.rank] * inner.numel() * n for n in self.lengths]
         )
-        return received.reshape(sum(counts), self.lengths[self.rank])
+        return received.reshape(sum(counts), *inner, self.lengths[self.rank])
 
-    def gather(self, fabric: Fabric, shard: Tensor) -> Tensor:
+    def assemble(self, slices: Tensor, rows_of: list[list[int]]) -> Tensor:
+        """The inverse of ``exchange``: from this process's slice of every client's vector (``[clients, len(local)]``)
+        to the whole vectors of the rows ``rows_of[rank]`` this process needs (``[len(rows_of[rank]), d]``)."""
+        if self.world == 1:
+            return slices[rows_of[0]]
+        send = torch.cat([slices[rows].reshape(-1) for rows in rows_of])
+        count = len(rows_of[self.rank])
+        received = torch.empty(count * self.size, dtype=slices.dtype, device=slices.device)
+        dist.all_to_all_single(
+            received, send, [count * n for n in self.lengths], [len(rows) * self.lengths[self.rank] for rows in rows_of]
+        )
+        pieces = received.split([count * n for n in self.lengths])
+        return torch.cat([piece.reshape(count, n) for piece, n in zip(pieces, self.lengths)], dim=1)
+
+    def gather(self, shard: Tensor) -> Tensor:
         """The whole vector from every process's slice of it (the same on every process)."""
         if self.world == 1:
             return shard
         padded = torch.zeros(self.chunk, dtype=shard.dtype, device=shard.device)
         padded[: shard.numel()] = shard
-        return fabric.all_gather(padded).reshape(-1)[: self.size]
+        whole = torch.empty(self.world * self.chunk, dtype=shard.dtype, device=shard.device)
+        dist.all_gather_into_tensor(whole, padded)
+        return whole[: self.size]

@@ -6,13 +6,13 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from lightfed.ecado.circuit import BeyondWindow
-from lightfed.errors import ConfigError
-from lightfed.ecado.adaptive_euler import AdaptiveEuler
-from lightfed.local.base import LocalRule
-from lightfed.ecado.fedecado import FedECADO
-from lightfed.core.sums import Sums
 from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.ecado.adaptive_euler import AdaptiveEuler
+from lightfed.ecado.circuit import BeyondWindow
+from lightfed.ecado.fedecado import FedECADO, StateDevice
+from lightfed.errors import ConfigError
+from lightfed.local.base import LocalRule
+from lightfed.strategies.sharded_base import ShardedRound
 
 SensitivityStep = Literal["window", "first_step"]
 Damping = Literal["collective", "branch"]
@@ -45,8 +45,13 @@ class AdaptiveFedECADO(FedECADO):
     inactive currents stay frozen in the central node's equation. H_i is a Hutchinson diagonal at the global model
     from one local batch, estimated the first time a client is sampled.
 
-    Memory per client that has trained: I_i and diag(H_i), 2 d floats in ``client_states`` on the CPU.
+    Memory per client that has trained: I_i and diag(H_i), 2 d / N floats per process (N processes; see
+    ``FedECADO`` for where they live).
     """
+
+    report_scalars = ("window", "weight", "first_step", "step_min", "step_max", "step_count", "rejected", "forced", "max_lte")
+    report_vectors = ("curvature",)
+    curvature = "diagonal"
 
     def __init__(
         self,
@@ -58,6 +63,7 @@ class AdaptiveFedECADO(FedECADO):
         fallback_step: float = 1.0,
         cap_client_steps: bool = True,
         damping: Damping = "collective",
+        state_device: StateDevice = "accelerator",
     ) -> None:
         """
         Args:
@@ -72,6 +78,7 @@ class AdaptiveFedECADO(FedECADO):
             damping: "collective": L_i = 1 / (4 n G_i^2) with n the round's active clients, so that the n branches
                 together with the central capacitor are critically damped; "branch": L_i = 1 / (4 G_i^2), the paper's
                 eq. 24, which damps each branch alone (zeta = 1/sqrt(n) for n alike active branches).
+            state_device: Where the per-client currents and curvatures live: "accelerator" or "cpu" (pinned).
         """
         if sensitivity_step not in ("window", "first_step"):
             raise ConfigError(f"strategy.sensitivity_step must be 'window' or 'first_step', got {sensitivity_step!r}")
@@ -79,56 +86,55 @@ class AdaptiveFedECADO(FedECADO):
             raise ConfigError(f"strategy.fallback_step must be > 0, got {fallback_step}")
         if damping not in ("collective", "branch"):
             raise ConfigError(f"strategy.damping must be 'collective' or 'branch', got {damping!r}")
-        self._configure_circuit(tolerance, 2.0, beyond_window, curvature_batches, curvature_probes, 0)
+        self._configure_circuit(tolerance, 2.0, beyond_window, curvature_batches, curvature_probes, 0, state_device)
         self.tolerance = tolerance
         self.sensitivity_step = sensitivity_step
         self.fallback_step = fallback_step
         self.cap_client_steps = cap_client_steps
         self.damping = damping
 
-    def setup(self, params: Tensor, num_clients: int) -> None:
-        super().setup(params, num_clients)
-        self._reports: list[dict] = []
-
     def _rule(self, plan: ClientPlan, current: Tensor, curvature_batches: int) -> LocalRule:
         return AdaptiveEuler(plan.client_id, current, self.tolerance, self.fallback_step,
                              cap_at_first_step=self.cap_client_steps, curvature_batches=curvature_batches,
                              curvature_probes=self.curvature_probes, seed=plan.seed)
 
-    def _store_curvature(self, client_id: int, diagonal: Tensor) -> None:
-        self.client_states.set(client_id, "curvature", diagonal)
+    def client_report(self, update: ClientUpdate) -> dict[str, float | Tensor]:
+        report, steps = update.report, update.report["steps"]
+        summary = {name: report[name] for name in ("window", "weight", "rejected", "forced", "max_lte")}
+        summary.update(first_step=steps[0], step_min=min(steps), step_max=max(steps), step_count=len(steps))
+        if "curvature" in report:
+            summary["curvature"] = report["curvature"].clamp(min=0)
+        return summary
 
-    def _branch(self, update: ClientUpdate, curvature: Tensor) -> tuple[float, Tensor, Tensor]:
-        report = update.report
-        dt = report["window"] if self.sensitivity_step == "window" else report["steps"][0]
-        conductance = 1 / dt + report["weight"] * curvature
-        return report["window"], 1 / conductance, critical_inductance(conductance)
+    def _branches(self, updates: ShardedRound) -> tuple[Tensor, Tensor, Tensor]:
+        reports = updates.reports
+        dt = reports["window"] if self.sensitivity_step == "window" else reports["first_step"]
+        curvature = torch.stack([self._curvature(i) for i in updates.client_ids]).double()
+        conductance = 1 / dt.to(curvature)[:, None] + reports["weight"].to(curvature)[:, None] * curvature
+        inductance = critical_inductance(conductance)
+        if self.damping == "collective":
+            inductance = inductance / len(updates.client_ids)
+        self._inductance = inductance
+        return reports["window"], 1 / conductance, inductance
 
     def _first_step(self, windows: Tensor) -> float:
         return self.step or float(windows.max())
 
-    def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
-        super().accumulate(sums, update)
-        self._reports.append(update.report)
-
-    def aggregate(self, params: Tensor, sums, round: int) -> Tensor:
-        if self.damping == "collective":
-            for arrival in self._arrivals:
-                arrival.inductance = arrival.inductance / len(self._arrivals)
-        inductances = torch.cat([arrival.inductance.reshape(-1) for arrival in self._arrivals])
-        x_c = super().aggregate(params, sums, round)
-        reports, self._reports = self._reports, []
-        steps = [dt for r in reports for dt in r["steps"]]
+    def aggregate_shard(self, params: Tensor, updates: ShardedRound) -> Tensor:
+        x_c = super().aggregate_shard(params, updates)
+        reports, inductance = updates.reports, self._inductance
+        extremes = updates.all_reduce(torch.stack([-inductance.min(), inductance.max()]), "max")
+        total = updates.all_reduce(torch.stack([inductance.sum(), torch.tensor(inductance.numel()).to(inductance)]), "sum")
         self._metrics.update({
-            "client_step_min": min(steps),
-            "client_step_mean": sum(steps) / len(steps),
-            "client_step_max": max(steps),
-            "client_steps": float(len(steps)),
-            "client_rejected": float(sum(r["rejected"] for r in reports)),
-            "client_forced": float(sum(r["forced"] for r in reports)),
-            "client_max_lte": max(r["max_lte"] for r in reports),
-            "inductance_min": float(inductances.min()),
-            "inductance_mean": float(inductances.mean()),
-            "inductance_max": float(inductances.max()),
+            "client_step_min": float(reports["step_min"].min()),
+            "client_step_mean": float(reports["window"].sum() / reports["step_count"].sum()),
+            "client_step_max": float(reports["step_max"].max()),
+            "client_steps": float(reports["step_count"].sum()),
+            "client_rejected": float(reports["rejected"].sum()),
+            "client_forced": float(reports["forced"].sum()),
+            "client_max_lte": float(reports["max_lte"].max()),
+            "inductance_min": -float(extremes[0]),
+            "inductance_mean": float(total[0] / total[1]),
+            "inductance_max": float(extremes[1]),
         })
         return x_c

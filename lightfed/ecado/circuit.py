@@ -13,6 +13,7 @@ per-client scalars or per-coordinate vectors; every operation is elementwise, O(
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -43,34 +44,39 @@ class Branches:
             ratio = ratio.clamp(max=1.0)
         return torch.addcmul(self.start, self.deltas, ratio.to(self.deltas.dtype)[:, None])
 
-    def voltages(self, x_c: Tensor, currents: Tensor, s: float) -> Tensor:
-        """Inductor voltages q_i = x_c - R_i (I_i - I_i^k) - Gamma_i(s), (a, d)."""
-        return x_c - self.resistance * (currents - self.couplings) - self.synchronised(s)
+    def voltages(self, x_c: Tensor, currents: Tensor, s: float, synchronised: Tensor | None = None) -> Tensor:
+        """Inductor voltages q_i = x_c - R_i (I_i - I_i^k) - Gamma_i(s), (a, d) (``synchronised``: Gamma(s) if known)."""
+        gamma = self.synchronised(s) if synchronised is None else synchronised
+        return x_c - self.resistance * (currents - self.couplings) - gamma
 
 
 def backward_euler_step(
-    x_c: Tensor, currents: Tensor, frozen: Tensor, branches: Branches, s: float, h: float
+    x_c: Tensor, currents: Tensor, frozen: Tensor, branches: Branches, s: float, h: float, synchronised: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
     """One BE step from s to s + h in closed form (Schur complement of the arrowhead system).
 
     (L_i + h R_i) I_i' = L_i I_i + h (x_c' - Gamma_i(s + h) + R_i I_i^k) and x_c' = x_c - h (sum_i I_i' + frozen),
-    so x_c' = (x_c - h sum_i a_i - h frozen) / (1 + h sum_i b_i) and I_i' = a_i + b_i x_c'.
+    so x_c' = (x_c - h sum_i a_i - h frozen) / (1 + h sum_i b_i) and I_i' = a_i + b_i x_c'. ``synchronised``:
+    Gamma(s + h) if already computed.
     """
     L, R = branches.inductance, branches.resistance
+    gamma = branches.synchronised(s + h) if synchronised is None else synchronised
     denominator = L + h * R
     b = h / denominator
-    a = (L * currents + h * (R * branches.couplings - branches.synchronised(s + h))) / denominator
+    a = (L * currents + h * (R * branches.couplings - gamma)) / denominator
     x_next = (x_c - h * a.sum(0) - h * frozen) / (1 + h * b.sum(0))
     return x_next, a + b * x_next
 
 
 def truncation_error(
-    currents: Tensor, currents_next: Tensor, voltages: Tensor, voltages_next: Tensor, branches: Branches, h: float
+    currents: Tensor, currents_next: Tensor, voltages: Tensor, voltages_next: Tensor, branches: Branches, h: float,
+    reduce_max: Callable[[Tensor], Tensor] = lambda error: error,
 ) -> float:
-    """max |LTE| of the step: (h/2)|d/dt change| of x_c and of every active current (frozen currents cancel)."""
+    """max |LTE| of the step: (h/2)|d/dt change| of x_c and of every active current (frozen currents cancel).
+    ``reduce_max``: the maximum over every process's slice of the coordinates."""
     central = (currents.sum(0) - currents_next.sum(0)).abs().max() * (h / 2)
     inductors = ((voltages_next - voltages).abs() * (h / 2) / branches.inductance).max()
-    return float(torch.maximum(central, inductors))
+    return float(reduce_max(torch.maximum(central, inductors)))
 
 
 @dataclass(frozen=True)
@@ -112,11 +118,14 @@ class WindowResult:
 
 
 def integrate_window(
-    x_c: Tensor, frozen: Tensor, branches: Branches, step: float, control: StepControl
+    x_c: Tensor, frozen: Tensor, branches: Branches, step: float, control: StepControl,
+    reduce_max: Callable[[Tensor], Tensor] = lambda error: error,
 ) -> WindowResult:
     """Integrates the circuit from the window start (currents = I^k) to max T_i; ``step`` is the first h to try.
 
-    The last step is cut to land on the window end; a cut step does not shrink the next round's first step.
+    The last step is cut to land on the window end; a cut step does not shrink the next round's first step. On a
+    slice of the coordinates, ``reduce_max`` takes each trial's error over every slice (one scalar all-reduce), so
+    every process takes the same steps.
     """
     end = float(branches.windows.max())
     if not math.isfinite(end):
@@ -129,9 +138,10 @@ def integrate_window(
     while s < end * (1 - 1e-12):
         proposal, trial, cut = h, min(h, end - s), h > end - s
         while True:
-            x_next, currents_next = backward_euler_step(x_c, currents, frozen, branches, s, trial)
-            voltages_next = branches.voltages(x_next, currents_next, s + trial)
-            error = truncation_error(currents, currents_next, voltages, voltages_next, branches, trial)
+            gamma = branches.synchronised(s + trial)
+            x_next, currents_next = backward_euler_step(x_c, currents, frozen, branches, s, trial, gamma)
+            voltages_next = branches.voltages(x_next, currents_next, s + trial, gamma)
+            error = truncation_error(currents, currents_next, voltages, voltages_next, branches, trial, reduce_max)
             if error <= control.tolerance or trial <= floor:
                 break
             result.trials.append((trial, error, False))

@@ -8,39 +8,33 @@ printed ones: ``lightfed/ecado/circuit.py`` and the FedECADO spec.
 """
 
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
+from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.ecado.circuit import BeyondWindow, Branches, StepControl, WindowResult, integrate_window
+from lightfed.ecado.coupling import CouplingCurrent, CouplingScale
 from lightfed.errors import ConfigError
 from lightfed.local.base import LocalRule
-from lightfed.ecado.coupling import CouplingCurrent, CouplingScale
-from lightfed.strategies.base import Strategy
-from lightfed.core.sums import Sums
-from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.client_states import ShardedClientStates
+from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
 
 CURVATURES = ("trace", "diagonal")
+StateDevice = Literal["accelerator", "cpu"]
 
 
-@dataclass
-class _Arrival:
-    """One active client's result, kept until the round's circuit is solved."""
-
-    client_id: int
-    delta: Tensor
-    window: float
-    coupling: Tensor
-    resistance: Tensor
-    inductance: Tensor
-
-
-def window_metrics(result: WindowResult, start: Tensor, total_current: Tensor, windows: Tensor) -> dict[str, float]:
-    """Server steps taken, rejected and forced, max LTE of the accepted steps, step sizes, movement of x_c."""
+def window_metrics(
+    result: WindowResult, start: Tensor, total_current: Tensor, windows: Tensor, all_reduce: Callable[[Tensor, str], Tensor]
+) -> dict[str, float]:
+    """Server steps taken, rejected and forced, max LTE of the accepted steps, step sizes, movement of x_c (norms
+    over every process's slice)."""
     steps = [h for h, _ in result.accepted]
+    squares = torch.stack([(result.x_c - start).double().square().sum(), total_current.double().square().sum()])
+    move, current = all_reduce(squares, "sum").sqrt().tolist()
     return {
         "server_steps": float(len(steps)),
         "server_rejected": float(result.rejected),
@@ -49,14 +43,14 @@ def window_metrics(result: WindowResult, start: Tensor, total_current: Tensor, w
         "step_min": min(steps),
         "step_mean": sum(steps) / len(steps),
         "step_max": max(steps),
-        "xc_move_norm": float((result.x_c - start).norm()),
-        "current_sum_norm": float(total_current.norm()),
+        "xc_move_norm": move,
+        "current_sum_norm": current,
         "window_max": float(windows.max()),
         "window_min": float(windows.min()),
     }
 
 
-class FedECADO(Strategy):
+class FedECADO(ShardedStrategy):
     """Backward-Euler aggregation with aggregate sensitivity G_i = 1/dt_G + H_i / beta_i and multi-rate integration.
 
     Per round: each active client trains from x_c with its frozen current I_i^k (the first time it is sampled, or
@@ -65,14 +59,17 @@ class FedECADO(Strategy):
     learning rates. The server then integrates the circuit over [t, t + max T_i] with LTE <= ``tolerance`` and
     keeps the active currents; the inactive clients' currents stay frozen in the central node's equation.
 
-    Memory: per client that has trained, its current I_i (d floats) and curvature (1 float, or d with
-    ``curvature="diagonal"``) in ``client_states`` on the CPU; per round the active clients' deltas, currents and
-    a few work arrays (about 6 x active clients x d floats) on the accelerator. Clients also receive their I_i^k, a
-    second model-sized download.
+    The solve is elementwise over coordinates except the LTE's max, so it runs on the sharded server path: with N
+    processes each integrates its slice of x_c and of the active currents, one scalar all-reduce per trial step.
+
+    Memory per process: per client that has trained, its slice of the current I_i (d / N floats) and of the
+    curvature (1 float, or d / N with ``curvature="diagonal"``); per round the active clients' slices of deltas,
+    currents and a few work arrays (about 6 x active clients x d / N floats). With ``state_device="accelerator"``
+    (default) all of it stays on the accelerator; "cpu" keeps the per-client state in pinned host memory, copied to
+    the accelerator each round. Clients also receive their whole I_i^k, a second model-sized download.
     """
 
-    keeps_client_state = True
-    single_process = True  # the round's circuit couples every active client's state
+    report_scalars = ("time_scale", "curvature_mean")
 
     def __init__(
         self,
@@ -87,6 +84,7 @@ class FedECADO(Strategy):
         coupling: CouplingScale = "data_size",
         beyond_window: BeyondWindow = "extrapolate",
         max_growth: float = 2.0,
+        state_device: StateDevice = "accelerator",
     ) -> None:
         """
         Args:
@@ -105,6 +103,8 @@ class FedECADO(Strategy):
                 data-weighted optimum); "unit": they add I_i (the paper's Algorithm 2; equal client weights).
             beyond_window: Beyond T_i a client's state is extrapolated linearly ("extrapolate", the paper) or held.
             max_growth: Largest factor by which an accepted server step may grow the next one.
+            state_device: Where the per-client currents and curvatures live: "accelerator" (the round's device) or
+                "cpu" (pinned host memory, for state larger than the accelerator's memory).
         """
         for name, value in [("inductance", inductance), ("sensitivity_step", sensitivity_step)]:
             if not value > 0:
@@ -115,19 +115,24 @@ class FedECADO(Strategy):
             raise ConfigError(f"strategy.curvature must be one of {', '.join(CURVATURES)}, got {curvature!r}")
         if coupling not in ("data_size", "unit"):
             raise ConfigError(f"strategy.coupling must be 'data_size' or 'unit', got {coupling!r}")
-        self._configure_circuit(tolerance, max_growth, beyond_window, curvature_batches, curvature_probes, curvature_every)
+        self._configure_circuit(tolerance, max_growth, beyond_window, curvature_batches, curvature_probes, curvature_every, state_device)
         self.inductance = inductance
         self.sensitivity_step = sensitivity_step
         self.initial_step = initial_step
         self.curvature = curvature
         self.coupling = coupling
+        self.report_vectors = ("curvature",) if curvature == "diagonal" else ()
 
     def _configure_circuit(
-        self, tolerance: float, max_growth: float, beyond_window: str, batches: int, probes: int, every: int
+        self, tolerance: float, max_growth: float, beyond_window: str, batches: int, probes: int, every: int,
+        state_device: str,
     ) -> None:
         """The settings the server circuit and the curvature estimates share with ``AdaptiveFedECADO``."""
         if beyond_window not in ("extrapolate", "hold"):
             raise ConfigError(f"strategy.beyond_window must be 'extrapolate' or 'hold', got {beyond_window!r}")
+        if state_device not in ("accelerator", "cpu"):
+            raise ConfigError(f"strategy.state_device must be 'accelerator' or 'cpu', got {state_device!r}")
+        self.state_device = state_device
         if batches < 1 or probes < 1 or every < 0:
             raise ConfigError("strategy.curvature_batches and curvature_probes must be >= 1, curvature_every >= 0")
         try:
@@ -141,79 +146,84 @@ class FedECADO(Strategy):
 
     def setup(self, params: Tensor, num_clients: int) -> None:
         super().setup(params, num_clients)
-        self.total_current = torch.zeros_like(params)  # sum of every client's current
+        on_host = self.state_device == "cpu"
+        device, pinned = ("cpu", params.is_cuda) if on_host else (params.device, False)
+        self.client_states = ShardedClientStates(self.shard, params.numel(), device, pin_memory=pinned)
+        self.total_current = torch.zeros_like(params[self.shard])  # this process's slice of every client's current, summed
         self.step: float | None = None
         self.time = 0.0
-        self._arrivals: list[_Arrival] = []
-        self._estimate_round: dict[int, int] = {}
         self._metrics: dict[str, float] = {}
 
     def _current(self, client_id: int) -> Tensor:
         current = self.client_states.get(client_id, "current")
-        return torch.zeros_like(self.total_current) if current is None else current.to(self.total_current.device)
+        return torch.zeros_like(self.total_current) if current is None else current.to(self.total_current.device, non_blocking=True)
 
-    def _needs_curvature(self, plan: ClientPlan) -> bool:
-        last = self.client_states.get(plan.client_id, "curvature_round")
-        return last is None or (self.curvature_every > 0 and plan.round - int(last) >= self.curvature_every)
+    def _needs_curvature(self, client_id: int, round: int) -> bool:
+        last = self.client_states.get(client_id, "curvature_round")
+        return last is None or (self.curvature_every > 0 and round - int(last) >= self.curvature_every)
 
-    def configure_client(self, plan: ClientPlan) -> ClientPlan:
-        estimate = self._needs_curvature(plan)
-        if estimate:
-            self._estimate_round[plan.client_id] = plan.round
-        return replace(plan, rule=self._rule(plan, self._current(plan.client_id), self.curvature_batches if estimate else 0))
+    def client_vectors(self, client_ids: list[int]) -> dict[str, Tensor]:
+        return {"current": torch.stack([self._current(i) for i in client_ids])}
+
+    def configure_job(self, plan: ClientPlan, package: Mapping[str, Tensor]) -> ClientPlan:
+        batches = self.curvature_batches if self._needs_curvature(plan.client_id, plan.round) else 0
+        return replace(plan, rule=self._rule(plan, package["current"], batches))
 
     def _rule(self, plan: ClientPlan, current: Tensor, curvature_batches: int) -> LocalRule:
         """The client's local rule, given its current I_i^k and whether (on how many batches) to estimate H_i."""
         return CouplingCurrent(plan.client_id, current, self.coupling, curvature_batches, self.curvature_probes, plan.seed)
 
-    def _store_curvature(self, client_id: int, diagonal: Tensor) -> None:
-        self.client_states.set(client_id, "curvature", diagonal if self.curvature == "diagonal" else diagonal.mean())
+    def client_report(self, update: ClientUpdate) -> dict[str, float | Tensor]:
+        report = {name: update.report[name] for name in self.report_scalars if name in update.report}
+        if "curvature" in update.report:  # non-convex: negative estimates are clamped
+            report["curvature"] = diagonal = update.report["curvature"].clamp(min=0)
+            report["curvature_mean"] = float(diagonal.mean())
+        return report
 
-    def _branch(self, update: ClientUpdate, curvature: Tensor) -> tuple[float, Tensor, Tensor]:
-        """The client's window T_i = beta_i x summed lr, resistance 1/G_i and inductance L."""
-        beta = update.report["time_scale"]
-        resistance = 1 / (1 / self.sensitivity_step + curvature / beta)
-        return beta * update.local_time, resistance, torch.full_like(resistance, self.inductance)
+    def _store_curvature(self, client_id: int, row: int, updates: ShardedRound) -> None:
+        reports = updates.reports
+        curvature = reports["curvature"][row] if self.curvature == "diagonal" else reports["curvature_mean"][row]
+        self.client_states.set(client_id, "curvature", curvature)
+        self.client_states.set(client_id, "curvature_round", torch.tensor(updates.round))
+
+    def _branches(self, updates: ShardedRound) -> tuple[Tensor, Tensor, Tensor]:
+        """The round's windows T_i = beta_i x summed lr, resistances 1/G_i and inductances L, one row per client."""
+        beta = updates.reports["time_scale"]
+        curvature = torch.stack([self._curvature(i) for i in updates.client_ids]).double()
+        resistance = 1 / (1 / self.sensitivity_step + curvature / beta.to(curvature)[:, None])
+        return beta * updates.local_time, resistance, torch.full_like(resistance, self.inductance)
+
+    def _curvature(self, client_id: int) -> Tensor:
+        return self.client_states.get(client_id, "curvature").to(self.total_current.device, non_blocking=True).reshape(-1)
 
     def _first_step(self, windows: Tensor) -> float:
         return self.step or self.initial_step or float(windows.max()) / 10
 
-    def sum_sizes(self) -> dict[str, int]:
-        return {}
-
-    def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
-        client_id, report = update.client_id, update.report
-        if "curvature" in report:
-            self._store_curvature(client_id, report["curvature"].clamp(min=0))  # non-convex: negative estimates
-            self.client_states.set(client_id, "curvature_round", torch.tensor(self._estimate_round.pop(client_id)))
-        curvature = self.client_states.get(client_id, "curvature").to(self.total_current.device)
-        window, resistance, inductance = self._branch(update, curvature)
-        self._arrivals.append(
-            _Arrival(client_id, update.delta.clone(), window, self._current(client_id), resistance, inductance)
-        )
-
-    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
+    def aggregate_shard(self, params: Tensor, updates: ShardedRound) -> Tensor:
         began = time.perf_counter()
-        arrivals, self._arrivals = self._arrivals, []
-        windows = torch.tensor([a.window for a in arrivals], dtype=torch.float64, device=params.device)
-        couplings = torch.stack([a.coupling for a in arrivals])
+        for row, client_id in enumerate(updates.client_ids):
+            if self._needs_curvature(client_id, updates.round):
+                self._store_curvature(client_id, row, updates)
+        windows, resistance, inductance = self._branches(updates)
+        couplings = self.client_vectors(updates.client_ids)["current"]
         branches = Branches(
             start=params,
-            deltas=torch.stack([a.delta for a in arrivals]),
-            windows=windows,
+            deltas=updates.deltas,
+            windows=windows.to(params.device),
             couplings=couplings,
-            resistance=torch.stack([a.resistance.reshape(-1) for a in arrivals]).to(params.dtype),
-            inductance=torch.stack([a.inductance.reshape(-1) for a in arrivals]).to(params.dtype),
+            resistance=resistance.to(params),
+            inductance=inductance.to(params),
             beyond_window=self.beyond_window,
         )
         frozen = self.total_current - couplings.sum(0)
-        result = integrate_window(params, frozen, branches, self._first_step(windows), self.control)
-        for index, arrival in enumerate(arrivals):
-            self.client_states.set(arrival.client_id, "current", result.currents[index])
+        reduce_max = lambda error: updates.all_reduce(error, "max")  # noqa: E731
+        result = integrate_window(params, frozen, branches, self._first_step(windows), self.control, reduce_max)
+        for row, client_id in enumerate(updates.client_ids):
+            self.client_states.set(client_id, "current", result.currents[row])
         self.total_current = frozen + result.currents.sum(0)
         self.step = result.next_step
         self.time += float(windows.max())
-        self._metrics = window_metrics(result, params, self.total_current, windows)
+        self._metrics = window_metrics(result, params, self.total_current, windows, updates.all_reduce)
         self._metrics["server_seconds"] = time.perf_counter() - began
         return result.x_c
 
@@ -221,8 +231,10 @@ class FedECADO(Strategy):
         return {**self._metrics, "time": self.time}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"total_current": self.total_current, "step": self.step, "time": self.time}
+        return {"step": self.step, "time": self.time}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.total_current.copy_(state["total_current"])
         self.step, self.time = state["step"], state["time"]
+
+    def sharded_state(self) -> dict[str, Tensor]:
+        return {"total_current": self.total_current}

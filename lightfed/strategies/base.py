@@ -8,7 +8,6 @@ from torch import Tensor
 
 from lightfed.core.client_states import ClientStates
 from lightfed.core.process_states import Read
-from lightfed.errors import ConfigError
 from lightfed.core.sums import Sums
 from lightfed.core.messages import ClientPlan, ClientUpdate
 
@@ -23,22 +22,15 @@ class Strategy(ABC):
     client then always trains on the same process, where its state lives.
 
     This is the sums path (``server_path = "sums"``); ``ShardedStrategy`` is the other one, for strategies that need
-    every active client's whole update. A strategy that can only run on one process sets ``single_process``: the
-    trainer refuses more before anything starts.
+    every active client's whole update.
     """
 
     server_path: ClassVar[Literal["sums", "sharded"]] = "sums"
     keeps_client_state = False
-    single_process = False
     needs_plain_sgd = False  # the update assumes local steps x <- x - lr g (SGD without momentum), checked at start
 
     def check(self, world_size: int) -> None:
-        """Refuses a run this strategy cannot do, before any process starts or anything is written."""
-        if self.single_process and world_size > 1:
-            raise ConfigError(
-                f"{type(self).__name__} solves each round from every active client's state on one process; run "
-                "it with trainer.devices=1 and trainer.num_nodes=1"
-            )
+        """Refuses a run this strategy cannot do, before any process starts or anything is written. Default: none."""
 
     def setup(self, params: Tensor, num_clients: int) -> None:
         """Called once with the initial global parameters before the first round (and before a resume)."""

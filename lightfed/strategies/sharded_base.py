@@ -2,7 +2,7 @@
 
 from abc import abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch import Tensor
@@ -31,6 +31,7 @@ class ShardedRound:
     staleness: Tensor  # [clients], float64
     sums: Mapping[str, Tensor]  # the strategy's own sums over the round (``sum_sizes``), reduced
     all_reduce: Callable[[Tensor, str], Tensor]  # (tensor, "sum" | "max" | "min") over every process's slice
+    reports: Mapping[str, Tensor] = field(default_factory=dict)  # report_scalars [clients], report_vectors [clients, slice]
 
 
 class ShardedStrategy(Strategy):
@@ -47,6 +48,18 @@ class ShardedStrategy(Strategy):
 
     server_path = "sharded"
     shard: slice = slice(None)
+    report_scalars: tuple[str, ...] = ()  # per-client numbers of ``client_report``, seen whole by every process
+    report_vectors: tuple[str, ...] = ()  # per-client d-vectors of ``client_report``, sharded like the deltas
+
+    def client_vectors(self, client_ids: list[int]) -> dict[str, Tensor]:
+        """This process's slices (``[clients, slice length]``, rows in ``client_ids`` order) of the vectors each of a
+        round's clients is sent; the client gets them whole in ``configure_job``'s package. Default: none."""
+        return {}
+
+    def client_report(self, update: ClientUpdate) -> Mapping[str, float | Tensor]:
+        """On the process that trained the client: its ``report_scalars`` and ``report_vectors`` (one it does not
+        report arrives as zeros). Default: taken from ``update.report``."""
+        return {name: update.report[name] for name in (*self.report_scalars, *self.report_vectors) if name in update.report}
 
     def setup(self, params: Tensor, num_clients: int) -> None:
         super().setup(params, num_clients)

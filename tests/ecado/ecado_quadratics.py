@@ -1,10 +1,13 @@
-"""Heterogeneous quadratic clients driven through a strategy's real client rules and server code, without Fabric.
+"""Heterogeneous quadratic clients driven through a strategy's real client rules and server code, without Fabric,
+on one process or sharded over threads that stand in for processes.
 
 Client i: F_i(x) = (x - b_i)' A_i (x - b_i) / 2 (its mean loss), |D_i| examples, batch size B = mean |D_i|; the
 optimum of sum_i |D_i| F_i is known in closed form. One local step is one full-gradient step at the client's
 current point, through the rule the strategy built (``adjust``, or the rule's own step when ``takes_step``).
 """
 
+import copy
+import threading
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -12,10 +15,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from lightfed.core.seeding import sample_clients
-from lightfed.strategies.base import Strategy
-from lightfed.core.sums import Sums
 from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.seeding import sample_clients
+from lightfed.core.sharding import CoordinateShards
+from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
 
 
 @dataclass
@@ -97,9 +100,14 @@ class QuadraticContext:
         return r @ (self.A @ r) / 2
 
 
-def train_client(strategy: Strategy, problem: Quadratics, plan: ClientPlan, params: Tensor, lr: float) -> ClientUpdate:
-    """``steps`` local steps of the client loop (lr: the optimizer's learning rate) through the plan's rule."""
-    plan = strategy.configure_client(plan)
+def train_client(
+    strategy: ShardedStrategy, problem: Quadratics, plan: ClientPlan, params: Tensor, lr: float, package: dict | None = None
+) -> ClientUpdate:
+    """``steps`` local steps of the client loop (lr: the optimizer's learning rate) through the plan's rule;
+    ``package``: the whole vectors the client is sent (default: the strategy's own, on one process)."""
+    if package is None:
+        package = {name: rows[0] for name, rows in strategy.client_vectors([plan.client_id]).items()}
+    plan = strategy.configure_job(plan, package)
     context = QuadraticContext(problem, plan.client_id, params, lr)
     rule = plan.rule
     rule.start(params, context)
@@ -122,8 +130,57 @@ def train_client(strategy: Strategy, problem: Quadratics, plan: ClientPlan, para
     )
 
 
+class ThreadGroup:
+    """``world`` threads standing in for processes: an all-reduce and an all-gather that wait for every rank."""
+
+    def __init__(self, world: int) -> None:
+        self.world = world
+        self.barrier = threading.Barrier(world)
+        self.values: list = [None] * world
+
+    def _exchange(self, rank: int, value: Tensor) -> list[Tensor]:
+        self.values[rank] = value.clone()
+        self.barrier.wait()
+        values = list(self.values)
+        self.barrier.wait()
+        return values
+
+    def all_reduce(self, rank: int, tensor: Tensor, op: str) -> Tensor:
+        stacked = torch.stack(self._exchange(rank, tensor))
+        return {"sum": stacked.sum(0), "max": stacked.max(0).values, "min": stacked.min(0).values}[op]
+
+    def all_gather(self, rank: int, tensor: Tensor) -> Tensor:
+        """Slices joined along the last dimension, in rank order."""
+        return torch.cat(self._exchange(rank, tensor), dim=-1)
+
+
+def sharded_round(
+    strategy: ShardedStrategy, round: int, updates: list[ClientUpdate], params: Tensor, all_reduce=None
+) -> Tensor:
+    """What the round engine hands a sharded strategy: this process's slice of the deltas and reported vectors (the
+    strategy's ``shard``), the per-client numbers whole; returns its slice of the next x_c."""
+    shard = strategy.shard
+    reports = [strategy.client_report(update) for update in updates]
+    zeros = torch.zeros_like(params)
+    sharded = ShardedRound(
+        round,
+        [update.client_id for update in updates],
+        torch.stack([update.delta[shard] for update in updates]),
+        *(torch.tensor([float(getattr(u, name)) for u in updates], dtype=torch.float64)
+          for name in ("num_examples", "num_steps", "local_time")),
+        staleness=torch.zeros(len(updates), dtype=torch.float64),
+        sums={},
+        all_reduce=all_reduce or (lambda tensor, op: tensor),
+        reports={
+            **{name: torch.tensor([float(r.get(name, 0.0)) for r in reports], dtype=torch.float64) for name in strategy.report_scalars},
+            **{name: torch.stack([r.get(name, zeros)[shard].to(params) for r in reports]) for name in strategy.report_vectors},
+        },
+    )
+    return strategy.aggregate_shard(params[shard], sharded)
+
+
 def run_rounds(
-    strategy: Strategy,
+    strategy: ShardedStrategy,
     problem: Quadratics,
     rounds: int,
     per_round: int,
@@ -132,21 +189,49 @@ def run_rounds(
     x0: Tensor,
     seed: int = 0,
     on_round=None,
+    world: int = 1,
 ) -> Tensor:
-    """Synchronous rounds: sample, train each client through its rule, accumulate, aggregate; returns x_c.
+    """Synchronous rounds: sample, train each client through its rule, solve the server's round; returns x_c.
 
-    ``steps``: local steps per client (n,), or per round and client (rounds, n).
+    ``steps``: local steps per client (n,), or per round and client (rounds, n). ``world`` > 1: the server solve is
+    sharded by coordinate over that many threads standing in for processes, each with its own copy of ``strategy``
+    (``strategy`` is rank 0's; ``on_round`` sees it); every thread trains every client, as the clients' results do
+    not depend on where they train. ``strategies`` holds every rank's strategy afterwards.
     """
-    n = len(problem.sizes)
-    strategy.setup(x0.clone(), n)
-    sums = Sums(strategy.sum_sizes(), x0.device)
-    params = x0.clone()
-    for round in range(rounds):
-        sums.zero_()
-        for client_id in sample_clients(seed, round, n, per_round):
-            plan = ClientPlan(client_id, round, seed=1000 * round + client_id, steps=int(steps[client_id] if steps.ndim == 1 else steps[round, client_id]))
-            strategy.accumulate(sums, train_client(strategy, problem, plan, params, float(lrs[client_id])))
-        params = strategy.aggregate(params, sums, round)
-        if on_round is not None:
-            on_round(round, params, strategy)
-    return params
+    strategies = [strategy, *(copy.deepcopy(strategy) for _ in range(world - 1))]
+    run_rounds.strategies = strategies
+    group, results = ThreadGroup(world), [None] * world
+    n, d = len(problem.sizes), x0.numel()
+
+    def rank_loop(rank: int) -> None:
+        mine = strategies[rank]
+        mine.shard = CoordinateShards(d, world, rank).local
+        mine.setup(x0.clone(), n)
+        params = x0.clone()
+        all_reduce = (lambda tensor, op: group.all_reduce(rank, tensor, op)) if world > 1 else None
+        for round in range(rounds):
+            clients = sample_clients(seed, round, n, per_round)
+            downloads = {name: group.all_gather(rank, rows) if world > 1 else rows for name, rows in mine.client_vectors(clients).items()}
+            updates = []
+            for k, client_id in enumerate(clients):
+                plan = ClientPlan(client_id, round, seed=1000 * round + client_id,
+                                  steps=int(steps[client_id] if steps.ndim == 1 else steps[round, client_id]))
+                package = {name: rows[k] for name, rows in downloads.items()}
+                updates.append(train_client(mine, problem, plan, params, float(lrs[client_id]), package))
+            shard = sharded_round(mine, round, updates, params, all_reduce)
+            params = group.all_gather(rank, shard) if world > 1 else shard
+            if on_round is not None and rank == 0:
+                on_round(round, params, mine)
+        results[rank] = params
+
+    if world == 1:
+        rank_loop(0)
+    else:
+        threads = [threading.Thread(target=rank_loop, args=(rank,)) for rank in range(world)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if any(result is None for result in results):
+            raise RuntimeError("a rank of the sharded quadratics failed (its traceback is printed above)")
+    return results[0]

@@ -140,9 +140,11 @@ def test_a_client_on_a_flat_loss_drifts_with_steps_capped_at_the_passivity_bound
     torch.testing.assert_close(update.delta, report["window"] * current)  # x(T) = x0 + T I
 
 
+@pytest.mark.parametrize("world", [1, 2])
 @pytest.mark.parametrize("tolerance", [1e-4, 1e-3, 1e-2, 1e-1])
-def test_converges_to_the_weighted_optimum_for_every_tolerance(tolerance):
-    """The spec's toy: 16 clients, diagonal quadratics, e_i ~ U{1..50}; gamma is the only setting."""
+def test_converges_to_the_weighted_optimum_for_every_tolerance(tolerance, world):
+    """The spec's toy: 16 clients, diagonal quadratics, e_i ~ U{1..50}; gamma is the only setting. On one process
+    and with the server solve sharded over two."""
     problem, steps, x0 = _problem_and_work()
     errors, client_lte, client_rejected = [], [], 0
 
@@ -154,7 +156,7 @@ def test_converges_to_the_weighted_optimum_for_every_tolerance(tolerance):
         client_rejected += metrics["client_rejected"]
         assert metrics["client_forced"] == 0 and metrics["inductance_min"] > 0
 
-    run_rounds(AdaptiveFedECADO(tolerance=tolerance), problem, ROUNDS, 16, steps, np.ones(16), x0, on_round=record)
+    run_rounds(AdaptiveFedECADO(tolerance=tolerance), problem, ROUNDS, 16, steps, np.ones(16), x0, on_round=record, world=world)
     assert errors[-1] < 1e-2 and errors[0] > 0.3
     assert max(client_lte) <= tolerance and client_rejected > 0  # the control bound, every accepted step
 

@@ -8,10 +8,9 @@ from lightfed.core.process_states import saved_client_states
 from lightfed.ecado.circuit import Branches, StepControl, backward_euler_step, integrate_window, truncation_error
 from lightfed.errors import ConfigError
 from lightfed.strategies import FedECADO
-from lightfed.core.sums import Sums
 from lightfed.core.messages import ClientPlan
 from tests.conftest import small_data, small_model, small_trainer
-from tests.ecado.ecado_quadratics import dense_quadratics, diagonal_quadratics, run_rounds, train_client
+from tests.ecado.ecado_quadratics import dense_quadratics, diagonal_quadratics, run_rounds, sharded_round, train_client
 
 
 def _branches(a: int = 3, d: int = 5, seed: int = 0, dtype=torch.float64, **overrides) -> Branches:
@@ -95,9 +94,11 @@ def _toy_setup(problem, seed=1):
     return time_steps, steps, time_steps * problem.sizes / batch  # the optimizer lr whose FE step lasts time_steps
 
 
+@pytest.mark.parametrize("world", [1, 2])
 @pytest.mark.parametrize("curvature", ["trace", "diagonal"])
-def test_converges_to_the_data_weighted_optimum_of_heterogeneous_quadratics(curvature):
-    """The spec's toy problem, 25% participation, unequal local work, through the strategy and its client rule."""
+def test_converges_to_the_data_weighted_optimum_of_heterogeneous_quadratics(curvature, world):
+    """The spec's toy problem, 25% participation, unequal local work, through the strategy and its client rule; on
+    one process and with the server solve sharded over two."""
     problem = dense_quadratics()
     time_steps, steps, lrs = _toy_setup(problem)
     errors, lte = [], []
@@ -108,12 +109,14 @@ def test_converges_to_the_data_weighted_optimum_of_heterogeneous_quadratics(curv
 
     strategy = FedECADO(inductance=0.3, tolerance=1e-2, sensitivity_step=float(time_steps.mean()), initial_step=1e-2,
                         curvature=curvature)
-    run_rounds(strategy, problem, 250, 5, steps, lrs, torch.zeros(20, dtype=torch.float64), on_round=record)
+    run_rounds(strategy, problem, 250, 5, steps, lrs, torch.zeros(20, dtype=torch.float64), on_round=record, world=world)
     assert errors[-1] < 1e-6 and errors[0] > 0.5
     assert max(lte) <= 1e-2
     # every client that trained keeps its current; together they sum to zero at the fixed point (server KCL)
-    assert len(strategy.client_states) == 20
-    assert strategy.total_current.norm() < 1e-5 * max(strategy.client_states.get(i, "current").norm() for i in range(20))
+    for rank_strategy in run_rounds.strategies:  # each process its slice
+        states = rank_strategy.client_states
+        assert len(states) == 20
+        assert rank_strategy.total_current.norm() < 1e-5 * max(states.get(i, "current").norm() for i in range(20))
 
 
 def test_without_the_data_size_coupling_the_fixed_point_weighs_clients_equally():
@@ -148,14 +151,12 @@ def test_full_participation_and_equal_work_give_the_steady_state_average():
         strategy = FedECADO(inductance=inductance, tolerance=1e30, sensitivity_step=dt_g, initial_step=1e6,
                             curvature="diagonal")
         strategy.setup(x0.clone(), 6)
-        sums = Sums(strategy.sum_sizes(), torch.device("cpu"))
-        finals = []
+        updates = []
         for i in range(6):
             lr_i = lr * problem.sizes[i] / batch  # equal work: every window lasts 3 lr
-            update = train_client(strategy, problem, ClientPlan(i, 0, seed=i, steps=3), x0, lr_i)
-            finals.append(x0 + update.delta)
-            strategy.accumulate(sums, update)
-        x = strategy.aggregate(x0, sums, 0)
+            updates.append(train_client(strategy, problem, ClientPlan(i, 0, seed=i, steps=3), x0, lr_i))
+        finals = [x0 + update.delta for update in updates]
+        x = sharded_round(strategy, 0, updates, x0)
         assert strategy.metrics()["server_steps"] == 1
         y = torch.stack(finals)
         G = torch.tensor(1 / dt_g + problem.sizes[:, None] / batch * np.diagonal(problem.A, axis1=1, axis2=2))
@@ -200,12 +201,3 @@ def test_trains_through_the_engine_and_resumes_with_its_currents(tmp_path):
     assert torch.equal(_weights(resumed), _weights(model))
     states = saved_client_states(trainer.log_dir / "checkpoints" / "last.ckpt")
     assert states and all({"current", "curvature", "curvature_round"} <= set(s) for s in states.values())
-
-
-def test_more_than_one_process_is_refused_before_anything_starts(tmp_path):
-    """The circuit couples every active client's state: two processes are refused before they launch or a run
-    folder exists."""
-    trainer = small_trainer(tmp_path, devices=2)
-    with pytest.raises(ConfigError, match="trainer.devices=1"):
-        trainer.fit(small_model(), small_data(), FedECADO())
-    assert not trainer._launched and not any(tmp_path.iterdir())

@@ -1,0 +1,110 @@
+"""The circuit solve sharded by coordinate: the same steps and states on any number of processes, per-client memory
+per process falling as 1 / processes, and the digits configs on two real processes (gloo) with resume."""
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lightfed.core.process_states import saved_client_states
+from lightfed.core.sharding import CoordinateShards
+from lightfed.ecado.circuit import Branches, StepControl, integrate_window
+from lightfed.strategies import FedECADO
+from tests.ecado.ecado_quadratics import ThreadGroup, dense_quadratics, run_rounds
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_window_integrated_on_two_slices_takes_the_steps_of_the_whole():
+    """Every trial's error is the max over both slices (one all-reduce), so both take the whole vector's steps."""
+    g = torch.Generator().manual_seed(3)
+    a, d = 4, 50
+    whole = Branches(torch.zeros(d, dtype=torch.float64), torch.randn(a, d, generator=g, dtype=torch.float64),
+                     torch.rand(a, generator=g, dtype=torch.float64) + 0.2, torch.randn(a, d, generator=g, dtype=torch.float64),
+                     torch.rand(a, 1, generator=g, dtype=torch.float64) + 0.1, torch.rand(a, d, generator=g, dtype=torch.float64) + 0.1)
+    control = StepControl(tolerance=1e-3, min_step=1e-6)
+    expected = integrate_window(whole.start, torch.zeros(d, dtype=torch.float64), whole, 1.0, control)
+    group, results = ThreadGroup(2), [None, None]
+
+    def solve(rank: int) -> None:
+        part = CoordinateShards(d, 2, rank).local
+        branches = Branches(whole.start[part], whole.deltas[:, part], whole.windows, whole.couplings[:, part],
+                            whole.resistance, whole.inductance[:, part])
+        results[rank] = integrate_window(branches.start, torch.zeros(part.stop - part.start, dtype=torch.float64), branches,
+                                         1.0, control, lambda error: group.all_reduce(rank, error, "max"))
+
+    threads = [threading.Thread(target=solve, args=(rank,)) for rank in range(2)]
+    [thread.start() for thread in threads]
+    [thread.join() for thread in threads]
+    assert expected.rejected > 0 and len(expected.accepted) > 3  # the control did work
+    assert results[0].trials == results[1].trials == expected.trials
+    torch.testing.assert_close(torch.cat([r.x_c for r in results]), expected.x_c, rtol=0, atol=1e-14)
+    torch.testing.assert_close(torch.cat([r.currents for r in results], dim=1), expected.currents, rtol=0, atol=1e-14)
+
+
+def _held_bytes(strategy) -> dict[str, int]:
+    """Bytes of the per-client tensors this process holds: vectors and 0-d numbers."""
+    held = {"vectors": 0, "numbers": 0}
+    for state in strategy.client_states.state_dict().values():
+        for value in state.values():
+            held["vectors" if value.dim() else "numbers"] += value.numel() * value.element_size()
+    return held
+
+
+def test_per_client_memory_per_process_halves_from_one_to_two_processes():
+    problem = dense_quadratics()
+    steps, lrs = np.full(20, 3), np.full(20, 0.05)
+    held = {}
+    for world in (1, 2):
+        strategy = FedECADO(inductance=0.3, sensitivity_step=0.05, curvature="diagonal")
+        run_rounds(strategy, problem, 8, 5, steps, lrs, torch.zeros(20, dtype=torch.float64), world=world)
+        held[world] = [_held_bytes(rank_strategy) for rank_strategy in run_rounds.strategies]
+        trained = len(strategy.client_states)
+    (one,), two = held[1], held[2]
+    assert trained >= 10 and one["vectors"] == trained * 2 * 20 * 8  # current and curvature: d = 20 float64 each
+    assert all(rank["vectors"] == one["vectors"] // 2 for rank in two)
+    assert all(rank["numbers"] == one["numbers"] for rank in two)  # per-client numbers: 8 bytes each, on every process
+
+
+def _fit(root: Path, config: str, devices: int, *overrides: str) -> Path:
+    subprocess.run(
+        [sys.executable, "-m", "lightfed", "fit", "--config", config, "--trainer.devices", str(devices),
+         "--trainer.clients_per_round", "4", "--trainer.local_epochs", "1", "--trainer.client_eval_interval", "0",
+         "--trainer.root_dir", str(root), "--trainer.name", "run", "--trainer.progress_bar", "false",
+         "--trainer.check_replicas", "true", *overrides],  # every round: the same global weights on every process
+        check=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, timeout=600,
+    )
+    return root / "run" / "version_0" / "checkpoints" / "last.ckpt"
+
+
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm())
+
+
+@pytest.mark.parametrize("name", ["fedecado", "adaptive_fedecado"])
+def test_the_digits_config_on_two_processes_gives_the_weights_of_one(tmp_path, name):
+    config = str(ROOT / "configs" / "digits" / f"{name}.yaml")
+    paths = {devices: _fit(tmp_path / f"devices{devices}", config, devices, "--trainer.rounds", "2") for devices in (1, 2)}
+    one, two = (torch.load(paths[devices], weights_only=False) for devices in (1, 2))
+    assert _relative(two["params"], one["params"]) <= 1e-6
+    states = {devices: saved_client_states(path) for devices, path in paths.items()}
+    assert states[1].keys() == states[2].keys() and len(states[1]) >= 4
+    for client_id, state in states[1].items():
+        assert state["current"].numel() == one["params"].numel()
+        assert _relative(states[2][client_id]["current"], state["current"]) <= 1e-6
+    server = torch.load(paths[2].parent / "process_states" / "round_2" / "process_1_of_2.pt", weights_only=False)
+    assert server["server"]["total_current"].numel() == one["params"].numel() // 2  # each process its half
+
+
+def test_fedecado_resumed_on_two_processes_gives_the_uninterrupted_weights(tmp_path):
+    config = str(ROOT / "configs" / "digits" / "fedecado.yaml")
+    straight = torch.load(_fit(tmp_path / "straight", config, 2, "--trainer.rounds", "3"), weights_only=False)
+    _fit(tmp_path / "cut", config, 2, "--trainer.rounds", "2")
+    resumed = torch.load(_fit(tmp_path / "cut", config, 2, "--trainer.rounds", "3", "--ckpt_path", "last"), weights_only=False)
+    assert torch.equal(resumed["params"], straight["params"])
+    assert resumed["strategy"] == straight["strategy"]  # server step and simulated time

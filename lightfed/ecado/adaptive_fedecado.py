@@ -8,7 +8,7 @@ from torch import Tensor
 
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.ecado.adaptive_euler import AdaptiveEuler
-from lightfed.ecado.circuit import BeyondWindow
+from lightfed.ecado.circuit import BeyondWindow, ErrorNorm
 from lightfed.ecado.fedecado import FedECADO, StateDevice
 from lightfed.errors import ConfigError
 from lightfed.local.base import LocalRule
@@ -63,6 +63,8 @@ class AdaptiveFedECADO(FedECADO):
         fallback_step: float = 1.0,
         cap_client_steps: bool = True,
         damping: Damping = "collective",
+        error_norm: ErrorNorm = "max",
+        min_step: float = 1e-2,
         state_device: StateDevice = "accelerator",
     ) -> None:
         """
@@ -78,6 +80,8 @@ class AdaptiveFedECADO(FedECADO):
             damping: "collective": L_i = 1 / (4 n G_i^2) with n the round's active clients, so that the n branches
                 together with the central capacitor are critically damped; "branch": L_i = 1 / (4 G_i^2), the paper's
                 eq. 24, which damps each branch alone (zeta = 1/sqrt(n) for n alike active branches).
+            error_norm: The server's error norm, "max" (the paper) or "rms" (see ``FedECADO``); the clients' stays max.
+            min_step: Shortest server step as a fraction of the round's window (see ``FedECADO``).
             state_device: Where the per-client currents and curvatures live: "accelerator" or "cpu" (pinned).
         """
         if sensitivity_step not in ("window", "first_step"):
@@ -86,7 +90,8 @@ class AdaptiveFedECADO(FedECADO):
             raise ConfigError(f"strategy.fallback_step must be > 0, got {fallback_step}")
         if damping not in ("collective", "branch"):
             raise ConfigError(f"strategy.damping must be 'collective' or 'branch', got {damping!r}")
-        self._configure_circuit(tolerance, 2.0, beyond_window, curvature_batches, curvature_probes, 0, state_device)
+        control = dict(tolerance=tolerance, max_growth=2.0, min_step=min_step, norm=error_norm)
+        self._configure_circuit(control, beyond_window, curvature_batches, curvature_probes, 0, state_device)
         self.tolerance = tolerance
         self.sensitivity_step = sensitivity_step
         self.fallback_step = fallback_step

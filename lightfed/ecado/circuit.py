@@ -23,6 +23,12 @@ from torch import Tensor
 from lightfed.errors import ConfigError, DivergenceError
 
 BeyondWindow = Literal["extrapolate", "hold"]
+ErrorNorm = Literal["max", "rms"]
+AllReduce = Callable[[Tensor, str], Tensor]  # (tensor, "sum" | "max") over every process's slice of the coordinates
+
+
+def _local(tensor: Tensor, op: str) -> Tensor:
+    return tensor
 
 
 @dataclass
@@ -37,65 +43,97 @@ class Branches:
     inductance: Tensor  # (a, 1) or (a, d): L_i
     beyond_window: BeyondWindow = "extrapolate"
 
-    def synchronised(self, s: float) -> Tensor:
-        """Gamma_i at time s after the start of the window, (a, d)."""
+    def progress(self, s: float) -> Tensor:
+        """r_i(s) with Gamma_i(s) = start + r_i(s) delta_i: how far along its own path each client is, (a,)."""
         ratio = s / self.windows
-        if self.beyond_window == "hold":
-            ratio = ratio.clamp(max=1.0)
-        return torch.addcmul(self.start, self.deltas, ratio.to(self.deltas.dtype)[:, None])
-
-    def voltages(self, x_c: Tensor, currents: Tensor, s: float, synchronised: Tensor | None = None) -> Tensor:
-        """Inductor voltages q_i = x_c - R_i (I_i - I_i^k) - Gamma_i(s), (a, d) (``synchronised``: Gamma(s) if known)."""
-        gamma = self.synchronised(s) if synchronised is None else synchronised
-        return x_c - self.resistance * (currents - self.couplings) - gamma
+        return ratio.clamp(max=1.0) if self.beyond_window == "hold" else ratio
 
 
-def backward_euler_step(
-    x_c: Tensor, currents: Tensor, frozen: Tensor, branches: Branches, s: float, h: float, synchronised: Tensor | None = None
-) -> tuple[Tensor, Tensor]:
-    """One BE step from s to s + h in closed form (Schur complement of the arrowhead system).
+class WindowSolver:
+    """Backward-Euler trial steps over one window, fused into about ten passes over the (a, d) arrays, in place.
 
+    One step from s to s + h in closed form (Schur complement of the arrowhead system):
     (L_i + h R_i) I_i' = L_i I_i + h (x_c' - Gamma_i(s + h) + R_i I_i^k) and x_c' = x_c - h (sum_i I_i' + frozen),
-    so x_c' = (x_c - h sum_i a_i - h frozen) / (1 + h sum_i b_i) and I_i' = a_i + b_i x_c'. ``synchronised``:
-    Gamma(s + h) if already computed.
+    so with a_i = (L_i I_i + h (R_i I_i^k - Gamma_i)) / (L_i + h R_i) and b_i = h / (L_i + h R_i),
+    x_c' = (x_c - h sum_i a_i - h frozen) / (1 + h sum_i b_i) and I_i' = a_i + b_i x_c'.
+
+    Local truncation error, (h/2)|d/dt change| of x_c and of every active current: for x_c, (h/2)|sum_i (I_i' - I_i)|
+    (frozen currents cancel); for the inductor currents, (h / 2L)|q' - q| with the inductor voltage
+    q = x_c - R (I - I^k) - Gamma, which the BE equation makes q' = L (I' - I) / h, so (1/2)|dI - (h / h_prev) dI_prev|
+    with dI the step's current change (q = 0 at the window start, where x_c = Gamma = start and I = I^k).
+
+    ``norm``: the error is the largest of these over every coordinate ("max", the paper), or the larger of the root
+    mean squares of the x_c errors and of the current errors ("rms", the norm of CVODE's and SciPy's error control),
+    which does not grow with the number of coordinates. ``all_reduce`` combines every process's slice (one small
+    all-reduce per trial).
     """
-    L, R = branches.inductance, branches.resistance
-    gamma = branches.synchronised(s + h) if synchronised is None else synchronised
-    denominator = L + h * R
-    b = h / denominator
-    a = (L * currents + h * (R * branches.couplings - gamma)) / denominator
-    x_next = (x_c - h * a.sum(0) - h * frozen) / (1 + h * b.sum(0))
-    return x_next, a + b * x_next
 
+    def __init__(
+        self, x_c: Tensor, frozen: Tensor, branches: Branches, norm: ErrorNorm = "max", all_reduce: AllReduce = _local
+    ) -> None:
+        self.branches, self.frozen, self.norm, self.all_reduce = branches, frozen, norm, all_reduce
+        self.s, self.x_c = 0.0, x_c
+        self.currents = branches.couplings.clone()
+        self.offset = torch.addcmul(-branches.start, branches.resistance, branches.couplings)  # R I^k - start
+        self.change, self.previous_change, self.previous_h = torch.empty_like(self.currents), None, 0.0
+        self.next, self.error = torch.empty_like(self.currents), torch.empty_like(self.currents)
 
-def truncation_error(
-    currents: Tensor, currents_next: Tensor, voltages: Tensor, voltages_next: Tensor, branches: Branches, h: float,
-    reduce_max: Callable[[Tensor], Tensor] = lambda error: error,
-) -> float:
-    """max |LTE| of the step: (h/2)|d/dt change| of x_c and of every active current (frozen currents cancel).
-    ``reduce_max``: the maximum over every process's slice of the coordinates."""
-    central = (currents.sum(0) - currents_next.sum(0)).abs().max() * (h / 2)
-    inductors = ((voltages_next - voltages).abs() * (h / 2) / branches.inductance).max()
-    return float(reduce_max(torch.maximum(central, inductors)))
+    def trial(self, h: float) -> float:
+        """Solves the step from s to s + h into ``x_next`` and ``next`` (the currents); returns its max|LTE|."""
+        branches, a = self.branches, self.next
+        L, R = branches.inductance, branches.resistance
+        inverse = torch.add(L, R, alpha=h).reciprocal_()  # b / h
+        progress = self.branches.progress(self.s + h).to(a.dtype)[:, None]
+        torch.addcmul(self.offset, branches.deltas, progress, value=-1, out=a)  # R I^k - Gamma(s + h)
+        a.mul_(h).addcmul_(L, self.currents).mul_(inverse)
+        self.x_next = (self.x_c - h * a.sum(0) - h * self.frozen) / (1 + h * h * inverse.sum(0))
+        a.addcmul_(inverse, self.x_next, value=h)  # I' = a + b x_c'
+        torch.sub(a, self.currents, out=self.change)
+        central = self.change.sum(0).mul_(h / 2)
+        inductors = self.change
+        if self.previous_change is not None:
+            inductors = torch.sub(self.change, self.previous_change, alpha=h / self.previous_h, out=self.error)
+        return self._norm(central, inductors, 0.5)
+
+    def _norm(self, central: Tensor, inductors: Tensor, inductor_scale: float) -> float:
+        """The error of a step from its x_c part and its (unscaled) current part, over every process's slice."""
+        if self.norm == "max":
+            parts = torch.stack([central.abs().max(), torch.linalg.vector_norm(inductors, float("inf")) * inductor_scale])
+            return float(self.all_reduce(parts, "max").max())
+        squares = torch.stack([central.double().square().sum(), inductors.double().square().sum() * inductor_scale**2])
+        counts = torch.tensor([central.numel(), inductors.numel()], dtype=torch.float64, device=squares.device)
+        squares, counts = self.all_reduce(torch.stack([squares, counts]), "sum")
+        return float((squares / counts).sqrt().max())
+
+    def accept(self, h: float) -> None:
+        """Moves to the solution of the last trial (step h)."""
+        self.x_c, self.s, self.previous_h = self.x_next, self.s + h, h
+        self.currents, self.next = self.next, self.currents
+        if self.previous_change is None:
+            self.previous_change = torch.empty_like(self.change)
+        self.change, self.previous_change = self.previous_change, self.change
 
 
 @dataclass(frozen=True)
 class StepControl:
-    """LTE step-size control: reject while max|LTE| > tolerance, shrinking h by safety * tolerance / LTE; after an
-    accepted step grow h by that ratio, at most ``max_growth`` times. No step is shorter than ``min_step`` x the
-    window: one that short is accepted whatever its error (counted as forced), so a round takes at most
-    1 / min_step steps."""
+    """LTE step-size control: reject while the LTE (its ``norm``, see ``WindowSolver``) > tolerance, shrinking h by
+    safety * tolerance / LTE; after an accepted step grow h by that ratio, at most ``max_growth`` times. No step is
+    shorter than ``min_step`` x the window: one that short is accepted whatever its error (counted as forced), so a
+    round takes at most 1 / min_step steps."""
 
     tolerance: float
     safety: float = 0.9
     max_growth: float = 2.0
     min_step: float = 1e-2
+    norm: ErrorNorm = "max"
 
     def __post_init__(self) -> None:
         if not self.tolerance > 0:
             raise ConfigError(f"the LTE tolerance must be > 0, got {self.tolerance}")
         if not 0 < self.safety <= 1 or self.max_growth < 1 or not 0 < self.min_step < 1:
             raise ConfigError("step control needs 0 < safety <= 1, max_growth >= 1 and 0 < min_step < 1")
+        if self.norm not in ("max", "rms"):
+            raise ConfigError(f"the error norm must be 'max' or 'rms', got {self.norm!r}")
 
 
 @dataclass
@@ -118,30 +156,25 @@ class WindowResult:
 
 
 def integrate_window(
-    x_c: Tensor, frozen: Tensor, branches: Branches, step: float, control: StepControl,
-    reduce_max: Callable[[Tensor], Tensor] = lambda error: error,
+    x_c: Tensor, frozen: Tensor, branches: Branches, step: float, control: StepControl, all_reduce: AllReduce = _local
 ) -> WindowResult:
     """Integrates the circuit from the window start (currents = I^k) to max T_i; ``step`` is the first h to try.
 
     The last step is cut to land on the window end; a cut step does not shrink the next round's first step. On a
-    slice of the coordinates, ``reduce_max`` takes each trial's error over every slice (one scalar all-reduce), so
+    slice of the coordinates, ``all_reduce`` takes each trial's error over every slice (one small all-reduce), so
     every process takes the same steps.
     """
     end = float(branches.windows.max())
     if not math.isfinite(end):
         raise DivergenceError(f"a client's simulated time is {end}: its steps diverged")
     floor = control.min_step * end
-    currents = branches.couplings.clone()
-    result = WindowResult(x_c, currents, step)
-    s, h = 0.0, step
-    voltages = branches.voltages(x_c, currents, s)
-    while s < end * (1 - 1e-12):
-        proposal, trial, cut = h, min(h, end - s), h > end - s
+    solver = WindowSolver(x_c, frozen, branches, control.norm, all_reduce)
+    result = WindowResult(x_c, solver.currents, step)
+    h = step
+    while solver.s < end * (1 - 1e-12):
+        proposal, trial, cut = h, min(h, end - solver.s), h > end - solver.s
         while True:
-            gamma = branches.synchronised(s + trial)
-            x_next, currents_next = backward_euler_step(x_c, currents, frozen, branches, s, trial, gamma)
-            voltages_next = branches.voltages(x_next, currents_next, s + trial, gamma)
-            error = truncation_error(currents, currents_next, voltages, voltages_next, branches, trial, reduce_max)
+            error = solver.trial(trial)
             if error <= control.tolerance or trial <= floor:
                 break
             result.trials.append((trial, error, False))
@@ -149,8 +182,8 @@ def integrate_window(
             trial, cut = max(trial * shrink, floor), False
         result.trials.append((trial, error, True))
         result.forced += error > control.tolerance
-        x_c, currents, voltages, s = x_next, currents_next, voltages_next, s + trial
+        solver.accept(trial)
         growth = control.max_growth if error == 0 else min(control.max_growth, control.safety * control.tolerance / error)
         h = max(trial * growth, proposal if cut else floor)  # a cut at the window end is not the error's
-    result.x_c, result.currents, result.next_step = x_c, currents, h
+    result.x_c, result.currents, result.next_step = solver.x_c, solver.currents, h
     return result

@@ -3,8 +3,8 @@
 Each client is a branch (inductor L, Thevenin resistance 1/G_i) between the server node x_c and the client's own
 node; a round's clients simulate their nodes with their coupling currents frozen (``CouplingCurrent``), and the
 server integrates x_c and the active branch currents with Backward Euler over [t, t + max T_i], clients' states
-synchronised by linear interpolation/extrapolation (``lightfed.ecado.circuit``). Equations and the corrections to the paper's
-printed ones: ``lightfed/ecado/circuit.py`` and the FedECADO spec.
+synchronised by linear interpolation/extrapolation (``lightfed.ecado.circuit``). Equations and the corrections to
+the paper's printed ones: ``lightfed/ecado/circuit.py`` and the FedECADO spec.
 """
 
 import time
@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from lightfed.core.messages import ClientPlan, ClientUpdate
-from lightfed.ecado.circuit import BeyondWindow, Branches, StepControl, WindowResult, integrate_window
+from lightfed.ecado.circuit import BeyondWindow, Branches, ErrorNorm, StepControl, WindowResult, integrate_window
 from lightfed.ecado.coupling import CouplingCurrent, CouplingScale
 from lightfed.errors import ConfigError
 from lightfed.local.base import LocalRule
@@ -84,13 +84,15 @@ class FedECADO(ShardedStrategy):
         coupling: CouplingScale = "data_size",
         beyond_window: BeyondWindow = "extrapolate",
         max_growth: float = 2.0,
+        error_norm: ErrorNorm = "max",
+        min_step: float = 1e-2,
         state_device: StateDevice = "accelerator",
     ) -> None:
         """
         Args:
             inductance: L of every branch; it sets how fast x_c follows the clients (scale it with the square of
                 the typical window T_i times the number of active clients).
-            tolerance: Bound on the max-abs local truncation error of every accepted server step (delta).
+            tolerance: Bound on the local truncation error of every accepted server step (delta), in ``error_norm``.
             sensitivity_step: dt_G in G_i = 1/dt_G + H_i / beta_i, one constant for all clients (e.g. the client lr).
             initial_step: First server step; None: a tenth of the first round's window. Later rounds start from the
                 step the previous round's control proposed.
@@ -103,6 +105,10 @@ class FedECADO(ShardedStrategy):
                 data-weighted optimum); "unit": they add I_i (the paper's Algorithm 2; equal client weights).
             beyond_window: Beyond T_i a client's state is extrapolated linearly ("extrapolate", the paper) or held.
             max_growth: Largest factor by which an accepted server step may grow the next one.
+            error_norm: "max": the largest error of any coordinate (the paper); "rms": the root mean square over the
+                coordinates, which does not grow with the model's size (see ``lightfed.ecado.circuit.WindowSolver``).
+            min_step: Shortest server step, as a fraction of the round's window; a step that short is accepted
+                whatever its error (counted in ``server_forced``), so a round takes at most 1 / min_step steps.
             state_device: Where the per-client currents and curvatures live: "accelerator" (the round's device) or
                 "cpu" (pinned host memory, for state larger than the accelerator's memory).
         """
@@ -115,7 +121,8 @@ class FedECADO(ShardedStrategy):
             raise ConfigError(f"strategy.curvature must be one of {', '.join(CURVATURES)}, got {curvature!r}")
         if coupling not in ("data_size", "unit"):
             raise ConfigError(f"strategy.coupling must be 'data_size' or 'unit', got {coupling!r}")
-        self._configure_circuit(tolerance, max_growth, beyond_window, curvature_batches, curvature_probes, curvature_every, state_device)
+        control = dict(tolerance=tolerance, max_growth=max_growth, min_step=min_step, norm=error_norm)
+        self._configure_circuit(control, beyond_window, curvature_batches, curvature_probes, curvature_every, state_device)
         self.inductance = inductance
         self.sensitivity_step = sensitivity_step
         self.initial_step = initial_step
@@ -124,8 +131,7 @@ class FedECADO(ShardedStrategy):
         self.report_vectors = ("curvature",) if curvature == "diagonal" else ()
 
     def _configure_circuit(
-        self, tolerance: float, max_growth: float, beyond_window: str, batches: int, probes: int, every: int,
-        state_device: str,
+        self, control: dict[str, Any], beyond_window: str, batches: int, probes: int, every: int, state_device: str
     ) -> None:
         """The settings the server circuit and the curvature estimates share with ``AdaptiveFedECADO``."""
         if beyond_window not in ("extrapolate", "hold"):
@@ -136,9 +142,9 @@ class FedECADO(ShardedStrategy):
         if batches < 1 or probes < 1 or every < 0:
             raise ConfigError("strategy.curvature_batches and curvature_probes must be >= 1, curvature_every >= 0")
         try:
-            self.control = StepControl(tolerance, max_growth=max_growth)
+            self.control = StepControl(**control)
         except ConfigError as error:
-            raise ConfigError(f"strategy.tolerance / max_growth: {error}") from None
+            raise ConfigError(f"strategy.tolerance / max_growth / min_step / error_norm: {error}") from None
         self.beyond_window = beyond_window
         self.curvature_batches = batches
         self.curvature_probes = probes
@@ -216,8 +222,7 @@ class FedECADO(ShardedStrategy):
             beyond_window=self.beyond_window,
         )
         frozen = self.total_current - couplings.sum(0)
-        reduce_max = lambda error: updates.all_reduce(error, "max")  # noqa: E731
-        result = integrate_window(params, frozen, branches, self._first_step(windows), self.control, reduce_max)
+        result = integrate_window(params, frozen, branches, self._first_step(windows), self.control, updates.all_reduce)
         for row, client_id in enumerate(updates.client_ids):
             self.client_states.set(client_id, "current", result.currents[row])
         self.total_current = frozen + result.currents.sum(0)

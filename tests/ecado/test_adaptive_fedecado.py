@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from lightfed.ecado.circuit import Branches, backward_euler_step
+from lightfed.ecado.circuit import Branches, WindowSolver
 from lightfed.errors import ConfigError
 from lightfed.ecado.adaptive_euler import AdaptiveEuler, passivity_bound
 from lightfed.strategies import AdaptiveFedECADO
@@ -39,11 +39,12 @@ def _step_response(conductance: float, inductance: float, n: int = 1) -> torch.T
     one = torch.ones(n, 1, dtype=torch.float64)
     branches = Branches(torch.zeros(1, dtype=torch.float64), one.clone(), torch.full((n,), 1e-12, dtype=torch.float64),
                         torch.zeros(n, 1, dtype=torch.float64), one / conductance, one * inductance, beyond_window="hold")
-    x_c, currents, h = torch.zeros(1, dtype=torch.float64), torch.zeros(n, 1, dtype=torch.float64), 1e-2 / (n * conductance)
+    solver, h = WindowSolver(torch.zeros(1, dtype=torch.float64), torch.zeros(1, dtype=torch.float64), branches), 1e-2 / (n * conductance)
     trajectory = []
-    for k in range(2000):
-        x_c, currents = backward_euler_step(x_c, currents, torch.zeros(1, dtype=torch.float64), branches, k * h, h)
-        trajectory.append(x_c.item())
+    for _ in range(2000):
+        solver.trial(h)
+        solver.accept(h)
+        trajectory.append(solver.x_c.item())
     return torch.tensor(trajectory)
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from lightfed.core.process_states import saved_client_states
-from lightfed.ecado.circuit import Branches, StepControl, backward_euler_step, integrate_window, truncation_error
+from lightfed.ecado.circuit import Branches, StepControl, WindowSolver, integrate_window
 from lightfed.errors import ConfigError
 from lightfed.strategies import FedECADO
 from lightfed.core.messages import ClientPlan
@@ -36,29 +36,43 @@ def test_one_step_by_hand():
     one = torch.ones(1, 1, dtype=torch.float64)
     branches = Branches(torch.zeros(1, dtype=torch.float64), one[0:1].clone(), torch.ones(1, dtype=torch.float64),
                         torch.zeros(1, 1, dtype=torch.float64), one, one)
-    x_c, currents = torch.zeros(1, dtype=torch.float64), torch.zeros(1, 1, dtype=torch.float64)
-    x_next, currents_next = backward_euler_step(x_c, currents, torch.zeros(1, dtype=torch.float64), branches, 0.0, 1.0)
-    assert x_next.item() == pytest.approx(1 / 3) and currents_next.item() == pytest.approx(-1 / 3)
-    error = truncation_error(currents, currents_next, branches.voltages(x_c, currents, 0.0),
-                             branches.voltages(x_next, currents_next, 1.0), branches, 1.0)
+    solver = WindowSolver(torch.zeros(1, dtype=torch.float64), torch.zeros(1, dtype=torch.float64), branches)
+    error = solver.trial(1.0)
+    assert solver.x_next.item() == pytest.approx(1 / 3) and solver.next.item() == pytest.approx(-1 / 3)
     assert error == pytest.approx(1 / 6)
+    # with one coordinate the root mean square of each part is its absolute value
+    assert WindowSolver(torch.zeros(1, dtype=torch.float64), torch.zeros(1, dtype=torch.float64), branches, "rms").trial(1.0) == pytest.approx(1 / 6)
+
+
+def _voltages(branches: Branches, x_c, currents, s: float):
+    """q_i = x_c - R_i (I_i - I_i^k) - Gamma_i(s), straight from the circuit's equations."""
+    gamma = branches.start + branches.deltas * branches.progress(s)[:, None]
+    return x_c - branches.resistance * (currents - branches.couplings) - gamma
 
 
 @pytest.mark.parametrize("beyond_window", ["extrapolate", "hold"])
-def test_the_closed_form_solves_the_backward_euler_equations(beyond_window):
+def test_the_fused_steps_solve_the_backward_euler_equations_and_estimate_their_error(beyond_window):
+    """Two steps from the window start (the second beyond the shortest windows), checked against the BE equations
+    and the LTE computed from the inductor voltages directly."""
     branches = _branches(beyond_window=beyond_window)
     g = torch.Generator().manual_seed(1)
-    x_c, currents, frozen = (torch.randn(5, generator=g, dtype=torch.float64), torch.randn(3, 5, generator=g, dtype=torch.float64),
-                             torch.randn(5, generator=g, dtype=torch.float64))
-    s, h = 0.3, 0.7  # s + h is beyond the shortest windows
-    x_next, i_next = backward_euler_step(x_c, currents, frozen, branches, s, h)
-    L, R = branches.inductance, branches.resistance
-    gamma = branches.synchronised(s + h)
-    torch.testing.assert_close(L * (i_next - currents), h * (x_next - R * (i_next - branches.couplings) - gamma))
-    torch.testing.assert_close(x_next - x_c, -h * (i_next.sum(0) + frozen))
-    ratio = (s + h) / branches.windows
-    expected_ratio = ratio.clamp(max=1) if beyond_window == "hold" else ratio
-    torch.testing.assert_close(gamma, branches.start + branches.deltas * expected_ratio[:, None])
+    x_c, frozen = branches.start.clone(), torch.randn(5, generator=g, dtype=torch.float64)
+    solver = WindowSolver(x_c, frozen, branches)
+    L = branches.inductance
+    currents, s = branches.couplings.clone(), 0.0
+    for h in (0.3, 0.7):
+        error = solver.trial(h)
+        x_next, i_next = solver.x_next, solver.next
+        gamma = branches.start + branches.deltas * branches.progress(s + h)[:, None]
+        torch.testing.assert_close(L * (i_next - currents), h * (x_next - branches.resistance * (i_next - branches.couplings) - gamma))
+        torch.testing.assert_close(x_next - x_c, -h * (i_next.sum(0) + frozen))
+        voltage_change = _voltages(branches, x_next, i_next, s + h) - _voltages(branches, x_c, currents, s)
+        expected = max(float((currents.sum(0) - i_next.sum(0)).abs().max() * h / 2), float((voltage_change.abs() * h / 2 / L).max()))
+        assert error == pytest.approx(expected, rel=1e-9)
+        x_c, currents, s = x_next.clone(), i_next.clone(), s + h
+        solver.accept(h)
+    expected_ratio = (torch.tensor(1.0) / branches.windows)
+    assert torch.equal(branches.progress(1.0), expected_ratio.clamp(max=1) if beyond_window == "hold" else expected_ratio)
 
 
 def test_accepted_steps_meet_the_tolerance_and_rejected_steps_shrink():

@@ -63,7 +63,7 @@ class AdaptiveFedECADO(FedECADO):
         fallback_step: float = 1.0,
         cap_client_steps: bool = True,
         damping: Damping = "collective",
-        error_norm: ErrorNorm = "max",
+        error_norm: ErrorNorm = "rms",
         min_step: float = 1e-2,
         state_device: StateDevice = "accelerator",
     ) -> None:
@@ -80,7 +80,7 @@ class AdaptiveFedECADO(FedECADO):
             damping: "collective": L_i = 1 / (4 n G_i^2) with n the round's active clients, so that the n branches
                 together with the central capacitor are critically damped; "branch": L_i = 1 / (4 G_i^2), the paper's
                 eq. 24, which damps each branch alone (zeta = 1/sqrt(n) for n alike active branches).
-            error_norm: The server's error norm, "max" (the paper) or "rms" (see ``FedECADO``); the clients' stays max.
+            error_norm: The server's error norm, "rms" or "max" (the paper; see ``FedECADO``); the clients' stays max.
             min_step: Shortest server step as a fraction of the round's window (see ``FedECADO``).
             state_device: Where the per-client currents and curvatures live: "accelerator" or "cpu" (pinned).
         """

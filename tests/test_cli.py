@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from lightfed.cli import main, run
+from lightfed.core.process_states import saved_client_states
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
@@ -204,7 +205,7 @@ def test_a_truncated_last_checkpoint_falls_back_to_the_previous_one_with_a_warni
 @pytest.mark.parametrize("config", [QUICKSTART, str(ROOT / "configs" / "digits" / "scaffold.yaml")], ids=["fedavg", "scaffold"])
 def test_two_processes_give_the_weights_of_one(tmp_path, config):
     """Run through the real command, as users do: Fabric launches the second process with gloo.
-    SCAFFOLD keeps per-client state on the process that trains the client; the checkpoint gathers it."""
+    SCAFFOLD keeps per-client state on the process that trains the client, which writes it into its own file."""
 
     def final_params(devices: int):
         root = tmp_path / f"devices{devices}"
@@ -214,7 +215,8 @@ def test_two_processes_give_the_weights_of_one(tmp_path, config):
              "--trainer.check_replicas", "true"],  # every round: the global weights are the same on every process
             check=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, timeout=300,
         )
-        return torch.load(root / "run" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
+        path = root / "run" / "version_0" / "checkpoints" / "last.ckpt"
+        return {**torch.load(path, weights_only=False), "client_states": saved_client_states(path)}
 
     one, two = final_params(1), final_params(2)
     assert one["round"] == two["round"] == 3
@@ -222,6 +224,11 @@ def test_two_processes_give_the_weights_of_one(tmp_path, config):
     assert one["client_states"].keys() == two["client_states"].keys()
     for client_id, state in one["client_states"].items():
         assert (state["c"] - two["client_states"][client_id]["c"]).abs().max() <= 1e-5
+    if one["client_states"]:  # each process wrote only the clients it holds, i % 2 == rank
+        folder = tmp_path / "devices2" / "run" / "version_0" / "checkpoints" / "process_states" / "round_3"
+        for rank in range(2):
+            held = torch.load(folder / f"process_{rank}_of_2.pt", weights_only=False)["clients"]
+            assert held and all(client_id % 2 == rank for client_id in held)
     assert not list((tmp_path / "devices2" / "run").glob("version_1"))  # one run folder, written by rank 0
 
 

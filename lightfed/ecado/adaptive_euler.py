@@ -2,7 +2,7 @@
 error below one tolerance, starting from the passivity bound."""
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 from torch import Tensor
 
@@ -31,6 +31,15 @@ class AdaptiveEuler(LocalRule):
     x' = x + dt v is evaluated on the same batch, LTE = (dt/2) max|v(x') - v(x)| (eq. 14, with p_i as in the ODE);
     while LTE > tolerance, dt <- 0.9 (tolerance / LTE) dt (``max_backtracks`` tries, then the step is forced). The
     client's window T_i is the sum of its accepted dt. Costs two gradient evaluations per step or more.
+
+    ``lte="retrospective"`` (the spec's variant B, no second gradient): after the first step, the error of a step dt
+    is estimated from the velocity change over the previous step (dt_prev), the FE error (dt^2 / 2)|x''| with
+    x'' ~ (v_n - v_{n-1}) / dt_prev: eps(dt) = dt^2 D / (2 dt_prev), D = max|v_n - v_{n-1}|; a proposal above the
+    tolerance is cut in one shot to dt = 0.9 sqrt(2 tolerance dt_prev / D) (counted as rejected). The spec's
+    eps = (dt / 2) D drops the factor dt / dt_prev, so it holds only for equal steps and would not scale as the FE
+    error does. The round's first step, with no previous velocity, is checked with a trial step as in variant A:
+    one extra gradient per client and round instead of one or more per step. D compares two different batches, so
+    it includes their sampling noise.
     """
 
     takes_step = True
@@ -44,12 +53,16 @@ class AdaptiveEuler(LocalRule):
         max_growth: float = 2.0,
         max_backtracks: int = 50,
         cap_at_first_step: bool = True,
+        lte: Literal["trial_step", "retrospective"] = "trial_step",
         curvature_batches: int = 0,
         curvature_probes: int = 10,
         seed: int = 0,
     ) -> None:
         if not tolerance > 0 or not fallback_step > 0:
             raise ConfigError(f"the LTE tolerance and fallback step must be > 0, got {tolerance} and {fallback_step}")
+        if lte not in ("trial_step", "retrospective"):
+            raise ConfigError(f"the client LTE must be 'trial_step' or 'retrospective', got {lte!r}")
+        self.lte = lte
         self.client_id = client_id
         self.current = current
         self.tolerance = tolerance
@@ -77,6 +90,9 @@ class AdaptiveEuler(LocalRule):
             self.curvature = client_hessian_diagonal(context, self.client_id, self.curvature_batches, self.curvature_probes, self.seed)
 
     def adjust(self, grad: Tensor, params: Tensor) -> None:
+        if self.lte == "retrospective" and self.steps:
+            self._retrospective_step(grad, params)
+            return
         gradient, start = grad.clone(), params.clone()
         velocity = self.current - self.weight * gradient
         if self.steps:
@@ -95,8 +111,29 @@ class AdaptiveEuler(LocalRule):
             self.rejected += 1
             dt *= 0.9 * self.tolerance / error if math.isfinite(error) else 0.1
         self.forced += error > self.tolerance
+        self._accept(dt, error, velocity)
+
+    def _retrospective_step(self, grad: Tensor, params: Tensor) -> None:
+        """x <- x + dt v, dt the proposal or, where its retrospective error exceeds the tolerance, the largest step
+        whose estimate is 0.9^2 of it; no gradient is evaluated."""
+        velocity = self.current - self.weight * grad
+        previous = self.steps[-1]
+        dt = self.max_growth * previous
+        if self.cap_at_first_step:
+            dt = min(dt, self.first_trial)
+        change = float((velocity - self.velocity).abs().max())
+        error = dt**2 * change / (2 * previous)
+        if error > self.tolerance:
+            dt = 0.9 * math.sqrt(2 * self.tolerance * previous / change)
+            error = dt**2 * change / (2 * previous)
+            self.rejected += 1
+        params.add_(velocity, alpha=dt)
+        self._accept(dt, error, velocity)
+
+    def _accept(self, dt: float, error: float, velocity: Tensor) -> None:
         self.steps.append(dt)
         self.errors.append(error)
+        self.velocity = velocity
         self.context.lr = dt
 
     def report(self) -> dict[str, Any]:

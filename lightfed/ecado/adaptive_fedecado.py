@@ -15,6 +15,7 @@ from lightfed.local.base import LocalRule
 from lightfed.strategies.sharded_base import ShardedRound
 
 SensitivityStep = Literal["window", "first_step"]
+ClientLTE = Literal["trial_step", "retrospective"]
 Damping = Literal["collective", "branch"]
 
 
@@ -62,6 +63,7 @@ class AdaptiveFedECADO(FedECADO):
         curvature_probes: int = 10,
         fallback_step: float = 1.0,
         cap_client_steps: bool = True,
+        client_lte: ClientLTE = "trial_step",
         damping: Damping = "collective",
         error_norm: ErrorNorm = "rms",
         min_step: float = 1e-2,
@@ -77,6 +79,9 @@ class AdaptiveFedECADO(FedECADO):
             fallback_step: A client's first step where the passivity bound is not positive (backtracking shrinks it).
             cap_client_steps: No client step exceeds its round's first trial step (the passivity bound or
                 ``fallback_step``); False: steps may double while the LTE test passes (diverges where a loss saturates).
+            client_lte: How a client estimates a step's error: "trial_step" (the paper's loop: the gradient again at
+                the trial point, two or more gradients a step) or "retrospective" (from the velocity change over the
+                previous step, one gradient a step; see ``AdaptiveEuler``).
             damping: "collective": L_i = 1 / (4 n G_i^2) with n the round's active clients, so that the n branches
                 together with the central capacitor are critically damped; "branch": L_i = 1 / (4 G_i^2), the paper's
                 eq. 24, which damps each branch alone (zeta = 1/sqrt(n) for n alike active branches).
@@ -88,6 +93,8 @@ class AdaptiveFedECADO(FedECADO):
             raise ConfigError(f"strategy.sensitivity_step must be 'window' or 'first_step', got {sensitivity_step!r}")
         if not fallback_step > 0:
             raise ConfigError(f"strategy.fallback_step must be > 0, got {fallback_step}")
+        if client_lte not in ("trial_step", "retrospective"):
+            raise ConfigError(f"strategy.client_lte must be 'trial_step' or 'retrospective', got {client_lte!r}")
         if damping not in ("collective", "branch"):
             raise ConfigError(f"strategy.damping must be 'collective' or 'branch', got {damping!r}")
         control = dict(tolerance=tolerance, max_growth=2.0, min_step=min_step, norm=error_norm)
@@ -96,11 +103,12 @@ class AdaptiveFedECADO(FedECADO):
         self.sensitivity_step = sensitivity_step
         self.fallback_step = fallback_step
         self.cap_client_steps = cap_client_steps
+        self.client_lte = client_lte
         self.damping = damping
 
     def _rule(self, plan: ClientPlan, current: Tensor, curvature_batches: int) -> LocalRule:
         return AdaptiveEuler(plan.client_id, current, self.tolerance, self.fallback_step,
-                             cap_at_first_step=self.cap_client_steps, curvature_batches=curvature_batches,
+                             cap_at_first_step=self.cap_client_steps, lte=self.client_lte, curvature_batches=curvature_batches,
                              curvature_probes=self.curvature_probes, seed=plan.seed)
 
     def client_report(self, update: ClientUpdate) -> dict[str, float | Tensor]:

@@ -1,0 +1,92 @@
+"""Adaptive FedECADO's client: the retrospective LTE (one gradient a step) against the trial step (two or more)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from lightfed.core.messages import ClientPlan
+from lightfed.ecado.adaptive_euler import AdaptiveEuler
+from lightfed.errors import ConfigError
+from lightfed.strategies import AdaptiveFedECADO
+from tests.ecado.ecado_quadratics import QuadraticContext, Quadratics, diagonal_quadratics, run_rounds
+
+
+class CountingContext(QuadraticContext):
+    evaluations = 0
+
+    def recompute_gradient(self):
+        self.evaluations += 1
+        return super().recompute_gradient()
+
+
+def _steps(rule: AdaptiveEuler, context: QuadraticContext, steps: int) -> None:
+    rule.start(context.flat.params, context)
+    for _ in range(steps):
+        context.recompute_gradient()
+        rule.adjust(context.flat.grads, context.flat.params)
+
+
+def test_by_hand_on_a_one_dimensional_quadratic():
+    """F = h (x - b)^2 / 2 with h = 4, b = 0, one client (p = 1), I = 0, x0 = 1, tolerance 0.01, fallback step 1.
+
+    Step 1 (trial step, as variant A): v = -4; the bound -2 x v / v^2 = 0.5; trial x' = 1 - 2 = -1, v' = 4,
+    LTE = (0.5/2) * 8 = 2 > 0.01, cut to 0.9 * 0.01 / 2 * 0.5 = 0.00225, LTE = (0.00225/2) * 4 * 4 * 0.00225 = 4.05e-5.
+    Step 2 (retrospective): x1 = 1 - 4 * 0.00225 = 0.991, v = -3.964, D = |v - v0| = 0.036; proposal 2 x 0.00225
+    = 0.0045 (under the cap 0.5), eps = 0.0045^2 * 0.036 / (2 * 0.00225) = 1.62e-4 <= 0.01: accepted.
+    """
+    problem = Quadratics(np.array([[[4.0]]]), np.array([[0.0]]), np.array([10]))
+    x0 = torch.ones(1, dtype=torch.float64)
+    context = CountingContext(problem, 0, x0, lr=1.0)
+    rule = AdaptiveEuler(0, torch.zeros(1, dtype=torch.float64), tolerance=0.01, lte="retrospective")
+    _steps(rule, context, 2)
+    first = 0.9 * 0.01 / 2 * 0.5
+    assert rule.steps == pytest.approx([first, 2 * first])
+    x1 = 1 - 4 * first
+    assert rule.errors[1] == pytest.approx((2 * first) ** 2 * 4 * (1 - x1) / (2 * first))
+    assert context.flat.params.item() == pytest.approx(x1 * (1 - 4 * 2 * first))
+
+
+def test_a_proposal_over_the_tolerance_is_cut_in_one_shot_to_the_largest_step_under_it():
+    """F = h x^2 / 2, h = 100, x0 = 1: after a tiny first step the doubled proposal's estimate is too large."""
+    problem = Quadratics(np.array([[[100.0]]]), np.array([[0.0]]), np.array([10]))
+    context = CountingContext(problem, 0, torch.ones(1, dtype=torch.float64), lr=1.0)
+    rule = AdaptiveEuler(0, torch.zeros(1, dtype=torch.float64), tolerance=1e-4, fallback_step=1.0,
+                         cap_at_first_step=False, lte="retrospective")
+    _steps(rule, context, 20)
+    assert max(rule.errors) <= 1e-4
+    assert all(dt <= 2 * previous for previous, dt in zip(rule.steps, rule.steps[1:]))
+    # a cut step is 0.9 x the step whose estimate equals the tolerance: its estimate is 0.81 x the tolerance
+    cut = sum(error == pytest.approx(0.81e-4) for error in rule.errors[1:])
+    assert cut > 0 and cut == rule.rejected - 1  # the first step's trial was cut back once
+
+
+def test_after_the_first_step_no_gradient_is_evaluated_twice():
+    problem = diagonal_quadratics()
+    x0 = torch.tensor(np.random.default_rng(0).normal(size=20))
+    counts = {}
+    for lte in ("trial_step", "retrospective"):
+        context = CountingContext(problem, 3, x0, lr=1.0)
+        _steps(AdaptiveEuler(3, torch.zeros(20, dtype=torch.float64), tolerance=1e-3, lte=lte), context, 20)
+        counts[lte] = context.evaluations - 20  # beyond the one gradient of each step
+    assert counts["trial_step"] >= 20
+    first_step_trials = counts["retrospective"]
+    assert 1 <= first_step_trials < 10  # only the first step's trial and its backtracking
+
+
+def test_the_strategy_converges_with_the_retrospective_client_error():
+    problem = diagonal_quadratics()
+    rng = np.random.default_rng(0)
+    steps = rng.integers(1, 51, size=(40, 16))
+    x0 = torch.tensor(rng.normal(size=20))
+    errors = []
+    run_rounds(AdaptiveFedECADO(tolerance=1e-2, client_lte="retrospective"), problem, 40, 16, steps, np.ones(16), x0,
+               on_round=lambda round, params, strategy: errors.append(problem.relative_error(params)))
+    assert errors[0] > 0.3 and errors[-1] < 1e-2
+
+
+def test_a_bad_setting_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match="client_lte must be 'trial_step' or 'retrospective'"):
+        AdaptiveFedECADO(client_lte="predictive")
+    assert math.isfinite(AdaptiveFedECADO(client_lte="retrospective").tolerance)

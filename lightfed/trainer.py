@@ -197,8 +197,9 @@ class FederatedTrainer:
                 f"{type(strategy).__name__} assumes plain SGD local steps (x <- x - lr g): the model's optimizer must be "
                 f"torch.optim.SGD with momentum 0, got {type(optimizer).__name__}{settings}"
             )
-        resume_from = self._start_run(model, ckpt_path, run_config)
+        resume_from = self._checkpoint_to_resume(ckpt_path)
         checkpoint = None if resume_from is None else load_checkpoint(resume_from, self.fabric.print)
+        self._start_run(model, resume_from, run_config)
         self.params = self.fabric.broadcast(client.flat.params.clone())
         self.buffers = self.fabric.broadcast(client.flat.buffers.clone())
         self.strategy = strategy
@@ -306,23 +307,25 @@ class FederatedTrainer:
             self._launched = True
         data.setup(self.seed, self.fabric.device)
 
-    def _start_run(self, model: LightningModule, ckpt_path: str | None, run_config: str | None) -> Path | None:
-        """Fixes the run folder (the resumed run's, or a new version), its config and loggers; returns the
-        checkpoint to resume from."""
+    def _checkpoint_to_resume(self, ckpt_path: str | None) -> Path | None:
+        """The checkpoint file ``ckpt_path`` names (found by process 0), None for a fresh start."""
+        path = resolve_checkpoint(ckpt_path, self.run_root) if self.fabric.is_global_zero else None
+        return self.fabric.broadcast(path)
+
+    def _start_run(self, model: LightningModule, resume_from: Path | None, run_config: str | None) -> None:
+        """Fixes the run folder (the resumed run's, or a new version), its config and loggers; called once the
+        checkpoint to resume from has been read, so that a run refused until then writes nothing."""
         if not is_overridden("validation_step", model, LightningModule):
             raise ConfigError(f"{type(model).__name__} must define validation_step to evaluate the global model")
-        path = None
         if self.fabric.is_global_zero:
-            path = resolve_checkpoint(ckpt_path, self.run_root)
-            resumed_run = path is not None and path.parent.name == "checkpoints"
-            self.log_dir = path.parent.parent if resumed_run else Path(TensorBoardLogger(self.run_root.parent, self.run_root.name).log_dir)
+            resumed_run = resume_from is not None and resume_from.parent.name == "checkpoints"
+            self.log_dir = resume_from.parent.parent if resumed_run else Path(TensorBoardLogger(self.run_root.parent, self.run_root.name).log_dir)
             self.log_dir.mkdir(parents=True, exist_ok=True)
             if run_config is not None:
                 (self.log_dir / "config.yaml").write_text(run_config)
-        path, self.log_dir = self.fabric.broadcast((path, self.log_dir))
+        self.log_dir = self.fabric.broadcast(self.log_dir)
         self.hparams = yaml.safe_load(run_config) if run_config is not None else {"seed": self.seed, "rounds": self.rounds}
         self.loggers = self._loggers()
-        return path
 
     def _loggers(self) -> list[Logger]:
         if self.logger is True:

@@ -1,0 +1,92 @@
+"""Every bad input to `lightfed fit` ends the same way: exit code 2, one line on stderr that says what is wrong and
+how to fix it, and nothing written: no run folder (the next real run is version_0), no file of an earlier run changed."""
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightfed.cli import main, run
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
+DP = str(ROOT / "configs" / "privacy" / "dp-sgd.yaml")
+SCAFFOLD = str(ROOT / "configs" / "digits" / "scaffold.yaml")
+HELP = "(lightfed fit --help lists every option)"
+
+PARSE_ERRORS = [  # (id, arguments, fragments of the line)
+    ("unknown_class", ["--strategy", "lightfed.strategies.NoSuch"], ["cannot import 'lightfed.strategies.NoSuch'", HELP]),
+    ("unknown_module", ["--model", "nosuchmodule.Model"], ["No module named 'nosuchmodule'", HELP]),
+    ("wrong_type", ["--trainer.rounds", "abc"], ['Parser key "trainer.rounds"', "Got value: abc", HELP]),
+    ("unknown_key", ["--trainer.roundz", "3"], ["unrecognized arguments: --trainer.roundz 3", HELP]),
+    ("missing_config", ["--config", "missing.yaml"], ["File does not exist", "missing.yaml", HELP]),
+    ("yaml_syntax", ["--config", "BAD_YAML"], ["Problems parsing config", HELP]),
+]
+REFUSED = [
+    ("clients_per_round", ["--trainer.clients_per_round", "21"],
+     ["trainer.clients_per_round (21) is larger than the number of clients (20); lower it or add clients"]),
+    ("dataset_files", ["--data.dataset", "lightfed.data.CIFAR10", "--data.dataset.root", "nowhere"], ["nowhere"]),
+    ("empty_client", ["--data.partitioner", "lightfed.data.ShardPartitioner", "--data.partitioner.num_clients", "1000"], []),
+    ("alpha_zero", ["--data.partitioner.init_args.alpha", "0"], ["alpha must be > 0"]),
+    ("dp_batchnorm", ["-c", DP, "--trainer.privacy.convert_batchnorm", "false", "--model", "lightfed.models.VGG11",
+                      "--model.in_channels", "1", "--model.batch_norm", "true"], ["convert_batchnorm: true"]),
+    ("dp_bf16", ["-c", DP, "--trainer.precision", "bf16-mixed"], ["differential privacy needs trainer.precision 32-true"]),
+    ("dp_16", ["-c", DP, "--trainer.precision", "16-mixed"], ["differential privacy needs trainer.precision 32-true"]),
+    ("async_strategy_in_rounds", ["--strategy", "lightfed.strategies.MasFL"], ["MasFL is asynchronous: add an `asynchronous:` section"]),
+    ("scaffold_momentum", ["-c", SCAFFOLD, "--model.momentum", "0.9"], ["Scaffold assumes plain SGD", "momentum 0.9"]),
+    ("no_devices", ["--trainer.devices", "0"], ["trainer.accelerator 'cpu' with trainer.devices 0"]),
+    ("no_gpu", ["--trainer.accelerator", "gpu"] if not torch.cuda.is_available() else ["--trainer.devices", "-5"],
+     ["trainer.accelerator"]),
+    ("rounds_zero", ["--trainer.rounds", "0"], ["trainer.rounds must be >= 1, got 0"]),
+    ("precision", ["--trainer.precision", "64"], ["trainer.precision must be one of 32-true, 16-mixed, bf16-mixed"]),
+    ("distribution", ["--trainer.local_epochs", "gamma:1:5"], ["trainer.local_epochs: unknown distribution 'gamma'"]),
+    ("bounds", ["--trainer.local_lr", "uniform:1e-3:1e-4"], ["trainer.local_lr: the lower bound of 'uniform:1e-3:1e-4' is above"]),
+    ("fedprox_mu", ["--strategy", "lightfed.strategies.FedProx", "--strategy.mu", "-1"], ["strategy.mu must be >= 0, got -1.0"]),
+    ("no_last_checkpoint", ["--ckpt_path", "last"], ["--ckpt_path last: no last.ckpt under"]),
+    ("missing_checkpoint", ["--ckpt_path", "nowhere.ckpt"], ["checkpoint nowhere.ckpt does not exist; check --ckpt_path"]),
+    ("root_dir_under_a_file", ["--trainer.root_dir", "A_FILE/runs"], ["A_FILE is not a folder; change trainer.root_dir"]),
+]
+
+
+def _refusal(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as exit:
+        main(["fit", "--config", QUICKSTART, *argv])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("lightfed: error: "), err
+    return err
+
+
+@pytest.mark.parametrize("argv, fragments", [case[1:] for case in PARSE_ERRORS + REFUSED],
+                         ids=[case[0] for case in PARSE_ERRORS + REFUSED])
+def test_a_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch, argv, fragments):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "BAD_YAML").write_text("trainer: {rounds: [\n")
+    (tmp_path / "A_FILE").write_text("not a folder")
+    err = _refusal(["--trainer.root_dir", str(tmp_path / "runs"), *argv], capsys)
+    assert all(fragment in err for fragment in fragments), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["A_FILE", "BAD_YAML"]
+    assert (tmp_path / "A_FILE").read_text() == "not a folder"
+
+
+def test_a_root_dir_that_cannot_be_written_is_refused(tmp_path, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    if os.access(locked, os.W_OK):
+        pytest.skip("this user may write anywhere (root)")
+    err = _refusal(["--trainer.root_dir", str(locked / "runs")], capsys)
+    assert f"{locked} is not writable; change trainer.root_dir" in err and not any(locked.iterdir())
+
+
+def test_a_truncated_checkpoint_without_a_previous_one_leaves_the_run_as_it_was(tmp_path, capsys):
+    run(["fit", "--config", QUICKSTART, "--trainer.root_dir", str(tmp_path), "--trainer.progress_bar", "false",
+         "--trainer.rounds", "1", "--trainer.client_eval_interval", "0"])
+    folder = tmp_path / "quickstart"
+    checkpoint = folder / "version_0" / "checkpoints" / "last.ckpt"
+    checkpoint.write_bytes(checkpoint.read_bytes()[:1000])
+    before = {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+    capsys.readouterr()
+    err = _refusal(["--trainer.root_dir", str(tmp_path), "--ckpt_path", "last"], capsys)
+    assert err.startswith(f"lightfed: error: checkpoint {checkpoint} cannot be read (truncated or corrupt")
+    assert {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()} == before  # config.yaml too

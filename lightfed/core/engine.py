@@ -94,22 +94,14 @@ class RoundEngine:
         plans = [self.strategy.configure_job(job.plan, {**job.package, **download}) for job, download in zip(mine, downloads)]
         self.check_plans(round, plans)
         sums.zero_()
-        if self.sharded:
-            vectors = self.strategy.report_vectors
-            rows = torch.zeros(len(mine), 1 + len(vectors), params.numel(), device=params.device)
+        rows = None
+        if self.sharded:  # per job: its delta, then the vectors it reports
+            rows = torch.zeros(len(mine), 1 + len(self.strategy.report_vectors), params.numel(), device=params.device)
         for index, (job, plan) in enumerate(zip(mine, plans)):
             update = self.client.train(plan, job.params, job.buffers)
             self.strategy.accumulate_job(sums, update, job.staleness)
-            if self.sharded:
-                report = self.strategy.client_report(update)
-                rows[index, 0].copy_(update.delta)
-                for k, name in enumerate(vectors, start=1):
-                    if name in report:
-                        rows[index, k].copy_(report[name])
-                position = rows_of[self.fabric.global_rank][index] * len(self.columns)
-                per_client = [update.num_examples, update.num_steps, update.local_time, job.staleness]
-                per_client += [float(report.get(name, 0.0)) for name in self.strategy.report_scalars]
-                sums["_per_client"][position : position + len(self.columns)] = torch.tensor(per_client, dtype=torch.float64)
+            if rows is not None:
+                self._keep_for_exchange(rows[index], rows_of[self.fabric.global_rank][index], update, job.staleness)
             sums.add("_buffers", update.buffers, weight=update.num_examples)
             sums.add("_examples", update.num_examples)
             sums.add("_train_loss", update.train_loss)
@@ -117,7 +109,7 @@ class RoundEngine:
             self.on_client_end(update)
         sums.add("_stop", float(stop_requested()))
         sums.buffer.copy_(self.fabric.all_reduce(sums.buffer, reduce_op="sum"))
-        if not self.sharded:
+        if rows is None:
             params = self.strategy.aggregate_buffer(params, sums, round, [job.staleness for job in jobs])
         else:
             params = self._aggregate_sharded(round, jobs, rows_of, rows, params)
@@ -130,6 +122,19 @@ class RoundEngine:
             **{f"strategy/{k}": v for k, v in self.strategy.metrics().items()},
         }
         return RoundResult(params, buffers, metrics, float(sums["_stop"]) > 0)
+
+    def _keep_for_exchange(self, row: Tensor, position: int, update: ClientUpdate, staleness: int) -> None:
+        """A sharded strategy's view of one update: its delta and reported vectors into ``row``, its numbers into
+        the per-client sums at the job's ``position`` in the round (zero elsewhere, so the all-reduce gathers them)."""
+        report = self.strategy.client_report(update)
+        row[0].copy_(update.delta)
+        for k, name in enumerate(self.strategy.report_vectors, start=1):
+            if name in report:
+                row[k].copy_(report[name])
+        numbers = [update.num_examples, update.num_steps, update.local_time, staleness]
+        numbers += [float(report.get(name, 0.0)) for name in self.strategy.report_scalars]
+        start = position * len(self.columns)
+        self.sums["_per_client"][start : start + len(self.columns)] = torch.tensor(numbers, dtype=torch.float64)
 
     def _downloads(self, jobs: list[Job], rows_of: list[list[int]]) -> list[dict[str, Tensor]]:
         """The whole per-client vectors (``ShardedStrategy.client_vectors``) of this process's jobs, assembled from

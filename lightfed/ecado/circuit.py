@@ -100,7 +100,8 @@ class WindowSolver:
         if self.norm == "max":
             parts = torch.stack([central.abs().max(), torch.linalg.vector_norm(inductors, float("inf")) * inductor_scale])
             return float(self.all_reduce(parts, "max").max())
-        squares = torch.stack([central.double().square().sum(), inductors.double().square().sum() * inductor_scale**2])
+        norms = torch.stack([torch.linalg.vector_norm(central), torch.linalg.vector_norm(inductors) * inductor_scale])
+        squares = norms.double().square()
         counts = torch.tensor([central.numel(), inductors.numel()], dtype=torch.float64, device=squares.device)
         squares, counts = self.all_reduce(torch.stack([squares, counts]), "sum")
         return float((squares / counts).sqrt().max())

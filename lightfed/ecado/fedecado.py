@@ -64,7 +64,7 @@ class FedECADO(ShardedStrategy):
 
     Memory per process: per client that has trained, its slice of the current I_i (d / N floats) and of the
     curvature (1 float, or d / N with ``curvature="diagonal"``); per round the active clients' slices of deltas,
-    currents and a few work arrays (about 6 x active clients x d / N floats). With ``state_device="accelerator"``
+    currents and the solver's work arrays (about 8 x active clients x d / N floats). With ``state_device="accelerator"``
     (default) all of it stays on the accelerator; "cpu" keeps the per-client state in pinned host memory, copied to
     the accelerator each round. Clients also receive their whole I_i^k, a second model-sized download.
     """

@@ -51,7 +51,7 @@ def main() -> None:
     print(f"a = {a} clients, d = {d:,} coordinates, fp32, {device}, {torch.get_num_threads()} threads")
     print(f"{'work':45s} {'median ms':>10s} {'x FedAvg':>9s}")
     for name, measured in times.items():
-        print(f"{name:45s} {statistics.median(measured) * 1000:10.1f} {statistics.median(measured) / reference:9.1f}")
+        print(f"{name:45s} {statistics.median(measured) * 1000:10.3f} {statistics.median(measured) / reference:9.2f}")
 
 
 if __name__ == "__main__":

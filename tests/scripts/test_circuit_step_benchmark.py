@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_prints_one_row_per_work_with_ratios_to_the_fedavg_aggregate():
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "circuit_step_benchmark.py"), "--clients", "3",
-                          "--size", "1000", "--repeats", "2", "--device", "cpu"],
+                          "--size", "100000", "--repeats", "2", "--device", "cpu"],
                          check=True, capture_output=True, text=True, timeout=300).stdout
     rows = {line[:45].strip(): line[45:].split() for line in out.splitlines()[2:]}
     assert list(rows) == ["FedAvg aggregate (x + mean of the deltas)", "BE trial step, max norm", "BE trial step, rms norm"]

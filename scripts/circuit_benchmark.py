@@ -1,0 +1,498 @@
+"""Whole-round wall time of FedECADO and Adaptive FedECADO against FedAvg, split into client and server time.
+
+Every strategy runs the real trainer (``lightfed.FederatedTrainer``) on the same run settings, seed, data and client
+sampling; only the strategy differs. Workloads:
+
+- ``digits``: the embedded default, as in ``configs/digits/*.yaml``: SmallCNN, 20 clients with Dirichlet(0.3) label
+  skew, 10 per round, 2 local epochs of SGD (lr 0.05), batch 16;
+- ``vgg11``: ``lightfed.models.VGG11`` as in ``configs/cifar10/fedecado.yaml`` (batch 32, lr 5.5e-4, the mean of that
+  config's client lr range), on CIFAR-shaped synthetic data (3x32x32, 10 classes, made in memory from the seed by
+  ``scripts/benchmark.py``; no download), 100 IID clients of 500 images (CIFAR-10's 50,000 split 100 ways), 10 per
+  round, 1 local epoch;
+- ``resnet18gn``: ``lightfed.models.ResNet18GN`` as in ``configs/cifar10/fedavg.yaml`` (batch 50, lr 0.01), same data.
+
+Strategy settings come from the configs: FedECADO's ``tolerance`` from ``configs/<digits|cifar10>/fedecado.yaml``,
+its ``sensitivity_step`` is the client lr (as in those configs) and its ``inductance`` follows the configs' rule of
+thumb L = active clients x (window)^2 with the window T = local epochs x lr (digits: 10 x 0.1^2 = 0.1, the config's
+value; ``--inductance`` overrides it); AdaptiveFedECADO's ``tolerance`` from ``configs/<...>/adaptive_fedecado.yaml``
+(its other settings are derived by the strategy itself). FedAvg is plain FedAvg whose ``aggregate`` is timed the way
+FedECADO times its own (``strategy/server_seconds``).
+
+Each (workload, devices, strategy) is a fresh subprocess of this script (``--worker``) whose processes each print a
+``BENCH_RESULT {json}`` line. It trains ``--warmup-rounds + --rounds`` rounds and stops through
+``trainer.should_stop``, so the trainer never evaluates (no round is its last) and checkpoints only after the last
+timed round; no TensorBoard logger, no progress bar. Per timed round (the warm-up rounds are left out; a callback
+notes the times):
+
+- round s: wall time from the end of one round (``on_round_end``) to the end of the next, as ``scripts/benchmark.py``
+  measures it (everything the trainer does per round);
+- client s: from ``on_round_start`` to the last ``on_client_end`` of the round (configuring, training and
+  accumulating the round's clients; with several processes the slowest process's);
+- server s: the strategy's ``aggregate`` (``strategy/server_seconds``), on process 0;
+- other s: round s - client s - server s (the reduction, metrics, the metrics file, ...), from the medians;
+- the medians over timed rounds, and the round and server times as multiples of FedAvg's on the same settings.
+
+With ``--devices 1 2`` every workload runs on 1 and then 2 processes, and the table also gives the bytes of the
+tensors each process holds in ``strategy.client_states`` at the end of the run (per-client state: FedECADO's
+currents and curvatures; FedAvg holds none). A run a strategy refuses (FedECADO on several processes, for now) is
+reported as failed with its error, and the script exits with status 1 after printing everything else.
+
+All runs use the same number of torch/OpenMP threads per process (``--threads``, default cores / the largest
+``--devices``); on a GPU (``--accelerator gpu``) the callback synchronises the device at each time it notes.
+
+    python scripts/circuit_benchmark.py                                          # all three workloads, 1 process
+    python scripts/circuit_benchmark.py --workloads digits vgg11 --rounds 3 --clients 20 --examples 50
+    python scripts/circuit_benchmark.py --workloads resnet18gn --accelerator gpu --devices 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchmark  # noqa: E402  scripts/benchmark.py: result lines, cores, threads and the synthetic CIFAR data
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+STRATEGIES = ("FedAvg", "FedECADO", "AdaptiveFedECADO")
+RESULT_TAG = benchmark.RESULT_TAG
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One model and data set with its run settings (``settings_from``: the config they follow)."""
+
+    model: str  # a class of lightfed.models
+    clients: int
+    examples: int | None  # images per client (CIFAR-shaped synthetic data); None: all of digits
+    batch_size: int
+    lr: float
+    local_epochs: int
+    config_folder: str  # configs/<folder>/fedecado.yaml and adaptive_fedecado.yaml give the strategy settings
+    settings_from: str
+
+
+WORKLOADS = {
+    "digits": Workload("SmallCNN", 20, None, 16, 0.05, 2, "digits", "configs/digits/fedavg.yaml"),
+    "vgg11": Workload("VGG11", 100, 500, 32, 5.5e-4, 1, "cifar10", "configs/cifar10/fedecado.yaml"),
+    "resnet18gn": Workload("ResNet18GN", 100, 500, 50, 0.01, 1, "cifar10", "configs/cifar10/fedavg.yaml"),
+}
+
+
+# ----------------------------------------------------------------------------------------------------------- options
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--workloads", nargs="+", choices=tuple(WORKLOADS), default=list(WORKLOADS))
+    p.add_argument("--rounds", type=int, default=5, help="timed rounds")
+    p.add_argument("--warmup-rounds", type=int, default=1, help="rounds trained first and not timed")
+    p.add_argument("--devices", type=int, nargs="+", default=[1], help="processes; one table per number given")
+    p.add_argument("--accelerator", default="auto", help="Fabric accelerator: cpu, gpu, auto, ...")
+    p.add_argument("--clients", type=int, default=None, help="total clients (default: the workload's, 20 or 100)")
+    p.add_argument("--clients-per-round", type=int, default=10)
+    p.add_argument("--examples", type=int, default=None,
+                   help="examples per client (default: CIFAR-shaped 500; digits: all 1437 training images); "
+                        "for digits it keeps clients x examples training images")
+    p.add_argument("--local-epochs", type=int, default=None, help="default: the workload's (digits 2, CIFAR 1)")
+    p.add_argument("--inductance", type=float, default=None,
+                   help="FedECADO's L (default: active clients x (local epochs x lr)^2, the configs' rule of thumb)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch/OpenMP threads per process, the same for every run (default: cores / max --devices)")
+    p.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=list(STRATEGIES),
+                   help="which strategies to run (FedAvg is always needed: the ratios are to it)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path, default=None, help="also write the results here")
+    p.add_argument("--keep", type=Path, default=None, help="folder to keep the runs' files in (default: a temp dir)")
+    # internal: one measured run (one workload, one number of processes, one strategy) in this process
+    p.add_argument("--worker", choices=STRATEGIES, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    for name in ("rounds", "clients_per_round"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    for name in ("clients", "local_epochs", "threads"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.warmup_rounds < 0:
+        p.error("--warmup-rounds must be >= 0")
+    if any(n < 1 for n in args.devices):
+        p.error("--devices must be >= 1")
+    if args.examples is not None and args.examples < 10:
+        p.error("--examples must be >= 10 (digits' Dirichlet split gives every client at least 10)")
+    if args.inductance is not None and not args.inductance > 0:
+        p.error("--inductance must be > 0")
+    if args.clients is not None and args.clients_per_round > args.clients:
+        p.error("--clients-per-round must be <= --clients")
+    if "FedAvg" not in args.strategies:
+        p.error("--strategies must include FedAvg (the ratios are to it)")
+    return args
+
+
+def settings(args: argparse.Namespace, name: str) -> dict:
+    """The run settings of workload ``name`` with the command's knobs applied."""
+    w = WORKLOADS[name]
+    clients = args.clients or w.clients
+    return {
+        "workload": name,
+        "model": w.model,
+        "clients": clients,
+        "clients_per_round": min(args.clients_per_round, clients),
+        "examples": args.examples or w.examples,
+        "batch_size": w.batch_size,
+        "lr": w.lr,
+        "local_epochs": args.local_epochs or w.local_epochs,
+        "settings_from": w.settings_from,
+    }
+
+
+def strategy_settings(args: argparse.Namespace, run: dict) -> dict[str, dict]:
+    """Each strategy's constructor arguments: the configs' where they exist, the inductance by their rule of thumb."""
+    folder = CONFIGS / WORKLOADS[run["workload"]].config_folder
+    fedecado = dict(yaml.safe_load((folder / "fedecado.yaml").read_text())["strategy"]["init_args"])
+    adaptive = dict(yaml.safe_load((folder / "adaptive_fedecado.yaml").read_text())["strategy"]["init_args"])
+    window = run["local_epochs"] * run["lr"]
+    fedecado["inductance"] = args.inductance or run["clients_per_round"] * window**2
+    fedecado["sensitivity_step"] = run["lr"]
+    return {"FedAvg": {}, "FedECADO": fedecado, "AdaptiveFedECADO": adaptive}
+
+
+def threads_per_process(args: argparse.Namespace) -> int:
+    return args.threads or max(1, benchmark.available_cores() // max(args.devices))
+
+
+# ----------------------------------------------------------------------------------------------------------- worker
+
+
+def make_data(run: dict, seed: int):
+    from lightfed import FederatedDataModule
+    from lightfed.data import Digits, DirichletPartitioner, IIDPartitioner
+    from lightfed.data.datasets import DatasetSource, TensorSplits
+
+    if run["workload"] != "digits":
+        source = benchmark.make_source(SimpleNamespace(clients=run["clients"], examples_per_client=run["examples"],
+                                                       test_size=100))  # never evaluated: the runs stop before
+        return FederatedDataModule(source, IIDPartitioner(run["clients"]), batch_size=run["batch_size"])
+
+    class FirstExamples(DatasetSource):
+        """Digits with only the first ``n`` training images (of the seed's stratified split)."""
+
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def load(self, seed: int) -> TensorSplits:
+            splits = Digits().load(seed)
+            return replace(splits, train_x=splits.train_x[: self.n], train_y=splits.train_y[: self.n])
+
+    source = Digits() if run["examples"] is None else FirstExamples(run["clients"] * run["examples"])
+    return FederatedDataModule(source, DirichletPartitioner(run["clients"], alpha=0.3), batch_size=run["batch_size"])
+
+
+def make_model(run: dict, seed: int):
+    import torch
+    from lightfed import models
+
+    torch.manual_seed(seed)  # every strategy starts from the same weights
+    cls = getattr(models, run["model"])
+    return cls(num_classes=10, in_channels=1 if run["workload"] == "digits" else 3, lr=run["lr"])
+
+
+def make_strategy(name: str, kwargs: dict):
+    import torch
+    from lightfed.strategies import AdaptiveFedECADO, FedAvg, FedECADO
+
+    class TimedFedAvg(FedAvg):
+        """FedAvg reporting the seconds of its ``aggregate`` as ``server_seconds``, as FedECADO does."""
+
+        server_seconds = 0.0
+
+        def aggregate(self, params, sums, round):
+            began = time.perf_counter()
+            new = super().aggregate(params, sums, round)
+            if new.is_cuda:
+                torch.cuda.synchronize(new.device)
+            self.server_seconds = time.perf_counter() - began
+            return new
+
+        def metrics(self) -> dict[str, float]:
+            return {**super().metrics(), "server_seconds": self.server_seconds}
+
+    return {"FedAvg": TimedFedAvg, "FedECADO": FedECADO, "AdaptiveFedECADO": AdaptiveFedECADO}[name](**kwargs)
+
+
+def client_state_bytes(strategy) -> tuple[int, int]:
+    """Bytes of the tensors this process holds in ``strategy.client_states``, and the number of clients they are for."""
+    states = strategy.client_states.state_dict()
+    return sum(t.numel() * t.element_size() for state in states.values() for t in state.values()), len(states)
+
+
+def run_worker(args: argparse.Namespace) -> None:
+    """One run of one strategy; every process prints its result line."""
+    benchmark.set_threads(SimpleNamespace(threads=args.threads, devices=args.devices[0]))
+    import torch
+
+    from lightfed import Callback, FederatedTrainer
+
+    run = settings(args, args.workloads[0])
+    total = args.warmup_rounds + args.rounds
+
+    class RoundClock(Callback):
+        """Notes per round its start, its last client's end, its end and the strategy's server time; stops the run
+        after ``total`` rounds (before the trainer's last round, the one it would evaluate)."""
+
+        def __init__(self) -> None:
+            self.starts: list[float] = []
+            self.last_client: list[float | None] = []
+            self.ends: list[float] = []
+            self.curvature: list[int] = []
+            self.metrics: list[dict[str, float]] = []
+            self.state = (0, 0)
+
+        def now(self, trainer) -> float:
+            if trainer.fabric.device.type == "cuda":
+                torch.cuda.synchronize(trainer.fabric.device)
+            return time.perf_counter()
+
+        def on_fit_start(self, trainer) -> None:
+            self.began = self.now(trainer)
+
+        def on_round_start(self, trainer, round: int) -> None:
+            self.starts.append(self.now(trainer))
+            self.last_client.append(None)
+            self.curvature.append(0)
+
+        def on_client_end(self, trainer, update) -> None:
+            self.last_client[-1] = self.now(trainer)
+            self.curvature[-1] += int("curvature" in update.report)
+
+        def on_round_end(self, trainer, round: int, metrics: dict[str, float]) -> None:
+            self.ends.append(self.now(trainer))
+            self.metrics.append({k: float(v) for k, v in metrics.items() if k.startswith("strategy/server_")})
+            if trainer.round >= total:
+                trainer.should_stop = True
+
+        def on_fit_end(self, trainer, metrics: dict[str, float]) -> None:
+            self.state = client_state_bytes(trainer.strategy)
+
+    clock = RoundClock()
+    model = make_model(run, args.seed)
+    data = make_data(run, args.seed)
+    strategy = make_strategy(args.worker, strategy_settings(args, run)[args.worker])
+    trainer = FederatedTrainer(
+        accelerator=args.accelerator,
+        devices=args.devices[0],
+        rounds=total + 1,  # never reached: the clock stops the run after ``total`` rounds
+        clients_per_round=run["clients_per_round"],
+        local_epochs=run["local_epochs"],
+        eval_interval=total + 1,
+        checkpoint_interval=total + 1,
+        seed=args.seed,
+        root_dir=str(args.out / "runs"),
+        name=f"{run['workload']}-{args.worker}",
+        progress_bar=False,
+        logger=False,
+        callbacks=[clock],
+    )
+    trainer.fit(model, data, strategy)
+    fabric = trainer.fabric
+    skip = args.warmup_rounds
+    periods = benchmark.round_periods(clock.began, clock.ends)
+    result = {
+        "strategy": args.worker,
+        "rank": fabric.global_rank,
+        "world": fabric.world_size,
+        "device": str(fabric.device),
+        "threads": torch.get_num_threads(),
+        "params": sum(p.numel() for p in model.parameters()),
+        "rounds_done": trainer.round,
+        "round_times": periods[skip:],
+        "client_times": [0.0 if end is None else end - start
+                         for start, end in zip(clock.starts[skip:], clock.last_client[skip:])],
+        "server_times": [m.get("strategy/server_seconds", math.nan) for m in clock.metrics[skip:]],
+        "server_steps": [m.get("strategy/server_steps", math.nan) for m in clock.metrics[skip:]],
+        "server_rejected": [m.get("strategy/server_rejected", math.nan) for m in clock.metrics[skip:]],
+        "curvature_estimates": clock.curvature[skip:],
+        "client_state_bytes": clock.state[0],
+        "client_state_clients": clock.state[1],
+        "peak_rss_mb": benchmark.peak_rss_mb(),
+    }
+    benchmark.emit(result)
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+# ----------------------------------------------------------------------------------------------------------- driver
+
+
+class RunFailed(RuntimeError):
+    pass
+
+
+def launch(args: argparse.Namespace, workload: str, devices: int, strategy: str, out: Path) -> list[dict]:
+    """Runs one strategy in a fresh subprocess of this script; returns each of its processes' result, by rank."""
+    out.mkdir(parents=True, exist_ok=True)
+    threads = threads_per_process(args)
+    command = [sys.executable, os.path.abspath(__file__), "--worker", strategy, "--workloads", workload,
+               "--devices", str(devices), "--out", str(out), "--threads", str(threads),
+               "--accelerator", args.accelerator, "--rounds", str(args.rounds),
+               "--warmup-rounds", str(args.warmup_rounds), "--clients-per-round", str(args.clients_per_round),
+               "--seed", str(args.seed)]
+    for name in ("clients", "examples", "local_epochs", "inductance"):
+        if getattr(args, name) is not None:
+            command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}  # buffered: each result line leaves in one write
+    proc = subprocess.run(command, env=env, capture_output=True, text=True)
+    results = [json.loads(line[len(RESULT_TAG):]) for line in proc.stdout.splitlines() if line.startswith(RESULT_TAG)]
+    if proc.returncode != 0 or len(results) != devices:
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        reason = next((line for line in reversed(lines) if "Error" in line or "error:" in line), lines[-1] if lines else "")
+        (out / "stderr.txt").write_text(proc.stderr)
+        raise RunFailed(f"exit {proc.returncode}: {reason.strip()[:300]}")
+    return sorted(results, key=lambda r: r["rank"])
+
+
+def median(values: list[float]) -> float:
+    values = [v for v in values if not math.isnan(v)]
+    return statistics.median(values) if values else math.nan
+
+
+def summarize(results: list[dict]) -> dict:
+    """Medians over the timed rounds: the round and server time of process 0, the slowest process's client time."""
+    first = results[0]
+    slowest_clients = [max(r["client_times"][i] for r in results) for i in range(len(first["client_times"]))]
+    s = {
+        "round_s": median(first["round_times"]),
+        "client_s": median(slowest_clients),
+        "server_s": median(first["server_times"]),
+        "server_steps": median(first["server_steps"]),
+        "server_rejected": median(first["server_rejected"]),
+        "curvature_estimates": statistics.mean(
+            sum(r["curvature_estimates"][i] for r in results) for i in range(len(first["curvature_estimates"]))
+        ),
+        "client_state_bytes": [r["client_state_bytes"] for r in results],
+        "client_state_clients": [r["client_state_clients"] for r in results],
+        "round_times": first["round_times"],
+        "server_times": first["server_times"],
+        "client_times": slowest_clients,
+        "threads": first["threads"],
+        "device": first["device"],
+        "params": first["params"],
+    }
+    s["other_s"] = s["round_s"] - s["client_s"] - s["server_s"]
+    return s
+
+
+def run_all(args: argparse.Namespace, root: Path) -> dict:
+    report = {"threads": threads_per_process(args), "rounds": args.rounds, "warmup_rounds": args.warmup_rounds,
+              "tables": []}
+    for workload in args.workloads:
+        run = settings(args, workload)
+        for devices in args.devices:
+            table = {"devices": devices, "run": run, "strategy_settings": strategy_settings(args, run), "rows": {}}
+            for strategy in args.strategies:
+                print(f"  {workload} devices={devices} {strategy} ...", flush=True)
+                try:
+                    results = launch(args, workload, devices, strategy, root / workload / f"devices{devices}" / strategy)
+                    table["rows"][strategy] = summarize(results)
+                except RunFailed as failure:
+                    table["rows"][strategy] = {"failed": str(failure)}
+            base = table["rows"].get("FedAvg", {})
+            for row in table["rows"].values():
+                if "failed" not in row and "failed" not in base:
+                    row["round_ratio"] = row["round_s"] / base["round_s"]
+                    row["server_ratio"] = row["server_s"] / base["server_s"]
+            report["tables"].append(table)
+            print_table(report, table)
+    return report
+
+
+def fmt(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x:.4g}"
+
+
+HEADER = (f"  {'strategy':18s} {'round s':>9s} {'client s':>9s} {'server s':>10s} {'other s':>9s} "
+          f"{'round/FedAvg':>12s} {'server/FedAvg':>13s} {'srv steps':>9s} {'rejected':>8s} {'curv.est':>8s}  "
+          "client state bytes/process")
+
+
+def print_table(report: dict, table: dict) -> None:
+    run, rows = table["run"], table["rows"]
+    ok = [row for row in rows.values() if "failed" not in row]
+    device = ok[0]["device"] if ok else "?"
+    params = f", {ok[0]['params']:,} parameters" if ok else ""
+    data = ("digits" if run["examples"] is None else f"{run['clients'] * run['examples']} digits images") \
+        if run["workload"] == "digits" else f"CIFAR-shaped synthetic, {run['examples']} images/client, IID"
+    print(f"\n{run['workload']} ({run['model']}{params}; {data}): {run['clients']} clients, "
+          f"{run['clients_per_round']} per round, {run['local_epochs']} local epoch(s), batch {run['batch_size']}, "
+          f"lr {run['lr']:g} (as {run['settings_from']})")
+    print(f"devices={table['devices']} ({device}), {report['threads']} thread(s)/process; median over "
+          f"{report['rounds']} timed round(s) after {report['warmup_rounds']} warm-up round(s)")
+    st = table["strategy_settings"]
+    fe, ad = st["FedECADO"], st["AdaptiveFedECADO"]
+    print("  FedECADO: " + ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in fe.items())
+          + ";  AdaptiveFedECADO: " + ", ".join(f"{k} {v}" for k, v in ad.items()))
+    print(HEADER)
+    for name, row in rows.items():
+        if "failed" in row:
+            print(f"  {name:18s} failed: {row['failed']}")
+            continue
+        state = " / ".join(str(b) for b in row["client_state_bytes"])
+        print(f"  {name:18s} {fmt(row['round_s']):>9s} {fmt(row['client_s']):>9s} {fmt(row['server_s']):>10s} "
+              f"{fmt(row['other_s']):>9s} {fmt(row.get('round_ratio', math.nan)):>12s} "
+              f"{fmt(row.get('server_ratio', math.nan)):>13s} {fmt(row['server_steps']):>9s} "
+              f"{fmt(row['server_rejected']):>8s} {fmt(row['curvature_estimates']):>8s}  {state}")
+
+
+def print_scaling(report: dict) -> None:
+    """Seconds per round of each strategy on each number of processes, where there are several."""
+    by_workload: dict[str, list[dict]] = {}
+    for table in report["tables"]:
+        by_workload.setdefault(table["run"]["workload"], []).append(table)
+    for workload, tables in by_workload.items():
+        if len(tables) < 2:
+            continue
+        print(f"\n{workload}: seconds per round by number of processes")
+        for name in tables[0]["rows"]:
+            cells = [f"{t['devices']}: {fmt(t['rows'][name].get('round_s', math.nan))}" for t in tables]
+            print(f"  {name:18s} " + "   ".join(cells))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
+    if args.worker is not None:
+        run_worker(args)
+        return 0
+    print(f"python {os.path.relpath(__file__)} {' '.join(argv)}".rstrip(), flush=True)
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        report = run_all(args, args.keep)
+    else:
+        with tempfile.TemporaryDirectory(prefix="lightfed-circuit-bench-") as tmp:
+            report = run_all(args, Path(tmp))
+    print_scaling(report)
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2))
+    failed = [f"{t['run']['workload']} devices={t['devices']} {name}" for t in report["tables"]
+              for name, row in t["rows"].items() if "failed" in row]
+    if failed:
+        print(f"\nfailed runs: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

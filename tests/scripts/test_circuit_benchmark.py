@@ -1,0 +1,83 @@
+"""scripts/circuit_benchmark.py: its settings against the configs, then one tiny digits run of the three strategies
+(one process, one timed round; no timing assertions beyond finite, positive and consistent numbers)."""
+
+import importlib.util
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "circuit_benchmark.py"
+_spec = importlib.util.spec_from_file_location("circuit_benchmark_script", SCRIPT)
+circuit = importlib.util.module_from_spec(_spec)
+sys.modules["circuit_benchmark_script"] = circuit
+_spec.loader.exec_module(circuit)
+
+TINY = ["--workloads", "digits", "--rounds", "1", "--warmup-rounds", "1", "--clients", "10",
+        "--clients-per-round", "4", "--examples", "20", "--devices", "1", "--threads", "1", "--accelerator", "cpu"]
+
+
+def config(path: str) -> dict:
+    return yaml.safe_load((ROOT / "configs" / path).read_text())
+
+
+def test_digits_follows_its_configs_and_the_inductance_rule_gives_theirs():
+    args = circuit.parse_args([])
+    run = circuit.settings(args, "digits")
+    fedavg = config("digits/fedavg.yaml")
+    assert run["clients"] == fedavg["data"]["partitioner"]["init_args"]["num_clients"]
+    assert run["clients_per_round"] == fedavg["trainer"]["clients_per_round"]
+    assert run["local_epochs"] == fedavg["trainer"]["local_epochs"]
+    assert run["batch_size"] == fedavg["data"]["batch_size"]
+    assert run["lr"] == fedavg["model"]["init_args"]["lr"]
+    settings = circuit.strategy_settings(args, run)
+    assert settings["FedECADO"] == pytest.approx(config("digits/fedecado.yaml")["strategy"]["init_args"])
+    assert settings["AdaptiveFedECADO"] == config("digits/adaptive_fedecado.yaml")["strategy"]["init_args"]
+
+
+def test_cifar_workloads_take_ten_clients_per_round_and_the_configs_tolerances():
+    args = circuit.parse_args(["--local-epochs", "2", "--inductance", "0.5"])
+    for name in ("vgg11", "resnet18gn"):
+        run = circuit.settings(args, name)
+        assert run["clients_per_round"] == 10 and run["examples"] == 500 and run["local_epochs"] == 2
+        settings = circuit.strategy_settings(args, run)
+        assert settings["FedECADO"]["tolerance"] == config("cifar10/fedecado.yaml")["strategy"]["init_args"]["tolerance"]
+        assert settings["FedECADO"]["inductance"] == 0.5 and settings["FedECADO"]["sensitivity_step"] == run["lr"]
+    run = circuit.settings(circuit.parse_args([]), "vgg11")
+    assert circuit.strategy_settings(circuit.parse_args([]), run)["FedECADO"]["inductance"] == pytest.approx(10 * 5.5e-4**2)
+
+
+@pytest.mark.parametrize("argv", [["--rounds", "0"], ["--devices", "0"], ["--clients", "4", "--clients-per-round", "5"],
+                                  ["--examples", "5"], ["--strategies", "FedECADO"]])
+def test_bad_options_are_refused(argv, capsys):
+    with pytest.raises(SystemExit):
+        circuit.parse_args(argv)
+    assert "must" in capsys.readouterr().err
+
+
+def test_a_tiny_digits_run_prints_a_row_per_strategy_with_consistent_ratios(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPT), *TINY], capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["strategy", "round"])
+    rows = {}
+    for line in lines[header + 1 : header + 4]:
+        name, *cells = line.split()
+        rows[name] = cells
+    assert set(rows) == {"FedAvg", "FedECADO", "AdaptiveFedECADO"}
+    seconds = {name: [float(c) for c in cells[:4]] for name, cells in rows.items()}  # round, client, server, other
+    for name, (round_s, client_s, server_s, other_s) in seconds.items():
+        assert all(math.isfinite(x) for x in (round_s, client_s, server_s, other_s)), rows[name]
+        assert round_s > 0 and client_s > 0 and server_s > 0, rows[name]
+        assert client_s + server_s <= round_s * 1.002, rows[name]
+        round_ratio, server_ratio = float(rows[name][4]), float(rows[name][5])
+        assert round_ratio == pytest.approx(round_s / seconds["FedAvg"][0], rel=2e-3)
+        assert server_ratio == pytest.approx(server_s / seconds["FedAvg"][2], rel=2e-3)
+    assert rows["FedAvg"][4:6] == ["1", "1"] and rows["FedAvg"][-1] == "0"  # FedAvg keeps no per-client state
+    for name in ("FedECADO", "AdaptiveFedECADO"):
+        assert float(rows[name][6]) >= 1  # server steps
+        assert int(rows[name][-1]) > 0  # bytes of the currents (and curvatures) of the clients that trained

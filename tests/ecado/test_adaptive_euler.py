@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from lightfed.core.messages import ClientPlan
 from lightfed.ecado.adaptive_euler import AdaptiveEuler
 from lightfed.errors import ConfigError
 from lightfed.strategies import AdaptiveFedECADO

@@ -122,13 +122,13 @@ class AdaptiveFedECADO(FedECADO):
     def _branches(self, updates: ShardedRound) -> tuple[Tensor, Tensor, Tensor]:
         reports = updates.reports
         dt = reports["window"] if self.sensitivity_step == "window" else reports["first_step"]
-        curvature = torch.stack([self._curvature(i) for i in updates.client_ids]).double()
-        conductance = 1 / dt.to(curvature)[:, None] + reports["weight"].to(curvature)[:, None] * curvature
+        curvature = torch.stack([self._curvature(i) for i in updates.client_ids])  # (a, d) in the model's dtype
+        conductance = curvature.mul_(reports["weight"].to(curvature)[:, None]).add_(1 / dt.to(curvature)[:, None])
         inductance = critical_inductance(conductance)
         if self.damping == "collective":
-            inductance = inductance / len(updates.client_ids)
+            inductance.div_(len(updates.client_ids))
         self._inductance = inductance
-        return reports["window"], 1 / conductance, inductance
+        return reports["window"], conductance.reciprocal_(), inductance
 
     def _first_step(self, windows: Tensor) -> float:
         return self.step or float(windows.max())

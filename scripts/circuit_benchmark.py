@@ -29,12 +29,14 @@ notes the times):
 - client s: from ``on_round_start`` to the last ``on_client_end`` of the round (configuring, training and
   accumulating the round's clients; with several processes the slowest process's);
 - server s: the strategy's ``aggregate`` (``strategy/server_seconds``), on process 0;
-- other s: round s - client s - server s (the reduction, metrics, the metrics file, ...), from the medians;
-- the medians over timed rounds, and the round and server times as multiples of FedAvg's on the same settings.
+- other s: round s - client s - server s (the reduction, metrics, the metrics file, ...);
+- each column the median over the timed rounds (so the columns need not add up), and the round and server times as
+  multiples of FedAvg's on the same settings; curv.est is the mean number of clients per timed round that estimated
+  their curvature (a FedECADO client does the first time it is sampled: extra client time in the early rounds).
 
 With ``--devices 1 2`` every workload runs on 1 and then 2 processes, and the table also gives the bytes of the
 tensors each process holds in ``strategy.client_states`` at the end of the run (per-client state: FedECADO's
-currents and curvatures; FedAvg holds none). A run a strategy refuses (FedECADO on several processes, for now) is
+currents and curvatures; FedAvg holds none). A run that fails (out of memory, say) is
 reported as failed with its error, and the script exits with status 1 after printing everything else.
 
 All runs use the same number of torch/OpenMP threads per process (``--threads``, default cores / the largest
@@ -380,9 +382,8 @@ def summarize(results: list[dict]) -> dict:
         "server_s": median(first["server_times"]),
         "server_steps": median(first["server_steps"]),
         "server_rejected": median(first["server_rejected"]),
-        "curvature_estimates": statistics.mean(
-            sum(r["curvature_estimates"][i] for r in results) for i in range(len(first["curvature_estimates"]))
-        ),
+        "curvature_estimates_per_round": [sum(r["curvature_estimates"][i] for r in results)
+                                          for i in range(len(first["curvature_estimates"]))],
         "client_state_bytes": [r["client_state_bytes"] for r in results],
         "client_state_clients": [r["client_state_clients"] for r in results],
         "round_times": first["round_times"],
@@ -392,7 +393,8 @@ def summarize(results: list[dict]) -> dict:
         "device": first["device"],
         "params": first["params"],
     }
-    s["other_s"] = s["round_s"] - s["client_s"] - s["server_s"]
+    s["curvature_estimates"] = statistics.mean(s["curvature_estimates_per_round"])
+    s["other_s"] = median([r - c - v for r, c, v in zip(first["round_times"], slowest_clients, first["server_times"])])
     return s
 
 

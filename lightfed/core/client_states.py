@@ -32,6 +32,15 @@ class ClientStates:
         stored = torch.empty(value.shape, dtype=value.dtype, device=self.device, pin_memory=self.pin_memory)
         self._states.setdefault(client_id, {})[name] = stored.copy_(value.detach())
 
+    def overwrite(self, client_id: int, name: str, value: Tensor) -> None:
+        """``set``, but into the stored tensor when it has the value's shape and dtype (no new memory, pinned memory
+        stays pinned); only for a caller that holds no earlier ``get`` of it."""
+        stored = self.get(client_id, name)
+        if stored is None or stored.shape != value.shape or stored.dtype != value.dtype:
+            self.set(client_id, name, value)
+        else:
+            stored.copy_(value.detach(), non_blocking=self.pin_memory)
+
     def __len__(self) -> int:
         return len(self._states)
 

@@ -19,12 +19,12 @@ ClientLTE = Literal["trial_step", "retrospective"]
 Damping = Literal["collective", "branch"]
 
 
-def critical_inductance(conductance: Tensor, branches: int = 1) -> Tensor:
+def critical_inductance(conductance: Tensor, branches: int = 1, out: Tensor | None = None) -> Tensor:
     """L = 1 / (4 n G^2): n alike branches (R = 1/G) that share the unit central capacitor are critically damped in the
     mode where all their currents charge it, L s^2 + R s + n = 0 with R^2 = 4 n L (their other modes, currents
     circulating between branches, only decay). n = 1 is the paper's eq. 24, zeta = (R/2) sqrt(C/L) = 1 for one branch;
     with n branches eq. 24 leaves zeta = 1/sqrt(n). Elementwise for a diagonal G."""
-    return 1 / (4 * branches * conductance**2)
+    return torch.mul(conductance, conductance, out=out).mul_(4 * branches).reciprocal_()
 
 
 class AdaptiveFedECADO(FedECADO):
@@ -122,11 +122,11 @@ class AdaptiveFedECADO(FedECADO):
     def _branches(self, updates: ShardedRound) -> tuple[Tensor, Tensor, Tensor]:
         reports = updates.reports
         dt = reports["window"] if self.sensitivity_step == "window" else reports["first_step"]
-        curvature = torch.stack([self._curvature(i) for i in updates.client_ids])  # (a, d) in the model's dtype
+        shape, workspace = updates.deltas.shape, self._workspace  # (a, d) in the model's dtype, kept between rounds
+        curvature = torch.stack([self._curvature(i) for i in updates.client_ids], out=workspace.get("conductance", shape, self.total_current))
         conductance = curvature.mul_(reports["weight"].to(curvature)[:, None]).add_(1 / dt.to(curvature)[:, None])
-        inductance = critical_inductance(conductance)
-        if self.damping == "collective":
-            inductance.div_(len(updates.client_ids))
+        branches = len(updates.client_ids) if self.damping == "collective" else 1
+        inductance = critical_inductance(conductance, branches, out=workspace.get("inductance", shape, conductance))
         self._inductance = inductance
         return reports["window"], conductance.reciprocal_(), inductance
 

@@ -31,6 +31,22 @@ def _local(tensor: Tensor, op: str) -> Tensor:
     return tensor
 
 
+class Workspace:
+    """Work arrays kept from one round's solve to the next, by name: writing fresh memory costs several times what
+    rewriting warm memory does (page faults on a CPU, the allocator on a GPU), and a solve needs five (a, d) arrays."""
+
+    def __init__(self) -> None:
+        self._arrays: dict[str, Tensor] = {}
+
+    def get(self, name: str, shape: torch.Size | tuple[int, ...], like: Tensor) -> Tensor:
+        """The array ``name`` of ``shape`` with the dtype and device of ``like`` (its contents undefined)."""
+        array = self._arrays.get(name)
+        if array is None or array.shape != shape or array.dtype != like.dtype or array.device != like.device:
+            self._arrays.pop(name, None)
+            array = self._arrays[name] = like.new_empty(shape)
+        return array
+
+
 @dataclass
 class Branches:
     """The active clients' branches, stacked one row per client."""
@@ -50,7 +66,7 @@ class Branches:
 
 
 class WindowSolver:
-    """Backward-Euler trial steps over one window, fused into about ten passes over the (a, d) arrays, in place.
+    """Backward-Euler trial steps over one window, fused into a few passes over the (a, d) arrays, in place.
 
     One step from s to s + h in closed form (Schur complement of the arrowhead system):
     (L_i + h R_i) I_i' = L_i I_i + h (x_c' - Gamma_i(s + h) + R_i I_i^k) and x_c' = x_c - h (sum_i I_i' + frozen),
@@ -65,53 +81,68 @@ class WindowSolver:
     ``norm``: the error is the largest of these over every coordinate ("max", the paper), or the larger of the root
     mean squares of the x_c errors and of the current errors ("rms", the norm of CVODE's and SciPy's error control),
     which does not grow with the number of coordinates. ``all_reduce`` combines every process's slice (one small
-    all-reduce per trial).
+    all-reduce per trial). Work arrays: two for the currents, the change and the previous step's change, the error
+    (a, d each; from ``workspace`` when given, where the currents of the result are overwritten by the next solve
+    that uses it); the caller's x_c and I^k are read, never written, and serve as the first step's state.
     """
 
     def __init__(
-        self, x_c: Tensor, frozen: Tensor, branches: Branches, norm: ErrorNorm = "max", all_reduce: AllReduce = _local
+        self,
+        x_c: Tensor,
+        frozen: Tensor,
+        branches: Branches,
+        norm: ErrorNorm = "max",
+        all_reduce: AllReduce = _local,
+        workspace: Workspace | None = None,
     ) -> None:
         self.branches, self.frozen, self.norm, self.all_reduce = branches, frozen, norm, all_reduce
-        self.s, self.x_c = 0.0, x_c
-        self.currents = branches.couplings.clone()
-        self.offset = torch.addcmul(-branches.start, branches.resistance, branches.couplings)  # R I^k - start
-        self.change, self.previous_change, self.previous_h = torch.empty_like(self.currents), None, 0.0
-        self.next, self.error = torch.empty_like(self.currents), torch.empty_like(self.currents)
+        self._x_buffers = (torch.empty_like(x_c), torch.empty_like(x_c))
+        self.s, self.x_c, self.x_next = 0.0, x_c, self._x_buffers[0]
+        workspace = workspace or Workspace()
+        self._array = lambda name: workspace.get(name, branches.couplings.shape, branches.couplings)
+        self.currents, self.next = branches.couplings, self._array("next")
+        self.change, self.previous_change, self.previous_h = self._array("change"), None, 0.0
+        self.error = self._array("error")
 
     def trial(self, h: float) -> float:
-        """Solves the step from s to s + h into ``x_next`` and ``next`` (the currents); returns its max|LTE|."""
-        branches, a = self.branches, self.next
-        L, R = branches.inductance, branches.resistance
+        """Solves the step from s to s + h into ``x_next`` and ``next`` (the currents); returns its error."""
+        branches, L, R = self.branches, self.branches.inductance, self.branches.resistance
         inverse = torch.add(L, R, alpha=h).reciprocal_()  # b / h
-        progress = self.branches.progress(self.s + h).to(a.dtype)[:, None]
-        torch.addcmul(self.offset, branches.deltas, progress, value=-1, out=a)  # R I^k - Gamma(s + h)
-        a.mul_(h).addcmul_(L, self.currents).mul_(inverse)
-        self.x_next = (self.x_c - h * a.sum(0) - h * self.frozen) / (1 + h * h * inverse.sum(0))
-        a.addcmul_(inverse, self.x_next, value=h)  # I' = a + b x_c'
-        torch.sub(a, self.currents, out=self.change)
-        central = self.change.sum(0).mul_(h / 2)
-        inductors = self.change
+        progress = branches.progress(self.s + h).to(self.next.dtype)[:, None]
+        a = torch.mul(branches.deltas, progress, out=self.next).add_(branches.start)  # Gamma(s + h)
+        a.addcmul_(R, branches.couplings, value=-1).mul_(-h).addcmul_(L, self.currents).mul_(inverse)
+        x_next = torch.sum(a, 0, out=self.x_next).mul_(-h).add_(self.x_c).sub_(self.frozen, alpha=h)
+        x_next.div_(inverse.sum(0).mul_(h * h).add_(1))
+        a.addcmul_(inverse, x_next, value=h)  # I' = a + b x_c'
+        change = torch.sub(a, self.currents, out=self.change)
+        central = change.sum(0).mul_(h / 2)
+        inductors = change
         if self.previous_change is not None:
-            inductors = torch.sub(self.change, self.previous_change, alpha=h / self.previous_h, out=self.error)
-        return self._norm(central, inductors, 0.5)
-
-    def _norm(self, central: Tensor, inductors: Tensor, inductor_scale: float) -> float:
-        """The error of a step from its x_c part and its (unscaled) current part, over every process's slice."""
+            inductors = torch.sub(change, self.previous_change, alpha=h / self.previous_h, out=self.error)
         if self.norm == "max":
-            parts = torch.stack([central.abs().max(), torch.linalg.vector_norm(inductors, float("inf")) * inductor_scale])
+            inf = float("inf")
+            return self._norm(torch.stack([torch.linalg.vector_norm(central, inf), torch.linalg.vector_norm(inductors, inf) / 2]))
+        return self._norm(torch.stack([torch.linalg.vector_norm(central), torch.linalg.vector_norm(inductors) / 2]))
+
+    def _norm(self, parts: Tensor) -> float:
+        """The error of a step from the norms of its x_c part and its currents' part over this slice ("max": their
+        max-norms, "rms": their 2-norms), combined over every process's slice."""
+        if self.norm == "max":
             return float(self.all_reduce(parts, "max").max())
-        norms = torch.stack([torch.linalg.vector_norm(central), torch.linalg.vector_norm(inductors) * inductor_scale])
-        squares = norms.double().square()
-        counts = torch.tensor([central.numel(), inductors.numel()], dtype=torch.float64, device=squares.device)
-        squares, counts = self.all_reduce(torch.stack([squares, counts]), "sum")
+        counts = torch.tensor([self.x_c.numel(), self.currents.numel()], dtype=torch.float64, device=parts.device)
+        squares, counts = self.all_reduce(torch.stack([parts.double().square(), counts]), "sum")
         return float((squares / counts).sqrt().max())
 
     def accept(self, h: float) -> None:
-        """Moves to the solution of the last trial (step h)."""
-        self.x_c, self.s, self.previous_h = self.x_next, self.s + h, h
-        self.currents, self.next = self.next, self.currents
+        """Moves to the solution of the last trial (step h); the caller's x_c and I^k are never written."""
+        self.s, self.previous_h = self.s + h, h
+        self.x_c = self.x_next
+        self.x_next = self._x_buffers[1] if self.x_c is self._x_buffers[0] else self._x_buffers[0]
+        previous = self.currents
+        self.currents = self.next
+        self.next = self._array("currents") if previous is self.branches.couplings else previous
         if self.previous_change is None:
-            self.previous_change = torch.empty_like(self.change)
+            self.previous_change = self._array("previous_change")
         self.change, self.previous_change = self.previous_change, self.change
 
 
@@ -157,19 +188,25 @@ class WindowResult:
 
 
 def integrate_window(
-    x_c: Tensor, frozen: Tensor, branches: Branches, step: float, control: StepControl, all_reduce: AllReduce = _local
+    x_c: Tensor,
+    frozen: Tensor,
+    branches: Branches,
+    step: float,
+    control: StepControl,
+    all_reduce: AllReduce = _local,
+    workspace: Workspace | None = None,
 ) -> WindowResult:
     """Integrates the circuit from the window start (currents = I^k) to max T_i; ``step`` is the first h to try.
 
     The last step is cut to land on the window end; a cut step does not shrink the next round's first step. On a
     slice of the coordinates, ``all_reduce`` takes each trial's error over every slice (one small all-reduce), so
-    every process takes the same steps.
+    every process takes the same steps. ``workspace``: see ``WindowSolver``.
     """
     end = float(branches.windows.max())
     if not math.isfinite(end):
         raise DivergenceError(f"a client's simulated time is {end}: its steps diverged")
     floor = control.min_step * end
-    solver = WindowSolver(x_c, frozen, branches, control.norm, all_reduce)
+    solver = WindowSolver(x_c, frozen, branches, control.norm, all_reduce, workspace)
     result = WindowResult(x_c, solver.currents, step)
     h = step
     while solver.s < end * (1 - 1e-12):

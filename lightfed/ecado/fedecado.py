@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from lightfed.core.messages import ClientPlan, ClientUpdate
-from lightfed.ecado.circuit import BeyondWindow, Branches, ErrorNorm, StepControl, WindowResult, integrate_window
+from lightfed.ecado.circuit import BeyondWindow, Branches, ErrorNorm, StepControl, WindowResult, Workspace, integrate_window
 from lightfed.ecado.coupling import CouplingCurrent, CouplingScale
 from lightfed.errors import ConfigError
 from lightfed.local.base import LocalRule
@@ -63,8 +63,8 @@ class FedECADO(ShardedStrategy):
     processes each integrates its slice of x_c and of the active currents, one scalar all-reduce per trial step.
 
     Memory per process: per client that has trained, its slice of the current I_i (d / N floats) and of the
-    curvature (1 float, or d / N with ``curvature="diagonal"``); per round the active clients' slices of deltas,
-    currents and the solver's work arrays (about 8 x active clients x d / N floats). With ``state_device="accelerator"``
+    curvature (1 float, or d / N with ``curvature="diagonal"``); the active clients' slices of deltas, currents
+    and the solver's work arrays (about 8 x active clients x d / N floats; the solver's six kept from round to round). With ``state_device="accelerator"``
     (default) all of it stays on the accelerator; "cpu" keeps the per-client state in pinned host memory, copied to
     the accelerator each round. Clients also receive their whole I_i^k, a second model-sized download.
     """
@@ -160,6 +160,7 @@ class FedECADO(ShardedStrategy):
         self.step: float | None = None
         self.time = 0.0
         self._metrics: dict[str, float] = {}
+        self._workspace = Workspace()
 
     def _current(self, client_id: int) -> Tensor:
         current = self.client_states.get(client_id, "current")
@@ -212,7 +213,8 @@ class FedECADO(ShardedStrategy):
             if self._needs_curvature(client_id, updates.round):
                 self._store_curvature(client_id, row, updates)
         windows, resistance, inductance = self._branches(updates)
-        couplings = self.client_vectors(updates.client_ids)["current"]
+        couplings = self._workspace.get("couplings", updates.deltas.shape, self.total_current)
+        torch.stack([self._current(i) for i in updates.client_ids], out=couplings)
         branches = Branches(
             start=params,
             deltas=updates.deltas,
@@ -223,9 +225,10 @@ class FedECADO(ShardedStrategy):
             beyond_window=self.beyond_window,
         )
         frozen = self.total_current - couplings.sum(0)
-        result = integrate_window(params, frozen, branches, self._first_step(windows), self.control, updates.all_reduce)
+        result = integrate_window(params, frozen, branches, self._first_step(windows), self.control, updates.all_reduce,
+                                  self._workspace)
         for row, client_id in enumerate(updates.client_ids):
-            self.client_states.set(client_id, "current", result.currents[row])
+            self.client_states.overwrite(client_id, "current", result.currents[row])
         self.total_current = frozen + result.currents.sum(0)
         self.step = result.next_step
         self.time += float(windows.max())

@@ -75,6 +75,17 @@ def test_the_fused_steps_solve_the_backward_euler_equations_and_estimate_their_e
     assert torch.equal(branches.progress(1.0), expected_ratio.clamp(max=1) if beyond_window == "hold" else expected_ratio)
 
 
+def test_the_solver_never_writes_the_callers_state_or_couplings():
+    """Accepted and rejected steps rotate the solver's own buffers; x_c and I^k (the first step's state) stay put."""
+    branches = _branches(a=3, d=10, seed=5)
+    x_c, frozen = branches.start.clone(), torch.zeros(10, dtype=torch.float64)
+    x_c_before, couplings = x_c.clone(), branches.couplings.clone()
+    result = integrate_window(x_c, frozen, branches, 1.0, StepControl(tolerance=1e-3, min_step=1e-6))
+    assert result.rejected > 0 and len(result.accepted) > 3
+    assert torch.equal(x_c, x_c_before) and torch.equal(branches.couplings, couplings)
+    assert result.x_c.data_ptr() != x_c.data_ptr() and result.currents.data_ptr() != couplings.data_ptr()
+
+
 def test_accepted_steps_meet_the_tolerance_and_rejected_steps_shrink():
     branches = _branches(a=4, d=50, seed=3)
     control = StepControl(tolerance=1e-3, min_step=1e-6)

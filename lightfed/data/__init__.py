@@ -1,27 +1,44 @@
-"""Datasets held in memory and partitioners that split them across clients."""
+"""Datasets (in memory, or map-style read on demand), partitioners that split them across clients, augmentation."""
 
+from lightfed.data.augmentation import Augmentation
 from lightfed.data.datasets import (
     CIFAR10,
     CIFAR100,
     MNIST,
     DatasetSource,
+    DatasetSplits,
     Digits,
     FashionMNIST,
     Synthetic,
     TensorSplits,
 )
-from lightfed.data.partitioners import DirichletPartitioner, IIDPartitioner, Partitioner, ShardPartitioner
+from lightfed.data.map_dataset import MapDataset
+from lightfed.data.partitioners import (
+    BalancedDirichletPartitioner,
+    DirichletPartitioner,
+    IIDPartitioner,
+    NaturalIdPartitioner,
+    Partitioner,
+    QuantitySkewPartitioner,
+    ShardPartitioner,
+)
 
 __all__ = [
     "CIFAR10",
     "CIFAR100",
     "MNIST",
+    "Augmentation",
+    "BalancedDirichletPartitioner",
     "DatasetSource",
+    "DatasetSplits",
     "Digits",
     "DirichletPartitioner",
     "FashionMNIST",
     "IIDPartitioner",
+    "MapDataset",
+    "NaturalIdPartitioner",
     "Partitioner",
+    "QuantitySkewPartitioner",
     "ShardPartitioner",
     "Synthetic",
     "TensorSplits",

@@ -1,4 +1,4 @@
-"""Dataset sources: each loads a whole dataset into memory as tensors."""
+"""Dataset sources: these load a whole dataset into memory as tensors (``MapDataset`` reads examples on demand)."""
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -10,13 +10,17 @@ import torch
 import torchvision
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
+from torch.utils.data import Dataset
 
 from lightfed.errors import ConfigError, DatasetNotFoundError
 
 
 @dataclass(frozen=True)
 class TensorSplits:
-    """A dataset held in memory: features float32, labels int64, and an optional natural client partition."""
+    """A dataset held in memory: features float32, labels int64, and an optional natural client partition.
+
+    `train_client_ids` gives each training example a natural client id (e.g. its writer), for `NaturalIdPartitioner`.
+    """
 
     train_x: torch.Tensor
     train_y: torch.Tensor
@@ -24,13 +28,30 @@ class TensorSplits:
     test_y: torch.Tensor
     num_classes: int
     client_indices: list[np.ndarray] | None = None
+    train_client_ids: np.ndarray | None = None
+
+    @property
+    def train_labels(self) -> np.ndarray:
+        return self.train_y.numpy()
+
+
+@dataclass(frozen=True)
+class DatasetSplits:
+    """Map-style datasets read on demand; the training labels (for partitioners) and client ids when known."""
+
+    train: Dataset
+    test: Dataset
+    num_classes: int
+    train_labels: np.ndarray | None = None
+    train_client_ids: np.ndarray | None = None
+    client_indices: list[np.ndarray] | None = None
 
 
 class DatasetSource(ABC):
-    """Where the examples come from; `load(seed)` returns them as tensors."""
+    """Where the examples come from; `load(seed)` returns them as tensors or as map-style datasets."""
 
     @abstractmethod
-    def load(self, seed: int) -> TensorSplits:
+    def load(self, seed: int) -> TensorSplits | DatasetSplits:
         """Return the train and test examples; anything random depends only on `seed`."""
 
 

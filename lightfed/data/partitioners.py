@@ -7,6 +7,13 @@ import numpy as np
 from lightfed.errors import ConfigError
 
 
+def _check_alpha_and_min_size(alpha: float, min_size: int = 1) -> None:
+    if alpha <= 0:
+        raise ConfigError(f"alpha must be > 0, got {alpha}")
+    if min_size < 1:
+        raise ConfigError(f"min_size must be >= 1, got {min_size}")
+
+
 class Partitioner(ABC):
     """Splits example indices across clients, deterministically from a seed."""
 
@@ -19,8 +26,18 @@ class Partitioner(ABC):
             raise ConfigError(f"num_clients must be >= 1, got {num_clients}")
         self.num_clients = num_clients
 
-    def partition(self, labels: np.ndarray, seed: int) -> list[np.ndarray]:
-        """One sorted int64 index array per client; raises ConfigError if a client would get no example."""
+    def partition(
+        self, labels: np.ndarray | None, seed: int, client_ids: np.ndarray | None = None
+    ) -> list[np.ndarray]:
+        """One sorted int64 index array per client; raises ConfigError if a client would get no example.
+
+        ``client_ids`` (a natural client id per example) is read by ``NaturalIdPartitioner`` only.
+        """
+        if labels is None:
+            raise ConfigError(
+                f"{type(self).__name__} splits by label but the dataset has none; "
+                "give MapDataset targets or a dataset with a targets attribute"
+            )
         parts = self.split(np.asarray(labels), seed)
         for k, part in enumerate(parts):
             if len(part) == 0:
@@ -62,10 +79,7 @@ class DirichletPartitioner(Partitioner):
             min_size: Fewest examples any client may get.
         """
         super().__init__(num_clients)
-        if alpha <= 0:
-            raise ConfigError(f"alpha must be > 0, got {alpha}")
-        if min_size < 1:
-            raise ConfigError(f"min_size must be >= 1, got {min_size}")
+        _check_alpha_and_min_size(alpha, min_size)
         self.alpha = alpha
         self.min_size = min_size
 
@@ -127,3 +141,114 @@ class ShardPartitioner(Partitioner):
         shards = np.array_split(order[np.argsort(labels[order], kind="stable")], num_shards)
         dealt = rng.permutation(num_shards).reshape(self.num_clients, self.classes_per_client)
         return [np.concatenate([shards[s] for s in shard_ids]) for shard_ids in dealt]
+
+
+class QuantitySkewPartitioner(Partitioner):
+    """Quantity skew (Li et al. 2022, NIID-Bench): client sizes in Dir(alpha) proportions, labels IID.
+
+    Every client gets `min_size` examples and a Dir(alpha) share of the rest, cut from one shuffled order, so each
+    client's labels follow the dataset's. Smaller alpha means more unequal sizes.
+    """
+
+    def __init__(self, num_clients: int, alpha: float = 0.5, min_size: int = 10) -> None:
+        """
+        Args:
+            num_clients: Number of clients to split the examples across.
+            alpha: Dirichlet concentration of the client sizes; small values give a few clients most examples.
+            min_size: Fewest examples any client gets.
+        """
+        super().__init__(num_clients)
+        _check_alpha_and_min_size(alpha, min_size)
+        self.alpha = alpha
+        self.min_size = min_size
+
+    def split(self, labels: np.ndarray, seed: int) -> list[np.ndarray]:
+        """Cut a random order of all indices at `min_size` per client plus the Dirichlet shares of the rest."""
+        reserved = self.min_size * self.num_clients
+        if reserved > len(labels):
+            raise ConfigError(
+                f"{self.num_clients} clients with min_size={self.min_size} need more than the "
+                f"{len(labels)} examples; lower min_size or num_clients"
+            )
+        rng = np.random.default_rng(seed)
+        proportions = rng.dirichlet(np.full(self.num_clients, self.alpha))
+        shares = (np.cumsum(proportions)[:-1] * (len(labels) - reserved)).astype(int)
+        cuts = np.arange(1, self.num_clients) * self.min_size + shares
+        return np.split(rng.permutation(len(labels)), cuts)
+
+
+class BalancedDirichletPartitioner(Partitioner):
+    """Label skew with equal client sizes (FedLab's balanced Dirichlet split).
+
+    Each client draws its label mix from Dir(alpha) over the classes; clients then take examples one at a time in a
+    random interleaving, each drawing the label of its next example from its mix over the classes not used up yet.
+    Client sizes differ by at most 1 and every example is used. Smaller alpha means more skew.
+    """
+
+    def __init__(self, num_clients: int, alpha: float = 0.5) -> None:
+        """
+        Args:
+            num_clients: Number of clients to split the examples across.
+            alpha: Dirichlet concentration of each client's label mix; small values give each client few classes.
+        """
+        super().__init__(num_clients)
+        _check_alpha_and_min_size(alpha)
+        self.alpha = alpha
+
+    def split(self, labels: np.ndarray, seed: int) -> list[np.ndarray]:
+        """Deal the examples one by one, each to the client whose turn it is, of a label drawn from its mix."""
+        rng = np.random.default_rng(seed)
+        classes, class_of = np.unique(labels, return_inverse=True)
+        num_classes = len(classes)
+        pools = [rng.permutation(np.flatnonzero(class_of == c)).tolist() for c in range(num_classes)]
+        mixes = rng.dirichlet(np.full(num_classes, self.alpha), size=self.num_clients)
+        sizes = [len(part) for part in np.array_split(np.arange(len(labels)), self.num_clients)]
+        turns = rng.permutation(np.repeat(np.arange(self.num_clients), sizes))
+        left = np.array([len(pool) for pool in pools], dtype=float)
+        parts: list[list[int]] = [[] for _ in range(self.num_clients)]
+        for client, draw in zip(turns, rng.random(len(labels))):
+            weights = mixes[client] * (left > 0)
+            if weights.sum() == 0:  # the mix puts no weight on the classes left
+                weights = (left > 0).astype(float)
+            cumulative = np.cumsum(weights)
+            label = np.searchsorted(cumulative, draw * cumulative[-1], side="right")
+            parts[client].append(pools[label].pop())
+            left[label] -= 1
+        return [np.array(part, dtype=np.int64) for part in parts]
+
+
+class NaturalIdPartitioner(Partitioner):
+    """One client per natural id the dataset gives its examples (e.g. a writer): client k holds the examples of the
+    k-th distinct id in sorted order."""
+
+    def __init__(self, num_clients: int | None = None) -> None:
+        """
+        Args:
+            num_clients: Number of clients; null: one per distinct id. More clients than ids is an error.
+        """
+        if num_clients is not None:
+            super().__init__(num_clients)
+        self.num_clients = num_clients
+
+    def partition(
+        self, labels: np.ndarray | None, seed: int, client_ids: np.ndarray | None = None
+    ) -> list[np.ndarray]:
+        """Splits by ``client_ids``; ``labels`` and ``seed`` are unused."""
+        if client_ids is None:
+            raise ConfigError(
+                "NaturalIdPartitioner needs a client id per training example; "
+                "give MapDataset client_ids or a dataset with a client_ids attribute"
+            )
+        return super().partition(client_ids, seed)
+
+    def split(self, client_ids: np.ndarray, seed: int) -> list[np.ndarray]:
+        """Group the indices by id, ids in sorted order; clients beyond the last id get none (and are refused)."""
+        ids, groups, counts = np.unique(client_ids, return_inverse=True, return_counts=True)
+        num_clients = len(ids) if self.num_clients is None else self.num_clients
+        if len(ids) > num_clients:
+            raise ConfigError(
+                f"the dataset has {len(ids)} distinct client ids but num_clients is {num_clients}; "
+                f"set num_clients to {len(ids)} or null"
+            )
+        parts = np.split(np.argsort(groups, kind="stable"), np.cumsum(counts)[:-1])
+        return parts + [np.empty(0, dtype=np.int64)] * (num_clients - len(ids))

@@ -1,0 +1,81 @@
+"""Batches read from map-style datasets through DataLoaders and moved to the device."""
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from lightning.fabric.utilities.apply_func import move_data_to_device
+from lightning_utilities.core.apply_func import apply_to_collection
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset, default_collate
+
+from lightfed.data.datasets import DatasetSplits
+
+
+class LoaderBatches:
+    """One federation's batches from map-style datasets, read on demand (``num_workers`` worker processes).
+
+    A client's passes are shuffled with a ``torch.Generator`` seeded from the client's generator, which also seeds the
+    workers, so the batches depend only on the client's seed (not on ``num_workers``).
+    """
+
+    def __init__(
+        self,
+        splits: DatasetSplits,
+        client_indices: list[np.ndarray],
+        batch_size: int,
+        eval_batch_size: int,
+        device: torch.device,
+        num_workers: int,
+        pin_memory: bool,
+    ) -> None:
+        self.train, self.test = splits.train, splits.test
+        self.device = device
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size
+        self.num_workers = num_workers
+        self.pin_memory = pin_memory and device.type == "cuda"
+        self.client_indices = [torch.as_tensor(np.asarray(i), dtype=torch.long) for i in client_indices]
+
+    def client_batches(
+        self, client_id: int, generator: torch.Generator, epochs: int | None = None, steps: int | None = None
+    ) -> Iterator[Any]:
+        """Shuffled batches of one client's data: ``epochs`` passes, or exactly ``steps`` batches."""
+        indices = self.client_indices[client_id]
+        shuffle = torch.Generator().manual_seed(int(torch.randint(2**62, (), generator=generator)))
+        passes = epochs if steps is None else math.ceil(steps / math.ceil(len(indices) / self.batch_size))
+        batches = [
+            chunk.tolist()
+            for _ in range(passes)
+            for chunk in indices[torch.randperm(len(indices), generator=shuffle)].split(self.batch_size)
+        ]
+        yield from self._load(self.train, batches[:steps], shuffle)
+
+    def client_subset(self, client_id: int, positions: Tensor) -> Any:
+        """The examples at ``positions`` (0 .. client_size - 1) of one client's data, read in this process."""
+        indices = self.client_indices[client_id]
+        examples = [self.train[i] for i in indices[positions.cpu()].tolist()]
+        if not examples:  # an empty batch shaped like one example
+            return apply_to_collection(self.client_subset(client_id, torch.zeros(1, dtype=torch.long)), Tensor, lambda t: t[:0])
+        return move_data_to_device(default_collate(examples), self.device)
+
+    def test_batches(self, rank: int = 0, world_size: int = 1) -> Iterator[Any]:
+        """Batches of this process's contiguous share of the central test set."""
+        bounds = np.linspace(0, len(self.test), world_size + 1).astype(int)
+        share = torch.arange(bounds[rank], bounds[rank + 1])
+        yield from self._load(self.test, [chunk.tolist() for chunk in share.split(self.eval_batch_size)])
+
+    def client_eval_batches(self, client_id: int) -> Iterator[Any]:
+        """Batches of one client's own examples, in order."""
+        chunks = self.client_indices[client_id].split(self.eval_batch_size)
+        yield from self._load(self.train, [chunk.tolist() for chunk in chunks])
+
+    def _load(self, dataset: Dataset, batches: list[list[int]], generator: torch.Generator | None = None) -> Iterator[Any]:
+        """The batches of ``dataset`` at those indices, on the device; ``generator`` seeds the workers."""
+        loader = DataLoader(
+            dataset, batch_sampler=batches, num_workers=self.num_workers, pin_memory=self.pin_memory, generator=generator
+        )
+        for batch in loader:
+            yield move_data_to_device(batch, self.device)

@@ -1,0 +1,54 @@
+"""A dataset source for any map-style torch Dataset, read example by example (e.g. from files)."""
+
+from collections.abc import Sequence
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from lightfed.data.datasets import DatasetSource, DatasetSplits
+from lightfed.errors import ConfigError
+
+
+class MapDataset(DatasetSource):
+    """Any map-style ``torch.utils.data.Dataset`` (e.g. torchvision's ``ImageFolder``), read on demand.
+
+    Training batches come through a ``DataLoader`` (``data.num_workers``, ``data.pin_memory``) and are moved to the
+    device. Partitioners split by the training labels: ``targets``, else the dataset's own ``targets`` attribute.
+    ``NaturalIdPartitioner`` splits by ``client_ids``, else the dataset's own ``client_ids`` attribute.
+    """
+
+    def __init__(
+        self,
+        train: Dataset,
+        test: Dataset,
+        targets: Sequence[int] | None = None,
+        client_ids: Sequence[int | str] | None = None,
+    ) -> None:
+        """
+        Args:
+            train: The training examples, split across clients.
+            test: The central test set.
+            targets: The label of each training example; null: ``train.targets`` if the dataset has it.
+            client_ids: A natural client id per training example (for ``NaturalIdPartitioner``); null:
+                ``train.client_ids`` if the dataset has it.
+        """
+        self.train = train
+        self.test = test
+        self.targets = targets
+        self.client_ids = client_ids
+
+    def load(self, seed: int) -> DatasetSplits:
+        """The datasets as given; `seed` is unused. ``num_classes`` is the largest training label + 1."""
+        labels = self._per_example("targets", self.targets)
+        num_classes = int(labels.max()) + 1 if labels is not None and len(labels) else 0
+        return DatasetSplits(self.train, self.test, num_classes, labels, self._per_example("client_ids", self.client_ids))
+
+    def _per_example(self, name: str, given: Sequence | None) -> np.ndarray | None:
+        """``given``, else the training dataset's attribute ``name``, as an array with one entry per example."""
+        values = getattr(self.train, name, None) if given is None else given
+        if values is None:
+            return None
+        values = np.asarray(values)
+        if len(values) != len(self.train):
+            raise ConfigError(f"MapDataset {name} has {len(values)} entries for {len(self.train)} training examples")
+        return values

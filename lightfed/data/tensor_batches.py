@@ -1,0 +1,70 @@
+"""Batches gathered by index from a dataset held in memory as tensors (no DataLoader)."""
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from lightfed.data.datasets import TensorSplits
+
+Batch = tuple[Tensor, Tensor]
+
+
+class TensorBatches:
+    """One federation's batches from in-memory tensors, kept on ``device`` when ``on_device`` (else on the CPU)."""
+
+    def __init__(
+        self,
+        splits: TensorSplits,
+        client_indices: list[np.ndarray],
+        batch_size: int,
+        eval_batch_size: int,
+        device: torch.device,
+        on_device: bool,
+    ) -> None:
+        storage = device if on_device else torch.device("cpu")
+        self.device = device
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size
+        self.train_x, self.train_y = splits.train_x.to(storage), splits.train_y.to(storage)
+        self.test_x, self.test_y = splits.test_x.to(storage), splits.test_y.to(storage)
+        self.client_indices = [torch.as_tensor(np.asarray(i), dtype=torch.long, device=storage) for i in client_indices]
+
+    def client_batches(
+        self, client_id: int, generator: torch.Generator, epochs: int | None = None, steps: int | None = None
+    ) -> Iterator[Batch]:
+        """Shuffled batches of one client's data: ``epochs`` passes, or exactly ``steps`` batches."""
+        indices = self.client_indices[client_id]
+        batches_per_epoch = math.ceil(len(indices) / self.batch_size)
+        passes = epochs if steps is None else math.ceil(steps / batches_per_epoch)
+        remaining = passes * batches_per_epoch if steps is None else steps
+        for _ in range(passes):
+            order = indices[torch.randperm(len(indices), generator=generator).to(indices.device)]
+            for start in range(0, len(order), self.batch_size):
+                if remaining == 0:
+                    return
+                remaining -= 1
+                yield self._batch(self.train_x, self.train_y, order[start : start + self.batch_size])
+
+    def client_subset(self, client_id: int, positions: Tensor) -> Batch:
+        """The examples at ``positions`` (0 .. client_size - 1) of one client's data."""
+        indices = self.client_indices[client_id]
+        return self._batch(self.train_x, self.train_y, indices[positions.to(indices.device)])
+
+    def test_batches(self, rank: int = 0, world_size: int = 1) -> Iterator[Batch]:
+        """Batches of this process's contiguous share of the central test set."""
+        bounds = np.linspace(0, len(self.test_y), world_size + 1).astype(int)
+        for start in range(bounds[rank], bounds[rank + 1], self.eval_batch_size):
+            end = min(start + self.eval_batch_size, bounds[rank + 1])
+            yield self._batch(self.test_x, self.test_y, slice(start, end))
+
+    def client_eval_batches(self, client_id: int) -> Iterator[Batch]:
+        """Batches of one client's own examples, in order."""
+        indices = self.client_indices[client_id]
+        for start in range(0, len(indices), self.eval_batch_size):
+            yield self._batch(self.train_x, self.train_y, indices[start : start + self.eval_batch_size])
+
+    def _batch(self, x: Tensor, y: Tensor, index: Tensor | slice) -> Batch:
+        return x[index].to(self.device, non_blocking=True), y[index].to(self.device, non_blocking=True)

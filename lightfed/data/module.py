@@ -59,11 +59,12 @@ class FederatedDataModule:
         self.pin_memory = pin_memory
         self.num_classes = 0
         self._batches: TensorBatches | LoaderBatches | None = None
+        self._client_indices: list[Tensor] = []
 
     def setup(self, seed: int, device: torch.device) -> None:
         """Loads the dataset and splits it across clients, deterministically from ``seed``."""
         splits = self.dataset.load(seed)
-        indices = self._client_indices(splits, seed)
+        indices = self._partition(splits, seed)
         self.device = device
         self.num_classes = splits.num_classes
         if isinstance(splits, TensorSplits):
@@ -72,8 +73,9 @@ class FederatedDataModule:
             self._batches = LoaderBatches(
                 splits, indices, self.batch_size, self.eval_batch_size, device, self.num_workers, self.pin_memory
             )
+        self._client_indices = self._batches.client_indices
 
-    def _client_indices(self, splits: TensorSplits | DatasetSplits, seed: int) -> list[np.ndarray]:
+    def _partition(self, splits: TensorSplits | DatasetSplits, seed: int) -> list[np.ndarray]:
         """The partitioner's split of the training examples, or the dataset's own; refuses empty clients."""
         name = type(self.dataset).__name__
         if splits.client_indices is not None and self.partitioner is not None:
@@ -89,10 +91,27 @@ class FederatedDataModule:
 
     @property
     def num_clients(self) -> int:
-        return len(self._batches.client_indices)
+        return len(self._client_indices)
 
     def client_size(self, client_id: int) -> int:
-        return len(self._batches.client_indices[client_id])
+        return len(self._client_indices[client_id])
+
+    @property
+    def train_x(self) -> Tensor:
+        """In-memory datasets: the training features (on the device when ``on_device``); so the properties below."""
+        return self._batches.train_x
+
+    @property
+    def train_y(self) -> Tensor:
+        return self._batches.train_y
+
+    @property
+    def test_x(self) -> Tensor:
+        return self._batches.test_x
+
+    @property
+    def test_y(self) -> Tensor:
+        return self._batches.test_y
 
     def client_batches(
         self, client_id: int, generator: torch.Generator, epochs: int | None = None, steps: int | None = None

@@ -16,7 +16,7 @@ def _data(batch_size: int = 16) -> FederatedDataModule:
 
 def _example_ids(data: FederatedDataModule, x: torch.Tensor) -> list[int]:
     """Row numbers in train_x of the examples in ``x`` (digits rows are unique enough with their labels)."""
-    flat = data._batches.train_x.flatten(1)
+    flat = data.train_x.flatten(1)
     return [int((flat == row).all(1).nonzero()[0]) for row in x.flatten(1)]
 
 
@@ -26,7 +26,7 @@ def test_an_epoch_visits_each_example_of_the_client_once_in_a_seeded_order():
     batches = list(data.client_batches(3, torch.Generator().manual_seed(1), epochs=2))
     assert [len(y) for _, y in batches] == 2 * ([16] * (size // 16) + ([size % 16] if size % 16 else []))
     first_epoch = torch.cat([x for x, _ in batches[: len(batches) // 2]])
-    assert sorted(_example_ids(data, first_epoch)) == sorted(data._batches.client_indices[3].tolist())
+    assert sorted(_example_ids(data, first_epoch)) == sorted(data._client_indices[3].tolist())
     again = list(data.client_batches(3, torch.Generator().manual_seed(1), epochs=2))
     assert all(torch.equal(a[0], b[0]) for a, b in zip(batches, again))
     other = next(data.client_batches(3, torch.Generator().manual_seed(2), epochs=1))
@@ -44,7 +44,7 @@ def test_steps_mode_takes_exactly_that_many_batches_across_epochs():
 def test_test_set_shards_cover_it_exactly_once(world_size):
     data = _data()
     labels = torch.cat([y for rank in range(world_size) for _, y in data.test_batches(rank, world_size)])
-    assert torch.equal(labels, data._batches.test_y)
+    assert torch.equal(labels, data.test_y)
 
 
 def test_naturally_federated_data_takes_no_partitioner_and_others_need_one():

@@ -7,11 +7,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from lightning.fabric import Fabric
 from torch.utils.data import TensorDataset
 
-from lightfed.data import Digits, IIDPartitioner, MapDataset, NaturalIdPartitioner
+from lightfed.core.client import ClientTrainer
+from lightfed.core.client_states import ClientStates
+from lightfed.core.messages import ClientPlan
+from lightfed.data import DatasetSource, Digits, IIDPartitioner, MapDataset, NaturalIdPartitioner, TensorSplits
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
+from lightfed.models import MLP
+from lightfed.privacy import DPSGD
 from lightfed.strategies import FedAvg
 from tests.conftest import small_model, small_trainer
 from tests.data.npy_folder import NpyFolder, write_digits
@@ -34,6 +40,14 @@ def file_data(folders, num_workers: int = 0, **settings) -> FederatedDataModule:
                                **settings)
     data.setup(seed=0, device=CPU)
     return data
+
+
+class InMemory(DatasetSource):
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.x, self.y = x, y
+
+    def load(self, seed: int) -> TensorSplits:
+        return TensorSplits(self.x, self.y, self.x, self.y, num_classes=3)
 
 
 def example_ids(x: torch.Tensor) -> list[int]:
@@ -156,3 +170,21 @@ data:
     assert (one["params"] - two["params"]).abs().max() <= 1e-5
     initial = torch.cat([p.detach().flatten() for p in small_model().parameters()])  # the CLI's model, seed 0
     assert (one["params"] - initial).abs().max() > 1e-3
+
+
+def test_dp_sgd_reads_the_same_poisson_batches_from_a_map_dataset_as_from_tensors():
+    """Noise 0, so the update is the clipped mean gradient of the Poisson batches: equal for both sources."""
+    torch.manual_seed(0)
+    x, y = torch.randn(12, 5), torch.arange(12) % 3
+    sources = [InMemory(x, y), MapDataset(TensorDataset(x, y), TensorDataset(x, y), targets=y.tolist())]
+    deltas = []
+    for source in sources:
+        data = FederatedDataModule(source, IIDPartitioner(1), batch_size=4)  # sample rate 1/3
+        data.setup(seed=0, device=CPU)
+        privacy = DPSGD(noise_multiplier=0.0, max_grad_norm=0.5)
+        privacy.setup(data, ClientStates(), clients_per_round=1, planned=lambda: [])
+        model = MLP(in_features=5, num_classes=3, hidden=[], lr=0.5)
+        client = ClientTrainer(Fabric(accelerator="cpu", devices=1), model, data, privacy)
+        update = client.train(ClientPlan(client_id=0, round=0, seed=3, steps=6), torch.zeros(18), torch.zeros(0))
+        deltas.append(update.delta.clone())
+    assert deltas[0].abs().sum() > 0 and torch.equal(deltas[0], deltas[1])

@@ -98,19 +98,22 @@ class FederatedDataModule:
 
     @property
     def train_x(self) -> Tensor:
-        """In-memory datasets: the training features (on the device when ``on_device``); so the properties below."""
+        """An in-memory dataset's training features (on the device when ``on_device``)."""
         return self._batches.train_x
 
     @property
     def train_y(self) -> Tensor:
+        """An in-memory dataset's training labels."""
         return self._batches.train_y
 
     @property
     def test_x(self) -> Tensor:
+        """An in-memory dataset's test features."""
         return self._batches.test_x
 
     @property
     def test_y(self) -> Tensor:
+        """An in-memory dataset's test labels."""
         return self._batches.test_y
 
     def client_batches(
@@ -136,5 +139,7 @@ class FederatedDataModule:
 
     def _augmented(self, batch: Batch, generator: torch.Generator | None) -> Batch:
         """The batch with its first element (the images) augmented."""
+        if not isinstance(batch, (tuple, list)) or not isinstance(batch[0], Tensor) or batch[0].ndim != 4:
+            raise ConfigError("data.augmentation needs batches (images, ...) whose images are (batch, C, H, W)")
         images, *rest = batch
         return (self.augmentation(images, generator), *rest)

@@ -7,7 +7,7 @@ import torch
 from torchvision.transforms import v2
 
 from lightfed.cli import build_parser
-from lightfed.data import Augmentation, Digits, IIDPartitioner
+from lightfed.data import Augmentation, Digits, IIDPartitioner, MapDataset
 from lightfed.data.augmentation import crop_flip
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
@@ -109,3 +109,12 @@ def test_cifar10_configs_use_the_standard_crop_and_flip(config):
     parser, _ = build_parser()
     augmentation = parser.parse_args(["fit", "--config", str(config)]).fit.data.augmentation.init_args
     assert (augmentation.crop_size, augmentation.padding, augmentation.horizontal_flip) == (None, 4, True)
+
+
+def test_batches_that_are_not_images_first_are_a_config_error():
+    examples = [{"image": torch.zeros(1, 2, 2), "label": k % 2} for k in range(4)]  # a list is a map-style dataset
+    dataset = MapDataset(examples, examples, targets=[0, 1, 0, 1])
+    data = FederatedDataModule(dataset, IIDPartitioner(2), augmentation=Augmentation(horizontal_flip=True))
+    data.setup(seed=0, device=CPU)
+    with pytest.raises(ConfigError, match="data.augmentation needs batches"):
+        next(data.client_batches(0, torch.Generator().manual_seed(0), epochs=1))

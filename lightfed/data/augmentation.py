@@ -9,8 +9,10 @@ from torch import Tensor, nn
 from lightfed.errors import ConfigError
 
 
-def crop_flip(images: Tensor, top: Tensor, left: Tensor, mirror: Tensor, size: tuple[int, int], padding: int = 0,
-              padding_mode: str = "constant") -> Tensor:
+def crop_flip(
+    images: Tensor, top: Tensor, left: Tensor, mirror: Tensor, size: tuple[int, int], padding: int = 0,
+    padding_mode: str = "constant",
+) -> Tensor:
     """Each image of ``images`` (B, C, H, W), padded by ``padding`` on every side, cropped to ``size`` at its own
     ``top``/``left`` offset (B,) and mirrored left-right where ``mirror`` (B,) is true; one gather for the batch.
     The offsets are on the images' device."""

@@ -58,7 +58,8 @@ class LoaderBatches:
         indices = self.client_indices[client_id]
         examples = [self.train[i] for i in indices[positions.cpu()].tolist()]
         if not examples:  # an empty batch shaped like one example
-            return apply_to_collection(self.client_subset(client_id, torch.zeros(1, dtype=torch.long)), Tensor, lambda t: t[:0])
+            first = self.client_subset(client_id, torch.zeros(1, dtype=torch.long))
+            return apply_to_collection(first, Tensor, lambda t: t[:0])
         return move_data_to_device(default_collate(examples), self.device)
 
     def test_batches(self, rank: int = 0, world_size: int = 1) -> Iterator[Any]:
@@ -72,10 +73,13 @@ class LoaderBatches:
         chunks = self.client_indices[client_id].split(self.eval_batch_size)
         yield from self._load(self.train, [chunk.tolist() for chunk in chunks])
 
-    def _load(self, dataset: Dataset, batches: list[list[int]], generator: torch.Generator | None = None) -> Iterator[Any]:
+    def _load(
+        self, dataset: Dataset, batches: list[list[int]], generator: torch.Generator | None = None
+    ) -> Iterator[Any]:
         """The batches of ``dataset`` at those indices, on the device; ``generator`` seeds the workers."""
         loader = DataLoader(
-            dataset, batch_sampler=batches, num_workers=self.num_workers, pin_memory=self.pin_memory, generator=generator
+            dataset, batch_sampler=batches, num_workers=self.num_workers, pin_memory=self.pin_memory,
+            generator=generator,
         )
         for batch in loader:
             yield move_data_to_device(batch, self.device)

@@ -41,7 +41,8 @@ class MapDataset(DatasetSource):
         """The datasets as given; `seed` is unused. ``num_classes`` is the largest training label + 1."""
         labels = self._per_example("targets", self.targets)
         num_classes = int(labels.max()) + 1 if labels is not None and len(labels) else 0
-        return DatasetSplits(self.train, self.test, num_classes, labels, self._per_example("client_ids", self.client_ids))
+        client_ids = self._per_example("client_ids", self.client_ids)
+        return DatasetSplits(self.train, self.test, num_classes, labels, client_ids)
 
     def _per_example(self, name: str, given: Sequence | None) -> np.ndarray | None:
         """``given``, else the training dataset's attribute ``name``, as an array with one entry per example."""

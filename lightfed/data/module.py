@@ -68,7 +68,9 @@ class FederatedDataModule:
         self.device = device
         self.num_classes = splits.num_classes
         if isinstance(splits, TensorSplits):
-            self._batches = TensorBatches(splits, indices, self.batch_size, self.eval_batch_size, device, self.on_device)
+            self._batches = TensorBatches(
+                splits, indices, self.batch_size, self.eval_batch_size, device, self.on_device
+            )
         else:
             self._batches = LoaderBatches(
                 splits, indices, self.batch_size, self.eval_batch_size, device, self.num_workers, self.pin_memory
@@ -83,7 +85,7 @@ class FederatedDataModule:
         if splits.client_indices is None and self.partitioner is None:
             raise ConfigError(f"{name} needs data.partitioner (e.g. lightfed.data.DirichletPartitioner)")
         if splits.client_indices is None:
-            return self.partitioner.partition(splits.train_labels, seed, splits.train_client_ids)  # refuses empty clients
+            return self.partitioner.partition(splits.train_labels, seed, splits.train_client_ids)  # refuses empties
         empty = [client_id for client_id, client in enumerate(splits.client_indices) if len(client) == 0]
         if empty:
             raise ConfigError(f"{name} gives client {empty[0]} no training examples")

@@ -53,7 +53,8 @@ def test_each_image_draws_its_own_crop_and_flip_among_the_eighteen_possible():
 
 
 def augmented_data(augmentation: Augmentation | None) -> FederatedDataModule:
-    data = FederatedDataModule(Digits(), IIDPartitioner(4), batch_size=16, eval_batch_size=64, augmentation=augmentation)
+    data = FederatedDataModule(Digits(), IIDPartitioner(4), batch_size=16, eval_batch_size=64,
+                               augmentation=augmentation)
     data.setup(seed=0, device=CPU)
     return data
 
@@ -75,7 +76,8 @@ def test_evaluation_batches_are_not_augmented_and_poisson_subsets_are():
     data, plain = augmented_data(Augmentation(padding=2, horizontal_flip=True)), augmented_data(None)
     for augmented, reference in ((data.test_batches(), plain.test_batches()),
                                  (data.client_eval_batches(2), plain.client_eval_batches(2))):
-        assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(augmented, reference, strict=True))
+        pairs = zip(augmented, reference, strict=True)
+        assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in pairs)
     positions = torch.arange(20)
     subset = data.client_subset(2, positions, torch.Generator().manual_seed(0))
     assert not torch.equal(subset[0], plain.client_subset(2, positions)[0])

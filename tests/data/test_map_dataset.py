@@ -98,7 +98,8 @@ def test_a_subset_reads_those_positions_and_an_empty_one_keeps_the_shapes(folder
     data = file_data(folders)
     indices = data._client_indices[0]
     x, y = data.client_subset(0, torch.tensor([3, 0, 5]))
-    assert torch.equal(x, REFERENCE.train_x[indices[[3, 0, 5]]]) and torch.equal(y, REFERENCE.train_y[indices[[3, 0, 5]]])
+    rows = indices[[3, 0, 5]]
+    assert torch.equal(x, REFERENCE.train_x[rows]) and torch.equal(y, REFERENCE.train_y[rows])
     x, y = data.client_subset(0, torch.tensor([], dtype=torch.long))
     assert x.shape == (0, 1, 8, 8) and y.shape == (0,) and y.dtype == torch.int64
 

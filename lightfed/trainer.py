@@ -36,6 +36,7 @@ from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError, DivergenceError
 from lightfed.heterogeneity import LocalWork
 from lightfed.privacy.base import BudgetReached, ClientPrivacy
+from lightfed.schedules import RoundSchedule
 from lightfed.strategies.base import Strategy
 
 PRECISIONS = ("32-true", "16-mixed", "bf16-mixed")
@@ -82,6 +83,9 @@ class FederatedTrainer:
         name: str = "lightfed",
         progress_bar: bool = True,
         check_replicas: bool = False,
+        lr_schedule: RoundSchedule | None = None,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str = "norm",
         privacy: ClientPrivacy | None = None,
         callbacks: list[Callback] | None = None,
         logger: bool | Logger | list[Logger] = True,
@@ -112,6 +116,11 @@ class FederatedTrainer:
             progress_bar: Show a progress bar over rounds.
             check_replicas: Debug mode: after every round, check that every process holds exactly the global weights
                 of process 0 (one extra broadcast per round).
+            lr_schedule: The client learning rate over rounds: base rate x factor(round), e.g.
+                ``lightfed.schedules.CosineDecay`` (``StepDecay``, ``ExponentialDecay``); null: constant.
+            gradient_clip_val: Clip each local step's gradient (after the strategy's correction and privacy, before
+                the optimizer step) to this norm, or to this value per entry; null: no clipping.
+            gradient_clip_algorithm: "norm" (``torch.nn.utils.clip_grad_norm_``) or "value" (``clip_grad_value_``).
             privacy: Differential privacy of the clients' local training, e.g. ``lightfed.privacy.DPSGD`` (Opacus
                 DP-SGD with one accountant per client); logs ``privacy/epsilon_max`` and ``privacy/epsilon_mean``.
             callbacks: More callbacks (``lightfed.callbacks.Callback``), called after the built-in ones that add
@@ -122,6 +131,10 @@ class FederatedTrainer:
         """
         if precision not in PRECISIONS:
             raise ConfigError(f"trainer.precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        if gradient_clip_val is not None and not gradient_clip_val > 0:
+            raise ConfigError(f"trainer.gradient_clip_val must be > 0 or null, got {gradient_clip_val}")
+        if gradient_clip_algorithm not in ("norm", "value"):
+            raise ConfigError(f"trainer.gradient_clip_algorithm must be 'norm' or 'value', got {gradient_clip_algorithm!r}")
         self.local_work = LocalWork(local_epochs, local_steps, local_lr, redraw_local_work)
         for key, value, low in [
             ("rounds", rounds, 1),
@@ -153,6 +166,8 @@ class FederatedTrainer:
         self.seed = seed
         self.run_root = Path(root_dir) / name
         self.check_replicas = check_replicas
+        self.lr_schedule = lr_schedule
+        self.gradient_clip_val, self.gradient_clip_algorithm = gradient_clip_val, gradient_clip_algorithm
         self.precision = precision
         self.privacy = privacy
         self.logger = logger
@@ -189,7 +204,10 @@ class FederatedTrainer:
             )
         if self.privacy is not None:
             model = self.privacy.prepare(model, self.precision)
-        self.client = client = ClientTrainer(self.fabric, model, data, self.privacy)
+        if self.lr_schedule is not None and strategy.chooses_client_steps:
+            raise ConfigError(f"{type(strategy).__name__} chooses its clients' step sizes itself: remove trainer.lr_schedule")
+        self.client = client = ClientTrainer(self.fabric, model, data, self.privacy, self.lr_schedule, self.rounds,
+                                             self.gradient_clip_val, self.gradient_clip_algorithm)
         optimizer = client.optimizer.optimizer
         if strategy.needs_plain_sgd and not _sgd_without_momentum(optimizer):
             settings = f" with momentum {optimizer.param_groups[0]['momentum']}" if isinstance(optimizer, torch.optim.SGD) else ""
@@ -217,12 +235,14 @@ class FederatedTrainer:
         else:
             source.begin(engine, self.params, self.buffers)
         self.fabric.call("on_fit_start", trainer=self)
+        client.module.on_fit_start()
         try:
             while self.round < self.rounds and not self.should_stop:
                 self._round(engine)
         except BaseException as error:
             self.fabric.call("on_exception", trainer=self, error=error)
             raise
+        client.module.on_fit_end()
         self.fabric.call("on_fit_end", trainer=self, metrics=self.last_metrics)
         client.flat.load(self.params, self.buffers)
         return self.last_metrics
@@ -361,6 +381,7 @@ class FederatedTrainer:
                 "metrics": self.last_metrics,
                 **self.source.state_dict(),
             }
+            self.client.module.on_save_checkpoint(state)
             self.fabric.call("on_save_checkpoint", trainer=self, checkpoint=state)
             save_checkpoint(self.checkpoint_path, state)
             prune(folder / PROCESS_STATES, {name, self._process_states})  # the previous checkpoint's stay
@@ -380,6 +401,7 @@ class FederatedTrainer:
         restore_rng_states(checkpoint["rng"])
         self.source.load_state_dict(checkpoint)
         self.round, self.last_metrics = checkpoint["round"], checkpoint["metrics"]
+        self.client.module.on_load_checkpoint(checkpoint)
         self.fabric.call("on_load_checkpoint", trainer=self, checkpoint=checkpoint)
 
     @staticmethod
@@ -409,4 +431,5 @@ class FederatedTrainer:
             checkpoint = load_checkpoint(path, self.fabric.print)
             self.params, self.buffers = self._restore_weights(checkpoint, self.params, self.buffers)
             self.round = checkpoint["round"]
+            self.client.module.on_load_checkpoint(checkpoint)
         return self.evaluate(step)

@@ -45,6 +45,11 @@ REFUSED = [
     ("fedprox_mu", ["--strategy", "lightfed.strategies.FedProx", "--strategy.mu", "-1"], ["strategy.mu must be >= 0, got -1.0"]),
     ("no_last_checkpoint", ["--ckpt_path", "last"], ["--ckpt_path last: no last.ckpt under"]),
     ("missing_checkpoint", ["--ckpt_path", "nowhere.ckpt"], ["checkpoint nowhere.ckpt does not exist; check --ckpt_path"]),
+    ("clip_zero", ["--trainer.gradient_clip_val", "0"], ["trainer.gradient_clip_val must be > 0 or null, got 0.0"]),
+    ("schedule_of_adaptive_fedecado", ["--strategy", "lightfed.strategies.AdaptiveFedECADO", "--trainer.lr_schedule",
+                                       "lightfed.schedules.CosineDecay"], ["remove trainer.lr_schedule"]),
+    ("schedule_gamma", ["--trainer.lr_schedule", "lightfed.schedules.ExponentialDecay", "--trainer.lr_schedule.gamma",
+                        "2"], ["ExponentialDecay needs 0 < gamma <= 1, got 2.0"]),
     ("root_dir_under_a_file", ["--trainer.root_dir", "A_FILE/runs"], ["A_FILE is not a folder; change trainer.root_dir"]),
 ]
 

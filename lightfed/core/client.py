@@ -1,10 +1,12 @@
 """Local training of the user's LightningModule on one client's data, through Fabric."""
 
+import math
 from collections.abc import Mapping
 
 import torch
 from lightning import LightningModule
 from lightning.fabric import Fabric
+from lightning.pytorch.utilities.data import extract_batch_size
 from torch import Tensor
 from torch.optim import Optimizer
 
@@ -13,10 +15,12 @@ from lightfed.core.local_context import LocalContext
 from lightfed.core.local_session import LocalSession
 from lightfed.core.logged_values import LoggedValues
 from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.trainer_view import TrainerView
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.optim.sam import SAM
 from lightfed.privacy.base import ClientPrivacy
+from lightfed.schedules import RoundSchedule
 
 
 def _single_optimizer(configured: object) -> Optimizer:
@@ -27,8 +31,8 @@ def _single_optimizer(configured: object) -> Optimizer:
         configured = configured[0]
     if not isinstance(configured, Optimizer):
         raise ConfigError(
-            "configure_optimizers must return one torch optimizer for federated clients "
-            f"(learning-rate schedules are set by the strategy), got {type(configured).__name__}"
+            "configure_optimizers must return one torch optimizer for federated clients (a learning-rate schedule "
+            f"over rounds is trainer.lr_schedule), got {type(configured).__name__}"
         )
     return configured
 
@@ -40,12 +44,28 @@ class ClientTrainer:
     which is what a freshly built optimizer would start from. Each client's training runs in a ``LocalSession``: plain
     gradients of shuffled batches, or with ``privacy`` the mechanism's session (its batches, its private gradients,
     its hook before each step). Local rules and sessions see the trainer only through its ``LocalContext``.
+
+    The module's hooks run at the matching points of a client's training (the README's table) and ``self.trainer`` is a
+    ``TrainerView``. ``lr_schedule`` scales each round's learning rate; ``gradient_clip_val`` clips each step's final
+    gradient (after the rule and privacy, before the optimizer step) by its norm or by value.
     """
 
     def __init__(
-        self, fabric: Fabric, module: LightningModule, data: FederatedDataModule, privacy: ClientPrivacy | None = None
+        self,
+        fabric: Fabric,
+        module: LightningModule,
+        data: FederatedDataModule,
+        privacy: ClientPrivacy | None = None,
+        lr_schedule: RoundSchedule | None = None,
+        rounds: int = 1,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str = "norm",
     ) -> None:
         self.fabric = fabric
+        self.lr_schedule, self.rounds = lr_schedule, rounds
+        self.gradient_clip_val, self.gradient_clip_algorithm = gradient_clip_val, gradient_clip_algorithm
+        self.view = TrainerView(fabric)
+        module.trainer = self.view
         self.module = fabric.strategy.precision.convert_module(module)
         self.data = data
         self.flat = FlatModule(self.module, fabric.device)
@@ -76,25 +96,33 @@ class ClientTrainer:
     def train(self, plan: ClientPlan, params: Tensor, buffers: Tensor) -> ClientUpdate:
         """Runs the plan from the given global weights; randomness comes only from ``plan.seed``."""
         self.flat.load(params, buffers)
-        self._reset_optimizer(plan.lr)
+        self._reset_optimizer(plan)
         self._rule = rule = plan.rule
         context = self._context
         if rule is not None:
             rule.start(params, context)
         torch.manual_seed(plan.seed)  # dropout, DP noise and other randomness drawn from torch's global RNG
         generator = torch.Generator().manual_seed(plan.seed)
-        module, optimizer = self.module, self.optimizer
+        module, optimizer, view = self.module, self.optimizer, self.view
         module.train()
         session = LocalSession(context, plan, generator) if self.privacy is None else self.privacy.session(context, plan, generator)
         self._session = session
         loss_sum = torch.zeros((), device=self.fabric.device)
-        steps, local_time = 0, 0.0
+        steps, local_time, per_epoch = 0, 0.0, max(1, math.ceil(self.data.client_size(plan.client_id) / self.data.batch_size))
+        view._enter("train", plan.round, plan.client_id)
         with self.logged.attached(module):
+            module.on_train_start()
             for batch in session.batches():
-                self.logged.batch_size = len(batch[1])
+                if steps % per_epoch == 0:
+                    view._epoch = steps // per_epoch
+                    module.on_train_epoch_start()
+                self.logged.batch_size = extract_batch_size(batch)
+                module.on_train_batch_start(batch, steps)
                 self._batch, self._batch_idx = batch, steps
                 loss = self._gradient()
                 session.before_step(self.flat.grads)
+                module.on_before_optimizer_step(optimizer.optimizer)
+                self._clip_gradient()
                 if rule is not None:
                     rule.observe(self.flat.grads)
                 if rule is None or not rule.takes_step:
@@ -102,7 +130,15 @@ class ClientTrainer:
                 loss_sum += loss.detach()
                 local_time += context.lr
                 steps += 1
+                view._step = steps
+                module.on_train_batch_end(loss, batch, steps - 1)
+                if steps % per_epoch == 0:
+                    module.on_train_epoch_end()
+            if steps % per_epoch:  # a last, partial pass (local_steps)
+                module.on_train_epoch_end()
+            module.on_train_end()
         session.finish()
+        view._enter("")
         torch.sub(self.flat.params, params, out=self.delta)
         return ClientUpdate(
             client_id=plan.client_id,
@@ -134,9 +170,21 @@ class ClientTrainer:
             self._rule.adjust(self.flat.grads, self.flat.params)
         return loss
 
-    def _reset_optimizer(self, lr: float | None) -> None:
+    def _clip_gradient(self) -> None:
+        """Clips the step's gradient as Lightning's ``gradient_clip_val`` does (true gradients under 16-mixed)."""
+        if self.gradient_clip_val is None:
+            return
+        if self._scaler is not None and self._rule is None:  # with a rule, ``_gradient`` has unscaled them
+            self._scaler.unscale_(self.optimizer.optimizer)
+        if self.gradient_clip_algorithm == "norm":
+            torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.gradient_clip_val)
+        else:
+            torch.nn.utils.clip_grad_value_(self.module.parameters(), self.gradient_clip_val)
+
+    def _reset_optimizer(self, plan: ClientPlan) -> None:
+        """Fresh optimizer state at the plan's learning rate (or the optimizer's own) x the round's schedule factor."""
         self.optimizer.state.clear()
+        factor = 1.0 if self.lr_schedule is None else self.lr_schedule.factor(plan.round, self.rounds)
         for group, initial in zip(self.optimizer.param_groups, self._initial_groups):
             group.update(initial)
-            if lr is not None:
-                group["lr"] = lr
+            group["lr"] = (group["lr"] if plan.lr is None else plan.lr) * factor

@@ -29,7 +29,9 @@ class LocalSession:
             output = context.module.training_step(batch, batch_idx)
         loss = output["loss"] if isinstance(output, Mapping) else output
         context.flat.zero_grad()
+        context.module.on_before_backward(loss)
         context.backward(loss)
+        context.module.on_after_backward()
         return loss
 
     def before_step(self, grad: Tensor) -> None:

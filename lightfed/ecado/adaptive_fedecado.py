@@ -53,6 +53,7 @@ class AdaptiveFedECADO(FedECADO):
     report_scalars = ("window", "weight", "first_step", "step_min", "step_max", "step_count", "rejected", "forced", "max_lte")
     report_vectors = ("curvature",)
     curvature = "diagonal"
+    chooses_client_steps = True
 
     def __init__(
         self,

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+from lightning.pytorch.utilities.data import extract_batch_size
 from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
@@ -49,8 +50,9 @@ def probe_loss(context: LocalContext, client_id: int) -> float:
             with context.autocast():
                 output = module.training_step(batch, batch_idx)
             loss = output["loss"] if isinstance(output, dict) else output
-            total += float(loss) * len(batch[1])
-            count += len(batch[1])
+            size = extract_batch_size(batch)
+            total += float(loss) * size
+            count += size
     module.train()
     return total / count
 

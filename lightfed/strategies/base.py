@@ -28,6 +28,7 @@ class Strategy(ABC):
     server_path: ClassVar[Literal["sums", "sharded"]] = "sums"
     keeps_client_state = False
     needs_plain_sgd = False  # the update assumes local steps x <- x - lr g (SGD without momentum), checked at start
+    chooses_client_steps = False  # its local rule sets every step size itself (no trainer.lr_schedule)
 
     def check(self, world_size: int) -> None:
         """Refuses a run this strategy cannot do, before any process starts or anything is written. Default: none."""

@@ -15,7 +15,8 @@ Strategy settings come from the configs: FedECADO's ``tolerance`` from ``configs
 its ``sensitivity_step`` is the client lr (as in those configs) and its ``inductance`` follows the configs' rule of
 thumb L = active clients x (window)^2 with the window T = local epochs x lr (digits: 10 x 0.1^2 = 0.1, the config's
 value; ``--inductance`` overrides it); AdaptiveFedECADO's ``tolerance`` from ``configs/<...>/adaptive_fedecado.yaml``
-(its other settings are derived by the strategy itself). FedAvg is plain FedAvg whose ``aggregate`` is timed the way
+(its other settings are derived by the strategy itself; ``AdaptiveFedECADO-retro`` is the same with
+``client_lte: retrospective``, one gradient a client step). FedAvg is plain FedAvg whose ``aggregate`` is timed the way
 FedECADO times its own (``strategy/server_seconds``).
 
 Each (workload, devices, strategy) is a fresh subprocess of this script (``--worker``) whose processes each print a
@@ -68,7 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchmark  # noqa: E402  scripts/benchmark.py: result lines, cores, threads and the synthetic CIFAR data
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-STRATEGIES = ("FedAvg", "FedECADO", "AdaptiveFedECADO")
+STRATEGIES = ("FedAvg", "FedECADO", "AdaptiveFedECADO", "AdaptiveFedECADO-retro")
 RESULT_TAG = benchmark.RESULT_TAG
 
 
@@ -170,7 +171,8 @@ def strategy_settings(args: argparse.Namespace, run: dict) -> dict[str, dict]:
     window = run["local_epochs"] * run["lr"]
     fedecado["inductance"] = args.inductance or run["clients_per_round"] * window**2
     fedecado["sensitivity_step"] = run["lr"]
-    return {"FedAvg": {}, "FedECADO": fedecado, "AdaptiveFedECADO": adaptive}
+    return {"FedAvg": {}, "FedECADO": fedecado, "AdaptiveFedECADO": adaptive,
+            "AdaptiveFedECADO-retro": {**adaptive, "client_lte": "retrospective"}}
 
 
 def threads_per_process(args: argparse.Namespace) -> int:
@@ -233,7 +235,9 @@ def make_strategy(name: str, kwargs: dict):
         def metrics(self) -> dict[str, float]:
             return {**super().metrics(), "server_seconds": self.server_seconds}
 
-    return {"FedAvg": TimedFedAvg, "FedECADO": FedECADO, "AdaptiveFedECADO": AdaptiveFedECADO}[name](**kwargs)
+    classes = {"FedAvg": TimedFedAvg, "FedECADO": FedECADO, "AdaptiveFedECADO": AdaptiveFedECADO,
+               "AdaptiveFedECADO-retro": AdaptiveFedECADO}
+    return classes[name](**kwargs)
 
 
 def client_state_bytes(strategy) -> tuple[int, int]:
@@ -426,7 +430,7 @@ def fmt(x: float) -> str:
     return "-" if math.isnan(x) else f"{x:.4g}"
 
 
-HEADER = (f"  {'strategy':18s} {'round s':>9s} {'client s':>9s} {'server s':>10s} {'other s':>9s} "
+HEADER = (f"  {'strategy':22s} {'round s':>9s} {'client s':>9s} {'server s':>10s} {'other s':>9s} "
           f"{'round/FedAvg':>12s} {'server/FedAvg':>13s} {'srv steps':>9s} {'rejected':>8s} {'curv.est':>8s}  "
           "client state bytes/process")
 
@@ -450,10 +454,10 @@ def print_table(report: dict, table: dict) -> None:
     print(HEADER)
     for name, row in rows.items():
         if "failed" in row:
-            print(f"  {name:18s} failed: {row['failed']}")
+            print(f"  {name:22s} failed: {row['failed']}")
             continue
         state = " / ".join(str(b) for b in row["client_state_bytes"])
-        print(f"  {name:18s} {fmt(row['round_s']):>9s} {fmt(row['client_s']):>9s} {fmt(row['server_s']):>10s} "
+        print(f"  {name:22s} {fmt(row['round_s']):>9s} {fmt(row['client_s']):>9s} {fmt(row['server_s']):>10s} "
               f"{fmt(row['other_s']):>9s} {fmt(row.get('round_ratio', math.nan)):>12s} "
               f"{fmt(row.get('server_ratio', math.nan)):>13s} {fmt(row['server_steps']):>9s} "
               f"{fmt(row['server_rejected']):>8s} {fmt(row['curvature_estimates']):>8s}  {state}")
@@ -470,7 +474,7 @@ def print_scaling(report: dict) -> None:
         print(f"\n{workload}: seconds per round by number of processes")
         for name in tables[0]["rows"]:
             cells = [f"{t['devices']}: {fmt(t['rows'][name].get('round_s', math.nan))}" for t in tables]
-            print(f"  {name:18s} " + "   ".join(cells))
+            print(f"  {name:22s} " + "   ".join(cells))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,8 @@ sys.modules["circuit_benchmark_script"] = circuit
 _spec.loader.exec_module(circuit)
 
 TINY = ["--workloads", "digits", "--rounds", "1", "--warmup-rounds", "1", "--clients", "10",
-        "--clients-per-round", "4", "--examples", "20", "--devices", "1", "--threads", "1", "--accelerator", "cpu"]
+        "--clients-per-round", "4", "--examples", "20", "--devices", "1", "--threads", "1", "--accelerator", "cpu",
+        "--strategies", "FedAvg", "FedECADO", "AdaptiveFedECADO"]
 
 
 def config(path: str) -> dict:
@@ -37,6 +38,7 @@ def test_digits_follows_its_configs_and_the_inductance_rule_gives_theirs():
     settings = circuit.strategy_settings(args, run)
     assert settings["FedECADO"] == pytest.approx(config("digits/fedecado.yaml")["strategy"]["init_args"])
     assert settings["AdaptiveFedECADO"] == config("digits/adaptive_fedecado.yaml")["strategy"]["init_args"]
+    assert settings["AdaptiveFedECADO-retro"] == {**settings["AdaptiveFedECADO"], "client_lte": "retrospective"}
 
 
 def test_cifar_workloads_take_ten_clients_per_round_and_the_configs_tolerances():

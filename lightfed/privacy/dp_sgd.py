@@ -9,6 +9,8 @@ from typing import Literal
 import torch
 from lightning import LightningModule
 from lightning.fabric import Fabric
+from lightning.fabric.utilities.apply_func import apply_to_collection
+from lightning.pytorch.utilities.data import extract_batch_size
 from opacus import PrivacyEngine
 from opacus.accountants.accountant import IAccountant
 from opacus.accountants.utils import get_noise_multiplier
@@ -233,12 +235,12 @@ class DPSGDSession(LocalSession):
                 if taken == steps:
                     return
                 taken += 1
-                yield self.context.data.client_subset(self.plan.client_id, positions)
+                yield self.context.data.client_subset(self.plan.client_id, positions, self.generator)
 
     def gradient(self, batch: Batch, batch_idx: int) -> Tensor:
         """Clipped, noised gradient of the Poisson batch, in physical chunks; the per-example gradients of every
         evaluation are cleared after it, so a second evaluation of the batch never sees those of the first."""
-        size = len(batch[1])
+        size = extract_batch_size(batch)
         loss = torch.zeros((), device=self.context.flat.params.device)
         if size == 0:  # Poisson sampling drew nobody: the step releases noise only
             for p in self.optimizer.params:
@@ -246,10 +248,11 @@ class DPSGDSession(LocalSession):
             self.optimizer.pre_step()
         else:
             chunk_size = self.privacy.max_physical_batch_size or size
-            chunks = list(zip(*(part.split(chunk_size) for part in batch)))
-            for i, chunk in enumerate(chunks):
-                self.optimizer.signal_skip_step(do_skip=i < len(chunks) - 1)
-                loss += super().gradient(chunk, batch_idx).detach() * len(chunk[1])
+            starts = range(0, size, chunk_size)
+            for i, start in enumerate(starts):
+                chunk = apply_to_collection(batch, Tensor, lambda t: t[start : start + chunk_size])
+                self.optimizer.signal_skip_step(do_skip=i < len(starts) - 1)
+                loss += super().gradient(chunk, batch_idx).detach() * extract_batch_size(chunk)
                 if not self.optimizer.pre_step():
                     self.optimizer.zero_grad(set_to_none=True)  # keeps the accumulated clipped sum
             loss /= size

@@ -48,11 +48,24 @@ class LeastSquares(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=1.0)
 
 
-def _private_client(x, y, privacy, batch_size=None):
-    data = FederatedDataModule(Fixed(x, y), batch_size=batch_size or len(y))  # batch >= data: sample rate 1
+class DictLeastSquares(LeastSquares):
+    """LeastSquares whose batches are dicts ``{"x": x, "y": y}``."""
+
+    def training_step(self, batch, batch_idx):
+        return super().training_step((batch["x"], batch["y"]), batch_idx)
+
+
+class DictBatches(FederatedDataModule):
+    def client_subset(self, *args):
+        x, y = super().client_subset(*args)
+        return {"y": y, "x": x}
+
+
+def _private_client(x, y, privacy, batch_size=None, data_class=FederatedDataModule, module_class=LeastSquares):
+    data = data_class(Fixed(x, y), batch_size=batch_size or len(y))  # batch >= data: sample rate 1
     data.setup(seed=0, device=torch.device("cpu"))
     privacy.setup(data, ClientStates(), clients_per_round=1, planned=lambda: [])
-    return ClientTrainer(Fabric(accelerator="cpu", devices=1), LeastSquares(x.shape[1]), data, privacy)
+    return ClientTrainer(Fabric(accelerator="cpu", devices=1), module_class(x.shape[1]), data, privacy)
 
 
 def _clipped(g, c):
@@ -64,9 +77,11 @@ Y = torch.tensor([1, 0, 2, 1])
 
 
 @pytest.mark.parametrize("physical", [None, 3])  # 3: the batch is evaluated in two chunks, clipped sums accumulated
-def test_every_per_example_gradient_is_clipped_to_c_before_the_sum(physical):
+@pytest.mark.parametrize("batches", ["tuples", "dicts"])
+def test_every_per_example_gradient_is_clipped_to_c_before_the_sum(physical, batches):
     privacy = DPSGD(noise_multiplier=0.0, max_grad_norm=1.0, max_physical_batch_size=physical)
-    client = _private_client(X, Y, privacy)
+    classes = {"tuples": (FederatedDataModule, LeastSquares), "dicts": (DictBatches, DictLeastSquares)}[batches]
+    client = _private_client(X, Y, privacy, None, *classes)
     w = torch.tensor([0.5, -0.5, 1.0])
     update = client.train(ClientPlan(client_id=0, round=0, seed=0, steps=1), w, torch.zeros(0))
     per_example = (X @ w - Y.float())[:, None] * X  # norms 7.5, 0.1, 2.0, 1.7

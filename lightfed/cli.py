@@ -1,7 +1,12 @@
 """The ``lightfed`` command: ``fit``, ``validate`` and ``test`` with LightningCLI conventions on jsonargparse."""
 
+import atexit
+import os
 import re
+import signal
 import sys
+import threading
+import traceback
 from argparse import ArgumentError
 
 from jsonargparse import ActionConfigFile, ArgumentParser
@@ -57,12 +62,81 @@ def build_parser() -> tuple[ArgumentParser, dict[str, ArgumentParser]]:
     return parser, parsers
 
 
-def run(argv: list[str] | None = None) -> dict[str, float]:
-    """Parses ``argv``, builds the components and runs the subcommand; returns its metrics."""
+_observer: threading.Thread | None = None  # in the process that forked the others: waits for them
+_forked = False  # this process is a fork: it leaves with os._exit, as multiprocessing's forks do
+
+
+def _fork_processes(trainer: dict) -> None:
+    """Starts processes 1.. of a single-node CPU run as forks of this one, which has imported and parsed everything
+    already (Lightning would start each as a new interpreter that does both again). The forks find the launcher's
+    environment variables, so ``Fabric.launch`` starts nothing more; elsewhere (a GPU, several nodes, a cluster's own
+    launcher, threads running) this does nothing and Lightning starts the processes as usual."""
+    from lightning.fabric.plugins.environments import (
+        LightningEnvironment,
+        LSFEnvironment,
+        MPIEnvironment,
+        SLURMEnvironment,
+        TorchElasticEnvironment,
+    )
+
+    devices = trainer.get("devices")
+    devices = int(devices) if isinstance(devices, int) or (isinstance(devices, str) and devices.isdigit()) else 0
+    clusters = (TorchElasticEnvironment, SLURMEnvironment, LSFEnvironment, MPIEnvironment)  # Fabric's, in its order
+    if (
+        trainer.get("accelerator") != "cpu"
+        or devices < 2
+        or trainer.get("num_nodes", 1) != 1
+        or "LOCAL_RANK" in os.environ
+        or not hasattr(os, "fork")
+        or threading.active_count() > 1
+        or any(cluster.detect() for cluster in clusters)
+    ):
+        return
+    environment = LightningEnvironment()  # the variables Lightning's subprocess launcher sets
+    os.environ["MASTER_ADDR"] = environment.main_address
+    os.environ["MASTER_PORT"] = str(environment.main_port)
+    os.environ["NODE_RANK"] = "0"
+    os.environ["WORLD_SIZE"] = str(devices)
+    os.environ["LOCAL_RANK"] = "0"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    children = []
+    for local_rank in range(1, devices):
+        pid = os.fork()
+        if pid == 0:
+            global _forked
+            _forked = True
+            os.environ["LOCAL_RANK"] = str(local_rank)
+            return
+        children.append(pid)
+    global _observer
+    _observer = threading.Thread(target=_observe, args=(children,), daemon=True, name="child-process-observer")
+    _observer.start()
+
+
+def _observe(children: list[int]) -> None:
+    """Waits for the forked processes; when one fails, ends the others and this one (as Lightning's launcher does)."""
+    for pid in children:
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            for other in children:
+                if other != pid:
+                    try:
+                        os.kill(other, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def run(argv: list[str] | None = None, fork: bool = False) -> dict[str, float]:
+    """Parses ``argv``, builds the components and runs the subcommand; returns its metrics. ``fork``: start the
+    other processes of a multi-process CPU run by forking this one (the command line does; ``_fork_processes``)."""
     parser, parsers = build_parser()
     config = parser.parse_args(argv)
     name = config.subcommand
     sub_config = config[name]
+    if fork:
+        _fork_processes(vars(sub_config.trainer))
     seed_everything(sub_config.seed_everything, verbose=False)  # before the model is built
     objects = parser.instantiate(config)[name]
     model = objects.model if objects.model is not None else SmallCNN()
@@ -103,7 +177,7 @@ def _parse_error_line(error: ArgumentError) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
+    command_line, argv = argv is None, sys.argv[1:] if argv is None else argv
     if argv[:1] == ["compare"]:
         from lightfed.experiments.compare import main as compare
 
@@ -113,7 +187,33 @@ def main(argv: list[str] | None = None) -> None:
         print(f"    {'compare':<20}Compare configs over seeds and sweeps: a table and a plot (lightfed compare --help).")
         return
     try:
-        run(argv)
+        _run_and_report(argv, command_line)
+    except BaseException as error:
+        if not _forked:
+            raise
+        if not isinstance(error, SystemExit):
+            traceback.print_exc()
+        _leave(error.code if isinstance(error, SystemExit) else 1)
+    if _forked:
+        _leave(0)
+
+
+def _leave(code: int | str | None) -> None:
+    """Ends a forked process: its exit handlers and output, not the interpreter's teardown (its parent's work)."""
+    atexit._run_exitfuncs()
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
+
+
+def _run_and_report(argv: list[str], command_line: bool) -> None:
+    """Runs ``argv``; a user's error (a bad config, an option) in one line on stderr and exit status 2."""
+    try:
+        run(argv, fork=command_line)  # forked processes only from a command, whose exit ends them
+        if _observer is not None:
+            _observer.join()  # the command ends when every process has
     except Exception as error:
         user_error = _user_error(error)
         if user_error is not None:
@@ -123,5 +223,5 @@ def main(argv: list[str] | None = None) -> None:
             message = f"{_parse_error_line(error)} ({where} lists every option)"
         else:
             raise
-        print(f"lightfed: error: {message}", file=sys.stderr)
+        sys.stderr.write(f"lightfed: error: {message}\n")  # one write: the lines of several processes stay whole
         sys.exit(2)

@@ -1,0 +1,80 @@
+"""Start-up of the quickstart: seconds from the command to the first round's start and to exit, on 1 and 2 processes,
+beside ``python -c "import torch"`` and ``python -c "import lightning"`` (median of ``--repeats`` interleaved runs).
+
+    python scripts/startup_benchmark.py [--repeats 5] [--rounds 1]
+
+The first round's start is stamped by ``FirstRoundStamp``, a callback this script adds through the config (process 0
+writes the wall-clock time when round 0 starts); the command's start and exit are taken here around the subprocess.
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from lightfed.callbacks.base import Callback
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class FirstRoundStamp(Callback):
+    """Writes ``time.time()`` to ``path`` when round 0 starts, on process 0."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def on_round_start(self, trainer, round: int) -> None:
+        if round == 0 and trainer.fabric.is_global_zero:
+            Path(self.path).write_text(repr(time.time()))
+
+
+def timed(command: list[str], stamp: Path | None = None) -> tuple[float | None, float]:
+    """Seconds from starting ``command`` to the stamp it writes (None without one) and to its exit."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "scripts"), os.environ.get("PYTHONPATH", "")])}
+    began = time.time()
+    done = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    ended = time.time()
+    if done.returncode:
+        sys.exit(f"{' '.join(command)} failed:\n{done.stderr}")
+    return (float(stamp.read_text()) - began if stamp else None), ended - began
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="lightfed-startup-"))
+    stamp = work / "first_round"
+    overlay = work / "overlay.yaml"
+    overlay.write_text(
+        f"trainer:\n  rounds: {args.rounds}\n  root_dir: {work / 'runs'}\n  progress_bar: false\n"
+        f"  callbacks:\n    - class_path: startup_benchmark.FirstRoundStamp\n      init_args:\n        path: {stamp}\n"
+    )
+    fit = [sys.executable, "-m", "lightfed", "fit", "-c", "configs/quickstart.yaml", "-c", str(overlay)]
+    cases = {
+        'python -c "import torch"': ([sys.executable, "-c", "import torch"], False),
+        'python -c "import lightning"': ([sys.executable, "-c", "import lightning"], False),
+        "quickstart, 1 process": ([*fit, "--trainer.devices", "1"], True),
+        "quickstart, 2 processes": ([*fit, "--trainer.devices", "2"], True),
+    }
+    results: dict[str, list[tuple[float | None, float]]] = {name: [] for name in cases}
+    timed(cases["quickstart, 1 process"][0], stamp)  # warm the file cache and the dataset
+    for _ in range(args.repeats):
+        for name, (command, stamped) in cases.items():
+            stamp.unlink(missing_ok=True)
+            results[name].append(timed(command, stamp if stamped else None))
+    print(f"median of {args.repeats} runs, {os.cpu_count()} CPU cores, quickstart with trainer.rounds {args.rounds}")
+    print(f"{'':<30}{'first round s':>15}{'exit s':>10}")
+    for name, runs in results.items():
+        first = [f for f, _ in runs if f is not None]
+        first_s = f"{statistics.median(first):.2f}" if first else "-"
+        print(f"{name:<30}{first_s:>15}{statistics.median([e for _, e in runs]):>10.2f}")
+
+
+if __name__ == "__main__":
+    main()

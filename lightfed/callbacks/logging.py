@@ -4,7 +4,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from lightning.fabric.loggers import TensorBoardLogger
-from torch.utils.tensorboard.summary import hparams
 
 from lightfed.callbacks.base import Callback
 
@@ -30,6 +29,8 @@ class LogMetrics(Callback):
             logger.log_metrics(metrics, step=trainer.round)
 
     def on_fit_end(self, trainer, metrics: dict[str, float]) -> None:
+        from torch.utils.tensorboard.summary import hparams  # TensorBoard only where a run logs to it
+
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger) and metrics and trainer.fabric.is_global_zero:
                 writer = logger.experiment._get_file_writer()  # what Lightning's own log_hyperparams writes to

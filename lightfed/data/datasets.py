@@ -8,8 +8,6 @@ from typing import ClassVar
 import numpy as np
 import torch
 import torchvision
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 from torch.utils.data import Dataset
 
 from lightfed.errors import ConfigError, DatasetNotFoundError
@@ -73,6 +71,9 @@ class Digits(DatasetSource):
 
     def load(self, seed: int) -> TensorSplits:
         """Images (N, 1, 8, 8) in [0, 1]; the train/test split depends on `seed`."""
+        from sklearn.datasets import load_digits  # scikit-learn only where its digits are used
+        from sklearn.model_selection import train_test_split
+
         digits = load_digits()
         x = (digits.data / 16.0).reshape(-1, 1, 8, 8).astype(np.float32)
         y = digits.target.astype(np.int64)

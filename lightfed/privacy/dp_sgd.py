@@ -1,20 +1,18 @@
 """Opacus DP-SGD inside every client: per-example clipping, Gaussian noise, Poisson sampling, one accountant per
 client kept across rounds (and in checkpoints)."""
 
+from __future__ import annotations
+
 import math
 import warnings
 from collections.abc import Iterator
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from lightning import LightningModule
 from lightning.fabric import Fabric
 from lightning.fabric.utilities.apply_func import apply_to_collection
 from lightning.pytorch.utilities.data import extract_batch_size
-from opacus import PrivacyEngine
-from opacus.accountants.accountant import IAccountant
-from opacus.accountants.utils import get_noise_multiplier
-from opacus.validators import ModuleValidator
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -26,6 +24,10 @@ from lightfed.errors import ConfigError
 from lightfed.privacy.accountant import STATE, accountant_state, compose, load_accountant, spent_epsilon, poisson_schedule
 from lightfed.privacy.base import ClientPrivacy
 
+if TYPE_CHECKING:  # Opacus is imported by the runs that use it
+    from opacus.accountants.accountant import IAccountant
+
+
 def gradients_per_step(plan: ClientPlan) -> int:
     """Private gradients each local step releases: 2 under a sharpness-aware rule, else 1."""
     return 1 if plan.rule is None else plan.rule.gradients_per_step
@@ -33,6 +35,8 @@ def gradients_per_step(plan: ClientPlan) -> int:
 
 def convert_in_place(module: nn.Module) -> None:
     """Replaces the submodules Opacus can fix (BatchNorm -> GroupNorm, ...) with its fixers, keeping ``module``."""
+    from opacus.validators import ModuleValidator
+
     for name, sub in list(module.named_modules()):
         fixer = ModuleValidator.FIXERS.get(type(sub))
         if fixer is not None and name:
@@ -109,6 +113,8 @@ class DPSGD(ClientPrivacy):
     # ----------------------------------------------------------------- model
 
     def prepare(self, module: LightningModule, precision: str) -> LightningModule:
+        from opacus.validators import ModuleValidator
+
         module = super().prepare(module, precision)
         has_batchnorm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules())
         if has_batchnorm and not self.convert_batchnorm:
@@ -134,6 +140,8 @@ class DPSGD(ClientPrivacy):
 
     def step_noise(self, client_id: int, releases: int) -> float:
         """Noise multiplier of one step that releases ``releases`` private gradients of its batch."""
+        from opacus.accountants.utils import get_noise_multiplier
+
         if self.noise_multiplier is not None:
             return self.noise_multiplier / math.sqrt(releases)
         if client_id not in self._step_noise:
@@ -199,6 +207,8 @@ class DPSGDSession(LocalSession):
     each physical chunk's plain gradient comes from ``LocalSession.gradient``."""
 
     def __init__(self, privacy: DPSGD, context: LocalContext, plan: ClientPlan, generator: torch.Generator) -> None:
+        from opacus import PrivacyEngine
+
         super().__init__(context, plan, generator)
         self.privacy = privacy
         client_id = plan.client_id

@@ -62,7 +62,47 @@ def build_parser() -> tuple[ArgumentParser, dict[str, ArgumentParser]]:
     return parser, parsers
 
 
-_observer: threading.Thread | None = None  # in the process that forked the others: waits for them
+class _Forks:
+    """The processes this one forked, each waited for by a thread; when one fails, the others and this one are
+    ended unless they end by themselves within ``grace_s`` (they would wait in a collective for ever)."""
+
+    def __init__(self, pids: list[int], grace_s: float = 5.0):
+        self.running, self.failure, self.grace_s = set(pids), None, grace_s
+        self.ending = threading.Event()  # set when this process's run returned or raised
+        self._lock = threading.Lock()
+        self._waiters = [threading.Thread(target=self._wait, args=(pid,), daemon=True) for pid in pids]
+        for waiter in self._waiters:
+            waiter.start()
+
+    def _wait(self, pid: int) -> None:
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        with self._lock:
+            self.running.discard(pid)
+            if code == 0 or self.failure is not None:
+                return
+            self.failure = code
+        ended = self.ending.wait(self.grace_s)
+        self._kill_running()
+        if not ended:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _kill_running(self) -> None:
+        with self._lock:
+            for pid in self.running:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    def finish(self, failed: bool) -> None:
+        """This process's run ended: waits for the others (``grace_s`` at most after a failure, then ends them)."""
+        self.ending.set()
+        for waiter in self._waiters:
+            waiter.join(self.grace_s if failed else None)
+        self._kill_running()
+
+
+_forks: _Forks | None = None  # in the process that forked the others
 _forked = False  # this process is a fork: it leaves with os._exit, as multiprocessing's forks do
 
 
@@ -109,23 +149,8 @@ def _fork_processes(trainer: dict) -> None:
             os.environ["LOCAL_RANK"] = str(local_rank)
             return
         children.append(pid)
-    global _observer
-    _observer = threading.Thread(target=_observe, args=(children,), daemon=True, name="child-process-observer")
-    _observer.start()
-
-
-def _observe(children: list[int]) -> None:
-    """Waits for the forked processes; when one fails, ends the others and this one (as Lightning's launcher does)."""
-    for pid in children:
-        _, status = os.waitpid(pid, 0)
-        if os.waitstatus_to_exitcode(status) != 0:
-            for other in children:
-                if other != pid:
-                    try:
-                        os.kill(other, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-            os.kill(os.getpid(), signal.SIGKILL)
+    global _forks
+    _forks = _Forks(children)
 
 
 def run(argv: list[str] | None = None, fork: bool = False) -> dict[str, float]:
@@ -211,9 +236,16 @@ def _leave(code: int | str | None) -> None:
 def _run_and_report(argv: list[str], command_line: bool) -> None:
     """Runs ``argv``; a user's error (a bad config, an option) in one line on stderr and exit status 2."""
     try:
-        run(argv, fork=command_line)  # forked processes only from a command, whose exit ends them
-        if _observer is not None:
-            _observer.join()  # the command ends when every process has
+        try:
+            run(argv, fork=command_line)  # forked processes only from a command, whose exit ends them
+        except BaseException:
+            if _forks is not None:
+                _forks.finish(failed=True)
+            raise
+        if _forks is not None:
+            _forks.finish(failed=False)  # the command ends when every process has
+            if _forks.failure is not None:
+                sys.exit(_forks.failure if _forks.failure > 0 else 1)
     except Exception as error:
         user_error = _user_error(error)
         if user_error is not None:

@@ -14,3 +14,9 @@ class RecordProcess(Callback):
         record = {"pid": os.getpid(), "parent": os.getppid(), "forked": bool(cli and cli._forked)}
         folder = Path(os.environ["LIGHTFED_TEST_PROBE"])
         (folder / f"rank_{trainer.fabric.global_rank}.json").write_text(json.dumps(record))
+
+
+class FailOnSecondProcess(Callback):
+    def on_round_start(self, trainer, round):
+        if trainer.fabric.global_rank == 1:
+            raise RuntimeError("process 1 fails")

@@ -37,15 +37,25 @@ def test_the_privacy_accountant_imports_opacus_where_it_is_used():
     assert "opacus" in modules
 
 
-def test_the_second_process_of_a_cpu_run_is_a_fork_of_the_command(tmp_path):
-    """No second interpreter that imports and parses everything again: process 1 is forked after the parse."""
-    subprocess.run(
+def _fit_on_two_processes(tmp_path: Path, callback: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [sys.executable, "-m", "lightfed", "fit", "--config", QUICKSTART, "--trainer.rounds", "1",
          "--trainer.devices", "2", "--trainer.root_dir", str(tmp_path / "runs"), "--trainer.progress_bar", "false",
-         "--trainer.callbacks+=tests.process_probe.RecordProcess"],
-        check=True, cwd=ROOT, capture_output=True, timeout=300,
+         f"--trainer.callbacks+=tests.process_probe.{callback}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "LIGHTFED_TEST_PROBE": str(tmp_path)},
     )
+
+
+def test_the_second_process_of_a_cpu_run_is_a_fork_of_the_command(tmp_path):
+    """No second interpreter that imports and parses everything again: process 1 is forked after the parse."""
+    assert _fit_on_two_processes(tmp_path, "RecordProcess").returncode == 0
     first, second = (json.loads((tmp_path / f"rank_{rank}.json").read_text()) for rank in range(2))
     assert not first["forked"] and second["forked"]
     assert second["parent"] == first["pid"]
+
+
+def test_a_failing_second_process_fails_the_command(tmp_path):
+    done = _fit_on_two_processes(tmp_path, "FailOnSecondProcess")
+    assert done.returncode != 0
+    assert "RuntimeError: process 1 fails" in done.stderr

@@ -58,6 +58,12 @@ class Branches:
     resistance: Tensor  # (a, 1) or (a, d): R_i = 1 / G_i
     inductance: Tensor  # (a, 1) or (a, d): L_i
     beyond_window: BeyondWindow = "extrapolate"
+    end: float | None = None  # where the window ends; None: at max T_i
+
+    @property
+    def window_end(self) -> float:
+        """The time the server integrates to: ``end``, or the longest client window."""
+        return float(self.windows.max()) if self.end is None else float(self.end)
 
     def progress(self, s: float) -> Tensor:
         """r_i(s) with Gamma_i(s) = start + r_i(s) delta_i: how far along its own path each client is, (a,)."""
@@ -196,13 +202,14 @@ def integrate_window(
     all_reduce: AllReduce = _local,
     workspace: Workspace | None = None,
 ) -> WindowResult:
-    """Integrates the circuit from the window start (currents = I^k) to max T_i; ``step`` is the first h to try.
+    """Integrates the circuit from the window start (currents = I^k) to ``branches.window_end`` (default max T_i);
+    ``step`` is the first h to try.
 
     The last step is cut to land on the window end; a cut step does not shrink the next round's first step. On a
     slice of the coordinates, ``all_reduce`` takes each trial's error over every slice (one small all-reduce), so
     every process takes the same steps. ``workspace``: see ``WindowSolver``.
     """
-    end = float(branches.windows.max())
+    end = branches.window_end
     if not math.isfinite(end):
         raise DivergenceError(f"a client's simulated time is {end}: its steps diverged")
     floor = control.min_step * end

@@ -25,6 +25,20 @@ from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
 
 CURVATURES = ("trace", "diagonal")
 StateDevice = Literal["accelerator", "cpu"]
+InductanceRule = Literal["critical", "constant"]
+WindowEnd = Literal["max", "mean"]
+
+
+def critical_branch_inductance(resistance: Tensor, scale: float = 1.0) -> Tensor:
+    """L_i = scale x R_i R_eq / 4 with R_eq = 1 / sum_i (1 / R_i) (elementwise; rows are the round's branches).
+
+    Every branch then has the same time constant tau = L_i / R_i = R_eq / 4, so the currents' sum J obeys
+    tau J' = (x_c - Gamma) / R_eq - J and x_c follows the clients as tau R_eq x'' + R_eq x' + x = Gamma: damping ratio
+    1 / sqrt(scale) (scale 1: critical), natural frequency 2 / (R_eq sqrt(scale)). With R_i ~ T_i that frequency
+    times the round's window is at least 2 x active clients whatever the windows' size, so the share of the clients'
+    progress x_c captures in a round is fixed (a ramp followed critically lags by 2 / omega)."""
+    equivalent = resistance.reciprocal().sum(0, keepdim=True).reciprocal()
+    return resistance * equivalent * (scale / 4)
 
 
 def window_metrics(
@@ -50,6 +64,14 @@ def window_metrics(
     }
 
 
+def window_end(windows: Tensor, time_scale: Tensor, rule: str) -> float:
+    """The round's integration end: the longest window ("max") or the data-weighted (1 / beta_i) mean ("mean")."""
+    if rule == "max":
+        return float(windows.max())
+    weights = time_scale.double().reciprocal()
+    return float((weights * windows.double()).sum() / weights.sum())
+
+
 class FedECADO(ShardedStrategy):
     """Backward-Euler aggregation with aggregate sensitivity G_i = 1/dt_G + H_i / beta_i and multi-rate integration.
 
@@ -70,30 +92,40 @@ class FedECADO(ShardedStrategy):
     """
 
     report_scalars = ("time_scale", "curvature_mean")
+    window_end = "max"
 
     def __init__(
         self,
         inductance: float = 1.0,
         tolerance: float = 1e-2,
-        sensitivity_step: float = 1e-2,
+        sensitivity_step: float | Literal["window"] = "window",
+        inductance_rule: InductanceRule = "critical",
         initial_step: float | None = None,
         curvature: Literal["trace", "diagonal"] = "trace",
         curvature_batches: int = 4,
         curvature_probes: int = 8,
         curvature_every: int = 0,
         coupling: CouplingScale = "data_size",
-        beyond_window: BeyondWindow = "extrapolate",
+        beyond_window: BeyondWindow = "hold",
         max_growth: float = 2.0,
         error_norm: ErrorNorm = "rms",
         min_step: float = 1e-2,
         state_device: StateDevice = "accelerator",
+        window_end: WindowEnd = "max",
     ) -> None:
         """
         Args:
-            inductance: L of every branch; it sets how fast x_c follows the clients (scale it with the square of
-                the typical window T_i times the number of active clients).
+            inductance: With ``inductance_rule="critical"``: the factor on the critically damping inductances (1:
+                critical, damping ratio 1 / sqrt(inductance)); with "constant": L of every branch (the paper), which
+                sets how fast x_c follows the clients (scale it with active clients x the square of the window).
             tolerance: Bound on the local truncation error of every accepted server step (delta), in ``error_norm``.
-            sensitivity_step: dt_G in G_i = 1/dt_G + H_i / beta_i, one constant for all clients (e.g. the client lr).
+            sensitivity_step: dt_G in G_i = 1/dt_G + H_i / beta_i: "window": how long the client's modelled state at
+                the window end has responded to its current (its ODE dx/dt = I - grad / beta gives dx/dI = that time
+                at negligible curvature): min(T_i, end) when held, the window end when extrapolated; a number: one
+                constant for all clients (the paper, e.g. the client lr).
+            inductance_rule: "critical": each round, L_i = inductance x R_i R_eq / 4 (``critical_branch_inductance``),
+                so the server follows the clients critically damped and by a fixed share of their progress whatever
+                the round's windows; "constant": L_i = inductance (the paper).
             initial_step: First server step; None: a tenth of the first round's window. Later rounds start from the
                 step the previous round's control proposed.
             curvature: H_i as the Hutchinson trace / d (a scalar per client) or the Hutchinson diagonal.
@@ -103,7 +135,8 @@ class FedECADO(ShardedStrategy):
                 estimate; 0: estimate once.
             coupling: "data_size": clients add (B/|D_i|) I_i to their gradient steps (the fixed point is the
                 data-weighted optimum); "unit": they add I_i (the paper's Algorithm 2; equal client weights).
-            beyond_window: Beyond T_i a client's state is extrapolated linearly ("extrapolate", the paper) or held.
+            beyond_window: Beyond T_i a client's state is held ("hold") or extrapolated linearly ("extrapolate", the
+                paper; it stretches a short window's change by max T / T_i, far past where a saturating client stops).
             max_growth: Largest factor by which an accepted server step may grow the next one.
             error_norm: "rms": the root mean square of the errors over the coordinates, which does not grow with the
                 model's size (about a quarter of the trial steps on digits, same accuracy); "max": the largest error
@@ -112,10 +145,18 @@ class FedECADO(ShardedStrategy):
                 whatever its error (counted in ``server_forced``), so a round takes at most 1 / min_step steps.
             state_device: Where the per-client currents and curvatures live: "accelerator" (the round's device) or
                 "cpu" (pinned host memory, for state larger than the accelerator's memory).
+            window_end: The server integrates to the longest window ("max", the paper) or to the clients' mean
+                window weighted by data size (1 / beta_i; "mean"): a client's path is then stretched by at most
+                mean T / T_i, and with equal G_i the round is FedNova's normalised average for linear paths.
         """
-        for name, value in [("inductance", inductance), ("sensitivity_step", sensitivity_step)]:
-            if not value > 0:
-                raise ConfigError(f"strategy.{name} must be > 0, got {value}")
+        if sensitivity_step != "window" and not (isinstance(sensitivity_step, (int, float)) and sensitivity_step > 0):
+            raise ConfigError(f"strategy.sensitivity_step must be > 0 or 'window', got {sensitivity_step!r}")
+        if not inductance > 0:
+            raise ConfigError(f"strategy.inductance must be > 0, got {inductance}")
+        if window_end not in ("max", "mean"):
+            raise ConfigError(f"strategy.window_end must be 'max' or 'mean', got {window_end!r}")
+        if inductance_rule not in ("critical", "constant"):
+            raise ConfigError(f"strategy.inductance_rule must be 'critical' or 'constant', got {inductance_rule!r}")
         if initial_step is not None and not initial_step > 0:
             raise ConfigError(f"strategy.initial_step must be > 0 or null, got {initial_step}")
         if curvature not in CURVATURES:
@@ -125,6 +166,8 @@ class FedECADO(ShardedStrategy):
         control = dict(tolerance=tolerance, max_growth=max_growth, min_step=min_step, norm=error_norm)
         self._configure_circuit(control, beyond_window, curvature_batches, curvature_probes, curvature_every, state_device)
         self.inductance = inductance
+        self.window_end = window_end
+        self.inductance_rule = inductance_rule
         self.sensitivity_step = sensitivity_step
         self.initial_step = initial_step
         self.curvature = curvature
@@ -197,9 +240,16 @@ class FedECADO(ShardedStrategy):
     def _branches(self, updates: ShardedRound) -> tuple[Tensor, Tensor, Tensor]:
         """The round's windows T_i = beta_i x summed lr, resistances 1/G_i and inductances L, one row per client."""
         beta = updates.reports["time_scale"]
+        windows = beta * updates.local_time
         curvature = torch.stack([self._curvature(i) for i in updates.client_ids]).double()
-        resistance = 1 / (1 / self.sensitivity_step + curvature / beta.to(curvature)[:, None])
-        return beta * updates.local_time, resistance, torch.full_like(resistance, self.inductance)
+        dt: Tensor | float = self.sensitivity_step
+        if dt == "window":
+            end = torch.full_like(windows, window_end(windows, beta, self.window_end), dtype=torch.float64)
+            dt = (torch.minimum(windows.double(), end) if self.beyond_window == "hold" else end).to(curvature)[:, None]
+        resistance = 1 / (1 / dt + curvature / beta.to(curvature)[:, None])
+        if self.inductance_rule == "critical":
+            return windows, resistance, critical_branch_inductance(resistance, self.inductance)
+        return windows, resistance, torch.full_like(resistance, self.inductance)
 
     def _curvature(self, client_id: int) -> Tensor:
         return self.client_states.get(client_id, "curvature").to(self.total_current.device, non_blocking=True).reshape(-1)
@@ -223,6 +273,7 @@ class FedECADO(ShardedStrategy):
             resistance=resistance.to(params),
             inductance=inductance.to(params),
             beyond_window=self.beyond_window,
+            end=window_end(windows, updates.reports.get("time_scale", torch.ones_like(windows)), self.window_end),
         )
         frozen = self.total_current - couplings.sum(0)
         result = integrate_window(params, frozen, branches, self._first_step(windows), self.control, updates.all_reduce,
@@ -231,7 +282,7 @@ class FedECADO(ShardedStrategy):
             self.client_states.overwrite(client_id, "current", result.currents[row])
         self.total_current = frozen + result.currents.sum(0)
         self.step = result.next_step
-        self.time += float(windows.max())
+        self.time += branches.window_end
         self._metrics = window_metrics(result, params, self.total_current, windows, updates.all_reduce)
         self._metrics["server_seconds"] = time.perf_counter() - began
         return result.x_c

@@ -1,0 +1,154 @@
+"""FedECADO's options beyond the paper: critically damped inductances, window sensitivities, the window end."""
+
+import numpy as np
+import pytest
+import torch
+
+from lightfed.core.messages import ClientPlan
+from lightfed.ecado.circuit import Branches, StepControl, WindowSolver, integrate_window
+from lightfed.ecado.fedecado import critical_branch_inductance
+from lightfed.errors import ConfigError
+from lightfed.strategies import FedECADO
+from tests.ecado.ecado_quadratics import dense_quadratics, diagonal_quadratics, run_rounds, sharded_round, train_client
+
+F64 = torch.float64
+
+
+def test_critical_branch_inductance_by_hand():
+    """R = (1, 3): R_eq = 1 / (1 + 1/3) = 3/4, L_i = R_i R_eq / 4 = (3/16, 9/16); the factor scales it."""
+    resistance = torch.tensor([[1.0], [3.0]], dtype=F64)
+    torch.testing.assert_close(critical_branch_inductance(resistance), torch.tensor([[3 / 16], [9 / 16]], dtype=F64))
+    scaled = torch.tensor([[0.75], [2.25]], dtype=F64)
+    torch.testing.assert_close(critical_branch_inductance(resistance, 4.0), scaled)
+    # elementwise for a diagonal R: each coordinate its own R_eq
+    diagonal = torch.tensor([[1.0, 2.0], [3.0, 2.0]], dtype=F64)
+    expected = torch.tensor([0.5, 0.5], dtype=F64)  # R = (2, 2): R_eq = 1
+    torch.testing.assert_close(critical_branch_inductance(diagonal)[:, 1], expected)
+
+
+def _step_response(scale: float, steps: int = 4000, length: float = 8.0) -> list[float]:
+    """x_c after each of ``steps`` BE steps: two branches R = (1, 3), one client at 1 from the start (held), one at 0;
+    the equilibrium is the R-weighted mean (1 / 1) / (1 / 1 + 1 / 3) = 3/4."""
+    resistance = torch.tensor([[1.0], [3.0]], dtype=F64)
+    branches = Branches(
+        start=torch.zeros(1, dtype=F64), deltas=torch.tensor([[1.0], [0.0]], dtype=F64),
+        windows=torch.tensor([1e-9, length], dtype=F64), couplings=torch.zeros(2, 1, dtype=F64),
+        resistance=resistance, inductance=critical_branch_inductance(resistance, scale), beyond_window="hold",
+    )
+    solver = WindowSolver(torch.zeros(1, dtype=F64), torch.zeros(1, dtype=F64), branches)
+    path = []
+    for _ in range(steps):
+        solver.trial(length / steps)
+        solver.accept(length / steps)
+        path.append(float(solver.x_c))
+    return path
+
+
+def test_critically_damped_branches_follow_a_step_without_overshoot():
+    """Critical (scale 1): monotone approach to 3/4; scale 4 (damping 1/2): about 16 % overshoot, less BE's own
+    damping at this step; scale 1/4 (damping 2): slower than critical."""
+    critical, under, over = (_step_response(scale) for scale in (1.0, 4.0, 0.25))
+    assert all(b >= a - 1e-12 for a, b in zip(critical, critical[1:])) and max(critical) <= 0.75 + 1e-9
+    assert critical[-1] == pytest.approx(0.75, abs=1e-3)
+    assert max(under) > 0.75 * 1.1
+    assert over[len(over) // 8] < critical[len(critical) // 8]
+
+
+def test_the_critical_round_is_the_same_whatever_the_scale_of_its_windows():
+    """R_i = T_i and L_i critical: scaling every window by k scales time, R by k and L by k^2, so with steps scaled
+    alike x_c is the same and the currents are 1/k times: the server follows the clients by the same share."""
+    g = torch.Generator().manual_seed(0)
+    a, d = 4, 6
+    start, deltas = torch.randn(d, generator=g, dtype=F64), torch.randn(a, d, generator=g, dtype=F64)
+    windows = torch.rand(a, generator=g, dtype=F64) * 4 + 0.1  # T_max / T_min up to 40
+    results = []
+    for k in (1.0, 25.0):
+        resistance = (k * windows)[:, None].clone()
+        branches = Branches(start, deltas, k * windows, torch.zeros(a, d, dtype=F64), resistance,
+                            critical_branch_inductance(resistance), beyond_window="hold")
+        control = StepControl(1e30, max_growth=1.5)  # no rejections: steps k x (h, 1.5 h, ...)
+        results.append(integrate_window(start, torch.zeros(d, dtype=F64), branches, 0.01 * k, control))
+    one, scaled = results
+    torch.testing.assert_close(scaled.x_c, one.x_c)
+    torch.testing.assert_close(scaled.currents * 25, one.currents)
+    moved = float(((one.x_c - start) @ deltas.mean(0)) / deltas.mean(0).square().sum())
+    assert 0.3 < moved < 1.5  # a sizable share of the clients' mean change, not a sliver
+
+
+def _one_round(strategy: FedECADO, steps: list[int], lr: float = 0.01, n: int = 4):
+    problem = diagonal_quadratics(n=n, d=3)
+    batch = int(round(problem.sizes.mean()))
+    x0 = torch.full((3,), 0.5, dtype=F64)
+    strategy.setup(x0.clone(), n)
+    updates = [train_client(strategy, problem, ClientPlan(i, 0, seed=i, steps=steps[i]), x0,
+                            lr * problem.sizes[i] / batch) for i in range(n)]
+    return problem, x0, updates, sharded_round(strategy, 0, updates, x0)
+
+
+def test_window_sensitivity_gives_each_client_its_own_window_as_resistance():
+    """One BE step over the window h = max T_i, I^k = 0, hold: x_c' = (x_c + sum_i c_i Gamma_i(h)) / (1 + sum c_i),
+    c_i = h^2 / (L_i + h R_i) with R_i = 1 / (1/T_i + (|D_i|/B) a_i) (curvature exact on diagonal quadratics) and
+    L_i = R_i R_eq / 4 per coordinate."""
+    steps, lr = [1, 2, 3, 6], 0.01
+    strategy = FedECADO(tolerance=1e30, initial_step=1e6, curvature="diagonal")
+    problem, x0, updates, x = _one_round(strategy, steps, lr)
+    batch = int(round(problem.sizes.mean()))
+    windows = torch.tensor(steps, dtype=F64) * lr
+    G = 1 / windows[:, None] + torch.tensor(problem.sizes[:, None] / batch * np.diagonal(problem.A, axis1=1, axis2=2))
+    R = 1 / G
+    L = R * (1 / (1 / R).sum(0)) / 4
+    h = float(windows.max())
+    c = h**2 / (L + h * R)
+    y = torch.stack([x0 + u.delta for u in updates])  # held at its final state: Gamma_i(h) = y_i
+    assert strategy.metrics()["server_steps"] == 1
+    torch.testing.assert_close(x, (x0 + (c * y).sum(0)) / (1 + c.sum(0)))
+
+
+def test_the_mean_window_end_is_the_data_weighted_mean_and_stretches_at_most_to_it():
+    """window_end="mean": the server time advances by sum |D_i| T_i / sum |D_i|; with tiny L and R (the steady state)
+    and linear paths (one local step each) the extrapolated round is x0 + T_mean x mean_i(delta_i / T_i)."""
+    steps, lr = [1, 1, 1, 1], 0.01
+    strategy = FedECADO(inductance=1e-15, inductance_rule="constant", sensitivity_step=1e-9, tolerance=1e30,
+                        initial_step=1e6, beyond_window="extrapolate", window_end="mean")
+    lrs = [0.01, 0.02, 0.04, 0.08]
+    problem = diagonal_quadratics(n=4, d=3)
+    batch = int(round(problem.sizes.mean()))
+    x0 = torch.full((3,), 0.5, dtype=F64)
+    strategy.setup(x0.clone(), 4)
+    updates = [train_client(strategy, problem, ClientPlan(i, 0, seed=i, steps=1), x0,
+                            lrs[i] * problem.sizes[i] / batch) for i in range(4)]
+    x = sharded_round(strategy, 0, updates, x0)
+    windows, sizes = torch.tensor(lrs, dtype=F64), torch.tensor(problem.sizes, dtype=F64)
+    mean = float((sizes * windows).sum() / sizes.sum())
+    assert strategy.metrics()["time"] == pytest.approx(mean) and windows.min() < mean < windows.max()
+    deltas = torch.stack([u.delta for u in updates])
+    torch.testing.assert_close(x, x0 + mean * (deltas / windows[:, None]).mean(0), rtol=1e-6, atol=1e-9)
+
+
+def test_default_options_converge_on_heterogeneous_quadratics_faster_than_the_papers_constants():
+    """The spec's toy (25 % participation, 1-10 steps, step sizes 0.01-0.1): the defaults (hold, window sensitivity,
+    critical inductance) reach the data-weighted optimum; the paper's constant L = 0.3 held is far slower."""
+    problem = dense_quadratics()
+    rng = np.random.default_rng(1)
+    time_steps, steps = rng.uniform(1e-2, 1e-1, size=20), rng.integers(1, 11, size=20)
+    lrs = time_steps * problem.sizes / int(round(problem.sizes.mean()))
+    errors = {}
+    for name, kwargs in [("default", {}), ("mean", dict(window_end="mean", beyond_window="extrapolate")),
+                         ("paper_hold", dict(inductance=0.3, inductance_rule="constant",
+                                             sensitivity_step=float(time_steps.mean())))]:
+        x = run_rounds(FedECADO(tolerance=1e-2, **kwargs), problem, 100, 5, steps, lrs, torch.zeros(20, dtype=F64))
+        errors[name] = problem.relative_error(x)
+    assert errors["default"] < 1e-3 and errors["mean"] < 1e-3
+    assert errors["paper_hold"] > 100 * errors["default"]
+
+
+def test_bad_options_are_refused_in_one_line():
+    for kwargs, message in [
+        (dict(inductance_rule="small"), "strategy.inductance_rule must be"),
+        (dict(sensitivity_step="first_step"), "strategy.sensitivity_step must be > 0 or 'window'"),
+        (dict(sensitivity_step=0.0), "strategy.sensitivity_step must be > 0 or 'window'"),
+        (dict(window_end="min"), "strategy.window_end must be"),
+    ]:
+        with pytest.raises(ConfigError, match=message) as error:
+            FedECADO(**kwargs)
+        assert "\n" not in str(error.value)

@@ -24,7 +24,8 @@ class AdaptiveEuler(LocalRule):
     error the tolerance bounds; momentum, weight decay or Adam would integrate a different ODE.
 
     Each step, on the step's batch: v = I - p g(x). The first step of a round tries the passivity bound (eq. 16;
-    ``fallback_step`` where it is not positive and finite), later steps twice the previous accepted step but, with
+    ``fallback_step`` where it is not positive and finite), or with ``first_step="probe"`` the step a probe predicts
+    (see ``_probe``; no fallback), later steps twice the previous accepted step but, with
     ``cap_at_first_step``, never more than that first trial: the paper's (16) is an upper bound on the step, and
     without it a client whose loss saturates (gradient ~ 0, so any step passes the LTE test) drifts along its current
     with steps doubling each time, a window of 1e4-1e9 that the server then follows. A trial
@@ -57,7 +58,11 @@ class AdaptiveEuler(LocalRule):
         curvature_batches: int = 0,
         curvature_probes: int = 10,
         seed: int = 0,
+        first_step: Literal["passivity", "probe"] = "passivity",
     ) -> None:
+        if first_step not in ("passivity", "probe"):
+            raise ConfigError(f"the first client step must be 'passivity' or 'probe', got {first_step!r}")
+        self.first_step = first_step
         if not tolerance > 0 or not fallback_step > 0:
             raise ConfigError(f"the LTE tolerance and fallback step must be > 0, got {tolerance} and {fallback_step}")
         if lte not in ("trial_step", "retrospective"):
@@ -99,6 +104,8 @@ class AdaptiveEuler(LocalRule):
             dt = self.max_growth * self.steps[-1]
             if self.cap_at_first_step:
                 dt = min(dt, self.first_trial)
+        elif self.first_step == "probe":
+            dt = self.first_trial = self._probe(start, velocity, gradient, grad, params)
         else:
             self.bound = passivity_bound(start, velocity)
             dt = self.first_trial = self.bound if math.isfinite(self.bound) and self.bound > 0 else self.fallback_step
@@ -112,6 +119,18 @@ class AdaptiveEuler(LocalRule):
             dt *= 0.9 * self.tolerance / error if math.isfinite(error) else 0.1
         self.forced += error > self.tolerance
         self._accept(dt, error, velocity)
+
+    def _probe(self, start: Tensor, velocity: Tensor, gradient: Tensor, grad: Tensor, params: Tensor) -> float:
+        """The round's first trial from the first gradients alone: a probe step dt_p = tolerance / max|v| (no coordinate
+        moves more than gamma) measures D = max|v(x + dt_p v) - v(x)|, so the FE error (dt^2 / 2)|x''| of a step dt is
+        about dt^2 D / (2 dt_p); returns 0.9 x the step where that equals the tolerance, 0.9 sqrt(2 gamma dt_p / D).
+        Scale-free (a loss c times larger gives steps 1/c times as long) and proportional to sqrt(gamma)."""
+        speed = float(velocity.abs().max())
+        probe = self.tolerance / speed if speed > 0 else self.tolerance
+        params.copy_(start).add_(velocity, alpha=probe)
+        self.context.recompute_gradient()
+        change = float((grad - gradient).abs().max()) * self.weight
+        return 0.9 * math.sqrt(2 * self.tolerance * probe / change) if change > 0 else probe
 
     def _retrospective_step(self, grad: Tensor, params: Tensor) -> None:
         """x <- x + dt v, dt the proposal or, where its retrospective error exceeds the tolerance, the largest step

@@ -69,6 +69,7 @@ class AdaptiveFedECADO(FedECADO):
         error_norm: ErrorNorm = "rms",
         min_step: float = 1e-2,
         state_device: StateDevice = "accelerator",
+        first_step: Literal["passivity", "probe"] = "passivity",
     ) -> None:
         """
         Args:
@@ -89,6 +90,9 @@ class AdaptiveFedECADO(FedECADO):
             error_norm: The server's error norm, "rms" or "max" (the paper; see ``FedECADO``); the clients' stays max.
             min_step: Shortest server step as a fraction of the round's window (see ``FedECADO``).
             state_device: Where the per-client currents and curvatures live: "accelerator" or "cpu" (pinned).
+            first_step: A client's first trial step each round: "passivity" (eq. 16 on the raw weights, else
+                ``fallback_step``; the paper) or "probe" (from a probe step's gradient change, the step whose FE error
+                is 0.81 gamma: scale-free, proportional to sqrt(gamma), no fallback; see ``AdaptiveEuler``).
         """
         if sensitivity_step not in ("window", "first_step"):
             raise ConfigError(f"strategy.sensitivity_step must be 'window' or 'first_step', got {sensitivity_step!r}")
@@ -96,6 +100,8 @@ class AdaptiveFedECADO(FedECADO):
             raise ConfigError(f"strategy.fallback_step must be > 0, got {fallback_step}")
         if client_lte not in ("trial_step", "retrospective"):
             raise ConfigError(f"strategy.client_lte must be 'trial_step' or 'retrospective', got {client_lte!r}")
+        if first_step not in ("passivity", "probe"):
+            raise ConfigError(f"strategy.first_step must be 'passivity' or 'probe', got {first_step!r}")
         if damping not in ("collective", "branch"):
             raise ConfigError(f"strategy.damping must be 'collective' or 'branch', got {damping!r}")
         control = dict(tolerance=tolerance, max_growth=2.0, min_step=min_step, norm=error_norm)
@@ -106,11 +112,12 @@ class AdaptiveFedECADO(FedECADO):
         self.cap_client_steps = cap_client_steps
         self.client_lte = client_lte
         self.damping = damping
+        self.first_step = first_step
 
     def _rule(self, plan: ClientPlan, current: Tensor, curvature_batches: int) -> LocalRule:
         return AdaptiveEuler(plan.client_id, current, self.tolerance, self.fallback_step,
                              cap_at_first_step=self.cap_client_steps, lte=self.client_lte, curvature_batches=curvature_batches,
-                             curvature_probes=self.curvature_probes, seed=plan.seed)
+                             curvature_probes=self.curvature_probes, seed=plan.seed, first_step=self.first_step)
 
     def client_report(self, update: ClientUpdate) -> dict[str, float | Tensor]:
         report, steps = update.report, update.report["steps"]

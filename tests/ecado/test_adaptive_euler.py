@@ -89,3 +89,35 @@ def test_a_bad_setting_is_refused_in_one_line():
     with pytest.raises(ConfigError, match="client_lte must be 'trial_step' or 'retrospective'"):
         AdaptiveFedECADO(client_lte="predictive")
     assert math.isfinite(AdaptiveFedECADO(client_lte="retrospective").tolerance)
+
+
+def test_the_probe_first_step_by_hand_and_its_scale_with_gamma():
+    """F = 4 x^2 / 2, x0 = 1, p = 1, I = 0, gamma = 0.01: v = -4, probe dt_p = 0.01 / 4 = 0.0025 moves x to 0.99,
+    v' = -3.96, D = 0.04, dt = 0.9 sqrt(2 x 0.01 x 0.0025 / 0.04) = 0.9 sqrt(0.00125); its LTE is exactly
+    (dt / 2) 4 |v| dt = 0.81 gamma, so it is accepted. The step goes as sqrt(gamma) and as 1 / (loss scale)."""
+    def first(gamma: float, h: float = 4.0) -> AdaptiveEuler:
+        problem = Quadratics(np.array([[[h]]]), np.array([[0.0]]), np.array([10]))
+        rule = AdaptiveEuler(0, torch.zeros(1, dtype=torch.float64), tolerance=gamma, first_step="probe")
+        _steps(rule, QuadraticContext(problem, 0, torch.ones(1, dtype=torch.float64), lr=1.0), 1)
+        return rule
+
+    rule = first(0.01)
+    assert rule.steps == pytest.approx([0.9 * math.sqrt(0.00125)]) and rule.rejected == 0
+    assert rule.errors[0] == pytest.approx(0.81 * 0.01)
+    assert math.isnan(rule.bound)  # no passivity bound and no fallback step involved
+    steps = [first(gamma).steps[0] for gamma in (1e-4, 1e-2, 1.0)]
+    assert steps[1] / steps[0] == pytest.approx(10) and steps[2] / steps[1] == pytest.approx(10, rel=0.05)
+    assert first(1e-4, h=400.0).steps[0] == pytest.approx(steps[0] / 100)
+
+
+def test_the_probe_first_step_converges_on_quadratics_and_bad_values_are_refused():
+    problem = diagonal_quadratics()
+    rng = np.random.default_rng(0)
+    steps = rng.integers(1, 51, size=(40, 16))
+    x0 = torch.tensor(rng.normal(size=20))
+    errors = []
+    run_rounds(AdaptiveFedECADO(tolerance=1e-2, first_step="probe"), problem, 40, 16, steps, np.ones(16), x0,
+               on_round=lambda round, params, strategy: errors.append(problem.relative_error(params)))
+    assert errors[0] > 0.3 and errors[-1] < 1e-2
+    with pytest.raises(ConfigError, match="strategy.first_step must be 'passivity' or 'probe'"):
+        AdaptiveFedECADO(first_step="fallback")

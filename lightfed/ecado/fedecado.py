@@ -106,12 +106,12 @@ class FedECADO(ShardedStrategy):
         curvature_probes: int = 8,
         curvature_every: int = 0,
         coupling: CouplingScale = "data_size",
-        beyond_window: BeyondWindow = "hold",
+        beyond_window: BeyondWindow = "extrapolate",
         max_growth: float = 2.0,
         error_norm: ErrorNorm = "rms",
         min_step: float = 1e-2,
         state_device: StateDevice = "accelerator",
-        window_end: WindowEnd = "max",
+        window_end: WindowEnd = "mean",
     ) -> None:
         """
         Args:
@@ -135,8 +135,9 @@ class FedECADO(ShardedStrategy):
                 estimate; 0: estimate once.
             coupling: "data_size": clients add (B/|D_i|) I_i to their gradient steps (the fixed point is the
                 data-weighted optimum); "unit": they add I_i (the paper's Algorithm 2; equal client weights).
-            beyond_window: Beyond T_i a client's state is held ("hold") or extrapolated linearly ("extrapolate", the
-                paper; it stretches a short window's change by max T / T_i, far past where a saturating client stops).
+            beyond_window: Beyond T_i a client's state is extrapolated linearly ("extrapolate", the paper) or held
+                ("hold"). Extrapolating to the longest window (``window_end="max"``) stretches a short window's change
+                by max T / T_i, far past where a saturating client stops; to the mean window, by at most mean T / T_i.
             max_growth: Largest factor by which an accepted server step may grow the next one.
             error_norm: "rms": the root mean square of the errors over the coordinates, which does not grow with the
                 model's size (about a quarter of the trial steps on digits, same accuracy); "max": the largest error
@@ -145,9 +146,10 @@ class FedECADO(ShardedStrategy):
                 whatever its error (counted in ``server_forced``), so a round takes at most 1 / min_step steps.
             state_device: Where the per-client currents and curvatures live: "accelerator" (the round's device) or
                 "cpu" (pinned host memory, for state larger than the accelerator's memory).
-            window_end: The server integrates to the longest window ("max", the paper) or to the clients' mean
-                window weighted by data size (1 / beta_i; "mean"): a client's path is then stretched by at most
-                mean T / T_i, and with equal G_i the round is FedNova's normalised average for linear paths.
+            window_end: The server integrates to the clients' mean window weighted by data size (1 / beta_i; "mean")
+                or to the longest window ("max", the paper). With "mean" and "extrapolate" a path is stretched by at
+                most mean T / T_i, every client's G_i is alike (1 / mean T with the window sensitivity), and for
+                linear paths the round is FedNova's normalised average.
         """
         if sensitivity_step != "window" and not (isinstance(sensitivity_step, (int, float)) and sensitivity_step > 0):
             raise ConfigError(f"strategy.sensitivity_step must be > 0 or 'window', got {sensitivity_step!r}")

@@ -132,7 +132,7 @@ def test_converges_to_the_data_weighted_optimum_of_heterogeneous_quadratics(curv
         errors.append(problem.relative_error(params))
         lte.append(strategy.metrics()["max_lte"])
 
-    strategy = FedECADO(inductance=0.3, inductance_rule="constant", tolerance=1e-2,
+    strategy = FedECADO(inductance=0.3, inductance_rule="constant", window_end="max", tolerance=1e-2,
                         sensitivity_step=float(time_steps.mean()),
                         beyond_window="extrapolate", initial_step=1e-2,
                         curvature=curvature)
@@ -149,7 +149,7 @@ def test_converges_to_the_data_weighted_optimum_of_heterogeneous_quadratics(curv
 def test_without_the_data_size_coupling_the_fixed_point_weighs_clients_equally():
     problem = dense_quadratics()
     time_steps, steps, _ = _toy_setup(problem)
-    strategy = FedECADO(inductance=0.3, inductance_rule="constant", tolerance=1e-2,
+    strategy = FedECADO(inductance=0.3, inductance_rule="constant", window_end="max", tolerance=1e-2,
                         sensitivity_step=float(time_steps.mean()),
                         beyond_window="extrapolate", coupling="unit")
     x = run_rounds(strategy, problem, 250, 5, steps, time_steps, torch.zeros(20, dtype=torch.float64))
@@ -164,7 +164,7 @@ def test_holding_short_clients_converges_more_slowly_than_extrapolating_them():
     time_steps, steps, lrs = _toy_setup(problem)
     errors = {}
     for mode in ("extrapolate", "hold"):
-        strategy = FedECADO(inductance=0.3, inductance_rule="constant", tolerance=1e-2,
+        strategy = FedECADO(inductance=0.3, inductance_rule="constant", window_end="max", tolerance=1e-2,
                             sensitivity_step=float(time_steps.mean()), beyond_window=mode)
         errors[mode] = problem.relative_error(run_rounds(strategy, problem, 100, 5, steps, lrs, torch.zeros(20, dtype=torch.float64)))
     assert errors["extrapolate"] < 1e-2 < errors["hold"] < 1.0
@@ -178,7 +178,8 @@ def test_full_participation_and_equal_work_give_the_steady_state_average():
     batch = int(round(problem.sizes.mean()))
     x0 = torch.full((4,), 0.5, dtype=torch.float64)
     for inductance, dt_g, lr, exact in [(0.7, 0.5, 0.01, True), (1e-15, 1e-8, 0.01, False)]:
-        strategy = FedECADO(inductance=inductance, inductance_rule="constant", tolerance=1e30, sensitivity_step=dt_g,
+        strategy = FedECADO(inductance=inductance, inductance_rule="constant", window_end="max", tolerance=1e30,
+                            sensitivity_step=dt_g,
                             initial_step=1e6,
                             curvature="diagonal")
         strategy.setup(x0.clone(), 6)
@@ -219,7 +220,8 @@ def _weights(model) -> torch.Tensor:
 
 def test_trains_through_the_engine_and_resumes_with_its_currents(tmp_path):
     def strategy():
-        return FedECADO(inductance=0.5, inductance_rule="constant", tolerance=1e-2, sensitivity_step=0.1,
+        return FedECADO(inductance=0.5, inductance_rule="constant", window_end="max", tolerance=1e-2,
+                        sensitivity_step=0.1,
                         curvature_batches=1, curvature_probes=2)
 
     model = small_model()

@@ -48,11 +48,22 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="lightfed-startup-"))
+    with tempfile.TemporaryDirectory(prefix="lightfed-startup-") as folder:
+        results = measure(Path(folder), args.rounds, args.repeats)
+    print(f"median of {args.repeats} runs, {os.cpu_count()} CPU cores, quickstart with trainer.rounds {args.rounds}")
+    print(f"{'':<30}{'first round s':>15}{'exit s':>10}")
+    for name, runs in results.items():
+        first = [f for f, _ in runs if f is not None]
+        first_s = f"{statistics.median(first):.2f}" if first else "-"
+        print(f"{name:<30}{first_s:>15}{statistics.median([e for _, e in runs]):>10.2f}")
+
+
+def measure(work: Path, rounds: int, repeats: int) -> dict[str, list[tuple[float | None, float]]]:
+    """Each case's (first round s, exit s) in ``repeats`` interleaved runs, with run folders under ``work``."""
     stamp = work / "first_round"
     overlay = work / "overlay.yaml"
     overlay.write_text(
-        f"trainer:\n  rounds: {args.rounds}\n  root_dir: {work / 'runs'}\n  progress_bar: false\n"
+        f"trainer:\n  rounds: {rounds}\n  root_dir: {work / 'runs'}\n  progress_bar: false\n"
         f"  callbacks:\n    - class_path: startup_benchmark.FirstRoundStamp\n      init_args:\n        path: {stamp}\n"
     )
     fit = [sys.executable, "-m", "lightfed", "fit", "-c", "configs/quickstart.yaml", "-c", str(overlay)]
@@ -64,16 +75,11 @@ def main() -> None:
     }
     results: dict[str, list[tuple[float | None, float]]] = {name: [] for name in cases}
     timed(cases["quickstart, 1 process"][0], stamp)  # warm the file cache and the dataset
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         for name, (command, stamped) in cases.items():
             stamp.unlink(missing_ok=True)
             results[name].append(timed(command, stamp if stamped else None))
-    print(f"median of {args.repeats} runs, {os.cpu_count()} CPU cores, quickstart with trainer.rounds {args.rounds}")
-    print(f"{'':<30}{'first round s':>15}{'exit s':>10}")
-    for name, runs in results.items():
-        first = [f for f, _ in runs if f is not None]
-        first_s = f"{statistics.median(first):.2f}" if first else "-"
-        print(f"{name:<30}{first_s:>15}{statistics.median([e for _, e in runs]):>10.2f}")
+    return results
 
 
 if __name__ == "__main__":

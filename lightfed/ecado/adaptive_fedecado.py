@@ -9,7 +9,7 @@ from torch import Tensor
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.ecado.adaptive_euler import AdaptiveEuler
 from lightfed.ecado.circuit import BeyondWindow, ErrorNorm
-from lightfed.ecado.fedecado import FedECADO, StateDevice
+from lightfed.ecado.fedecado import FedECADO, StateDevice, WindowEnd, window_end
 from lightfed.errors import ConfigError
 from lightfed.local.base import LocalRule
 from lightfed.strategies.sharded_base import ShardedRound
@@ -70,6 +70,7 @@ class AdaptiveFedECADO(FedECADO):
         min_step: float = 1e-2,
         state_device: StateDevice = "accelerator",
         first_step: Literal["passivity", "probe"] = "passivity",
+        window_end: WindowEnd = "max",
     ) -> None:
         """
         Args:
@@ -93,6 +94,10 @@ class AdaptiveFedECADO(FedECADO):
             first_step: A client's first trial step each round: "passivity" (eq. 16 on the raw weights, else
                 ``fallback_step``; the paper) or "probe" (from a probe step's gradient change, the step whose FE error
                 is 0.81 gamma: scale-free, proportional to sqrt(gamma), no fallback; see ``AdaptiveEuler``).
+            window_end: The server integrates to the longest window ("max", the paper) or to the data-weighted mean
+                window ("mean"; with ``sensitivity_step="window"`` dt_G is then how long each client's modelled state
+                at that end responds to its current, see ``FedECADO``: with "extrapolate" alike for every client, so
+                the shortest window no longer weighs most, as it does with G_i = 1/T_i).
         """
         if sensitivity_step not in ("window", "first_step"):
             raise ConfigError(f"strategy.sensitivity_step must be 'window' or 'first_step', got {sensitivity_step!r}")
@@ -100,6 +105,8 @@ class AdaptiveFedECADO(FedECADO):
             raise ConfigError(f"strategy.fallback_step must be > 0, got {fallback_step}")
         if client_lte not in ("trial_step", "retrospective"):
             raise ConfigError(f"strategy.client_lte must be 'trial_step' or 'retrospective', got {client_lte!r}")
+        if window_end not in ("max", "mean"):
+            raise ConfigError(f"strategy.window_end must be 'max' or 'mean', got {window_end!r}")
         if first_step not in ("passivity", "probe"):
             raise ConfigError(f"strategy.first_step must be 'passivity' or 'probe', got {first_step!r}")
         if damping not in ("collective", "branch"):
@@ -113,6 +120,7 @@ class AdaptiveFedECADO(FedECADO):
         self.client_lte = client_lte
         self.damping = damping
         self.first_step = first_step
+        self.window_end = window_end
 
     def _rule(self, plan: ClientPlan, current: Tensor, curvature_batches: int) -> LocalRule:
         return AdaptiveEuler(plan.client_id, current, self.tolerance, self.fallback_step,
@@ -129,7 +137,11 @@ class AdaptiveFedECADO(FedECADO):
 
     def _branches(self, updates: ShardedRound) -> tuple[Tensor, Tensor, Tensor]:
         reports = updates.reports
-        dt = reports["window"] if self.sensitivity_step == "window" else reports["first_step"]
+        windows = dt = reports["window"]  # "max": T_i as before, whether held or extrapolated
+        if self.sensitivity_step == "first_step":
+            dt = reports["first_step"]
+        elif self.window_end == "mean":
+            dt = self._window_sensitivity(windows, self._window_end(windows, updates))
         shape, workspace = updates.deltas.shape, self._workspace  # (a, d) in the model's dtype, kept between rounds
         curvature = torch.stack([self._curvature(i) for i in updates.client_ids], out=workspace.get("conductance", shape, self.total_current))
         conductance = curvature.mul_(reports["weight"].to(curvature)[:, None]).add_(1 / dt.to(curvature)[:, None])
@@ -140,6 +152,9 @@ class AdaptiveFedECADO(FedECADO):
 
     def _first_step(self, windows: Tensor) -> float:
         return self.step or float(windows.max())
+
+    def _window_end(self, windows: Tensor, updates: ShardedRound) -> float:
+        return window_end(windows, updates.reports["weight"].reciprocal(), self.window_end)
 
     def aggregate_shard(self, params: Tensor, updates: ShardedRound) -> Tensor:
         x_c = super().aggregate_shard(params, updates)

@@ -246,12 +246,21 @@ class FedECADO(ShardedStrategy):
         curvature = torch.stack([self._curvature(i) for i in updates.client_ids]).double()
         dt: Tensor | float = self.sensitivity_step
         if dt == "window":
-            end = torch.full_like(windows, window_end(windows, beta, self.window_end), dtype=torch.float64)
-            dt = (torch.minimum(windows.double(), end) if self.beyond_window == "hold" else end).to(curvature)[:, None]
+            dt = self._window_sensitivity(windows, self._window_end(windows, updates)).to(curvature)[:, None]
         resistance = 1 / (1 / dt + curvature / beta.to(curvature)[:, None])
         if self.inductance_rule == "critical":
             return windows, resistance, critical_branch_inductance(resistance, self.inductance)
         return windows, resistance, torch.full_like(resistance, self.inductance)
+
+    def _window_end(self, windows: Tensor, updates: ShardedRound) -> float:
+        """Where this round's window ends (see ``window_end``); clients weighted by data size, 1 / beta_i."""
+        return window_end(windows, updates.reports["time_scale"], self.window_end)
+
+    def _window_sensitivity(self, windows: Tensor, end: float) -> Tensor:
+        """dt_G per client for ``sensitivity_step="window"``: min(T_i, end) when held, the window end when
+        extrapolated (how long the modelled state at the end has responded to the current), float64."""
+        ends = torch.full_like(windows, end, dtype=torch.float64)
+        return torch.minimum(windows.double(), ends) if self.beyond_window == "hold" else ends
 
     def _curvature(self, client_id: int) -> Tensor:
         return self.client_states.get(client_id, "curvature").to(self.total_current.device, non_blocking=True).reshape(-1)
@@ -275,7 +284,7 @@ class FedECADO(ShardedStrategy):
             resistance=resistance.to(params),
             inductance=inductance.to(params),
             beyond_window=self.beyond_window,
-            end=window_end(windows, updates.reports.get("time_scale", torch.ones_like(windows)), self.window_end),
+            end=self._window_end(windows, updates),
         )
         frozen = self.total_current - couplings.sum(0)
         result = integrate_window(params, frozen, branches, self._first_step(windows), self.control, updates.all_reduce,

@@ -11,7 +11,8 @@ from lightfed.strategies import AdaptiveFedECADO
 from lightfed.ecado.adaptive_fedecado import critical_inductance
 from lightfed.core.messages import ClientPlan
 from tests.conftest import small_data, small_model, small_trainer
-from tests.ecado.ecado_quadratics import QuadraticContext, Quadratics, diagonal_quadratics, run_rounds, train_client
+from tests.ecado.ecado_quadratics import (QuadraticContext, Quadratics, diagonal_quadratics, run_rounds, sharded_round,
+                                         train_client)
 
 ROUNDS = 40
 
@@ -214,3 +215,22 @@ def test_trains_through_the_client_loop_with_its_own_steps(tmp_path):
     assert metrics["strategy/client_steps"] == 4 * 5  # 4 clients x 5 local steps
     assert 0 < metrics["strategy/client_step_min"] <= metrics["strategy/client_step_max"]
     assert metrics["strategy/window_min"] <= metrics["strategy/window_max"]
+
+
+def test_the_mean_window_end_advances_by_the_data_weighted_mean_window():
+    """window_end="mean": the server integrates to sum p_i T_i / sum p_i of the round's windows (p_i = data share),
+    between the shortest and the longest; "max" to the longest."""
+    problem, steps, x0 = _problem_and_work()
+    for rule in ("mean", "max"):
+        strategy = AdaptiveFedECADO(tolerance=1e-2, window_end=rule, beyond_window="extrapolate")
+        strategy.setup(x0.clone(), len(problem.sizes))
+        updates = [train_client(strategy, problem, ClientPlan(i, 0, seed=i, steps=int(steps[0, i])), x0, lr=1.0)
+                   for i in range(6)]
+        sharded_round(strategy, 0, updates, x0)
+        windows = np.array([u.report["window"] for u in updates])
+        p = problem.sizes[:6] / problem.sizes.sum()
+        expected = (p * windows).sum() / p.sum() if rule == "mean" else windows.max()
+        assert strategy.metrics()["time"] == pytest.approx(expected)
+        assert windows.min() < strategy.metrics()["time"] <= windows.max()
+    with pytest.raises(ConfigError, match="strategy.window_end must be 'max' or 'mean'"):
+        AdaptiveFedECADO(window_end="min")

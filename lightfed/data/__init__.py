@@ -13,6 +13,8 @@ from lightfed.data.datasets import (
     TensorSplits,
 )
 from lightfed.data.map_dataset import MapDataset
+from lightfed.data.markov_text import MarkovText
+from lightfed.data.next_token_dataset import NextTokenDataset
 from lightfed.data.partitioners import (
     BalancedDirichletPartitioner,
     DirichletPartitioner,
@@ -36,7 +38,9 @@ __all__ = [
     "FashionMNIST",
     "IIDPartitioner",
     "MapDataset",
+    "MarkovText",
     "NaturalIdPartitioner",
+    "NextTokenDataset",
     "Partitioner",
     "QuantitySkewPartitioner",
     "ShardPartitioner",

@@ -1,0 +1,36 @@
+"""Next-token prediction examples: windows of a token stream as dicts of input tokens and their successors."""
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset
+
+
+class NextTokenDataset(Dataset):
+    """Map-style dataset of token windows; item ``i`` is ``{"tokens": w[:-1], "targets": w[1:]}`` for window ``w``.
+
+    A DataLoader stacks the items into dict batches of (batch, seq_len) int64 tensors. ``client_ids`` gives each
+    window its natural client (e.g. its writer), read by ``NaturalIdPartitioner``.
+    """
+
+    def __init__(self, windows: Tensor, client_ids: Sequence[int] | np.ndarray) -> None:
+        """
+        Args:
+            windows: int64 token ids, (num_windows, seq_len + 1).
+            client_ids: The natural client id of each window.
+        """
+        if windows.ndim != 2 or windows.size(1) < 2:
+            raise ValueError(f"windows must be (num_windows, seq_len + 1), seq_len >= 1; got {tuple(windows.shape)}")
+        if len(client_ids) != len(windows):
+            raise ValueError(f"{len(client_ids)} client ids for {len(windows)} windows")
+        self.windows = windows.long()
+        self.client_ids = np.asarray(client_ids, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def __getitem__(self, index: int) -> dict[str, Tensor]:
+        window = self.windows[index]
+        return {"tokens": window[:-1], "targets": window[1:]}

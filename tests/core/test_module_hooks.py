@@ -1,6 +1,12 @@
 """A client is any LightningModule: its hooks in Lightning's order, ``self.trainer``, dict batches, round-wise
 learning-rate schedules and gradient clipping."""
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -12,6 +18,7 @@ from lightfed.strategies import AdaptiveFedECADO, FedAvg
 from tests.conftest import small_data, small_model, small_trainer
 from tests.core.hook_modules import DictBatchCNN, RecordingCNN
 
+ROOT = Path(__file__).resolve().parents[2]
 STEP = ["on_train_batch_start", "on_before_backward", "on_after_backward", "on_before_optimizer_step", "on_train_batch_end"]
 
 
@@ -134,3 +141,46 @@ def test_bad_schedule_and_clipping_settings_are_refused(tmp_path):
         small_trainer(tmp_path, gradient_clip_algorithm="l1")
     with pytest.raises(ConfigError, match="lr_schedule"):
         small_trainer(tmp_path, lr_schedule=CosineDecay()).fit(small_model(), small_data(), AdaptiveFedECADO())
+
+
+def test_epoch_end_metrics_a_cosine_schedule_and_clipping_from_yaml_on_one_and_two_processes(tmp_path):
+    """``lightfed fit`` from YAML: a metric computed only in ``on_validation_epoch_end`` is the whole pass's accuracy,
+    ``on_train_epoch_end`` sees the local epochs, and 1 and 2 processes reach the same weights."""
+    config = tmp_path / "hooks.yaml"
+    config.write_text("""
+seed_everything: 0
+trainer:
+  accelerator: cpu
+  rounds: 3
+  clients_per_round: 4
+  local_epochs: 2
+  name: run
+  progress_bar: false
+  gradient_clip_val: 0.5
+  lr_schedule: {class_path: lightfed.schedules.CosineDecay, init_args: {min_factor: 0.1}}
+model:
+  class_path: tests.core.hook_modules.EpochMetricCNN
+  init_args: {num_classes: 10, in_channels: 1, width: 8, lr: 0.1}
+data:
+  partitioner: {class_path: lightfed.data.IIDPartitioner, init_args: {num_clients: 8}}
+  batch_size: 32
+""")
+
+    def run(devices: int) -> tuple[dict, dict]:
+        root = tmp_path / f"devices{devices}"
+        subprocess.run(
+            [sys.executable, "-m", "lightfed", "fit", "--config", str(config), "--trainer.devices", str(devices),
+             "--trainer.root_dir", str(root)],
+            check=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
+            capture_output=True, timeout=600,
+        )
+        folder = root / "run" / "version_0"
+        last = json.loads((folder / "metrics.jsonl").read_text().splitlines()[-1])
+        return torch.load(folder / "checkpoints" / "last.ckpt", weights_only=False), last
+
+    (one, metrics), (two, metrics_two) = run(1), run(2)
+    assert one["round"] == two["round"] == 3
+    assert (one["params"] - two["params"]).abs().max() <= 1e-5
+    assert metrics["val_epoch_acc"] == pytest.approx(metrics["val_acc"], abs=1e-9) and metrics["val_acc"] > 0.15
+    assert metrics_two["val_epoch_acc"] == pytest.approx(metrics["val_epoch_acc"], abs=1e-6)
+    assert metrics["local_epoch_ends"] == pytest.approx(1.5)  # epochs 1 and 2 end in every client's round

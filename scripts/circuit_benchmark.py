@@ -12,9 +12,9 @@ sampling; only the strategy differs. Workloads:
 - ``resnet18gn``: ``lightfed.models.ResNet18GN`` as in ``configs/cifar10/fedavg.yaml`` (batch 50, lr 0.01), same data.
 
 Strategy settings come from the configs: FedECADO's ``tolerance`` from ``configs/<digits|cifar10>/fedecado.yaml``,
-its ``sensitivity_step`` is the client lr (as in those configs) and its ``inductance`` follows the configs' rule of
-thumb L = active clients x (window)^2 with the window T = local epochs x lr (digits: 10 x 0.1^2 = 0.1, the config's
-value; ``--inductance`` overrides it); AdaptiveFedECADO's ``tolerance`` from ``configs/<...>/adaptive_fedecado.yaml``
+where a config keeps the paper's constants (``inductance_rule: constant``, cifar10) its ``sensitivity_step`` is the
+client lr and its ``inductance`` the rule of thumb L = active clients x (window)^2 with T = local epochs x lr; digits
+runs the defaults (critical inductance, window sensitivities); ``--inductance`` overrides L; AdaptiveFedECADO's ``tolerance`` from ``configs/<...>/adaptive_fedecado.yaml``
 (its other settings are derived by the strategy itself; ``AdaptiveFedECADO-retro`` is the same with
 ``client_lte: retrospective``, one gradient a client step). FedAvg is plain FedAvg whose ``aggregate`` is timed the way
 FedECADO times its own (``strategy/server_seconds``).
@@ -169,8 +169,11 @@ def strategy_settings(args: argparse.Namespace, run: dict) -> dict[str, dict]:
     fedecado = dict(yaml.safe_load((folder / "fedecado.yaml").read_text())["strategy"]["init_args"])
     adaptive = dict(yaml.safe_load((folder / "adaptive_fedecado.yaml").read_text())["strategy"]["init_args"])
     window = run["local_epochs"] * run["lr"]
-    fedecado["inductance"] = args.inductance or run["clients_per_round"] * window**2
-    fedecado["sensitivity_step"] = run["lr"]
+    if fedecado.get("inductance_rule") == "constant":  # the paper's constants (cifar10): L by the rule of thumb
+        fedecado["inductance"] = args.inductance or run["clients_per_round"] * window**2
+        fedecado["sensitivity_step"] = run["lr"]
+    elif args.inductance:
+        fedecado["inductance"] = args.inductance
     return {"FedAvg": {}, "FedECADO": fedecado, "AdaptiveFedECADO": adaptive,
             "AdaptiveFedECADO-retro": {**adaptive, "client_lte": "retrospective"}}
 

@@ -48,16 +48,16 @@ def make_data(workload: str, device: torch.device, augmentation: bool):
     from lightfed.data import Digits, DirichletPartitioner, IIDPartitioner
     from lightfed.data.module import FederatedDataModule
 
-    crop_flip = None
+    crop_flip = {}
     if augmentation:
         from lightfed.data import Augmentation
 
-        crop_flip = Augmentation(padding=4, horizontal_flip=True)
+        crop_flip = {"augmentation": Augmentation(padding=4, horizontal_flip=True)}
     if workload == "digits":
-        data = FederatedDataModule(Digits(), DirichletPartitioner(20, alpha=0.3), batch_size=16, augmentation=crop_flip)
+        data = FederatedDataModule(Digits(), DirichletPartitioner(20, alpha=0.3), batch_size=16, **crop_flip)
     else:
         source = benchmark.make_source(SimpleNamespace(clients=100, examples_per_client=500, test_size=100))
-        data = FederatedDataModule(source, IIDPartitioner(100), batch_size=32, augmentation=crop_flip)
+        data = FederatedDataModule(source, IIDPartitioner(100), batch_size=32, **crop_flip)
     data.setup(seed=0, device=device)
     return data
 

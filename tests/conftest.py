@@ -1,5 +1,10 @@
 """Shared builders: a tiny digits federation that trains in about a second."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import lightning as L
 import pytest
 import torch
@@ -32,3 +37,13 @@ def small_trainer(root, **overrides) -> FederatedTrainer:
     settings = dict(accelerator="cpu", rounds=3, clients_per_round=4, local_steps=5, local_epochs=None,
                     root_dir=str(root), progress_bar=False)
     return FederatedTrainer(**{**settings, **overrides})
+
+
+def fit_in_subprocess(config: Path, root: Path, devices: int, *options: str) -> None:
+    """``lightfed fit`` of ``config`` on ``devices`` CPU processes (one torch thread each), its runs under ``root``."""
+    subprocess.run(
+        [sys.executable, "-m", "lightfed", "fit", "--config", str(config), "--trainer.devices", str(devices),
+         "--trainer.root_dir", str(root), "--trainer.progress_bar", "false", *options],
+        check=True, cwd=root.parent, capture_output=True, timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )

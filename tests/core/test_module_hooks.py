@@ -2,10 +2,6 @@
 learning-rate schedules and gradient clipping."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,10 +11,9 @@ from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.schedules import CosineDecay, ExponentialDecay, StepDecay
 from lightfed.strategies import AdaptiveFedECADO, FedAvg
-from tests.conftest import small_data, small_model, small_trainer
+from tests.conftest import fit_in_subprocess, small_data, small_model, small_trainer
 from tests.core.hook_modules import DictBatchCNN, RecordingCNN
 
-ROOT = Path(__file__).resolve().parents[2]
 STEP = ["on_train_batch_start", "on_before_backward", "on_after_backward", "on_before_optimizer_step", "on_train_batch_end"]
 
 
@@ -168,12 +163,7 @@ data:
 
     def run(devices: int) -> tuple[dict, dict]:
         root = tmp_path / f"devices{devices}"
-        subprocess.run(
-            [sys.executable, "-m", "lightfed", "fit", "--config", str(config), "--trainer.devices", str(devices),
-             "--trainer.root_dir", str(root)],
-            check=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
-            capture_output=True, timeout=600,
-        )
+        fit_in_subprocess(config, root, devices)
         folder = root / "run" / "version_0"
         last = json.loads((folder / "metrics.jsonl").read_text().splitlines()[-1])
         return torch.load(folder / "checkpoints" / "last.ckpt", weights_only=False), last

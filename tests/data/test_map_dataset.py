@@ -1,8 +1,5 @@
 """MapDataset: a file-backed map-style Dataset split across clients, read through DataLoaders, trained end to end."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,10 +16,9 @@ from lightfed.errors import ConfigError
 from lightfed.models import MLP
 from lightfed.privacy import DPSGD
 from lightfed.strategies import FedAvg
-from tests.conftest import small_model, small_trainer
+from tests.conftest import fit_in_subprocess, small_model, small_trainer
 from tests.data.npy_folder import NpyFolder, write_digits
 
-ROOT = Path(__file__).resolve().parents[2]
 CPU = torch.device("cpu")
 NUM_TRAIN, NUM_TEST = 96, 40
 REFERENCE = Digits().load(seed=0)  # the files hold its first NUM_TRAIN train and NUM_TEST test examples
@@ -158,12 +154,7 @@ data:
 
     def final_params(devices: int) -> dict:
         root = tmp_path / f"devices{devices}"
-        subprocess.run(
-            [sys.executable, "-m", "lightfed", "fit", "--config", str(config), "--trainer.devices", str(devices),
-             "--trainer.root_dir", str(root), "--trainer.progress_bar", "false"],
-            check=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
-            capture_output=True, timeout=600,
-        )
+        fit_in_subprocess(config, root, devices)
         return torch.load(root / "run" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
 
     one, two = final_params(1), final_params(2)

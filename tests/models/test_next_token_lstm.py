@@ -2,9 +2,6 @@
 configs/text/next_token.yaml trained by ``lightfed fit`` on one and two processes."""
 
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import lightning as L
@@ -16,7 +13,7 @@ from lightfed.data import MarkovText, NaturalIdPartitioner
 from lightfed.data.module import FederatedDataModule
 from lightfed.models import NextTokenLSTM
 from lightfed.strategies import FedAvg
-from tests.conftest import small_trainer
+from tests.conftest import fit_in_subprocess, small_trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "text" / "next_token.yaml"
@@ -90,12 +87,7 @@ def test_a_federation_of_writers_learns_most_of_what_their_text_allows(tmp_path)
 def test_the_text_config_trains_to_the_same_weights_on_one_and_two_processes(tmp_path) -> None:
     def final_checkpoint(devices: int) -> dict:
         root = tmp_path / f"devices{devices}"
-        subprocess.run(
-            [sys.executable, "-m", "lightfed", "fit", "--config", str(CONFIG), "--trainer.devices", str(devices),
-             "--trainer.rounds", "3", "--trainer.root_dir", str(root), "--trainer.progress_bar", "false"],
-            check=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
-            capture_output=True, timeout=600,
-        )
+        fit_in_subprocess(CONFIG, root, devices, "--trainer.rounds", "3")
         return torch.load(root / "next_token" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
 
     one, two = final_checkpoint(1), final_checkpoint(2)

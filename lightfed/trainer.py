@@ -1,5 +1,7 @@
 """FederatedTrainer: federated rounds on one Fabric; the round engine trains and aggregates, callbacks do the rest."""
 
+import copy
+import math
 import os
 import time
 from pathlib import Path
@@ -25,6 +27,7 @@ from lightfed.callbacks import (
 )
 from lightfed.core.checkpoint import LAST, load_checkpoint, resolve_checkpoint, restore_rng_states, rng_states, save_checkpoint
 from lightfed.core.client import ClientTrainer
+from lightfed.core.client_workers import ClientWorkers
 from lightfed.core.engine import RoundEngine
 from lightfed.core.evaluation import evaluation_pass
 from lightfed.core.messages import ClientPlan
@@ -86,6 +89,7 @@ class FederatedTrainer:
         lr_schedule: RoundSchedule | None = None,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str = "norm",
+        clients_in_parallel: int | str = "auto",
         privacy: ClientPrivacy | None = None,
         callbacks: list[Callback] | None = None,
         logger: bool | Logger | list[Logger] = True,
@@ -121,6 +125,11 @@ class FederatedTrainer:
             gradient_clip_val: Clip each local step's gradient (after the strategy's correction and privacy, before
                 the optimizer step) to this norm, or to this value per entry; null: no clipping.
             gradient_clip_algorithm: "norm" (``torch.nn.utils.clip_grad_norm_``) or "value" (``clip_grad_value_``).
+            clients_in_parallel: Clients each process trains at once, one thread and one copy of the model each (one
+                torch thread each on a CPU, one CUDA stream each on a GPU); 1: one client at a time. "auto": on a CPU
+                one per core of the process (cores / processes per node), else 1. Not with privacy, with
+                data.num_workers > 0, nor with a model that draws from torch's global random generator while training
+                (dropout): "auto" then trains one client at a time.
             privacy: Differential privacy of the clients' local training, e.g. ``lightfed.privacy.DPSGD`` (Opacus
                 DP-SGD with one accountant per client); logs ``privacy/epsilon_max`` and ``privacy/epsilon_mean``.
             callbacks: More callbacks (``lightfed.callbacks.Callback``), called after the built-in ones that add
@@ -135,6 +144,10 @@ class FederatedTrainer:
             raise ConfigError(f"trainer.gradient_clip_val must be > 0 or null, got {gradient_clip_val}")
         if gradient_clip_algorithm not in ("norm", "value"):
             raise ConfigError(f"trainer.gradient_clip_algorithm must be 'norm' or 'value', got {gradient_clip_algorithm!r}")
+        if clients_in_parallel != "auto" and not (isinstance(clients_in_parallel, int) and clients_in_parallel >= 1):
+            raise ConfigError(f"trainer.clients_in_parallel must be 'auto' or an integer >= 1, got {clients_in_parallel!r}")
+        if privacy is not None and clients_in_parallel not in ("auto", 1):
+            raise ConfigError("trainer.clients_in_parallel must be 1 or 'auto' with trainer.privacy: its clients train one at a time")
         self.local_work = LocalWork(local_epochs, local_steps, local_lr, redraw_local_work)
         for key, value, low in [
             ("rounds", rounds, 1),
@@ -169,6 +182,7 @@ class FederatedTrainer:
         self.lr_schedule = lr_schedule
         self.gradient_clip_val, self.gradient_clip_algorithm = gradient_clip_val, gradient_clip_algorithm
         self.precision = precision
+        self.clients_in_parallel = clients_in_parallel
         self.privacy = privacy
         self.logger = logger
         self.hparams: dict[str, Any] = {}
@@ -206,8 +220,15 @@ class FederatedTrainer:
             model = self.privacy.prepare(model, self.precision)
         if self.lr_schedule is not None and strategy.chooses_client_steps:
             raise ConfigError(f"{type(strategy).__name__} chooses its clients' step sizes itself: remove trainer.lr_schedule")
-        self.client = client = ClientTrainer(self.fabric, model, data, self.privacy, self.lr_schedule, self.rounds,
-                                             self.gradient_clip_val, self.gradient_clip_algorithm)
+        workers, threads = self._client_workers(data)
+        copies = [copy.deepcopy(model, {id(model._trainer): None}) for _ in range(workers - 1)]
+        clients = [
+            ClientTrainer(self.fabric, module, data, self.privacy, self.lr_schedule, self.rounds, self.gradient_clip_val,
+                          self.gradient_clip_algorithm)
+            for module in [model, *copies]
+        ]
+        self.client = client = clients[0]
+        self.workers = ClientWorkers(clients, threads, strict=self.clients_in_parallel != "auto")
         optimizer = client.optimizer.optimizer
         if strategy.needs_plain_sgd and not _sgd_without_momentum(optimizer):
             settings = f" with momentum {optimizer.param_groups[0]['momentum']}" if isinstance(optimizer, torch.optim.SGD) else ""
@@ -225,7 +246,7 @@ class FederatedTrainer:
         if strategy.server_path == "sharded":
             strategy.shard = CoordinateShards(self.params.numel(), self.fabric.world_size, self.fabric.global_rank).local
         strategy.setup(self.params, data.num_clients)
-        self.engine = engine = self._engine(client, strategy)
+        self.engine = engine = self._engine(self.workers, strategy)
         if self.privacy is not None:  # its accountants live in the strategy's per-client store
             self.privacy.setup(data, strategy.client_states, self.clients_per_round, lambda: source.planned(self.rounds))
         self.round, self.should_stop, self.stop_requested, self.last_metrics = 0, False, False, {}
@@ -235,14 +256,18 @@ class FederatedTrainer:
         else:
             source.begin(engine, self.params, self.buffers)
         self.fabric.call("on_fit_start", trainer=self)
-        client.module.on_fit_start()
+        for worker in self.workers.clients:
+            worker.module.on_fit_start()
         try:
             while self.round < self.rounds and not self.should_stop:
                 self._round(engine)
         except BaseException as error:
             self.fabric.call("on_exception", trainer=self, error=error)
             raise
-        client.module.on_fit_end()
+        finally:
+            self.workers.close()
+        for worker in self.workers.clients:
+            worker.module.on_fit_end()
         self.fabric.call("on_fit_end", trainer=self, metrics=self.last_metrics)
         client.flat.load(self.params, self.buffers)
         return self.last_metrics
@@ -298,11 +323,27 @@ class FederatedTrainer:
         """Which clients train in each round, from what."""
         return SampledRounds(self.seed, data.num_clients, self.clients_per_round, self.local_work)
 
-    def _engine(self, client: ClientTrainer, strategy: Strategy) -> RoundEngine:
+    def _client_workers(self, data: FederatedDataModule) -> tuple[int, int]:
+        """How many clients this process trains at once, and the torch threads of each."""
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        cores_per_process = max(1, cores // getattr(self.fabric.strategy, "num_processes", 1))  # processes per node
+        workers = self.clients_in_parallel
+        if workers != "auto" and workers > 1 and data.num_workers > 0:
+            raise ConfigError(
+                "trainer.clients_in_parallel > 1 cannot be used with data.num_workers > 0 (DataLoader processes "
+                "forked from concurrent training threads can deadlock): set one of them to 1 / 0"
+            )
+        if workers == "auto":
+            parallel = self.fabric.device.type == "cpu" and self.privacy is None and data.num_workers == 0
+            workers = cores_per_process if parallel else 1
+        workers = min(workers, math.ceil(self.clients_per_round / self.fabric.world_size))
+        return workers, max(1, cores_per_process // workers)
+
+    def _engine(self, workers: ClientWorkers, strategy: Strategy) -> RoundEngine:
         fixed_process = strategy.keeps_client_state or (self.privacy is not None and self.privacy.keeps_client_state)
         return RoundEngine(
             self.fabric,
-            client,
+            workers,
             strategy,
             self.clients_per_round,
             fixed_process,

@@ -50,6 +50,10 @@ REFUSED = [
                                        "lightfed.schedules.CosineDecay"], ["remove trainer.lr_schedule"]),
     ("schedule_gamma", ["--trainer.lr_schedule", "lightfed.schedules.ExponentialDecay", "--trainer.lr_schedule.gamma",
                         "2"], ["ExponentialDecay needs 0 < gamma <= 1, got 2.0"]),
+    ("parallel_zero", ["--trainer.clients_in_parallel", "0"],
+     ["trainer.clients_in_parallel must be 'auto' or an integer >= 1, got 0"]),
+    ("parallel_dp", ["-c", DP, "--trainer.clients_in_parallel", "2"],
+     ["trainer.clients_in_parallel must be 1 or 'auto' with trainer.privacy"]),
     ("root_dir_under_a_file", ["--trainer.root_dir", "A_FILE/runs"], ["A_FILE is not a folder; change trainer.root_dir"]),
 ]
 

@@ -102,6 +102,7 @@ class ClientTrainer:
         if rule is not None:
             rule.start(params, context)
         torch.manual_seed(plan.seed)  # dropout, DP noise and other randomness drawn from torch's global RNG
+        self.last_seed = plan.seed
         generator = torch.Generator().manual_seed(plan.seed)
         module, optimizer, view = self.module, self.optimizer, self.view
         module.train()

@@ -4,6 +4,7 @@ The synchronous and the asynchronous trainer both run their rounds through it; t
 round has (see ``lightfed.core.rounds`` and ``lightfed.asynchronous.trainer``).
 """
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -12,6 +13,7 @@ from lightning.fabric import Fabric
 from torch import Tensor
 
 from lightfed.core.client import ClientTrainer
+from lightfed.core.client_workers import ClientWorkers
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.sharding import CoordinateShards
 from lightfed.core.sums import Sums
@@ -48,12 +50,16 @@ class RoundResult:
 class RoundEngine:
     """Trains this process's share of a round's jobs, reduces the bookkeeping and the strategy's sums in one
     all-reduce, aggregates (sums path) or exchanges the deltas by coordinate slice and aggregates each slice (sharded
-    path), and checks the result (finite; with ``check_replicas`` the same on every process)."""
+    path), and checks the result (finite; with ``check_replicas`` the same on every process).
+
+    With several ``workers`` each adds its clients' updates into its own sums (under one lock, so the strategy and
+    ``on_client_end`` see one update at a time), and the workers' sums are added in worker order.
+    """
 
     def __init__(
         self,
         fabric: Fabric,
-        client: ClientTrainer,
+        workers: ClientWorkers,
         strategy: Strategy,
         clients_per_round: int,
         fixed_process: bool,
@@ -63,7 +69,8 @@ class RoundEngine:
     ) -> None:
         """``fixed_process``: client i always trains on process i % world (where its per-client state lives).
         ``check_plans``: called on every process with its configured plans before any trains (a collective call)."""
-        self.fabric, self.client, self.strategy = fabric, client, strategy
+        self.fabric, self.workers, self.strategy = fabric, workers, strategy
+        self.client = client = workers.clients[0]
         self.fixed_process, self.check_replicas = fixed_process, check_replicas
         self.on_client_end, self.check_plans = on_client_end, check_plans
         self.sharded = strategy.server_path == "sharded"
@@ -73,6 +80,8 @@ class RoundEngine:
             self.columns = (*PER_CLIENT, *strategy.report_scalars)
             sizes["_per_client"] = clients_per_round * len(self.columns)
         self.sums = Sums(sizes, fabric.device)
+        self._worker_sums = [self.sums] + [Sums(sizes, fabric.device) for _ in range(workers.count - 1)]
+        self._lock = threading.Lock()
         self.shards = CoordinateShards(client.flat.params.numel(), fabric.world_size, fabric.global_rank)
 
     def share(self, jobs: list[Job], rank: int | None = None) -> list[Job]:
@@ -93,20 +102,29 @@ class RoundEngine:
         downloads = self._downloads(jobs, rows_of) if self.sharded else [{} for _ in mine]
         plans = [self.strategy.configure_job(job.plan, {**job.package, **download}) for job, download in zip(mine, downloads)]
         self.check_plans(round, plans)
-        sums.zero_()
+        for worker_sums in self._worker_sums:
+            worker_sums.zero_()
         rows = None
         if self.sharded:  # per job: its delta, then the vectors it reports
             rows = torch.zeros(len(mine), 1 + len(self.strategy.report_vectors), params.numel(), device=params.device)
-        for index, (job, plan) in enumerate(zip(mine, plans)):
-            update = self.client.train(plan, job.params, job.buffers)
-            self.strategy.accumulate_job(sums, update, job.staleness)
-            if rows is not None:
-                self._keep_for_exchange(rows[index], rows_of[self.fabric.global_rank][index], update, job.staleness)
-            sums.add("_buffers", update.buffers, weight=update.num_examples)
-            sums.add("_examples", update.num_examples)
-            sums.add("_train_loss", update.train_loss)
-            sums.add("_clients", 1)
-            self.on_client_end(update)
+
+        def train(worker: int, client: ClientTrainer, index: int) -> None:
+            job, sums = mine[index], self._worker_sums[worker]
+            update = client.train(plans[index], job.params, job.buffers)
+            with self._lock:
+                self.strategy.accumulate_job(sums, update, job.staleness)
+                if rows is not None:
+                    position = rows_of[self.fabric.global_rank][index]
+                    self._keep_for_exchange(sums, rows[index], position, update, job.staleness)
+                sums.add("_buffers", update.buffers, weight=update.num_examples)
+                sums.add("_examples", update.num_examples)
+                sums.add("_train_loss", update.train_loss)
+                sums.add("_clients", 1)
+                self.on_client_end(update)
+
+        self.workers.run(len(mine), train)
+        for worker_sums in self._worker_sums[1 : self.workers.count]:
+            sums.buffer.add_(worker_sums.buffer)
         sums.add("_stop", float(stop_requested()))
         sums.buffer.copy_(self.fabric.all_reduce(sums.buffer, reduce_op="sum"))
         if rows is None:
@@ -118,14 +136,14 @@ class RoundEngine:
         metrics = {
             "round/clients": float(sums["_clients"]),
             "round/client_train_loss": float(sums["_train_loss"] / sums["_clients"]),
-            **self.client.logged.compute(self.fabric, self.client.module),
+            **self.workers.logged().compute(self.fabric, self.client.module),
             **{f"strategy/{k}": v for k, v in self.strategy.metrics().items()},
         }
         return RoundResult(params, buffers, metrics, float(sums["_stop"]) > 0)
 
-    def _keep_for_exchange(self, row: Tensor, position: int, update: ClientUpdate, staleness: int) -> None:
+    def _keep_for_exchange(self, sums: Sums, row: Tensor, position: int, update: ClientUpdate, staleness: int) -> None:
         """A sharded strategy's view of one update: its delta and reported vectors into ``row``, its numbers into
-        the per-client sums at the job's ``position`` in the round (zero elsewhere, so the all-reduce gathers them)."""
+        the per-client ``sums`` at the job's ``position`` in the round (zero elsewhere, so the all-reduce gathers them)."""
         report = self.strategy.client_report(update)
         row[0].copy_(update.delta)
         for k, name in enumerate(self.strategy.report_vectors, start=1):
@@ -134,7 +152,7 @@ class RoundEngine:
         numbers = [update.num_examples, update.num_steps, update.local_time, staleness]
         numbers += [float(report.get(name, 0.0)) for name in self.strategy.report_scalars]
         start = position * len(self.columns)
-        self.sums["_per_client"][start : start + len(self.columns)] = torch.tensor(numbers, dtype=torch.float64)
+        sums["_per_client"][start : start + len(self.columns)] = torch.tensor(numbers, dtype=torch.float64)
 
     def _downloads(self, jobs: list[Job], rows_of: list[list[int]]) -> list[dict[str, Tensor]]:
         """The whole per-client vectors (``ShardedStrategy.client_vectors``) of this process's jobs, assembled from

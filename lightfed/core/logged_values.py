@@ -52,6 +52,25 @@ class LoggedValues:
         finally:
             del module.log, module.log_dict
 
+    def absorb(self, other: "LoggedValues", module: LightningModule, other_module: LightningModule) -> None:
+        """Adds what ``other`` holds (logged by ``other_module``, a copy of ``module``) into this, and clears it."""
+        for name, value in other._sums.items():
+            previous = self._sums.get(name)
+            self._sums[name] = value if previous is None else previous.add_(value.to(previous.device))
+            self._counts[name] = self._counts.get(name, 0.0) + other._counts[name]
+        for name, metric in other._metrics.items():
+            path = _path_in(other_module, metric)
+            target = self._metrics.get(name)
+            if target is None and path is not None:
+                target = module.get_submodule(path)
+            if target is None:
+                self._metrics[name] = metric
+                continue
+            target.merge_state(metric)
+            metric.reset()
+            self._metrics[name] = target
+        other._sums, other._counts, other._metrics = {}, {}, {}
+
     def compute(self, fabric: Fabric | None = None, module: LightningModule | None = None) -> dict[str, float]:
         """Means and metric values, reduced over all processes when ``fabric`` is given; then starts afresh.
 

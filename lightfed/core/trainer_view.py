@@ -33,7 +33,7 @@ class TrainerView:
 
     @property
     def num_nodes(self) -> int:
-        return self._fabric.num_nodes
+        return getattr(self._fabric.strategy, "num_nodes", 1)
 
     @property
     def is_global_zero(self) -> bool:

@@ -52,7 +52,7 @@ def _lines(run_dir: Path) -> list[dict]:
 
 def test_hooks_are_called_in_order_with_the_round_state(tmp_path):
     recorder = Recorder()
-    trainer = small_trainer(tmp_path, rounds=2, eval_interval=2, callbacks=[recorder])
+    trainer = small_trainer(tmp_path, rounds=2, eval_interval=2, callbacks=[recorder], clients_in_parallel=1)
     trainer.fit(small_model(), small_data(), FedAvg())
     names = [call[0] for call in recorder.calls]
     assert names[0] == "fit_start" and names[-1] == "fit_end"
@@ -62,7 +62,7 @@ def test_hooks_are_called_in_order_with_the_round_state(tmp_path):
     assert names.count("evaluation_end") == 1 and names.count("save") == 2  # checkpoints after the round's callbacks
     assert names.index("save") == names.index("round_end") + 1
     clients = [call[1] for call in recorder.calls if call[0] == "client_end"]
-    assert clients[:4] == sorted(clients[:4])  # one process trains the round's clients in id order
+    assert clients[:4] == sorted(clients[:4])  # one client at a time: the round's clients in id order
 
     resumed = Recorder()
     small_trainer(tmp_path, rounds=3, callbacks=[resumed]).fit(small_model(), small_data(), FedAvg(), ckpt_path="last")

@@ -1,0 +1,117 @@
+"""Several clients of a round trained at once in one process: one thread per copy of the client."""
+
+import threading
+from collections.abc import Callable
+from contextlib import nullcontext
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from lightfed.core.client import ClientTrainer
+from lightfed.core.logged_values import LoggedValues
+from lightfed.errors import ConfigError
+
+Work = Callable[[int, ClientTrainer, int], None]  # (worker, its client, job index)
+
+
+class ClientWorkers:
+    """``clients[w]`` trains jobs w, w + W, w + 2W, ... of a round (W workers), all workers at once.
+
+    Which worker trains which job and the order in which each worker adds its updates depend only on the job's index,
+    never on timing. Worker threads run torch ops on ``threads`` intra-op threads each (1 by default: the workers are
+    the parallelism), and on their own CUDA stream on a GPU. One worker trains in the calling thread, as before.
+
+    Torch's global random generator is one per process, so concurrent clients cannot each draw from it
+    reproducibly. The first job of a run is trained alone, and if it drew from it (dropout, ...) the workers are
+    refused (``strict``) or the run stays on one worker.
+    """
+
+    def __init__(self, clients: list[ClientTrainer], threads: int = 1, strict: bool = True) -> None:
+        self.clients, self.threads, self.strict = clients, threads, strict
+        self._probed = len(clients) == 1
+        self._main_threads = torch.get_num_threads()
+        self._pool: ThreadPoolExecutor | None = None
+        cuda = clients[0].fabric.device.type == "cuda"
+        self._streams = [torch.cuda.Stream(clients[0].fabric.device) for _ in clients] if cuda else None
+
+    @property
+    def count(self) -> int:
+        return len(self.clients)
+
+    def run(self, jobs: int, work: Work) -> None:
+        """Calls ``work(w, clients[w], k)`` for every job k < ``jobs``, worker w = k % W; re-raises the first error."""
+        start = 0
+        if not self._probed and jobs:
+            self._probe(work)
+            start = 1
+        if self.count == 1:
+            for k in range(start, jobs):
+                work(0, self.clients[0], k)
+            return
+        failed = threading.Event()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.count, "lightfed-client")
+        futures = [self._pool.submit(self._serve, w, range(start + (w - start) % self.count, jobs, self.count), work,
+                                     failed) for w in range(self.count)]
+        errors = [future.exception() for future in futures]
+        torch.set_num_threads(self._main_threads)  # worker threads set the process-wide default too
+        if self._streams is not None:
+            for stream in self._streams:
+                torch.cuda.current_stream().wait_stream(stream)
+        error = next((e for e in errors if e is not None), None)
+        if error is not None:
+            raise error
+
+    def _serve(self, worker: int, jobs: range, work: Work, failed: threading.Event) -> None:
+        """One worker's jobs of the round, stopping early when another worker failed."""
+        torch.set_num_threads(self.threads)  # per thread: the pool's threads take the workers' tasks in any order
+        stream = None if self._streams is None else self._streams[worker]
+        if stream is not None:
+            stream.wait_stream(torch.cuda.default_stream(stream.device))
+        with torch.cuda.stream(stream) if stream is not None else nullcontext():
+            for k in jobs:
+                if failed.is_set():
+                    return
+                try:
+                    work(worker, self.clients[worker], k)
+                except BaseException:
+                    failed.set()
+                    raise
+
+    def _probe(self, work: Work) -> None:
+        """Trains job 0 alone on worker 0 (on a worker's threads) and checks whether it drew from torch's global
+        random generator."""
+        torch.set_num_threads(self.threads)
+        try:
+            work(0, self.clients[0], 0)
+        finally:
+            torch.set_num_threads(self._main_threads)
+        self._probed = True
+        if not _drew_global_random(self.clients[0].last_seed):
+            return
+        if self.strict:
+            raise ConfigError(
+                "the model draws from torch's global random generator while training (dropout, ...), which concurrent "
+                "clients share: set trainer.clients_in_parallel 1 (or 'auto') for reproducible runs"
+            )
+        self.clients = self.clients[:1]
+
+    def logged(self) -> LoggedValues:
+        """What every worker's module logged this round, in the first worker's ``LoggedValues``."""
+        first = self.clients[0]
+        for client in self.clients[1:]:
+            first.logged.absorb(client.logged, first.module, client.module)
+        return first.logged
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+
+
+def _drew_global_random(seed: int) -> bool:
+    """Whether torch's global generators moved since ``torch.manual_seed(seed)``."""
+    if not torch.equal(torch.get_rng_state(), torch.Generator().manual_seed(seed).get_state()):
+        return True
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.cuda.default_generators[torch.cuda.current_device()].get_offset() != 0
+    return False

@@ -101,11 +101,14 @@ class ClientTrainer:
         context = self._context
         if rule is not None:
             rule.start(params, context)
-        torch.manual_seed(plan.seed)  # dropout, DP noise and other randomness drawn from torch's global RNG
+        torch.default_generator.manual_seed(plan.seed)  # dropout, DP noise and other draws from torch's global RNG
+        if self.fabric.device.type == "cuda":  # (``torch.manual_seed`` queues a call per client while CUDA is unused)
+            torch.cuda.manual_seed(plan.seed)
         self.last_seed = plan.seed
         generator = torch.Generator().manual_seed(plan.seed)
         module, optimizer, view = self.module, self.optimizer, self.view
-        module.train()
+        if not module.training:  # an evaluation left it in eval mode (Lightning, too, switches modes per stage)
+            module.train()
         session = LocalSession(context, plan, generator) if self.privacy is None else self.privacy.session(context, plan, generator)
         self._session = session
         loss_sum = torch.zeros((), device=self.fabric.device)

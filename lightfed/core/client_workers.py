@@ -109,7 +109,7 @@ class ClientWorkers:
 
 
 def _drew_global_random(seed: int) -> bool:
-    """Whether torch's global generators moved since ``torch.manual_seed(seed)``."""
+    """Whether torch's global generators moved since they were seeded with ``seed``."""
     if not torch.equal(torch.get_rng_state(), torch.Generator().manual_seed(seed).get_state()):
         return True
     if torch.cuda.is_available() and torch.cuda.is_initialized():

@@ -12,6 +12,9 @@ from lightfed.errors import ConfigError
 from lightfed.local.base import LocalRule
 
 
+ErrorScale = Literal["absolute", "state", "step"]
+
+
 def passivity_bound(params: Tensor, velocity: Tensor) -> float:
     """Paper eq. 16, dt <= 2 x'(p grad - I) / ||p grad - I||^2 = -2 x'v / ||v||^2 for the client velocity v."""
     return float(-2 * (params @ velocity) / (velocity @ velocity))
@@ -32,6 +35,14 @@ class AdaptiveEuler(LocalRule):
     x' = x + dt v is evaluated on the same batch, LTE = (dt/2) max|v(x') - v(x)| (eq. 14, with p_i as in the ODE);
     while LTE > tolerance, dt <- 0.9 (tolerance / LTE) dt (``max_backtracks`` tries, then the step is forced). The
     client's window T_i is the sum of its accepted dt. Costs two gradient evaluations per step or more.
+
+    ``error_scale``: what the tolerance is measured against. "absolute" (the paper): LTE <= gamma in weight units, so
+    gamma means something else for every model and weight scale. "state": LTE <= gamma rms(x), CVODE's relative
+    tolerance taken norm-wise (a coordinate near zero does not make the test impossible): unchanged when the weights
+    are scaled. "step": LTE <= gamma max|dx| with dx = dt v the step itself; the FE error is (dt^2 / 2)|J v|, so this
+    is dt |J v| / |v| <= 2 gamma: gamma is the step's fraction of Forward Euler's stability limit 2 / lambda along v
+    (gamma = 1: the passivity bound's step for a quadratic centred at 0), free of the weights' and the loss's scale and
+    of the origin; the step then goes as gamma (as sqrt(gamma) with the other two).
 
     ``lte="retrospective"`` (the spec's variant B, no second gradient): after the first step, the error of a step dt
     is estimated from the velocity change over the previous step (dt_prev), the FE error (dt^2 / 2)|x''| with
@@ -59,7 +70,11 @@ class AdaptiveEuler(LocalRule):
         curvature_probes: int = 10,
         seed: int = 0,
         first_step: Literal["passivity", "probe"] = "passivity",
+        error_scale: ErrorScale = "absolute",
     ) -> None:
+        if error_scale not in ("absolute", "state", "step"):
+            raise ConfigError(f"the client error scale must be 'absolute', 'state' or 'step', got {error_scale!r}")
+        self.error_scale = error_scale
         if first_step not in ("passivity", "probe"):
             raise ConfigError(f"the first client step must be 'passivity' or 'probe', got {first_step!r}")
         self.first_step = first_step
@@ -94,43 +109,54 @@ class AdaptiveEuler(LocalRule):
         if self.curvature_batches > 0:
             self.curvature = client_hessian_diagonal(context, self.client_id, self.curvature_batches, self.curvature_probes, self.seed)
 
+    def _allowed(self, dt: float, speed: float) -> float:
+        """The largest LTE a step dt may have (``error_scale``); speed = max|v|."""
+        return self.tolerance * (dt * speed if self.error_scale == "step" else self.reference)
+
+    def _largest_step(self, curvature: float, speed: float) -> float:
+        """The step whose LTE curvature x dt^2 equals the allowed error."""
+        if self.error_scale == "step":
+            return self.tolerance * speed / curvature
+        return math.sqrt(self.tolerance * self.reference / curvature)
+
     def adjust(self, grad: Tensor, params: Tensor) -> None:
+        self.reference = 1.0 if self.error_scale == "absolute" else float(params.norm()) / math.sqrt(params.numel())
         if self.lte == "retrospective" and self.steps:
             self._retrospective_step(grad, params)
             return
         gradient, start = grad.clone(), params.clone()
         velocity = self.current - self.weight * gradient
+        speed = float(velocity.abs().max())
         if self.steps:
             dt = self.max_growth * self.steps[-1]
             if self.cap_at_first_step:
                 dt = min(dt, self.first_trial)
         elif self.first_step == "probe":
-            dt = self.first_trial = self._probe(start, velocity, gradient, grad, params)
+            dt = self.first_trial = self._probe(start, velocity, speed, gradient, grad, params)
         else:
             self.bound = passivity_bound(start, velocity)
             dt = self.first_trial = self.bound if math.isfinite(self.bound) and self.bound > 0 else self.fallback_step
         for attempt in range(self.max_backtracks + 1):
             params.copy_(start).add_(velocity, alpha=dt)
             self.context.recompute_gradient()  # grad now holds g(x') on the same batch
-            error = float((grad - gradient).abs().max()) * self.weight * dt / 2
-            if error <= self.tolerance or attempt == self.max_backtracks:
+            error, allowed = float((grad - gradient).abs().max()) * self.weight * dt / 2, self._allowed(dt, speed)
+            if error <= allowed or attempt == self.max_backtracks:
                 break
             self.rejected += 1
-            dt *= 0.9 * self.tolerance / error if math.isfinite(error) else 0.1
-        self.forced += error > self.tolerance
-        self._accept(dt, error, velocity)
+            dt *= 0.9 * allowed / error if math.isfinite(error) else 0.1
+        self._accept(dt, error, allowed, velocity)
 
-    def _probe(self, start: Tensor, velocity: Tensor, gradient: Tensor, grad: Tensor, params: Tensor) -> float:
-        """The round's first trial from the first gradients alone: a probe step dt_p = tolerance / max|v| (no coordinate
-        moves more than gamma) measures D = max|v(x + dt_p v) - v(x)|, so the FE error (dt^2 / 2)|x''| of a step dt is
-        about dt^2 D / (2 dt_p); returns 0.9 x the step where that equals the tolerance, 0.9 sqrt(2 gamma dt_p / D).
-        Scale-free (a loss c times larger gives steps 1/c times as long) and proportional to sqrt(gamma)."""
-        speed = float(velocity.abs().max())
-        probe = self.tolerance / speed if speed > 0 else self.tolerance
+    def _probe(self, start: Tensor, velocity: Tensor, speed: float, gradient: Tensor, grad: Tensor, params: Tensor) -> float:
+        """The round's first trial from the first gradients alone: a probe step dt_p = gamma r / max|v| (no coordinate
+        moves more than gamma r; r = 1 with "absolute", rms(x) otherwise) measures D = max|v(x + dt_p v) - v(x)|, so
+        the FE error (dt^2 / 2)|x''| of a step dt is about dt^2 D / (2 dt_p); returns 0.9 x the step where that equals
+        the allowed error: 0.9 sqrt(2 gamma r dt_p / D), or with "step" 0.9 x 2 gamma max|v| dt_p / D. A loss c times
+        larger gives steps 1/c times as long; proportional to sqrt(gamma) (to gamma with "step")."""
+        probe = self.tolerance * self.reference / speed if speed > 0 else self.tolerance * self.reference
         params.copy_(start).add_(velocity, alpha=probe)
         self.context.recompute_gradient()
         change = float((grad - gradient).abs().max()) * self.weight
-        return 0.9 * math.sqrt(2 * self.tolerance * probe / change) if change > 0 else probe
+        return 0.9 * self._largest_step(change / (2 * probe), speed) if change > 0 else probe
 
     def _retrospective_step(self, grad: Tensor, params: Tensor) -> None:
         """x <- x + dt v, dt the proposal or, where its retrospective error exceeds the tolerance, the largest step
@@ -140,18 +166,20 @@ class AdaptiveEuler(LocalRule):
         dt = self.max_growth * previous
         if self.cap_at_first_step:
             dt = min(dt, self.first_trial)
-        change = float((velocity - self.velocity).abs().max())
-        error = dt**2 * change / (2 * previous)
-        if error > self.tolerance:
-            dt = 0.9 * math.sqrt(2 * self.tolerance * previous / change)
-            error = dt**2 * change / (2 * previous)
+        speed, curvature = float(velocity.abs().max()), float((velocity - self.velocity).abs().max()) / (2 * previous)
+        error = curvature * dt**2
+        if error > self._allowed(dt, speed):
+            dt = 0.9 * self._largest_step(curvature, speed)
+            error = curvature * dt**2
             self.rejected += 1
         params.add_(velocity, alpha=dt)
-        self._accept(dt, error, velocity)
+        self._accept(dt, error, self._allowed(dt, speed), velocity)
 
-    def _accept(self, dt: float, error: float, velocity: Tensor) -> None:
+    def _accept(self, dt: float, error: float, allowed: float, velocity: Tensor) -> None:
+        """Records the step and its error in units of the tolerance's own (gamma x error / allowed error)."""
+        self.forced += error > allowed
         self.steps.append(dt)
-        self.errors.append(error)
+        self.errors.append(error * self.tolerance / allowed if error else 0.0)
         self.velocity = velocity
         self.context.lr = dt
 

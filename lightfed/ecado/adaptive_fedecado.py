@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 
 from lightfed.core.messages import ClientPlan, ClientUpdate
-from lightfed.ecado.adaptive_euler import AdaptiveEuler
+from lightfed.ecado.adaptive_euler import AdaptiveEuler, ErrorScale
 from lightfed.ecado.circuit import BeyondWindow, ErrorNorm
 from lightfed.ecado.fedecado import FedECADO, StateDevice, WindowEnd, window_end
 from lightfed.errors import ConfigError
@@ -71,6 +71,7 @@ class AdaptiveFedECADO(FedECADO):
         state_device: StateDevice = "accelerator",
         first_step: Literal["passivity", "probe"] = "passivity",
         window_end: WindowEnd = "max",
+        error_scale: ErrorScale = "absolute",
     ) -> None:
         """
         Args:
@@ -98,6 +99,9 @@ class AdaptiveFedECADO(FedECADO):
                 window ("mean"; with ``sensitivity_step="window"`` dt_G is then how long each client's modelled state
                 at that end responds to its current, see ``FedECADO``: with "extrapolate" alike for every client, so
                 the shortest window no longer weighs most, as it does with G_i = 1/T_i).
+            error_scale: What a client's tolerance is measured against (see ``AdaptiveEuler``): "absolute" (the paper,
+                LTE <= gamma in weight units), "state" (LTE <= gamma rms(x)) or "step" (LTE <= gamma max|dt v|: gamma
+                is the step's fraction of Forward Euler's stability limit). The server's error stays absolute.
         """
         if sensitivity_step not in ("window", "first_step"):
             raise ConfigError(f"strategy.sensitivity_step must be 'window' or 'first_step', got {sensitivity_step!r}")
@@ -109,6 +113,8 @@ class AdaptiveFedECADO(FedECADO):
             raise ConfigError(f"strategy.window_end must be 'max' or 'mean', got {window_end!r}")
         if first_step not in ("passivity", "probe"):
             raise ConfigError(f"strategy.first_step must be 'passivity' or 'probe', got {first_step!r}")
+        if error_scale not in ("absolute", "state", "step"):
+            raise ConfigError(f"strategy.error_scale must be 'absolute', 'state' or 'step', got {error_scale!r}")
         if damping not in ("collective", "branch"):
             raise ConfigError(f"strategy.damping must be 'collective' or 'branch', got {damping!r}")
         control = dict(tolerance=tolerance, max_growth=2.0, min_step=min_step, norm=error_norm)
@@ -121,11 +127,13 @@ class AdaptiveFedECADO(FedECADO):
         self.damping = damping
         self.first_step = first_step
         self.window_end = window_end
+        self.error_scale = error_scale
 
     def _rule(self, plan: ClientPlan, current: Tensor, curvature_batches: int) -> LocalRule:
         return AdaptiveEuler(plan.client_id, current, self.tolerance, self.fallback_step,
                              cap_at_first_step=self.cap_client_steps, lte=self.client_lte, curvature_batches=curvature_batches,
-                             curvature_probes=self.curvature_probes, seed=plan.seed, first_step=self.first_step)
+                             curvature_probes=self.curvature_probes, seed=plan.seed, first_step=self.first_step,
+                             error_scale=self.error_scale)
 
     def client_report(self, update: ClientUpdate) -> dict[str, float | Tensor]:
         report, steps = update.report, update.report["steps"]

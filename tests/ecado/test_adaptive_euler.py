@@ -121,3 +121,76 @@ def test_the_probe_first_step_converges_on_quadratics_and_bad_values_are_refused
     assert errors[0] > 0.3 and errors[-1] < 1e-2
     with pytest.raises(ConfigError, match="strategy.first_step must be 'passivity' or 'probe'"):
         AdaptiveFedECADO(first_step="fallback")
+
+
+def test_the_step_relative_error_by_hand():
+    """error_scale="step": LTE <= gamma max|dt v|. F = 4 x^2 / 2, x0 = 1, p = 1, I = 0, gamma = 0.01: the passivity
+    bound 0.5 is tried, LTE (0.5 / 2) |4 - (-4)| = 2 against 0.01 x 0.5 x 4 = 0.02: cut to 0.5 x 0.9 x 0.02 / 2 =
+    0.0045, where dt h / 2 = 0.009 = 0.9 gamma: LTE 0.00225 x 0.072 = 1.62e-4 against 1.8e-4, recorded as 0.9 gamma.
+    The doubled proposal 0.009 (dt h / 2 = 1.8 gamma) is cut back to 0.0045 again. gamma is the step's fraction of the
+    stability limit 2 / h: the accepted step is 0.9 x 2 gamma / h for any gamma."""
+    def first(gamma: float, lte: str = "trial_step") -> AdaptiveEuler:
+        problem = Quadratics(np.array([[[4.0]]]), np.array([[0.0]]), np.array([10]))
+        rule = AdaptiveEuler(0, torch.zeros(1, dtype=torch.float64), tolerance=gamma, error_scale="step", lte=lte)
+        _steps(rule, QuadraticContext(problem, 0, torch.ones(1, dtype=torch.float64), lr=1.0), 2)
+        return rule
+
+    rule = first(0.01)
+    assert rule.steps == pytest.approx([0.0045, 0.0045]) and rule.rejected == 2 and rule.forced == 0
+    assert rule.errors[0] == pytest.approx(0.9 * 0.01)
+    for gamma in (1e-4, 1e-3, 1e-1):
+        assert first(gamma).steps[0] == pytest.approx(0.9 * 2 * gamma / 4)
+    # retrospective: D = |v1 - v0| = 4 x 4 x 0.0045, curvature D / (2 dt_prev) = 8; the doubled proposal 0.009 has
+    # LTE 8 x 0.009^2 = 6.48e-4 against 0.01 x 0.009 x |v1| = 3.5352e-4: cut to 0.9 x 0.01 |v1| / 8
+    retro = first(0.01, "retrospective")
+    v1 = 4 * (1 - 4 * 0.0045)
+    assert retro.steps[1] == pytest.approx(0.9 * 0.01 * v1 / 8) and retro.rejected == 2
+    assert retro.errors[1] == pytest.approx(0.9 * 0.01)
+
+
+@pytest.mark.parametrize("first_step", ["passivity", "probe"])
+def test_relative_error_scales_take_the_same_steps_when_the_weights_are_scaled(first_step):
+    """Quadratics centred at 0, x0 and x0 x 100: the same ODE scaled, so a scale-free control takes the same steps.
+    The absolute tolerance does not (its error is 100 times larger in the scaled problem)."""
+    problem = diagonal_quadratics()
+    problem = Quadratics(problem.A, np.zeros_like(problem.b), problem.sizes)
+    x0 = torch.tensor(np.random.default_rng(0).normal(size=20))
+    steps = {}
+    for scale in ("absolute", "state", "step"):
+        for factor in (1.0, 100.0):
+            rule = AdaptiveEuler(3, torch.zeros(20, dtype=torch.float64), tolerance=1e-3, error_scale=scale, first_step=first_step)
+            _steps(rule, QuadraticContext(problem, 3, x0 * factor, lr=1.0), 10)
+            steps[scale, factor] = rule.steps
+            assert max(rule.errors) <= 1e-3 and rule.forced == 0
+    for scale in ("state", "step"):
+        assert steps[scale, 100.0] == pytest.approx(steps[scale, 1.0], rel=1e-9)
+    assert steps["absolute", 100.0][0] < 0.5 * steps["absolute", 1.0][0]
+
+
+@pytest.mark.parametrize("tolerance", [1e-4, 1e-2, 1.0])
+def test_the_state_relative_error_converges_on_quadratics_for_every_tolerance(tolerance):
+    problem = diagonal_quadratics()
+    rng = np.random.default_rng(1)
+    steps = rng.integers(1, 51, size=(40, 16))
+    x0 = torch.tensor(rng.normal(size=20))
+    x = run_rounds(AdaptiveFedECADO(tolerance=tolerance, error_scale="state"), problem, 40, 16, steps, np.ones(16), x0)
+    assert problem.relative_error(x) < 1e-2 < 0.3 < problem.relative_error(x0)
+
+
+def test_with_the_step_relative_error_the_simulated_time_goes_as_gamma():
+    """gamma sets every step as a fraction of the stability limit, so a round's window (and the progress of a fixed
+    number of steps) is proportional to gamma: the quadratics converge in 40 rounds for gamma >= 1e-2, not below."""
+    problem = diagonal_quadratics()
+    rng = np.random.default_rng(1)
+    steps = rng.integers(1, 51, size=(40, 16))
+    x0 = torch.tensor(rng.normal(size=20))
+    times, errors = [], []
+    for gamma in (1e-4, 1e-3, 1e-2):
+        strategy = AdaptiveFedECADO(tolerance=gamma, error_scale="step")
+        x = run_rounds(strategy, problem, 40, 16, steps, np.ones(16), x0)
+        times.append(strategy.metrics()["time"])
+        errors.append(problem.relative_error(x))
+    assert times[1] / times[0] == pytest.approx(10, rel=0.05) and times[2] / times[1] == pytest.approx(10, rel=0.05)
+    assert errors[0] > 1 and errors[2] < 1e-3
+    with pytest.raises(ConfigError, match="strategy.error_scale must be 'absolute', 'state' or 'step'"):
+        AdaptiveFedECADO(error_scale="relative")

@@ -13,6 +13,7 @@ from lightfed.local.base import LocalRule
 
 
 ErrorScale = Literal["absolute", "state", "step"]
+StepLimit = Literal["none", "monotone"]
 
 
 def passivity_bound(params: Tensor, velocity: Tensor) -> float:
@@ -44,6 +45,11 @@ class AdaptiveEuler(LocalRule):
     (gamma = 1: the passivity bound's step for a quadratic centred at 0), free of the weights' and the loss's scale and
     of the origin; the step then goes as gamma (as sqrt(gamma) with the other two).
 
+    ``step_limit="monotone"`` also bounds every step by LTE <= max|dt v| / 2, i.e. dt |J v| / |v| <= 1: along its own
+    direction a Forward-Euler step then does not overshoot (its factor 1 - dt lambda stays >= 0, half the stability
+    limit), whatever gamma; "none" (the paper) leaves only the tolerance, which for a large gamma lets steps far past
+    the stability limit through.
+
     ``lte="retrospective"`` (the spec's variant B, no second gradient): after the first step, the error of a step dt
     is estimated from the velocity change over the previous step (dt_prev), the FE error (dt^2 / 2)|x''| with
     x'' ~ (v_n - v_{n-1}) / dt_prev: eps(dt) = dt^2 D / (2 dt_prev), D = max|v_n - v_{n-1}|; a proposal above the
@@ -71,7 +77,11 @@ class AdaptiveEuler(LocalRule):
         seed: int = 0,
         first_step: Literal["passivity", "probe"] = "passivity",
         error_scale: ErrorScale = "absolute",
+        step_limit: StepLimit = "none",
     ) -> None:
+        if step_limit not in ("none", "monotone"):
+            raise ConfigError(f"the client step limit must be 'none' or 'monotone', got {step_limit!r}")
+        self.step_limit = step_limit
         if error_scale not in ("absolute", "state", "step"):
             raise ConfigError(f"the client error scale must be 'absolute', 'state' or 'step', got {error_scale!r}")
         self.error_scale = error_scale
@@ -110,14 +120,17 @@ class AdaptiveEuler(LocalRule):
             self.curvature = client_hessian_diagonal(context, self.client_id, self.curvature_batches, self.curvature_probes, self.seed)
 
     def _allowed(self, dt: float, speed: float) -> float:
-        """The largest LTE a step dt may have (``error_scale``); speed = max|v|."""
-        return self.tolerance * (dt * speed if self.error_scale == "step" else self.reference)
+        """The largest LTE a step dt may have (``error_scale``, ``step_limit``); speed = max|v|."""
+        allowed = self.tolerance * (dt * speed if self.error_scale == "step" else self.reference)
+        return min(allowed, dt * speed / 2) if self.step_limit == "monotone" else allowed
 
     def _largest_step(self, curvature: float, speed: float) -> float:
         """The step whose LTE curvature x dt^2 equals the allowed error."""
         if self.error_scale == "step":
-            return self.tolerance * speed / curvature
-        return math.sqrt(self.tolerance * self.reference / curvature)
+            step = self.tolerance * speed / curvature
+        else:
+            step = math.sqrt(self.tolerance * self.reference / curvature)
+        return min(step, speed / (2 * curvature)) if self.step_limit == "monotone" else step
 
     def adjust(self, grad: Tensor, params: Tensor) -> None:
         self.reference = 1.0 if self.error_scale == "absolute" else float(params.norm()) / math.sqrt(params.numel())

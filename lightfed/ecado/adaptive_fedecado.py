@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 
 from lightfed.core.messages import ClientPlan, ClientUpdate
-from lightfed.ecado.adaptive_euler import AdaptiveEuler, ErrorScale
+from lightfed.ecado.adaptive_euler import AdaptiveEuler, ErrorScale, StepLimit
 from lightfed.ecado.circuit import BeyondWindow, ErrorNorm
 from lightfed.ecado.fedecado import FedECADO, StateDevice, WindowEnd, window_end
 from lightfed.errors import ConfigError
@@ -72,6 +72,7 @@ class AdaptiveFedECADO(FedECADO):
         first_step: Literal["passivity", "probe"] = "passivity",
         window_end: WindowEnd = "max",
         error_scale: ErrorScale = "absolute",
+        step_limit: StepLimit = "none",
     ) -> None:
         """
         Args:
@@ -102,6 +103,8 @@ class AdaptiveFedECADO(FedECADO):
             error_scale: What a client's tolerance is measured against (see ``AdaptiveEuler``): "absolute" (the paper,
                 LTE <= gamma in weight units), "state" (LTE <= gamma rms(x)) or "step" (LTE <= gamma max|dt v|: gamma
                 is the step's fraction of Forward Euler's stability limit). The server's error stays absolute.
+            step_limit: "monotone": no client step overshoots along its own direction (LTE <= max|dt v| / 2, half of
+                Forward Euler's stability limit) whatever gamma; "none": the tolerance alone (the paper).
         """
         if sensitivity_step not in ("window", "first_step"):
             raise ConfigError(f"strategy.sensitivity_step must be 'window' or 'first_step', got {sensitivity_step!r}")
@@ -115,6 +118,8 @@ class AdaptiveFedECADO(FedECADO):
             raise ConfigError(f"strategy.first_step must be 'passivity' or 'probe', got {first_step!r}")
         if error_scale not in ("absolute", "state", "step"):
             raise ConfigError(f"strategy.error_scale must be 'absolute', 'state' or 'step', got {error_scale!r}")
+        if step_limit not in ("none", "monotone"):
+            raise ConfigError(f"strategy.step_limit must be 'none' or 'monotone', got {step_limit!r}")
         if damping not in ("collective", "branch"):
             raise ConfigError(f"strategy.damping must be 'collective' or 'branch', got {damping!r}")
         control = dict(tolerance=tolerance, max_growth=2.0, min_step=min_step, norm=error_norm)
@@ -128,12 +133,13 @@ class AdaptiveFedECADO(FedECADO):
         self.first_step = first_step
         self.window_end = window_end
         self.error_scale = error_scale
+        self.step_limit = step_limit
 
     def _rule(self, plan: ClientPlan, current: Tensor, curvature_batches: int) -> LocalRule:
         return AdaptiveEuler(plan.client_id, current, self.tolerance, self.fallback_step,
                              cap_at_first_step=self.cap_client_steps, lte=self.client_lte, curvature_batches=curvature_batches,
                              curvature_probes=self.curvature_probes, seed=plan.seed, first_step=self.first_step,
-                             error_scale=self.error_scale)
+                             error_scale=self.error_scale, step_limit=self.step_limit)
 
     def client_report(self, update: ClientUpdate) -> dict[str, float | Tensor]:
         report, steps = update.report, update.report["steps"]

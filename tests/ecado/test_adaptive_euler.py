@@ -194,3 +194,31 @@ def test_with_the_step_relative_error_the_simulated_time_goes_as_gamma():
     assert errors[0] > 1 and errors[2] < 1e-3
     with pytest.raises(ConfigError, match="strategy.error_scale must be 'absolute', 'state' or 'step'"):
         AdaptiveFedECADO(error_scale="relative")
+
+
+def test_the_monotone_step_limit_by_hand():
+    """F = 4 x^2 / 2, x0 = 1, p = 1, I = 0, gamma = 10 (absolute). The passivity bound 0.5 = 2 / h is the stability
+    limit: LTE (0.5 / 2) x 8 = 2 <= 10 passes, and the step lands on x = -1. step_limit="monotone" also asks for
+    LTE <= max|dt v| / 2 = 0.5 x 4 / 2 = 1: cut to 0.5 x 0.9 x 1 / 2 = 0.225 (dt h = 0.9 <= 1), x = 0.1, LTE
+    0.1125 x 3.6 = 0.405 against 0.225 x 4 / 2 = 0.45."""
+    problem = Quadratics(np.array([[[4.0]]]), np.array([[0.0]]), np.array([10]))
+    for limit, dt, x in [("none", 0.5, -1.0), ("monotone", 0.225, 0.1)]:
+        context = QuadraticContext(problem, 0, torch.ones(1, dtype=torch.float64), lr=1.0)
+        rule = AdaptiveEuler(0, torch.zeros(1, dtype=torch.float64), tolerance=10.0, step_limit=limit)
+        _steps(rule, context, 1)
+        assert rule.steps == pytest.approx([dt]) and context.flat.params.item() == pytest.approx(x)
+    assert rule.errors[0] == pytest.approx(10 * 0.405 / 0.45)  # in units of the tolerance: 0.9 gamma
+    with pytest.raises(ConfigError, match="strategy.step_limit must be 'none' or 'monotone'"):
+        AdaptiveFedECADO(step_limit="stable")
+
+
+@pytest.mark.parametrize("first_step", ["passivity", "probe"])
+@pytest.mark.parametrize("tolerance", [1e-4, 1e-2, 1.0, 100.0])
+def test_the_monotone_step_limit_converges_on_quadratics_for_every_tolerance(tolerance, first_step):
+    problem = diagonal_quadratics()
+    rng = np.random.default_rng(1)
+    steps = rng.integers(1, 51, size=(40, 16))
+    x0 = torch.tensor(rng.normal(size=20))
+    strategy = AdaptiveFedECADO(tolerance=tolerance, step_limit="monotone", first_step=first_step)
+    x = run_rounds(strategy, problem, 40, 16, steps, np.ones(16), x0)
+    assert problem.relative_error(x) < 1e-3 < 0.3 < problem.relative_error(x0)

@@ -1,15 +1,25 @@
-"""lightfed against a minimal hand-written PyTorch FedAvg loop on the same federated workload.
+"""lightfed against minimal hand-written PyTorch FedAvg loops on the same federated workload.
 
 The workload follows pfl-research's CIFAR-10 benchmark: CIFAR-shaped synthetic images (3x32x32, 10 classes, made
 from the seed, no download), ``--clients`` clients of ``--examples-per-client`` images, ``--clients-per-round``
 clients per round, 1 local epoch, batch 10, SGD lr 0.1, example-weighted FedAvg, ``lightfed.models.SmallCNN``.
 For scale: pfl-research runs at about 1.4x such a loop and Flower's simulation engine at about 2.2x.
 
-Each measured run is a fresh subprocess of this script (``--only lightfed`` or ``--only reference``) that prints a
-``BENCH_RESULT {json}`` line per process; the top-level invocation runs them ``--repeats`` times, alternating the
-order, and prints the median seconds per round of each path, their ratio, peak memory and the largest difference
-between the two paths' final global weights (both use the same seeds, client sampling, data order and initial
-weights, so the weights agree to float rounding).
+The paths (``--paths``):
+
+- ``reference``: the hand-written loop, one client after another in each process (on its intra-op threads).
+- ``concurrent``: the same loop training a round's clients concurrently in one process: ``--workers`` threads with
+  one torch thread each, each with its own model copy, flat parameter and delta buffers and optimizer; job k goes to
+  worker k mod W, each worker sums its weighted deltas, the workers' sums are added in worker order.
+- ``lightfed``: lightfed with its defaults (on a CPU: one client worker per core of the process).
+- ``lightfed-parallel``: lightfed with ``clients_in_parallel = --workers`` (on a GPU, the default is 1).
+- ``lightfed-sequential``: lightfed with ``clients_in_parallel = 1`` (one client at a time on the intra-op threads).
+
+Each measured run is a fresh subprocess of this script (``--only <path>``) that prints a ``BENCH_RESULT {json}`` line
+per process; the top-level invocation runs them ``--repeats`` times, alternating the order, and prints the median
+seconds per round of each path, its ratio to the concurrent and to the sequential loop, peak memory and the largest
+difference between each path's final global weights and the sequential loop's (all use the same seeds, client
+sampling, data order and initial weights, so the weights agree to float rounding).
 
 Each path trains ``--warmup-rounds + --rounds`` rounds; the warm-up rounds are not timed (the first round's period
 holds one-time costs, the second's lightfed's first TensorBoard write, which creates the writer). A round's time is
@@ -25,6 +35,7 @@ parallel op waits for its slowest thread): the fastest round of each path, the C
 load average are reported too, and ``--threads 1`` is the least sensitive setting on a shared machine.
 
     python scripts/benchmark.py                                  # defaults: 500 clients, 50 per round, 3 repeats
+    python scripts/benchmark.py --width 118                      # a model 10x larger (292k parameters, not 30k)
     python scripts/benchmark.py --devices 2                      # 2 processes per path (1 thread each on 2 cores)
     python scripts/benchmark.py --compare-devices 1 2            # both, and the speed-up of 2 over 1
     python scripts/benchmark.py --device cuda                    # on a GPU (adds torch.cuda.max_memory_allocated)
@@ -34,6 +45,7 @@ load average are reported too, and ``--threads 1`` is the least sensitive settin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -44,7 +56,8 @@ import tempfile
 import time
 from pathlib import Path
 
-PATHS = ("lightfed", "reference")
+PATHS = ("reference", "concurrent", "lightfed", "lightfed-parallel", "lightfed-sequential")
+LIGHTFED = {"lightfed": "auto", "lightfed-parallel": None, "lightfed-sequential": 1}  # clients_in_parallel
 RESULT_TAG = "BENCH_RESULT "
 
 
@@ -71,6 +84,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--devices", type=int, default=1, help="processes per path")
     p.add_argument("--compare-devices", type=int, nargs="+", metavar="N", help="run with each of these --devices")
     p.add_argument("--threads", type=int, default=None, help="torch threads per process (default: cores / processes)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="clients at once per process of the concurrent and lightfed-parallel paths (default: cores / "
+                        "processes)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS), help="which paths to run")
     p.add_argument("--json", type=Path, default=None, help="also write the summary here")
@@ -89,6 +105,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--warmup-rounds must be >= 0")
     if args.clients_per_round > args.clients:
         p.error("--clients-per-round must be <= --clients")
+    if args.workers is not None and args.workers < 1:
+        p.error("--workers must be >= 1")
     return args
 
 
@@ -177,6 +195,11 @@ def save_weights(vector, path: Path) -> str:
     return str(path)
 
 
+def workers(args: argparse.Namespace) -> int:
+    """Clients at once per process of the concurrent and lightfed-parallel paths."""
+    return args.workers or max(1, available_cores() // args.devices)
+
+
 def set_threads(args: argparse.Namespace) -> None:
     import torch
 
@@ -215,9 +238,11 @@ def run_lightfed(args: argparse.Namespace) -> None:
     data = FederatedDataModule(make_source(args), IIDPartitioner(args.clients), batch_size=args.batch_size,
                                eval_batch_size=args.eval_batch_size)
     clock = RoundClock()
+    parallel = LIGHTFED[args.only] or workers(args)
     trainer = FederatedTrainer(
         accelerator=args.device,
         devices=args.devices,
+        clients_in_parallel=parallel,
         rounds=rounds,
         clients_per_round=args.clients_per_round,
         local_epochs=args.local_epochs,
@@ -241,8 +266,9 @@ def run_lightfed(args: argparse.Namespace) -> None:
     if profiler is not None:
         profiler.disable()
     fabric = trainer.fabric
-    result = {"path": "lightfed", "rank": fabric.global_rank, "world": fabric.world_size,
-              "threads": torch.get_num_threads(), **peak_memory(fabric.device, baseline_mb)}
+    result = {"path": args.only, "rank": fabric.global_rank, "world": fabric.world_size,
+              "threads": torch.get_num_threads(), "workers": trainer.workers.count,
+              **peak_memory(fabric.device, baseline_mb)}
     if fabric.is_global_zero:
         if profiler is not None:
             profiler.dump_stats(args.profile_out)
@@ -254,7 +280,7 @@ def run_lightfed(args: argparse.Namespace) -> None:
             fit_s=fit_s,
             final_train_loss=metrics.get("round/client_train_loss"),
             val_acc=metrics.get("val_acc"),
-            weights=save_weights(torch.nn.utils.parameters_to_vector(model.parameters()), args.out / "lightfed.npy"),
+            weights=save_weights(torch.nn.utils.parameters_to_vector(model.parameters()), args.out / f"{args.only}.npy"),
         )
     emit(result)
     if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -292,11 +318,13 @@ def run_reference(args: argparse.Namespace) -> None:
 
 
 def reference_rank(args: argparse.Namespace, rank: int, port: int) -> None:
-    """One process of the reference loop: what a careful hand-written FedAvg simulation does, and nothing more."""
+    """One process of a reference loop: what a careful hand-written FedAvg simulation does, and nothing more. The
+    ``reference`` path trains one client after another; ``concurrent`` trains them on ``workers`` threads at once."""
     set_threads(args)
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
+    from concurrent.futures import ThreadPoolExecutor
 
     from lightfed.data import IIDPartitioner
     from lightfed.core.seeding import CLIENT, derived_seed, sample_clients
@@ -320,19 +348,62 @@ def reference_rank(args: argparse.Namespace, rank: int, port: int) -> None:
     client_indices = [torch.as_tensor(i, dtype=torch.long, device=device) for i in partition]
     del splits
 
-    # model: one instance whose parameters are views of one flat vector, so loading weights is one copy
-    net = make_model(args).net.to(device)
-    params = list(net.parameters())
-    flat = torch.cat([p.detach().reshape(-1) for p in params])
-    offset = 0
-    for p in params:
-        p.data = flat[offset : offset + p.numel()].view_as(p)
-        offset += p.numel()
-    num_params = flat.numel()
-    global_weights = flat.clone()
-    delta = torch.empty_like(flat)
-    sums = torch.zeros(num_params + 2, dtype=torch.float64, device=device)  # weighted deltas, weight, loss
-    optimizer = torch.optim.SGD(params, lr=args.lr)
+    class Replica:
+        """One model whose parameters are views of one flat vector (loading weights is one copy), its optimizer, a
+        delta buffer and the float64 sums of its clients: weighted deltas, weight, loss."""
+
+        def __init__(self) -> None:
+            self.net = make_model(args).net.to(device)
+            params = list(self.net.parameters())
+            self.flat = torch.cat([p.detach().reshape(-1) for p in params])
+            offset = 0
+            for p in params:
+                p.data = self.flat[offset : offset + p.numel()].view_as(p)
+                offset += p.numel()
+            self.delta = torch.empty_like(self.flat)
+            self.sums = torch.zeros(self.flat.numel() + 2, dtype=torch.float64, device=device)
+            self.optimizer = torch.optim.SGD(params, lr=args.lr)
+            self.stream = torch.cuda.Stream(device) if device.type == "cuda" and concurrent else None
+
+        def train(self, round: int, client_id: int) -> None:
+            with torch.no_grad():
+                self.flat.copy_(global_weights)
+            generator = torch.Generator().manual_seed(derived_seed(args.seed, CLIENT, round, client_id))
+            indices = client_indices[client_id]
+            loss_sum, steps = torch.zeros((), device=device), 0
+            for _ in range(args.local_epochs):
+                order = indices[torch.randperm(len(indices), generator=generator).to(device)]
+                for start in range(0, len(order), args.batch_size):
+                    batch = order[start : start + args.batch_size]
+                    loss = F.cross_entropy(self.net(train_x[batch]), train_y[batch])
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+                    loss_sum += loss.detach()
+                    steps += 1
+            num_examples = len(indices)
+            torch.sub(self.flat, global_weights, out=self.delta)
+            self.sums[:num_params].add_(self.delta, alpha=num_examples)
+            self.sums[num_params] += num_examples
+            self.sums[num_params + 1] += loss_sum / steps
+
+        def train_all(self, round: int, client_ids: list[int]) -> None:
+            """A worker's clients of the round, on one torch thread (and its own CUDA stream)."""
+            torch.set_num_threads(worker_threads)
+            if self.stream is not None:
+                self.stream.wait_stream(torch.cuda.default_stream(device))
+            with torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext():
+                for client_id in client_ids:
+                    self.train(round, client_id)
+
+    concurrent = args.only == "concurrent"
+    process_threads = torch.get_num_threads()
+    replicas = [Replica() for _ in range(workers(args) if concurrent else 1)]
+    worker_threads = max(1, process_threads // len(replicas)) if device.type == "cpu" else 1
+    global_weights = replicas[0].flat.clone()
+    num_params = global_weights.numel()
+    sums = replicas[0].sums
+    pool = ThreadPoolExecutor(len(replicas)) if len(replicas) > 1 else None
 
     profiler = None
     if args.profile_out is not None and rank == 0:
@@ -343,28 +414,18 @@ def reference_rank(args: argparse.Namespace, rank: int, port: int) -> None:
     began, cpu_began = time.perf_counter(), time.process_time()
     ends, cpu_ends, losses = [], [], []
     for round in range(total_rounds(args)):
-        clients = sample_clients(args.seed, round, args.clients, args.clients_per_round)
-        for client_id in clients[rank::world]:
-            with torch.no_grad():
-                flat.copy_(global_weights)
-            generator = torch.Generator().manual_seed(derived_seed(args.seed, CLIENT, round, client_id))
-            indices = client_indices[client_id]
-            loss_sum, steps = torch.zeros((), device=device), 0
-            for _ in range(args.local_epochs):
-                order = indices[torch.randperm(len(indices), generator=generator).to(device)]
-                for start in range(0, len(order), args.batch_size):
-                    batch = order[start : start + args.batch_size]
-                    loss = F.cross_entropy(net(train_x[batch]), train_y[batch])
-                    optimizer.zero_grad()
-                    loss.backward()
-                    optimizer.step()
-                    loss_sum += loss.detach()
-                    steps += 1
-            num_examples = len(indices)
-            torch.sub(flat, global_weights, out=delta)
-            sums[:num_params].add_(delta, alpha=num_examples)
-            sums[num_params] += num_examples
-            sums[num_params + 1] += loss_sum / steps
+        mine = sample_clients(args.seed, round, args.clients, args.clients_per_round)[rank::world]
+        if pool is None:
+            for client_id in mine:
+                replicas[0].train(round, client_id)
+        else:
+            list(pool.map(lambda w: replicas[w].train_all(round, mine[w :: len(replicas)]), range(len(replicas))))
+            torch.set_num_threads(process_threads)
+            for replica in replicas[1:]:
+                if replica.stream is not None:
+                    torch.cuda.current_stream().wait_stream(replica.stream)
+                sums.add_(replica.sums)
+                replica.sums.zero_()
         if world > 1:
             dist.all_reduce(sums)
         global_weights.add_((sums[:num_params] / sums[num_params]).to(global_weights.dtype))  # FedAvg, server lr 1
@@ -374,7 +435,8 @@ def reference_rank(args: argparse.Namespace, rank: int, port: int) -> None:
         cpu_ends.append(time.process_time())
 
     # the final global model on this process's share of the test set, as lightfed's last round does
-    flat.copy_(global_weights)
+    net = replicas[0].net
+    replicas[0].flat.copy_(global_weights)
     net.eval()
     bounds = [len(test_y) * r // world for r in range(world + 1)]
     correct = torch.zeros((), dtype=torch.float64, device=device)
@@ -387,7 +449,7 @@ def reference_rank(args: argparse.Namespace, rank: int, port: int) -> None:
     fit_s = time.perf_counter() - began
     if profiler is not None:
         profiler.disable()
-    result = {"path": "reference", "rank": rank, "world": world, "threads": torch.get_num_threads(),
+    result = {"path": args.only, "rank": rank, "world": world, "threads": process_threads, "workers": len(replicas),
               **peak_memory(device, baseline_mb)}
     if rank == 0:
         if profiler is not None:
@@ -398,7 +460,7 @@ def reference_rank(args: argparse.Namespace, rank: int, port: int) -> None:
             fit_s=fit_s,
             final_train_loss=losses[-1],
             val_acc=correct.item() / len(test_y),
-            weights=save_weights(global_weights, args.out / "reference.npy"),
+            weights=save_weights(global_weights, args.out / f"{args.only}.npy"),
         )
     emit(result)
     if world > 1:
@@ -420,6 +482,8 @@ def run_worker(
         command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     threads = args.threads or max(1, available_cores() // devices)
     command += ["--threads", str(threads)]
+    if args.workers is not None:
+        command += ["--workers", str(args.workers)]
     if profile_out is not None:
         command += ["--profile-out", str(profile_out)]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
@@ -461,6 +525,7 @@ def summarize(runs: list[list[dict]]) -> dict:
         "peak_rss_mb_all_processes": max(sum(r["peak_rss_mb"] for r in run) for run in runs),
         "baseline_rss_mb_per_process": max(r["baseline_rss_mb"] for run in runs for r in run),
         "threads": runs[0][0]["threads"],
+        "workers": runs[0][0]["workers"],
         "max_load_avg": max(max(run[0]["load_avg"]) for run in runs),
         "final_train_loss": runs[0][0]["final_train_loss"],
         "val_acc": runs[0][0]["val_acc"],
@@ -489,18 +554,26 @@ def benchmark(args: argparse.Namespace, root: Path, argv: list[str]) -> dict:
             for path in order:
                 out = root / f"devices{devices}" / f"{path}{repeat}"
                 runs[path].append(run_worker(args, path, devices, out))
-                print(f"  devices={devices} repeat {repeat + 1}/{args.repeats} {path:9s} "
+                print(f"  devices={devices} repeat {repeat + 1}/{args.repeats} {path:19s} "
                       f"{statistics.median(runs[path][-1][0]['round_times']):.4f} s/round", flush=True)
         config = {"devices": devices, **{path: summarize(runs[path]) for path in args.paths}}
-        if len(args.paths) == 2:
-            lf, ref = config["lightfed"], config["reference"]
-            config["ratio"] = lf["s_per_round"] / ref["s_per_round"]
-            config["ratio_runs"] = [a / b for a, b in zip(lf["s_per_round_runs"], ref["s_per_round_runs"])]
-            config["cpu_ratio"] = lf["cpu_s_per_round"] / ref["cpu_s_per_round"]
-            config["best_ratio"] = lf["best_s_per_round"] / ref["best_s_per_round"]
-            config["max_abs_weight_diff"] = max(
-                max_abs_diff(lf[0]["weights"], ref[0]["weights"])
-                for lf, ref in zip(runs["lightfed"], runs["reference"])
+        for base in ("concurrent", "reference"):  # every other path's ratios to this loop
+            if base not in args.paths:
+                continue
+            ref = config[base]
+            for path in args.paths:
+                if path != base:
+                    lf = config[path]
+                    config.setdefault("ratios", {})[f"{path}/{base}"] = {
+                        "ratio": lf["s_per_round"] / ref["s_per_round"],
+                        "ratio_runs": [a / b for a, b in zip(lf["s_per_round_runs"], ref["s_per_round_runs"])],
+                        "cpu_ratio": lf["cpu_s_per_round"] / ref["cpu_s_per_round"],
+                        "best_ratio": lf["best_s_per_round"] / ref["best_s_per_round"],
+                    }
+        first = args.paths[0]
+        for path in args.paths[1:]:  # the final weights of every path against the first one's
+            config.setdefault("max_abs_weight_diff", {})[f"{path}-{first}"] = max(
+                max_abs_diff(a[0]["weights"], b[0]["weights"]) for a, b in zip(runs[path], runs[first])
             )
         if args.profile is not None:
             args.profile.mkdir(parents=True, exist_ok=True)
@@ -531,28 +604,28 @@ def print_report(report: dict) -> None:
             if path not in config:
                 continue
             s = config[path]
-            line = (f"  {path:9s} {s['s_per_round']:.4f} s/round  (runs: "
+            line = (f"  {path:19s} {s['s_per_round']:.4f} s/round  (runs: "
                     f"{', '.join(f'{t:.4f}' for t in s['s_per_round_runs'])}; "
                     f"fastest round {s['best_s_per_round']:.4f}; "
                     f"CPU {s['cpu_s_per_round']:.4f} s/round)  "
-                    f"threads/process {s['threads']}  peak RSS {s['peak_rss_mb_per_process']:.0f} MiB/process "
+                    f"workers x threads/process {s['workers']} x {s['threads']}  "
+                    f"peak RSS {s['peak_rss_mb_per_process']:.0f} MiB/process "
                     f"({s['peak_rss_mb_all_processes']:.0f} all; {s['baseline_rss_mb_per_process']:.0f} after imports)")
             if "cuda_peak_mb" in s:
                 line += f"  CUDA peak {s['cuda_peak_mb']:.0f} MiB"
             print(line)
-        if "trainer_time_s" in config.get("lightfed", {}):
-            s = config["lightfed"]
-            print(f"  lightfed's own round/time_s (leaves out logging): {s['trainer_time_s']:.4f} s")
-        if "ratio" in config:
-            print(f"  ratio lightfed/reference: {config['ratio']:.3f}x   (per repeat: "
-                  f"{', '.join(f'{r:.3f}' for r in config['ratio_runs'])}; fastest rounds {config['best_ratio']:.3f}x; "
-                  f"CPU time {config['cpu_ratio']:.3f}x)   "
-                  "target <= 1.10x; pfl-research ~1.4x, Flower ~2.2x")
-            lf, ref = config["lightfed"], config["reference"]
-            print(f"  final train loss: lightfed {lf['final_train_loss']:.6f}  "
-                  f"reference {ref['final_train_loss']:.6f};  "
-                  f"test accuracy: lightfed {lf['val_acc']:.4f}  reference {ref['val_acc']:.4f}")
-            print(f"  max abs difference of the final global weights: {config['max_abs_weight_diff']:.3g}")
+        for path in LIGHTFED:
+            if "trainer_time_s" in config.get(path, {}):
+                print(f"  {path}'s own round/time_s (leaves out logging): {config[path]['trainer_time_s']:.4f} s")
+        for name, r in config.get("ratios", {}).items():
+            print(f"  ratio {name}: {r['ratio']:.3f}x   (per repeat: {', '.join(f'{x:.3f}' for x in r['ratio_runs'])}; "
+                  f"fastest rounds {r['best_ratio']:.3f}x; CPU time {r['cpu_ratio']:.3f}x)")
+        if "max_abs_weight_diff" in config:
+            print("  final train loss / test accuracy: " + ";  ".join(
+                f"{path} {config[path]['final_train_loss']:.6f} / {config[path]['val_acc']:.4f}" for path in PATHS
+                if path in config))
+            print("  max abs difference of the final global weights: " + ", ".join(
+                f"{name} {diff:.3g}" for name, diff in config["max_abs_weight_diff"].items()))
         for path, profile in config.get("profiles", {}).items():
             print(f"  profile of {path}: {profile}")
     cores = available_cores()
@@ -568,7 +641,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     if args.only is not None:
-        (run_lightfed if args.only == "lightfed" else run_reference)(args)
+        (run_lightfed if args.only in LIGHTFED else run_reference)(args)
         return None
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)

@@ -53,22 +53,26 @@ def test_synthetic_cifar_is_deterministic_from_the_seed():
     assert not torch.equal(a.train_x, c.train_x)
 
 
-def test_both_paths_run_and_end_with_the_same_weights(tmp_path):
-    """The whole benchmark on a tiny workload: both timings and the ratio are printed, and the two paths trained
+def test_every_path_runs_and_ends_with_the_same_weights(tmp_path):
+    """The whole benchmark on a tiny workload: every path's timings and ratios are printed, and all paths trained
     the same clients on the same batches from the same weights, so their final global weights agree."""
     summary = tmp_path / "summary.json"
-    proc = subprocess.run([sys.executable, str(SCRIPT), *TINY, "--json", str(summary)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, str(SCRIPT), *TINY, "--workers", "2", "--json", str(summary)],
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
-    assert "lightfed " in out and "reference " in out and "s/round" in out
-    assert "ratio lightfed/reference:" in out and "max abs difference of the final global weights:" in out
+    assert all(f"  {path} " in out for path in benchmark.PATHS) and "s/round" in out
+    assert "ratio lightfed/concurrent:" in out and "max abs difference of the final global weights:" in out
     config = json.loads(summary.read_text())["configs"][0]
-    lightfed, reference = config["lightfed"], config["reference"]
-    for path in (lightfed, reference):
-        assert path["s_per_round"] > 0 and len(path["round_times_runs"][0]) == 2
-        assert path["peak_rss_mb_per_process"] > 0 and path["threads"] == 1
-    assert config["ratio"] == pytest.approx(lightfed["s_per_round"] / reference["s_per_round"])
-    assert config["max_abs_weight_diff"] <= 1e-5
-    assert lightfed["final_train_loss"] == pytest.approx(reference["final_train_loss"], abs=1e-5)
-    assert lightfed["val_acc"] == pytest.approx(reference["val_acc"], abs=1e-9)
+    reference = config["reference"]
+    for path in benchmark.PATHS:
+        assert config[path]["s_per_round"] > 0 and len(config[path]["round_times_runs"][0]) == 2
+        assert config[path]["peak_rss_mb_per_process"] > 0 and config[path]["threads"] == 1
+        assert config[path]["final_train_loss"] == pytest.approx(reference["final_train_loss"], abs=1e-5)
+        assert config[path]["val_acc"] == pytest.approx(reference["val_acc"], abs=1e-9)
+    auto = min(benchmark.available_cores(), 5)  # lightfed's default: a worker per core, at most one per client
+    assert [config[path]["workers"] for path in benchmark.PATHS] == [1, 2, auto, 2, 1]
+    ratio = config["ratios"]["lightfed/concurrent"]
+    assert ratio["ratio"] == pytest.approx(config["lightfed"]["s_per_round"] / config["concurrent"]["s_per_round"])
+    assert set(config["max_abs_weight_diff"]) == {f"{path}-reference" for path in benchmark.PATHS[1:]}
+    assert max(config["max_abs_weight_diff"].values()) <= 1e-5

@@ -7,10 +7,13 @@ For scale: pfl-research runs at about 1.4x such a loop and Flower's simulation e
 
 The paths (``--paths``):
 
-- ``reference``: the hand-written loop, one client after another in each process (on its intra-op threads).
+- ``reference``: the hand-written loop, one client after another in each process (on its intra-op threads); the
+  model's parameters and gradients are views of one flat vector each, so loading the global weights is one copy_,
+  the delta one torch.sub and the SGD step one op.
 - ``concurrent``: the same loop training a round's clients concurrently in one process: ``--workers`` threads with
-  one torch thread each, each with its own model copy, flat parameter and delta buffers and optimizer; job k goes to
-  worker k mod W, each worker sums its weighted deltas, the workers' sums are added in worker order.
+  one torch thread each (and one CUDA stream each on a GPU), each with its own model copy, flat buffers and SGD
+  optimizer; job k goes to worker k mod W, each worker sums its weighted deltas, the workers' sums are added in
+  worker order.
 - ``lightfed``: lightfed with its defaults (on a CPU: one client worker per core of the process).
 - ``lightfed-parallel``: lightfed with ``clients_in_parallel = --workers`` (on a GPU, the default is 1).
 - ``lightfed-sequential``: lightfed with ``clients_in_parallel = 1`` (one client at a time on the intra-op threads).
@@ -27,15 +30,17 @@ the wall time from the end of one round's aggregation to the end of the next one
 everything the trainer does per round (sampling, training, the all-reduce, aggregation, logging to TensorBoard);
 lightfed's end of a round is taken by a callback's ``on_round_end``, which the trainer calls once per round after
 aggregating (and evaluating, which only the last round does). The trainer's own ``round/time_s`` (which leaves out
-logging) is reported as well, as that callback sees it. Both paths evaluate the final global model on the test set after the last round (not timed),
-so peak memory (``ru_maxrss`` per process; ``torch.cuda.max_memory_allocated`` on GPUs) compares like with like.
+logging) is reported as well, as that callback sees it. Every path evaluates the final global model on the test set
+after the last round (not timed), so peak memory (``ru_maxrss`` per process; ``torch.cuda.max_memory_allocated`` on
+GPUs) compares like with like.
 
 Other work on the machine only ever adds time, and with several OpenMP threads per process it can add a lot (a
 parallel op waits for its slowest thread): the fastest round of each path, the CPU time per round and the 1-minute
 load average are reported too, and ``--threads 1`` is the least sensitive setting on a shared machine.
 
     python scripts/benchmark.py                                  # defaults: 500 clients, 50 per round, 3 repeats
-    python scripts/benchmark.py --width 118                      # a model 10x larger (292k parameters, not 30k)
+    python scripts/benchmark.py --widths 32 120                  # also a model 10x larger (301k parameters, not 30k)
+    python scripts/benchmark.py --workers 2 --threads 1          # 2 clients at once in concurrent, lightfed-parallel
     python scripts/benchmark.py --devices 2                      # 2 processes per path (1 thread each on 2 cores)
     python scripts/benchmark.py --compare-devices 1 2            # both, and the speed-up of 2 over 1
     python scripts/benchmark.py --device cuda                    # on a GPU (adds torch.cuda.max_memory_allocated)
@@ -45,8 +50,8 @@ load average are reported too, and ``--threads 1`` is the least sensitive settin
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
+import math
 import os
 import resource
 import statistics
@@ -57,7 +62,7 @@ import time
 from pathlib import Path
 
 PATHS = ("reference", "concurrent", "lightfed", "lightfed-parallel", "lightfed-sequential")
-LIGHTFED = {"lightfed": "auto", "lightfed-parallel": None, "lightfed-sequential": 1}  # clients_in_parallel
+LIGHTFED = ("lightfed", "lightfed-parallel", "lightfed-sequential")
 RESULT_TAG = "BENCH_RESULT "
 
 
@@ -80,6 +85,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=10)
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--width", type=int, default=32, help="SmallCNN width (smaller: less compute, overhead shows more)")
+    p.add_argument("--widths", type=int, nargs="+", metavar="W",
+                   help="run with each of these --width, e.g. 32 120 (29,642 and 301,210 parameters: 10x)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--devices", type=int, default=1, help="processes per path")
     p.add_argument("--compare-devices", type=int, nargs="+", metavar="N", help="run with each of these --devices")
@@ -107,6 +114,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--clients-per-round must be <= --clients")
     if args.workers is not None and args.workers < 1:
         p.error("--workers must be >= 1")
+    if args.widths is not None and min(args.widths) < 1:
+        p.error("--widths must be >= 1")
     return args
 
 
@@ -238,11 +247,12 @@ def run_lightfed(args: argparse.Namespace) -> None:
     data = FederatedDataModule(make_source(args), IIDPartitioner(args.clients), batch_size=args.batch_size,
                                eval_batch_size=args.eval_batch_size)
     clock = RoundClock()
-    parallel = LIGHTFED[args.only] or workers(args)
+    options = {"lightfed": {}, "lightfed-parallel": {"clients_in_parallel": workers(args)},
+               "lightfed-sequential": {"clients_in_parallel": 1}}[args.only]  # lightfed: its default
     trainer = FederatedTrainer(
         accelerator=args.device,
         devices=args.devices,
-        clients_in_parallel=parallel,
+        **options,
         rounds=rounds,
         clients_per_round=args.clients_per_round,
         local_epochs=args.local_epochs,
@@ -267,7 +277,8 @@ def run_lightfed(args: argparse.Namespace) -> None:
         profiler.disable()
     fabric = trainer.fabric
     result = {"path": args.only, "rank": fabric.global_rank, "world": fabric.world_size,
-              "threads": torch.get_num_threads(), "workers": trainer.workers.count,
+              "threads": trainer.workers.threads if trainer.workers.count > 1 else torch.get_num_threads(),
+              "workers": trainer.workers.count, "params": sum(p.numel() for p in model.parameters()),
               **peak_memory(fabric.device, baseline_mb)}
     if fabric.is_global_zero:
         if profiler is not None:
@@ -280,7 +291,8 @@ def run_lightfed(args: argparse.Namespace) -> None:
             fit_s=fit_s,
             final_train_loss=metrics.get("round/client_train_loss"),
             val_acc=metrics.get("val_acc"),
-            weights=save_weights(torch.nn.utils.parameters_to_vector(model.parameters()), args.out / f"{args.only}.npy"),
+            weights=save_weights(torch.nn.utils.parameters_to_vector(model.parameters()),
+                                 args.out / f"{args.only}.npy"),
         )
     emit(result)
     if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -349,25 +361,27 @@ def reference_rank(args: argparse.Namespace, rank: int, port: int) -> None:
     del splits
 
     class Replica:
-        """One model whose parameters are views of one flat vector (loading weights is one copy), its optimizer, a
-        delta buffer and the float64 sums of its clients: weighted deltas, weight, loss."""
+        """One model whose parameters and gradients are views of one flat vector each (loading weights is one copy,
+        zeroing the gradient one zero_, the SGD step one op on the vector), a delta buffer and the float64 sums of its
+        clients: weighted deltas, weight, loss; a CUDA stream of its own when workers share a GPU."""
 
         def __init__(self) -> None:
             self.net = make_model(args).net.to(device)
             params = list(self.net.parameters())
             self.flat = torch.cat([p.detach().reshape(-1) for p in params])
+            self.flat.grad = torch.zeros_like(self.flat)
             offset = 0
             for p in params:
                 p.data = self.flat[offset : offset + p.numel()].view_as(p)
+                p.grad = self.flat.grad[offset : offset + p.numel()].view_as(p)  # backward accumulates into it
                 offset += p.numel()
             self.delta = torch.empty_like(self.flat)
             self.sums = torch.zeros(self.flat.numel() + 2, dtype=torch.float64, device=device)
-            self.optimizer = torch.optim.SGD(params, lr=args.lr)
+            self.optimizer = torch.optim.SGD([self.flat], lr=args.lr)
             self.stream = torch.cuda.Stream(device) if device.type == "cuda" and concurrent else None
 
         def train(self, round: int, client_id: int) -> None:
-            with torch.no_grad():
-                self.flat.copy_(global_weights)
+            self.flat.copy_(global_weights)
             generator = torch.Generator().manual_seed(derived_seed(args.seed, CLIENT, round, client_id))
             indices = client_indices[client_id]
             loss_sum, steps = torch.zeros((), device=device), 0
@@ -376,7 +390,7 @@ def reference_rank(args: argparse.Namespace, rank: int, port: int) -> None:
                 for start in range(0, len(order), args.batch_size):
                     batch = order[start : start + args.batch_size]
                     loss = F.cross_entropy(self.net(train_x[batch]), train_y[batch])
-                    self.optimizer.zero_grad()
+                    self.flat.grad.zero_()
                     loss.backward()
                     self.optimizer.step()
                     loss_sum += loss.detach()
@@ -387,23 +401,22 @@ def reference_rank(args: argparse.Namespace, rank: int, port: int) -> None:
             self.sums[num_params] += num_examples
             self.sums[num_params + 1] += loss_sum / steps
 
-        def train_all(self, round: int, client_ids: list[int]) -> None:
-            """A worker's clients of the round, on one torch thread (and its own CUDA stream)."""
-            torch.set_num_threads(worker_threads)
+        def train_all(self, round: int, client_ids: list[int], current) -> None:
+            """A worker's clients of the round (on its own CUDA stream, after the caller's ``current`` one)."""
             if self.stream is not None:
-                self.stream.wait_stream(torch.cuda.default_stream(device))
-            with torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext():
+                self.stream.wait_stream(current)
+            with torch.cuda.stream(self.stream):  # None: no-op
                 for client_id in client_ids:
                     self.train(round, client_id)
 
     concurrent = args.only == "concurrent"
-    process_threads = torch.get_num_threads()
-    replicas = [Replica() for _ in range(workers(args) if concurrent else 1)]
-    worker_threads = max(1, process_threads // len(replicas)) if device.type == "cpu" else 1
+    # as lightfed: at most one worker per client of the process; each worker thread runs torch ops on one thread
+    count = min(workers(args), math.ceil(args.clients_per_round / world)) if concurrent else 1
+    replicas = [Replica() for _ in range(count)]
+    pool = ThreadPoolExecutor(count, initializer=torch.set_num_threads, initargs=(1,)) if concurrent else None
     global_weights = replicas[0].flat.clone()
     num_params = global_weights.numel()
     sums = replicas[0].sums
-    pool = ThreadPoolExecutor(len(replicas)) if len(replicas) > 1 else None
 
     profiler = None
     if args.profile_out is not None and rank == 0:
@@ -418,12 +431,13 @@ def reference_rank(args: argparse.Namespace, rank: int, port: int) -> None:
         if pool is None:
             for client_id in mine:
                 replicas[0].train(round, client_id)
-        else:
-            list(pool.map(lambda w: replicas[w].train_all(round, mine[w :: len(replicas)]), range(len(replicas))))
-            torch.set_num_threads(process_threads)
-            for replica in replicas[1:]:
+        else:  # job k to worker k mod W, the workers' sums added in worker order
+            current = torch.cuda.current_stream(device) if device.type == "cuda" else None
+            list(pool.map(lambda w: replicas[w].train_all(round, mine[w::count], current), range(count)))
+            for replica in replicas:
                 if replica.stream is not None:
-                    torch.cuda.current_stream().wait_stream(replica.stream)
+                    current.wait_stream(replica.stream)
+            for replica in replicas[1:]:
                 sums.add_(replica.sums)
                 replica.sums.zero_()
         if world > 1:
@@ -435,6 +449,8 @@ def reference_rank(args: argparse.Namespace, rank: int, port: int) -> None:
         cpu_ends.append(time.process_time())
 
     # the final global model on this process's share of the test set, as lightfed's last round does
+    if pool is not None:
+        pool.shutdown()
     net = replicas[0].net
     replicas[0].flat.copy_(global_weights)
     net.eval()
@@ -449,8 +465,8 @@ def reference_rank(args: argparse.Namespace, rank: int, port: int) -> None:
     fit_s = time.perf_counter() - began
     if profiler is not None:
         profiler.disable()
-    result = {"path": args.only, "rank": rank, "world": world, "threads": process_threads, "workers": len(replicas),
-              **peak_memory(device, baseline_mb)}
+    result = {"path": args.only, "rank": rank, "world": world, "threads": 1 if concurrent else torch.get_num_threads(),
+              "workers": len(replicas), "params": num_params, **peak_memory(device, baseline_mb)}
     if rank == 0:
         if profiler is not None:
             profiler.dump_stats(args.profile_out)
@@ -538,57 +554,58 @@ def summarize(runs: list[list[dict]]) -> dict:
 
 
 def benchmark(args: argparse.Namespace, root: Path, argv: list[str]) -> dict:
-    configs = args.compare_devices or [args.devices]
     report = {
         "workload": {k: getattr(args, k) for k in ("clients", "clients_per_round", "examples_per_client", "rounds",
-                                                  "warmup_rounds",
-                                                  "repeats", "local_epochs", "batch_size", "lr", "width", "device",
-                                                  "seed", "threads")},
+                                                  "warmup_rounds", "repeats", "local_epochs", "batch_size", "lr",
+                                                  "device", "seed", "threads", "workers")},
         "command": " ".join(["python", os.path.relpath(__file__)] + argv),
         "configs": [],
     }
-    for devices in configs:
-        runs: dict[str, list[list[dict]]] = {path: [] for path in args.paths}
-        for repeat in range(args.repeats):
-            order = args.paths if repeat % 2 == 0 else list(reversed(args.paths))
-            for path in order:
-                out = root / f"devices{devices}" / f"{path}{repeat}"
-                runs[path].append(run_worker(args, path, devices, out))
-                print(f"  devices={devices} repeat {repeat + 1}/{args.repeats} {path:19s} "
-                      f"{statistics.median(runs[path][-1][0]['round_times']):.4f} s/round", flush=True)
-        config = {"devices": devices, **{path: summarize(runs[path]) for path in args.paths}}
-        for base in ("concurrent", "reference"):  # every other path's ratios to this loop
-            if base not in args.paths:
-                continue
-            ref = config[base]
-            for path in args.paths:
-                if path != base:
-                    lf = config[path]
-                    config.setdefault("ratios", {})[f"{path}/{base}"] = {
-                        "ratio": lf["s_per_round"] / ref["s_per_round"],
-                        "ratio_runs": [a / b for a, b in zip(lf["s_per_round_runs"], ref["s_per_round_runs"])],
-                        "cpu_ratio": lf["cpu_s_per_round"] / ref["cpu_s_per_round"],
-                        "best_ratio": lf["best_s_per_round"] / ref["best_s_per_round"],
-                    }
-        first = args.paths[0]
-        for path in args.paths[1:]:  # the final weights of every path against the first one's
-            config.setdefault("max_abs_weight_diff", {})[f"{path}-{first}"] = max(
-                max_abs_diff(a[0]["weights"], b[0]["weights"]) for a, b in zip(runs[path], runs[first])
-            )
-        if args.profile is not None:
-            args.profile.mkdir(parents=True, exist_ok=True)
-            for path in args.paths:
-                profile = args.profile / f"{path}-devices{devices}.prof"
-                run_worker(args, path, devices, root / f"devices{devices}" / f"{path}-profile", profile)
-                config.setdefault("profiles", {})[path] = str(profile)
-        report["configs"].append(config)
-    if len(configs) > 1:
-        base = report["configs"][0]
-        report["speedup"] = {
-            f"devices{c['devices']}_vs_{base['devices']}": {path: base[path]["s_per_round"] / c[path]["s_per_round"]
-                                                             for path in args.paths}
-            for c in report["configs"][1:]
-        }
+    device_counts = args.compare_devices or [args.devices]
+    for width in args.widths or [args.width]:
+        width_args = argparse.Namespace(**{**vars(args), "width": width})
+        for devices in device_counts:
+            name = f"width{width}-devices{devices}"
+            runs: dict[str, list[list[dict]]] = {path: [] for path in args.paths}
+            for repeat in range(args.repeats):
+                order = args.paths if repeat % 2 == 0 else list(reversed(args.paths))
+                for path in order:
+                    runs[path].append(run_worker(width_args, path, devices, root / name / f"{path}{repeat}"))
+                    print(f"  width={width} devices={devices} repeat {repeat + 1}/{args.repeats} {path:19s} "
+                          f"{statistics.median(runs[path][-1][0]['round_times']):.4f} s/round", flush=True)
+            first = args.paths[0]
+            config = {"width": width, "params": runs[first][0][0]["params"], "devices": devices,
+                      **{path: summarize(runs[path]) for path in args.paths}, "weights_vs": first}
+            for base in ("concurrent", "reference"):  # every other path's ratios to this loop
+                if base not in args.paths:
+                    continue
+                ref = config[base]
+                for path in args.paths:
+                    if path != base:
+                        lf = config[path]
+                        config.setdefault("ratios", {})[f"{path}/{base}"] = {
+                            "ratio": lf["s_per_round"] / ref["s_per_round"],
+                            "ratio_runs": [a / b for a, b in zip(lf["s_per_round_runs"], ref["s_per_round_runs"])],
+                            "cpu_ratio": lf["cpu_s_per_round"] / ref["cpu_s_per_round"],
+                            "best_ratio": lf["best_s_per_round"] / ref["best_s_per_round"],
+                        }
+            for path in args.paths[1:]:  # the final weights of every path against the first one's
+                config.setdefault("max_abs_weight_diff", {})[f"{path}-{first}"] = max(
+                    max_abs_diff(a[0]["weights"], b[0]["weights"]) for a, b in zip(runs[path], runs[first])
+                )
+            if args.profile is not None:
+                args.profile.mkdir(parents=True, exist_ok=True)
+                for path in args.paths:
+                    profile = args.profile / f"{path}-{name}.prof"
+                    run_worker(width_args, path, devices, root / name / f"{path}-profile", profile)
+                    config.setdefault("profiles", {})[path] = str(profile)
+            report["configs"].append(config)
+    for i in range(0, len(report["configs"]), len(device_counts)):  # per width: each --devices against the first
+        base, *others = report["configs"][i : i + len(device_counts)]
+        for c in others:
+            report.setdefault("speedup", {})[f"width{c['width']}_devices{c['devices']}_vs_{base['devices']}"] = {
+                path: base[path]["s_per_round"] / c[path]["s_per_round"] for path in args.paths
+            }
     return report
 
 
@@ -596,36 +613,36 @@ def print_report(report: dict) -> None:
     w = report["workload"]
     print(f"\nworkload: {w['clients']} clients x {w['examples_per_client']} images (3x32x32), {w['clients_per_round']} "
           f"per round, {w['local_epochs']} local epoch(s), batch {w['batch_size']}, SGD lr {w['lr']}, FedAvg, "
-          f"SmallCNN(width={w['width']}), device {w['device']}; median over {w['repeats']} runs of the median of "
-          f"{w['rounds']} timed rounds (after {w['warmup_rounds']} warm-up rounds)")
+          f"SmallCNN, device {w['device']}; median over {w['repeats']} runs of the median of {w['rounds']} timed "
+          f"rounds (after {w['warmup_rounds']} warm-up rounds)")
     for config in report["configs"]:
-        print(f"\ndevices={config['devices']}")
-        for path in PATHS:
-            if path not in config:
-                continue
+        paths = [path for path in PATHS if path in config]
+        bases = [base for base in ("concurrent", "reference") if base in config]
+        ratios, first = config.get("ratios", {}), config["weights_vs"]
+        print(f"\nSmallCNN(width={config['width']}): {config['params']:,} parameters, devices={config['devices']}")
+        print(f"  {'path':19s} {'s/round':>8s}" + "".join(f" {'/ ' + base:>13s}" for base in bases)
+              + f"  {'s/round per repeat':27s} {'fastest':>8s} {'CPU s/round':>11s}  workers x threads")
+        for path in paths:
             s = config[path]
-            line = (f"  {path:19s} {s['s_per_round']:.4f} s/round  (runs: "
-                    f"{', '.join(f'{t:.4f}' for t in s['s_per_round_runs'])}; "
-                    f"fastest round {s['best_s_per_round']:.4f}; "
-                    f"CPU {s['cpu_s_per_round']:.4f} s/round)  "
-                    f"workers x threads/process {s['workers']} x {s['threads']}  "
-                    f"peak RSS {s['peak_rss_mb_per_process']:.0f} MiB/process "
-                    f"({s['peak_rss_mb_all_processes']:.0f} all; {s['baseline_rss_mb_per_process']:.0f} after imports)")
+            cells = "".join(f" {ratios[f'{path}/{base}']['ratio'] if path != base else 1:12.3f}x" for base in bases)
+            runs = ", ".join(f"{t:.4f}" for t in s["s_per_round_runs"])
+            print(f"  {path:19s} {s['s_per_round']:8.4f}{cells}  {runs:27s} {s['best_s_per_round']:8.4f} "
+                  f"{s['cpu_s_per_round']:11.4f}  {s['workers']} x {s['threads']}")
+        print(f"  {'path':19s} {'peak RSS MiB/process (all; after imports)':>42s} {'train loss':>11s} {'test acc':>9s} "
+              f"  max |w - {first}|")
+        for path in paths:
+            s = config[path]
+            rss = (f"{s['peak_rss_mb_per_process']:.0f} ({s['peak_rss_mb_all_processes']:.0f}; "
+                   f"{s['baseline_rss_mb_per_process']:.0f})")
+            diff = config.get("max_abs_weight_diff", {}).get(f"{path}-{first}")
+            line = (f"  {path:19s} {rss:>42s} {s['final_train_loss']:11.6f} {s['val_acc']:9.4f}   "
+                    f"{'-' if diff is None else f'{diff:.3g}'}")
             if "cuda_peak_mb" in s:
                 line += f"  CUDA peak {s['cuda_peak_mb']:.0f} MiB"
             print(line)
         for path in LIGHTFED:
             if "trainer_time_s" in config.get(path, {}):
                 print(f"  {path}'s own round/time_s (leaves out logging): {config[path]['trainer_time_s']:.4f} s")
-        for name, r in config.get("ratios", {}).items():
-            print(f"  ratio {name}: {r['ratio']:.3f}x   (per repeat: {', '.join(f'{x:.3f}' for x in r['ratio_runs'])}; "
-                  f"fastest rounds {r['best_ratio']:.3f}x; CPU time {r['cpu_ratio']:.3f}x)")
-        if "max_abs_weight_diff" in config:
-            print("  final train loss / test accuracy: " + ";  ".join(
-                f"{path} {config[path]['final_train_loss']:.6f} / {config[path]['val_acc']:.4f}" for path in PATHS
-                if path in config))
-            print("  max abs difference of the final global weights: " + ", ".join(
-                f"{name} {diff:.3g}" for name, diff in config["max_abs_weight_diff"].items()))
         for path, profile in config.get("profiles", {}).items():
             print(f"  profile of {path}: {profile}")
     cores = available_cores()

@@ -43,6 +43,11 @@ def test_bad_options_are_refused(argv, capsys):
     assert "must be" in capsys.readouterr().err
 
 
+def test_width_120_is_a_model_ten_times_larger():
+    models = [benchmark.make_model(benchmark.parse_args(["--width", width])) for width in ("32", "120")]
+    assert [sum(p.numel() for p in model.parameters()) for model in models] == [29642, 301210]
+
+
 def test_synthetic_cifar_is_deterministic_from_the_seed():
     args = benchmark.parse_args(["--clients", "4", "--clients-per-round", "2", "--test-size", "8"])
     source = benchmark.make_source(args)
@@ -62,8 +67,9 @@ def test_every_path_runs_and_ends_with_the_same_weights(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     assert all(f"  {path} " in out for path in benchmark.PATHS) and "s/round" in out
-    assert "ratio lightfed/concurrent:" in out and "max abs difference of the final global weights:" in out
+    assert "/ concurrent" in out and "/ reference" in out and "max |w - reference|" in out
     config = json.loads(summary.read_text())["configs"][0]
+    assert (config["width"], config["params"]) == (8, 3962)
     reference = config["reference"]
     for path in benchmark.PATHS:
         assert config[path]["s_per_round"] > 0 and len(config[path]["round_times_runs"][0]) == 2

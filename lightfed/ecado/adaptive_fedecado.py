@@ -39,8 +39,8 @@ class AdaptiveFedECADO(FedECADO):
     steps grow back after backtracking but never above its round's first trial, the passivity bound (eq. 16 is an
     upper bound; the spec's toy found it erratic when re-evaluated every step, and a client whose loss saturates
     otherwise doubles its steps without end, since any step then passes the LTE test); no client step overshoots
-    along its own direction (``step_limit="monotone"``; with gamma alone, digits clients at gamma = 1 took steps
-    with an LTE of about 1 against weights of rms 0.04 and collapsed to chance); dt_G is the
+    along its own direction (``step_limit="monotone"``; with gamma alone, digits clients at gamma = 1 took steps with
+    an LTE of about 1, weights of rms 0.04 at initialisation, and one of two seeds collapsed to chance); dt_G is the
     client's window T_i ("the client step-size" is undefined for adaptive steps; the literal reading, the client's
     first step, is ``sensitivity_step="first_step"``), so G_i and L_i are recomputed each round from the frozen
     Hessian diagonal; a client's state is held at its final value beyond T_i (``beyond_window="hold"``; the

@@ -124,13 +124,13 @@ class AdaptiveEuler(LocalRule):
         allowed = self.tolerance * (dt * speed if self.error_scale == "step" else self.reference)
         return min(allowed, dt * speed / 2) if self.step_limit == "monotone" else allowed
 
-    def _largest_step(self, curvature: float, speed: float) -> float:
-        """The step whose LTE curvature x dt^2 equals the allowed error."""
+    def _largest_step(self, rate: float, speed: float) -> float:
+        """The step whose LTE, rate x dt^2 (rate = |x''| / 2), equals the allowed error."""
         if self.error_scale == "step":
-            step = self.tolerance * speed / curvature
+            step = self.tolerance * speed / rate
         else:
-            step = math.sqrt(self.tolerance * self.reference / curvature)
-        return min(step, speed / (2 * curvature)) if self.step_limit == "monotone" else step
+            step = math.sqrt(self.tolerance * self.reference / rate)
+        return min(step, speed / (2 * rate)) if self.step_limit == "monotone" else step
 
     def adjust(self, grad: Tensor, params: Tensor) -> None:
         self.reference = 1.0 if self.error_scale == "absolute" else float(params.norm()) / math.sqrt(params.numel())
@@ -179,11 +179,11 @@ class AdaptiveEuler(LocalRule):
         dt = self.max_growth * previous
         if self.cap_at_first_step:
             dt = min(dt, self.first_trial)
-        speed, curvature = float(velocity.abs().max()), float((velocity - self.velocity).abs().max()) / (2 * previous)
-        error = curvature * dt**2
+        speed, rate = float(velocity.abs().max()), float((velocity - self.velocity).abs().max()) / (2 * previous)
+        error = rate * dt**2
         if error > self._allowed(dt, speed):
-            dt = 0.9 * self._largest_step(curvature, speed)
-            error = curvature * dt**2
+            dt = 0.9 * self._largest_step(rate, speed)
+            error = rate * dt**2
             self.rejected += 1
         params.add_(velocity, alpha=dt)
         self._accept(dt, error, self._allowed(dt, speed), velocity)

@@ -93,7 +93,7 @@ def test_a_truncated_last_checkpoint_falls_back_to_the_previous_one_with_a_warni
 
 
 def test_two_processes_give_the_weights_of_one(tmp_path):
-    """Run through the real command, as users do: Fabric launches the second process with gloo."""
+    """Run through the real command, as users do: the command forks the second process, which joins over gloo."""
     config = QUICKSTART
 
     def final_params(devices: int):

@@ -1,5 +1,7 @@
 """Base LightningModule for the classifiers that lightfed clients train."""
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from lightning import LightningModule
@@ -8,7 +10,8 @@ from torchmetrics.classification import MulticlassAccuracy
 
 
 class ClassificationModule(LightningModule):
-    """Classifier of `(x, y)` batches: cross-entropy loss, SGD, accuracy on val and test.
+    """Classifier of `(x, y)` batches (others through `logits_and_targets`): cross-entropy loss, SGD, accuracy on
+    val and test.
 
     Subclasses call `super().__init__(...)` first and then build `self.net`, the module
     mapping inputs to logits. `save_hyperparameters()` here also records the subclass's
@@ -40,28 +43,35 @@ class ClassificationModule(LightningModule):
         """Return the logits of `x`."""
         return self.net(x)
 
-    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        """Return the cross-entropy loss of the batch and log it as `train_loss`."""
+    def logits_and_targets(self, batch: Any) -> tuple[Tensor, Tensor, int]:
+        """The batch's logits `(n, num_classes)`, class targets `(n,)` and number of examples.
+
+        Here `batch` is an `(x, y)` tuple; a subclass with another batch structure overrides this alone.
+        """
         x, y = batch
-        loss = F.cross_entropy(self(x), y)
-        self.log("train_loss", loss, batch_size=y.size(0))
+        return self(x), y, y.size(0)
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        """Return the cross-entropy loss of the batch and log it as `train_loss`."""
+        logits, targets, batch_size = self.logits_and_targets(batch)
+        loss = F.cross_entropy(logits, targets)
+        self.log("train_loss", loss, batch_size=batch_size)
         return loss
 
-    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
         """Log `val_loss` and `val_acc`."""
         self._evaluate(batch, "val", self.val_acc)
 
-    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+    def test_step(self, batch: Any, batch_idx: int) -> None:
         """Log `test_loss` and `test_acc`."""
         self._evaluate(batch, "test", self.test_acc)
 
-    def _evaluate(self, batch: tuple[Tensor, Tensor], prefix: str, accuracy: MulticlassAccuracy) -> None:
+    def _evaluate(self, batch: Any, prefix: str, accuracy: MulticlassAccuracy) -> None:
         """Log `{prefix}_loss` and update and log the `{prefix}_acc` metric."""
-        x, y = batch
-        logits = self(x)
-        self.log(f"{prefix}_loss", F.cross_entropy(logits, y), batch_size=y.size(0))
-        accuracy.update(logits, y)
-        self.log(f"{prefix}_acc", accuracy, batch_size=y.size(0))
+        logits, targets, batch_size = self.logits_and_targets(batch)
+        self.log(f"{prefix}_loss", F.cross_entropy(logits, targets), batch_size=batch_size)
+        accuracy.update(logits, targets)
+        self.log(f"{prefix}_acc", accuracy, batch_size=batch_size)
 
     def configure_optimizers(self) -> torch.optim.SGD:
         """Return SGD over all parameters with the configured lr, momentum and weight decay."""

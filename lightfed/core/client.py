@@ -16,6 +16,7 @@ from lightfed.core.local_session import LocalSession
 from lightfed.core.logged_values import LoggedValues
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.trainer_view import TrainerView
+from lightfed.core.workspace import Workspace
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.optim.sam import SAM
@@ -91,6 +92,7 @@ class ClientTrainer:
             autocast=fabric.autocast,
             backward=fabric.backward,
             recompute_gradient=self._recompute_gradient,
+            workspace=Workspace(),
         )
 
     def train(self, plan: ClientPlan, params: Tensor, buffers: Tensor) -> ClientUpdate:

@@ -17,6 +17,7 @@ from lightfed.core.client_workers import ClientWorkers
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.sharding import CoordinateShards
 from lightfed.core.sums import Sums
+from lightfed.core.workspace import Workspace
 from lightfed.errors import DivergenceError
 from lightfed.strategies.base import Strategy
 from lightfed.strategies.sharded_base import ShardedRound
@@ -83,6 +84,7 @@ class RoundEngine:
         self._worker_sums = [self.sums] + [Sums(sizes, fabric.device) for _ in range(workers.count - 1)]
         self._lock = threading.Lock()
         self.shards = CoordinateShards(client.flat.params.numel(), fabric.world_size, fabric.global_rank)
+        self._workspace = Workspace()  # a sharded strategy's rows of deltas and vectors, kept from round to round
 
     def share(self, jobs: list[Job], rank: int | None = None) -> list[Job]:
         """The jobs process ``rank`` (default: this one) trains: a balanced slice, or client i on process i % world."""
@@ -106,7 +108,8 @@ class RoundEngine:
             worker_sums.zero_()
         rows = None
         if self.sharded:  # per job: its delta, then the vectors it reports
-            rows = torch.zeros(len(mine), 1 + len(self.strategy.report_vectors), params.numel(), device=params.device)
+            shape = (len(mine), 1 + len(self.strategy.report_vectors), params.numel())
+            rows = self._workspace.get("rows", shape, torch.empty(0, device=params.device))  # float32
 
         def train(worker: int, client: ClientTrainer, index: int) -> None:
             job, sums = mine[index], self._worker_sums[worker]
@@ -149,6 +152,8 @@ class RoundEngine:
         for k, name in enumerate(self.strategy.report_vectors, start=1):
             if name in report:
                 row[k].copy_(report[name])
+            else:
+                row[k].zero_()
         numbers = [update.num_examples, update.num_steps, update.local_time, staleness]
         numbers += [float(report.get(name, 0.0)) for name in self.strategy.report_scalars]
         start = position * len(self.columns)
@@ -168,8 +173,10 @@ class RoundEngine:
         slices are gathered back."""
         received = self.shards.exchange(rows, [len(rows) for rows in rows_of])
         arrival = [row for rows in rows_of for row in rows]  # row i of ``received`` is jobs[arrival[i]]
-        sliced = torch.empty_like(received)
-        sliced[arrival] = received
+        sliced = received
+        if arrival != list(range(len(arrival))):
+            sliced = torch.empty_like(received)
+            sliced[arrival] = received
         columns = self.sums["_per_client"][: len(jobs) * len(self.columns)].reshape(len(jobs), len(self.columns)).T
         per_client = dict(zip(self.columns, columns))
         updates = ShardedRound(

@@ -9,6 +9,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from lightfed.core.flat import FlatModule
+from lightfed.core.workspace import Workspace
 from lightfed.data.module import FederatedDataModule
 
 
@@ -21,7 +22,8 @@ class LocalContext:
     trainer's precision context for forward passes and ``backward(loss)`` its backward pass (loss-scaled under
     16-bit mixed precision, see ``scales_gradients``). ``recompute_gradient()`` evaluates the current step's batch
     again at the current parameters: its gradient (private under privacy) lands in ``flat.grads`` and it returns the
-    loss; under differential privacy every call releases one more private gradient of the batch.
+    loss; under differential privacy every call releases one more private gradient of the batch. ``workspace`` keeps
+    a rule's work arrays from client to client (one client trainer runs one client at a time).
     """
 
     module: LightningModule
@@ -32,6 +34,7 @@ class LocalContext:
     autocast: Callable[[], AbstractContextManager]
     backward: Callable[[Tensor], None]
     recompute_gradient: Callable[[], Tensor]
+    workspace: Workspace
 
     @property
     def lr(self) -> float:

@@ -4,6 +4,7 @@ error below one tolerance, starting from the passivity bound."""
 import math
 from typing import Any, Literal
 
+import torch
 from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
@@ -14,6 +15,10 @@ from lightfed.local.base import LocalRule
 
 ErrorScale = Literal["absolute", "state", "step"]
 StepLimit = Literal["none", "monotone"]
+
+
+def _max_abs(tensor: Tensor) -> float:
+    return float(torch.linalg.vector_norm(tensor, float("inf")))
 
 
 def passivity_bound(params: Tensor, velocity: Tensor) -> float:
@@ -116,6 +121,7 @@ class AdaptiveEuler(LocalRule):
         self.errors: list[float] = []
         self.rejected = self.forced = 0
         self.bound = math.nan
+        self.velocity: Tensor | None = None
         if self.curvature_batches > 0:
             self.curvature = client_hessian_diagonal(context, self.client_id, self.curvature_batches, self.curvature_probes, self.seed)
 
@@ -137,9 +143,9 @@ class AdaptiveEuler(LocalRule):
         if self.lte == "retrospective" and self.steps:
             self._retrospective_step(grad, params)
             return
-        gradient, start = grad.clone(), params.clone()
-        velocity = self.current - self.weight * gradient
-        speed = float(velocity.abs().max())
+        gradient, start = self._array("gradient", grad).copy_(grad), self._array("start", params).copy_(params)
+        velocity = self._velocity(gradient)
+        speed = _max_abs(velocity)
         if self.steps:
             dt = self.max_growth * self.steps[-1]
             if self.cap_at_first_step:
@@ -152,12 +158,26 @@ class AdaptiveEuler(LocalRule):
         for attempt in range(self.max_backtracks + 1):
             params.copy_(start).add_(velocity, alpha=dt)
             self.context.recompute_gradient()  # grad now holds g(x') on the same batch
-            error, allowed = float((grad - gradient).abs().max()) * self.weight * dt / 2, self._allowed(dt, speed)
+            error, allowed = self._max_change(grad, gradient) * self.weight * dt / 2, self._allowed(dt, speed)
             if error <= allowed or attempt == self.max_backtracks:
                 break
             self.rejected += 1
             dt *= 0.9 * allowed / error if math.isfinite(error) else 0.1
         self._accept(dt, error, allowed, velocity)
+
+    def _array(self, name: str, like: Tensor) -> Tensor:
+        """The client trainer's work array ``name`` shaped like ``like`` (kept from client to client)."""
+        return self.context.workspace.get(f"adaptive_euler.{name}", like.shape, like)
+
+    def _velocity(self, gradient: Tensor) -> Tensor:
+        """v = I - p g into whichever of two work arrays does not hold the previous step's velocity."""
+        spare = "velocity_b" if self.velocity is self._array("velocity_a", gradient) else "velocity_a"
+        velocity = torch.mul(gradient, self.weight, out=self._array(spare, gradient))
+        return torch.sub(self.current, velocity, out=velocity)
+
+    def _max_change(self, new: Tensor, old: Tensor) -> float:
+        """max|new - old|, through a work array."""
+        return _max_abs(torch.sub(new, old, out=self._array("change", new)))
 
     def _probe(self, start: Tensor, velocity: Tensor, speed: float, gradient: Tensor, grad: Tensor, params: Tensor) -> float:
         """The round's first trial from the first gradients alone: a probe step dt_p = gamma r / max|v| (no coordinate
@@ -168,18 +188,18 @@ class AdaptiveEuler(LocalRule):
         probe = self.tolerance * self.reference / speed if speed > 0 else self.tolerance * self.reference
         params.copy_(start).add_(velocity, alpha=probe)
         self.context.recompute_gradient()
-        change = float((grad - gradient).abs().max()) * self.weight
+        change = self._max_change(grad, gradient) * self.weight
         return 0.9 * self._largest_step(change / (2 * probe), speed) if change > 0 else probe
 
     def _retrospective_step(self, grad: Tensor, params: Tensor) -> None:
         """x <- x + dt v, dt the proposal or, where its retrospective error exceeds the tolerance, the largest step
         whose estimate is 0.9^2 of it; no gradient is evaluated."""
-        velocity = self.current - self.weight * grad
+        velocity = self._velocity(grad)
         previous = self.steps[-1]
         dt = self.max_growth * previous
         if self.cap_at_first_step:
             dt = min(dt, self.first_trial)
-        speed, rate = float(velocity.abs().max()), float((velocity - self.velocity).abs().max()) / (2 * previous)
+        speed, rate = _max_abs(velocity), self._max_change(velocity, self.velocity) / (2 * previous)
         error = rate * dt**2
         if error > self._allowed(dt, speed):
             dt = 0.9 * self._largest_step(rate, speed)

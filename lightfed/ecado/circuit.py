@@ -20,6 +20,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from lightfed.core.workspace import Workspace
 from lightfed.errors import ConfigError, DivergenceError
 
 BeyondWindow = Literal["extrapolate", "hold"]
@@ -29,22 +30,6 @@ AllReduce = Callable[[Tensor, str], Tensor]  # (tensor, "sum" | "max") over ever
 
 def _local(tensor: Tensor, op: str) -> Tensor:
     return tensor
-
-
-class Workspace:
-    """Work arrays kept from one round's solve to the next, by name: writing fresh memory costs several times what
-    rewriting warm memory does (page faults on a CPU, the allocator on a GPU), and a solve needs five (a, d) arrays."""
-
-    def __init__(self) -> None:
-        self._arrays: dict[str, Tensor] = {}
-
-    def get(self, name: str, shape: torch.Size | tuple[int, ...], like: Tensor) -> Tensor:
-        """The array ``name`` of ``shape`` with the dtype and device of ``like`` (its contents undefined)."""
-        array = self._arrays.get(name)
-        if array is None or array.shape != shape or array.dtype != like.dtype or array.device != like.device:
-            self._arrays.pop(name, None)
-            array = self._arrays[name] = like.new_empty(shape)
-        return array
 
 
 @dataclass
@@ -109,11 +94,13 @@ class WindowSolver:
         self.currents, self.next = branches.couplings, self._array("next")
         self.change, self.previous_change, self.previous_h = self._array("change"), None, 0.0
         self.error = self._array("error")
+        shape = torch.broadcast_shapes(branches.inductance.shape, branches.resistance.shape)
+        self._inverse = workspace.get("inverse", shape, branches.couplings)
 
     def trial(self, h: float) -> float:
         """Solves the step from s to s + h into ``x_next`` and ``next`` (the currents); returns its error."""
         branches, L, R = self.branches, self.branches.inductance, self.branches.resistance
-        inverse = torch.add(L, R, alpha=h).reciprocal_()  # b / h
+        inverse = torch.add(L, R, alpha=h, out=self._inverse).reciprocal_()  # b / h
         progress = branches.progress(self.s + h).to(self.next.dtype)[:, None]
         a = torch.mul(branches.deltas, progress, out=self.next).add_(branches.start)  # Gamma(s + h)
         a.addcmul_(R, branches.couplings, value=-1).mul_(-h).addcmul_(L, self.currents).mul_(inverse)

@@ -16,7 +16,8 @@ import torch
 from torch import Tensor
 
 from lightfed.core.messages import ClientPlan, ClientUpdate
-from lightfed.ecado.circuit import BeyondWindow, Branches, ErrorNorm, StepControl, WindowResult, Workspace, integrate_window
+from lightfed.core.workspace import Workspace
+from lightfed.ecado.circuit import BeyondWindow, Branches, ErrorNorm, StepControl, WindowResult, integrate_window
 from lightfed.ecado.coupling import CouplingCurrent, CouplingScale
 from lightfed.errors import ConfigError
 from lightfed.local.base import LocalRule
@@ -47,8 +48,8 @@ def window_metrics(
     """Server steps taken, rejected and forced, max LTE of the accepted steps, step sizes, movement of x_c (norms
     over every process's slice)."""
     steps = [h for h, _ in result.accepted]
-    squares = torch.stack([(result.x_c - start).double().square().sum(), total_current.double().square().sum()])
-    move, current = all_reduce(squares, "sum").sqrt().tolist()
+    norms = [torch.linalg.vector_norm(vector, dtype=torch.float64) for vector in (result.x_c - start, total_current)]
+    move, current = all_reduce(torch.stack(norms).square(), "sum").sqrt().tolist()
     return {
         "server_steps": float(len(steps)),
         "server_rejected": float(result.rejected),

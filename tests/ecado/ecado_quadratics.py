@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.seeding import sample_clients
 from lightfed.core.sharding import CoordinateShards
+from lightfed.core.workspace import Workspace
 from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
 
 
@@ -82,7 +83,7 @@ class QuadraticData:
 
 
 class QuadraticContext:
-    """Stands in for ``LocalContext``: ``module``, ``data``, ``flat``, ``lr``, ``scales_gradients`` and
+    """Stands in for ``LocalContext``: ``module``, ``data``, ``flat``, ``lr``, ``scales_gradients``, ``workspace`` and
     ``recompute_gradient``."""
 
     def __init__(self, problem: Quadratics, client_id: int, params: Tensor, lr: float) -> None:
@@ -93,6 +94,7 @@ class QuadraticContext:
         self.lr = lr
         self.scales_gradients = False
         self.flat = SimpleNamespace(params=params.clone(), grads=torch.zeros_like(params))
+        self.workspace = Workspace()
 
     def recompute_gradient(self) -> Tensor:
         r = self.flat.params - self.b

@@ -44,9 +44,10 @@ class CoordinateShards:
 
     def assemble(self, slices: Tensor, rows_of: list[list[int]]) -> Tensor:
         """The inverse of ``exchange``: from this process's slice of every client's vector (``[clients, len(local)]``)
-        to the whole vectors of the rows ``rows_of[rank]`` this process needs (``[len(rows_of[rank]), d]``)."""
+        to the whole vectors of the rows ``rows_of[rank]`` this process needs (``[len(rows_of[rank]), d]``; on one process
+        ``slices`` itself when those are all its rows in order)."""
         if self.world == 1:
-            return slices[rows_of[0]]
+            return slices if rows_of[0] == list(range(len(slices))) else slices[rows_of[0]]
         send = torch.cat([slices[rows].reshape(-1) for rows in rows_of])
         count = len(rows_of[self.rank])
         received = torch.empty(count * self.size, dtype=slices.dtype, device=slices.device)

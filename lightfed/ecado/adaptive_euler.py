@@ -9,16 +9,13 @@ from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
 from lightfed.ecado.curvature import client_hessian_diagonal
+from lightfed.ecado.max_abs import max_abs
 from lightfed.errors import ConfigError
 from lightfed.local.base import LocalRule
 
 
 ErrorScale = Literal["absolute", "state", "step"]
 StepLimit = Literal["none", "monotone"]
-
-
-def _max_abs(tensor: Tensor) -> float:
-    return float(torch.linalg.vector_norm(tensor, float("inf")))
 
 
 def passivity_bound(params: Tensor, velocity: Tensor) -> float:
@@ -145,7 +142,7 @@ class AdaptiveEuler(LocalRule):
             return
         gradient, start = self._array("gradient", grad).copy_(grad), self._array("start", params).copy_(params)
         velocity = self._velocity(gradient)
-        speed = _max_abs(velocity)
+        speed = float(max_abs(velocity))
         if self.steps:
             dt = self.max_growth * self.steps[-1]
             if self.cap_at_first_step:
@@ -177,7 +174,7 @@ class AdaptiveEuler(LocalRule):
 
     def _max_change(self, new: Tensor, old: Tensor) -> float:
         """max|new - old|, through a work array."""
-        return _max_abs(torch.sub(new, old, out=self._array("change", new)))
+        return float(max_abs(torch.sub(new, old, out=self._array("change", new))))
 
     def _probe(self, start: Tensor, velocity: Tensor, speed: float, gradient: Tensor, grad: Tensor, params: Tensor) -> float:
         """The round's first trial from the first gradients alone: a probe step dt_p = gamma r / max|v| (no coordinate
@@ -199,7 +196,7 @@ class AdaptiveEuler(LocalRule):
         dt = self.max_growth * previous
         if self.cap_at_first_step:
             dt = min(dt, self.first_trial)
-        speed, rate = _max_abs(velocity), self._max_change(velocity, self.velocity) / (2 * previous)
+        speed, rate = float(max_abs(velocity)), self._max_change(velocity, self.velocity) / (2 * previous)
         error = rate * dt**2
         if error > self._allowed(dt, speed):
             dt = 0.9 * self._largest_step(rate, speed)

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from lightfed.core.workspace import Workspace
+from lightfed.ecado.max_abs import max_abs
 from lightfed.errors import ConfigError, DivergenceError
 
 BeyondWindow = Literal["extrapolate", "hold"]
@@ -113,8 +114,7 @@ class WindowSolver:
         if self.previous_change is not None:
             inductors = torch.sub(change, self.previous_change, alpha=h / self.previous_h, out=self.error)
         if self.norm == "max":
-            inf = float("inf")
-            return self._norm(torch.stack([torch.linalg.vector_norm(central, inf), torch.linalg.vector_norm(inductors, inf) / 2]))
+            return self._norm(torch.stack([max_abs(central), max_abs(inductors) / 2]))
         return self._norm(torch.stack([torch.linalg.vector_norm(central), torch.linalg.vector_norm(inductors) / 2]))
 
     def _norm(self, parts: Tensor) -> float:

@@ -1,6 +1,7 @@
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 from lightfed.core.process_states import saved_client_states
 from lightfed.core.sharding import CoordinateShards
 from lightfed.errors import ConfigError
+from lightfed.local.base import LocalRule
 from lightfed.strategies import CoordinateMedian, TrimmedMean
 from lightfed.strategies.robust import trimmed_mean
 from lightfed.strategies.sharded_base import ShardedRound
@@ -79,3 +81,43 @@ def test_one_and_two_processes_give_the_same_model_and_client_states(tmp_path):
         assert state["delta"].numel() == one["params"].numel()
         assert torch.equal(state["delta"], two["client_states"][client_id]["delta"])
         assert state["examples"] == two["client_states"][client_id]["examples"] > 0
+
+
+class _Marker(LocalRule):
+    """Reports a vector of ones in even rounds and nothing in odd ones."""
+
+    def __init__(self, round: int) -> None:
+        self.round = round
+
+    def adjust(self, grad: torch.Tensor, params: torch.Tensor) -> None:
+        pass
+
+    def report(self) -> dict:
+        return {"marker": torch.ones(self.size)} if self.round % 2 == 0 else {}
+
+    def start(self, params: torch.Tensor, context) -> None:
+        self.size = params.numel()
+
+
+class _MedianSeeingMarkers(CoordinateMedian):
+    report_vectors = ("marker",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[torch.Tensor] = []
+
+    def configure_job(self, plan, package):
+        return replace(plan, rule=_Marker(plan.round))
+
+    def aggregate_shard(self, params: torch.Tensor, updates: ShardedRound) -> torch.Tensor:
+        self.seen.append(updates.reports["marker"].clone())
+        return super().aggregate_shard(params, updates)
+
+
+def test_a_vector_a_client_does_not_report_arrives_as_zeros_in_every_round(tmp_path):
+    """The rows of the round's deltas and vectors are kept from round to round: an unreported vector must not show
+    the previous round's."""
+    strategy = _MedianSeeingMarkers()
+    small_trainer(tmp_path, rounds=3).fit(small_model(), small_data(), strategy)
+    assert [bool((seen == 1).all()) for seen in strategy.seen] == [True, False, True]
+    assert not strategy.seen[1].any()

@@ -196,7 +196,11 @@ class AdaptiveEuler(LocalRule):
         dt = self.max_growth * previous
         if self.cap_at_first_step:
             dt = min(dt, self.first_trial)
-        speed, rate = float(max_abs(velocity)), self._max_change(velocity, self.velocity) / (2 * previous)
+        speed = float(max_abs(velocity))
+        if speed == 0:  # v = 0 exactly: this step moves nothing, whatever its size
+            self._accept(dt, 0.0, self._allowed(dt, speed), velocity)
+            return
+        rate = self._max_change(velocity, self.velocity) / (2 * previous)
         error = rate * dt**2
         if error > self._allowed(dt, speed):
             dt = 0.9 * self._largest_step(rate, speed)

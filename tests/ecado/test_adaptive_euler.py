@@ -222,3 +222,20 @@ def test_the_monotone_step_limit_converges_on_quadratics_for_every_tolerance(tol
     strategy = AdaptiveFedECADO(tolerance=tolerance, step_limit="monotone", first_step=first_step)
     x = run_rounds(strategy, problem, 40, 16, steps, np.ones(16), x0)
     assert problem.relative_error(x) < 1e-3 < 0.3 < problem.relative_error(x0)
+
+
+def test_a_retrospective_step_at_a_zero_velocity_keeps_its_proposal():
+    """F = x^2 / 2, p = 1, I = 0.5: at x = 0.5 the velocity v = I - x is exactly 0. The step there moves nothing, so
+    it keeps the proposal (twice the previous step) instead of the zero step the monotone limit (LTE <= dt max|v| / 2
+    = 0) would force, after which the next step divided by it."""
+    problem = Quadratics(np.array([[[1.0]]]), np.array([[0.0]]), np.array([10]))
+    context = CountingContext(problem, 0, torch.ones(1, dtype=torch.float64), lr=1.0)
+    rule = AdaptiveEuler(0, torch.full((1,), 0.5, dtype=torch.float64), tolerance=1e-2, lte="retrospective",
+                         step_limit="monotone", cap_at_first_step=False)
+    _steps(rule, context, 1)
+    context.flat.params.fill_(0.5)
+    for _ in range(2):
+        context.recompute_gradient()
+        rule.adjust(context.flat.grads, context.flat.params)
+    assert rule.steps[1] == 2 * rule.steps[0] and rule.errors[1] == 0.0
+    assert context.flat.params.item() == 0.5 and rule.steps[2] == 2 * rule.steps[1]

@@ -115,19 +115,16 @@ class WindowSolver:
             inductors = torch.sub(change, self.previous_change, alpha=h / self.previous_h, out=self.error)
         if self.norm == "max":
             return self._norm(torch.stack([max_abs(central), max_abs(inductors) / 2]))
-        float64 = torch.float64
-        return self._norm(torch.stack([torch.linalg.vector_norm(central, dtype=float64), torch.linalg.vector_norm(inductors, dtype=float64) / 2]))
+        return self._norm(torch.stack([torch.linalg.vector_norm(central), torch.linalg.vector_norm(inductors) / 2]))
 
     def _norm(self, parts: Tensor) -> float:
         """The error of a step from the norms of its x_c part and its currents' part over this slice ("max": their
-        max-norms, exact; "rms": their float64 2-norms), combined over every process's slice. The rms is rounded to
-        float32: the processes' sums of squares, added in another order than one process's, differ in the last
-        float64 bits, which would move the chosen steps and so the weights (by up to 2e-6 relative on digits)."""
+        max-norms, "rms": their 2-norms), combined over every process's slice."""
         if self.norm == "max":
             return float(self.all_reduce(parts, "max").max())
         counts = torch.tensor([self.x_c.numel(), self.currents.numel()], dtype=torch.float64, device=parts.device)
-        squares, counts = self.all_reduce(torch.stack([parts.square(), counts]), "sum")
-        return float((squares / counts).sqrt().max().float())
+        squares, counts = self.all_reduce(torch.stack([parts.double().square(), counts]), "sum")
+        return float((squares / counts).sqrt().max())
 
     def accept(self, h: float) -> None:
         """Moves to the solution of the last trial (step h); the caller's x_c and I^k are never written."""

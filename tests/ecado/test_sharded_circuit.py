@@ -96,13 +96,13 @@ def test_the_digits_config_on_two_processes_gives_the_weights_of_one(tmp_path, n
     paths = {devices: _fit(tmp_path / f"devices{devices}", config, devices, "--trainer.rounds", "2") for devices in (1, 2)}
     one, two = (torch.load(paths[devices], weights_only=False) for devices in (1, 2))
     # the rms error norm sums squares over the processes in another order, so the LTE-chosen server steps differ in
-    # the last float bits (1e-7 to 2e-6 measured for FedECADO; with error_norm max the weights are bit-identical)
-    assert _relative(two["params"], one["params"]) <= 1e-5
+    # the last float bits (measured: FedECADO 1.0e-7, Adaptive 0; with error_norm max the weights are bit-identical)
+    assert _relative(two["params"], one["params"]) <= 1e-6
     states = {devices: saved_client_states(path) for devices, path in paths.items()}
     assert states[1].keys() == states[2].keys() and len(states[1]) >= 4
     for client_id, state in states[1].items():
         assert state["current"].numel() == one["params"].numel()
-        assert _relative(states[2][client_id]["current"], state["current"]) <= 1e-5
+        assert _relative(states[2][client_id]["current"], state["current"]) <= 1e-5  # measured up to 1.5e-6
     server = torch.load(paths[2].parent / "process_states" / "round_2" / "process_1_of_2.pt", weights_only=False)
     assert server["server"]["total_current"].numel() == one["params"].numel() // 2  # each process its half
 

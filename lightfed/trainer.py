@@ -28,6 +28,7 @@ from lightfed.callbacks import (
 from lightfed.core.checkpoint import LAST, load_checkpoint, resolve_checkpoint, restore_rng_states, rng_states, save_checkpoint
 from lightfed.core.client import ClientTrainer
 from lightfed.core.client_workers import ClientWorkers
+from lightfed.core.cores import available_cores
 from lightfed.core.engine import RoundEngine
 from lightfed.core.evaluation import evaluation_pass
 from lightfed.core.messages import ClientPlan
@@ -325,8 +326,7 @@ class FederatedTrainer:
 
     def _client_workers(self, data: FederatedDataModule) -> tuple[int, int]:
         """How many clients this process trains at once, and the torch threads of each."""
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        cores_per_process = max(1, cores // getattr(self.fabric.strategy, "num_processes", 1))  # processes per node
+        cores_per_process = max(1, available_cores() // getattr(self.fabric.strategy, "num_processes", 1))  # processes per node
         workers = self.clients_in_parallel
         if workers != "auto" and workers > 1 and data.num_workers > 0:
             raise ConfigError(

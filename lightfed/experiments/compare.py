@@ -33,7 +33,6 @@ import hashlib
 import itertools
 import json
 import multiprocessing
-import os
 import random
 import re
 import shlex
@@ -45,6 +44,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lightfed.callbacks.metrics_file import METRICS_FILE
+from lightfed.core.cores import available_cores
 from lightfed.distributions import Distribution, usage
 from lightfed.errors import ConfigError, DivergenceError, LightfedError
 
@@ -392,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--random", action="append", default=[], metavar="KEY=DIST", help=f"sample from {usage(RANDOM_KINDS)}")
     parser.add_argument("--samples", type=int, help="how many --random settings to draw")
     parser.add_argument("--sweep-seed", type=int, default=0, help="seed of the --random draws (default: 0)")
-    parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)), help="runs of a local sweep "
+    parser.add_argument("--workers", type=int, default=available_cores(), help="runs of a local sweep "
                         "trained at a time, each in a forked process (default: the CPU cores available, %(default)s)")
     parser.add_argument("--usable", type=float, metavar="F", help="also tabulate each config's share of runs whose final "
                         "metric is at least F times the best run's (e.g. 0.8)")
@@ -471,7 +471,7 @@ def execute_all(runs: list[Run], metric: str, runs_dir: Path, workers: int) -> b
 
         import lightfed.cli  # noqa: F401  (imported once, here: the forked workers start with it, torch and Lightning)
 
-        threads = max(1, len(os.sched_getaffinity(0)) // workers)
+        threads = max(1, available_cores() // workers)
         pool = ProcessPoolExecutor(workers, multiprocessing.get_context("fork"), torch.set_num_threads, (threads,))
         try:  # a worker that dies (out of memory) raises BrokenProcessPool here rather than hanging the sweep
             outcomes = [future.result() for future in [pool.submit(execute, *job) for job in jobs]]

@@ -16,6 +16,7 @@ from lightfed.local.base import LocalRule
 
 ErrorScale = Literal["absolute", "state", "step"]
 StepLimit = Literal["none", "monotone"]
+ClientNorm = Literal["max", "rms"]
 
 
 def passivity_bound(params: Tensor, velocity: Tensor) -> float:
@@ -46,6 +47,9 @@ class AdaptiveEuler(LocalRule):
     is dt |J v| / |v| <= 2 gamma: gamma is the step's fraction of Forward Euler's stability limit 2 / lambda along v
     (gamma = 1: the passivity bound's step for a quadratic centred at 0), free of the weights' and the loss's scale and
     of the origin; the step then goes as gamma (as sqrt(gamma) with the other two).
+
+    ``error_norm``: every |.| here is the max over the coordinates ("max", the paper's eq. 15) or their root mean
+    square ("rms"; the max lets the stiffest weight set every step).
 
     ``step_limit="monotone"`` also bounds every step by LTE <= max|dt v| / 2, i.e. dt |J v| / |v| <= 1: along its own
     direction a Forward-Euler step then does not overshoot (its factor 1 - dt lambda stays >= 0, half the stability
@@ -80,7 +84,11 @@ class AdaptiveEuler(LocalRule):
         first_step: Literal["passivity", "probe"] = "passivity",
         error_scale: ErrorScale = "absolute",
         step_limit: StepLimit = "none",
+        error_norm: ClientNorm = "max",
     ) -> None:
+        if error_norm not in ("max", "rms"):
+            raise ConfigError(f"the client error norm must be 'max' or 'rms', got {error_norm!r}")
+        self.error_norm = error_norm
         if step_limit not in ("none", "monotone"):
             raise ConfigError(f"the client step limit must be 'none' or 'monotone', got {step_limit!r}")
         self.step_limit = step_limit
@@ -142,7 +150,7 @@ class AdaptiveEuler(LocalRule):
             return
         gradient, start = self._array("gradient", grad).copy_(grad), self._array("start", params).copy_(params)
         velocity = self._velocity(gradient)
-        speed = float(max_abs(velocity))
+        speed = self._norm(velocity)
         if self.steps:
             dt = self.max_growth * self.steps[-1]
             if self.cap_at_first_step:
@@ -172,17 +180,26 @@ class AdaptiveEuler(LocalRule):
         velocity = torch.mul(gradient, self.weight, out=self._array(spare, gradient))
         return torch.sub(self.current, velocity, out=velocity)
 
+    def _norm(self, vector: Tensor) -> float:
+        """|vector| in the ``error_norm``: max|v_j| or sqrt(mean v_j^2)."""
+        if self.error_norm == "max":
+            return float(max_abs(vector))
+        return float(torch.linalg.vector_norm(vector)) / math.sqrt(vector.numel())
+
     def _max_change(self, new: Tensor, old: Tensor) -> float:
-        """max|new - old|, through a work array."""
-        return float(max_abs(torch.sub(new, old, out=self._array("change", new))))
+        """|new - old| in the ``error_norm``, through a work array."""
+        return self._norm(torch.sub(new, old, out=self._array("change", new)))
 
     def _probe(self, start: Tensor, velocity: Tensor, speed: float, gradient: Tensor, grad: Tensor, params: Tensor) -> float:
-        """The round's first trial from the first gradients alone: a probe step dt_p = gamma r / max|v| (no coordinate
-        moves more than gamma r; r = 1 with "absolute", rms(x) otherwise) measures D = max|v(x + dt_p v) - v(x)|, so
-        the FE error (dt^2 / 2)|x''| of a step dt is about dt^2 D / (2 dt_p); returns 0.9 x the step where that equals
-        the allowed error: 0.9 sqrt(2 gamma r dt_p / D), or with "step" 0.9 x 2 gamma max|v| dt_p / D. A loss c times
-        larger gives steps 1/c times as long; proportional to sqrt(gamma) (to gamma with "step")."""
-        probe = self.tolerance * self.reference / speed if speed > 0 else self.tolerance * self.reference
+        """The round's first trial from the first gradients alone: a probe step dt_p = 0.01 rms(x) / rms(v), which
+        moves the weights by 1 % of their own size (SciPy's ``select_initial_step``; gamma-free, so a loose gamma does
+        not probe far outside the linearisation), measures D = |v(x + dt_p v) - v(x)|, so the FE error
+        (dt^2 / 2)|x''| of a step dt is about dt^2 D / (2 dt_p); returns 0.9 x the step where that equals the allowed
+        error: 0.9 sqrt(2 gamma r dt_p / D), or with "step" 0.9 x 2 gamma |v| dt_p / D (and at most the step limit).
+        A loss c times larger gives steps 1/c times as long; proportional to sqrt(gamma) (to gamma with "step"). Where
+        v does not change (a linear loss along v) the probe step itself."""
+        size, rate = (float(torch.linalg.vector_norm(t)) for t in (start, velocity))
+        probe = 0.01 * size / rate if size > 0 and rate > 0 else 1e-6
         params.copy_(start).add_(velocity, alpha=probe)
         self.context.recompute_gradient()
         change = self._max_change(grad, gradient) * self.weight
@@ -196,7 +213,7 @@ class AdaptiveEuler(LocalRule):
         dt = self.max_growth * previous
         if self.cap_at_first_step:
             dt = min(dt, self.first_trial)
-        speed = float(max_abs(velocity))
+        speed = self._norm(velocity)
         if speed == 0:  # v = 0 exactly: this step moves nothing, whatever its size
             self._accept(dt, 0.0, self._allowed(dt, speed), velocity)
             return

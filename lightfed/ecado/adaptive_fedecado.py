@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 
 from lightfed.core.messages import ClientPlan, ClientUpdate
-from lightfed.ecado.adaptive_euler import AdaptiveEuler, ErrorScale, StepLimit
+from lightfed.ecado.adaptive_euler import AdaptiveEuler, ClientNorm, ErrorScale, StepLimit
 from lightfed.ecado.circuit import BeyondWindow, ErrorNorm
 from lightfed.ecado.fedecado import FedECADO, StateDevice, WindowEnd, window_end
 from lightfed.errors import ConfigError
@@ -36,9 +36,13 @@ class AdaptiveFedECADO(FedECADO):
     eq. 24's L_i critically damps one branch on the central capacitor, but a round's n active branches share it and
     were left damped by 1/sqrt(n), so L_i = 1 / (4 n G_i^2) (``damping="collective"``; eq. 24 is "branch");
     backtracking rejects only while LTE > gamma and the server step can grow again (at most 2x per step); a client's
-    steps grow back after backtracking but never above its round's first trial, the passivity bound (eq. 16 is an
-    upper bound; the spec's toy found it erratic when re-evaluated every step, and a client whose loss saturates
-    otherwise doubles its steps without end, since any step then passes the LTE test); no client step overshoots
+    first trial each round is predicted from a probe step's gradient change (``first_step="probe"``: eq. 16 on the
+    raw weights depends on where the origin is, was negative for a third of the digits clients, and then left the
+    step to a ``fallback_step`` the paper does not have); its errors are root mean squares over the coordinates
+    (``client_norm="rms"``; the paper's max lets the stiffest weight set every step); a client's steps grow back
+    after backtracking but never above its round's first trial (eq. 16 is an upper bound; the spec's toy found it
+    erratic when re-evaluated every step, and a client whose loss saturates otherwise doubles its steps without end,
+    since any step then passes the LTE test); no client step overshoots
     along its own direction (``step_limit="monotone"``; with gamma alone, digits clients at gamma = 1 took steps with
     an LTE of about 1, weights of rms 0.04 at initialisation, and one of two seeds collapsed to chance); dt_G is the
     client's window T_i ("the client step-size" is undefined for adaptive steps; the literal reading, the client's
@@ -71,10 +75,11 @@ class AdaptiveFedECADO(FedECADO):
         error_norm: ErrorNorm = "rms",
         min_step: float = 1e-2,
         state_device: StateDevice = "accelerator",
-        first_step: Literal["passivity", "probe"] = "passivity",
+        first_step: Literal["passivity", "probe"] = "probe",
         window_end: WindowEnd = "max",
         error_scale: ErrorScale = "absolute",
         step_limit: StepLimit = "monotone",
+        client_norm: ClientNorm = "rms",
     ) -> None:
         """
         Args:
@@ -83,9 +88,10 @@ class AdaptiveFedECADO(FedECADO):
             beyond_window: Beyond T_i a client's state is held ("hold") or extrapolated ("extrapolate", the paper).
             curvature_batches: Local batches of the Hessian-diagonal estimate.
             curvature_probes: Rademacher probes per batch.
-            fallback_step: A client's first step where the passivity bound is not positive (backtracking shrinks it).
-            cap_client_steps: No client step exceeds its round's first trial step (the passivity bound or
-                ``fallback_step``); False: steps may double while the LTE test passes (diverges where a loss saturates).
+            fallback_step: With ``first_step="passivity"``: a client's first step where the passivity bound is not
+                positive (backtracking shrinks it).
+            cap_client_steps: No client step exceeds its round's first trial step; False: steps may double while the
+                LTE test passes (diverges where a loss saturates).
             client_lte: How a client estimates a step's error: "trial_step" (the paper's loop: the gradient again at
                 the trial point, two or more gradients a step) or "retrospective" (from the velocity change over the
                 previous step, one gradient a step; see ``AdaptiveEuler``).
@@ -95,9 +101,10 @@ class AdaptiveFedECADO(FedECADO):
             error_norm: The server's error norm, "rms" or "max" (the paper; see ``FedECADO``); the clients' stays max.
             min_step: Shortest server step as a fraction of the round's window (see ``FedECADO``).
             state_device: Where the per-client currents and curvatures live: "accelerator" or "cpu" (pinned).
-            first_step: A client's first trial step each round: "passivity" (eq. 16 on the raw weights, else
-                ``fallback_step``; the paper) or "probe" (from a probe step's gradient change, the step whose FE error
-                is 0.81 gamma: scale-free, proportional to sqrt(gamma), no fallback; see ``AdaptiveEuler``).
+            first_step: A client's first trial step each round: "probe" (default: a probe step that moves the weights
+                by 1 % of their size measures the velocity's change; the trial is the step whose predicted FE error is
+                0.81 gamma, within the step limit: scale-free, proportional to sqrt(gamma), no fallback; see
+                ``AdaptiveEuler``) or "passivity" (eq. 16 on the raw weights, else ``fallback_step``; the paper).
             window_end: The server integrates to the longest window ("max", the paper) or to the data-weighted mean
                 window ("mean"; with ``sensitivity_step="window"`` dt_G is then how long each client's modelled state
                 at that end responds to its current, see ``FedECADO``: with "extrapolate" alike for every client, so
@@ -105,8 +112,10 @@ class AdaptiveFedECADO(FedECADO):
             error_scale: What a client's tolerance is measured against (see ``AdaptiveEuler``): "absolute" (the paper,
                 LTE <= gamma in weight units), "state" (LTE <= gamma rms(x)) or "step" (LTE <= gamma max|dt v|: gamma
                 is the step's fraction of Forward Euler's stability limit). The server's error stays absolute.
-            step_limit: "monotone" (default): no client step overshoots along its own direction (LTE <= max|dt v| / 2,
+            step_limit: "monotone" (default): no client step overshoots along its own direction (LTE <= |dt v| / 2,
                 half of Forward Euler's stability limit) whatever gamma; "none": the tolerance alone (the paper).
+            client_norm: The norm of a client's errors and velocities: "rms" (default, the root mean square over the
+                coordinates, as the server's) or "max" (the paper's, eq. 15: the stiffest weight sets every step).
         """
         if sensitivity_step not in ("window", "first_step"):
             raise ConfigError(f"strategy.sensitivity_step must be 'window' or 'first_step', got {sensitivity_step!r}")
@@ -122,6 +131,8 @@ class AdaptiveFedECADO(FedECADO):
             raise ConfigError(f"strategy.error_scale must be 'absolute', 'state' or 'step', got {error_scale!r}")
         if step_limit not in ("none", "monotone"):
             raise ConfigError(f"strategy.step_limit must be 'none' or 'monotone', got {step_limit!r}")
+        if client_norm not in ("max", "rms"):
+            raise ConfigError(f"strategy.client_norm must be 'max' or 'rms', got {client_norm!r}")
         if damping not in ("collective", "branch"):
             raise ConfigError(f"strategy.damping must be 'collective' or 'branch', got {damping!r}")
         control = dict(tolerance=tolerance, max_growth=2.0, min_step=min_step, norm=error_norm)
@@ -136,12 +147,14 @@ class AdaptiveFedECADO(FedECADO):
         self.window_end = window_end
         self.error_scale = error_scale
         self.step_limit = step_limit
+        self.client_norm = client_norm
 
     def _rule(self, plan: ClientPlan, current: Tensor, curvature_batches: int) -> LocalRule:
         return AdaptiveEuler(plan.client_id, current, self.tolerance, self.fallback_step,
                              cap_at_first_step=self.cap_client_steps, lte=self.client_lte, curvature_batches=curvature_batches,
                              curvature_probes=self.curvature_probes, seed=plan.seed, first_step=self.first_step,
-                             error_scale=self.error_scale, step_limit=self.step_limit)
+                             error_scale=self.error_scale, step_limit=self.step_limit,
+                             error_norm=self.client_norm)
 
     def client_report(self, update: ClientUpdate) -> dict[str, float | Tensor]:
         report, steps = update.report, update.report["steps"]

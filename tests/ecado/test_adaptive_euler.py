@@ -92,7 +92,7 @@ def test_a_bad_setting_is_refused_in_one_line():
 
 
 def test_the_probe_first_step_by_hand_and_its_scale_with_gamma():
-    """F = 4 x^2 / 2, x0 = 1, p = 1, I = 0, gamma = 0.01: v = -4, probe dt_p = 0.01 / 4 = 0.0025 moves x to 0.99,
+    """F = 4 x^2 / 2, x0 = 1, p = 1, I = 0, gamma = 0.01: v = -4, probe dt_p = 0.01 |x| / |v| = 0.0025 moves x to 0.99,
     v' = -3.96, D = 0.04, dt = 0.9 sqrt(2 x 0.01 x 0.0025 / 0.04) = 0.9 sqrt(0.00125); its LTE is exactly
     (dt / 2) 4 |v| dt = 0.81 gamma, so it is accepted. The step goes as sqrt(gamma) and as 1 / (loss scale)."""
     def first(gamma: float, h: float = 4.0) -> AdaptiveEuler:
@@ -108,6 +108,37 @@ def test_the_probe_first_step_by_hand_and_its_scale_with_gamma():
     steps = [first(gamma).steps[0] for gamma in (1e-4, 1e-2, 1.0)]
     assert steps[1] / steps[0] == pytest.approx(10) and steps[2] / steps[1] == pytest.approx(10, rel=0.05)
     assert first(1e-4, h=400.0).steps[0] == pytest.approx(steps[0] / 100)
+
+
+@pytest.mark.parametrize("gamma", [1e-4, 1e-2, 1.0])
+def test_the_probe_on_a_flat_loss_steps_one_hundredth_of_the_weights_whatever_gamma(gamma):
+    """A saturated client (gradient 0), x0 = -1 (d = 20), I = 0.1: v = I does not change, so the first step is the
+    probe itself, dt_p = 0.01 rms(x) / rms(v) = 0.01 / 0.1 = 0.1 (1 % of the weights' size), for every gamma; later
+    steps are capped there: 12 steps give T = 1.2. No fallback step is involved (the paper's passivity bound would
+    give 20 here, and a fallback where it is not positive)."""
+    problem = Quadratics(np.zeros((1, 20, 20)), np.zeros((1, 20)), np.array([100]))
+    rule = AdaptiveEuler(0, torch.full((20,), 0.1, dtype=torch.float64), tolerance=gamma, first_step="probe",
+                         step_limit="monotone", error_norm="rms")
+    _steps(rule, QuadraticContext(problem, 0, -torch.ones(20, dtype=torch.float64), lr=1.0), 12)
+    assert rule.steps == pytest.approx([0.1] * 12) and sum(rule.steps) == pytest.approx(1.2)
+    assert math.isnan(rule.bound) and rule.rejected == 0
+
+
+@pytest.mark.parametrize("norm", ["max", "rms"])
+def test_the_client_error_norm_by_hand(norm):
+    """F = (x1^2 + 3 x2^2) / 2, x0 = (1, 1), p = 1, I = 0, gamma = 1e-3: v = -(1, 3), the step's velocity change is
+    dt A v = -dt (1, 9), so LTE = dt^2 |A v| / 2 with |A v| = 9 (max) or sqrt((1 + 81) / 2) = sqrt(41) (rms); the probe
+    predicts it exactly and the first step is 0.9 sqrt(2 gamma / |A v|), its LTE 0.81 gamma (the monotone limit
+    |v| / |A v|, 1/3 or sqrt(5 / 41), does not bind)."""
+    problem = Quadratics(np.array([np.diag([1.0, 3.0])]), np.zeros((1, 2)), np.array([10]))
+    rule = AdaptiveEuler(0, torch.zeros(2, dtype=torch.float64), tolerance=1e-3, first_step="probe",
+                         step_limit="monotone", error_norm=norm)
+    _steps(rule, QuadraticContext(problem, 0, torch.ones(2, dtype=torch.float64), lr=1.0), 1)
+    stiffness = 9.0 if norm == "max" else math.sqrt(41)
+    assert rule.steps == pytest.approx([0.9 * math.sqrt(2e-3 / stiffness)]) and rule.rejected == 0
+    assert rule.errors == pytest.approx([0.81e-3])
+    with pytest.raises(ConfigError, match="strategy.client_norm must be 'max' or 'rms'"):
+        AdaptiveFedECADO(client_norm="l2")
 
 
 def test_the_probe_first_step_converges_on_quadratics_and_bad_values_are_refused():

@@ -10,6 +10,7 @@ from torch import Tensor
 from lightfed.core.local_context import LocalContext
 from lightfed.ecado.curvature import client_hessian_diagonal
 from lightfed.ecado.max_abs import max_abs
+from lightfed.ecado.speed_decay import SpeedDecay
 from lightfed.errors import ConfigError
 from lightfed.local.base import LocalRule
 
@@ -85,6 +86,7 @@ class AdaptiveEuler(LocalRule):
         error_scale: ErrorScale = "absolute",
         step_limit: StepLimit = "none",
         error_norm: ClientNorm = "max",
+        track_decay: bool = False,
     ) -> None:
         if error_norm not in ("max", "rms"):
             raise ConfigError(f"the client error norm must be 'max' or 'rms', got {error_norm!r}")
@@ -114,6 +116,7 @@ class AdaptiveEuler(LocalRule):
         self.curvature_probes = curvature_probes
         self.seed = seed
         self.curvature: Tensor | None = None
+        self.track_decay = track_decay
 
     def start(self, params: Tensor, context: LocalContext) -> None:
         if context.scales_gradients:  # 16-mixed
@@ -127,6 +130,7 @@ class AdaptiveEuler(LocalRule):
         self.rejected = self.forced = 0
         self.bound = math.nan
         self.velocity: Tensor | None = None
+        self.decay = SpeedDecay() if self.track_decay else None
         if self.curvature_batches > 0:
             self.curvature = client_hessian_diagonal(context, self.client_id, self.curvature_batches, self.curvature_probes, self.seed)
 
@@ -229,6 +233,8 @@ class AdaptiveEuler(LocalRule):
     def _accept(self, dt: float, error: float, allowed: float, velocity: Tensor) -> None:
         """Records the step and its error in units of the tolerance's own (gamma x error / allowed error)."""
         self.forced += error > allowed
+        if self.decay is not None:
+            self.decay.observe(velocity, dt)
         self.steps.append(dt)
         self.errors.append(error * self.tolerance / allowed if error else 0.0)
         self.velocity = velocity
@@ -248,4 +254,6 @@ class AdaptiveEuler(LocalRule):
         }
         if self.curvature is not None:
             report["curvature"] = self.curvature
+        if self.decay is not None:
+            report["decay"] = self.decay.ratio()
         return report

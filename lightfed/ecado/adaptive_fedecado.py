@@ -85,7 +85,8 @@ class AdaptiveFedECADO(FedECADO):
         Args:
             tolerance: gamma, the bound on every accepted client and server step's max-abs local truncation error.
             sensitivity_step: dt_G in G_i: the client's window T_i ("window") or its first step ("first_step").
-            beyond_window: Beyond T_i a client's state is held ("hold") or extrapolated ("extrapolate", the paper).
+            beyond_window: Beyond T_i a client's state is held ("hold"), extrapolated ("extrapolate", the paper) or
+                continued along its own deceleration ("decay", see ``FedECADO``).
             curvature_batches: Local batches of the Hessian-diagonal estimate.
             curvature_probes: Rademacher probes per batch.
             fallback_step: With ``first_step="passivity"``: a client's first step where the passivity bound is not
@@ -154,11 +155,11 @@ class AdaptiveFedECADO(FedECADO):
                              cap_at_first_step=self.cap_client_steps, lte=self.client_lte, curvature_batches=curvature_batches,
                              curvature_probes=self.curvature_probes, seed=plan.seed, first_step=self.first_step,
                              error_scale=self.error_scale, step_limit=self.step_limit,
-                             error_norm=self.client_norm)
+                             error_norm=self.client_norm, track_decay=self.beyond_window == "decay")
 
     def client_report(self, update: ClientUpdate) -> dict[str, float | Tensor]:
         report, steps = update.report, update.report["steps"]
-        summary = {name: report[name] for name in ("window", "weight", "rejected", "forced", "max_lte")}
+        summary = {name: report[name] for name in ("window", "weight", "rejected", "forced", "max_lte", "decay") if name in report}
         summary.update(first_step=steps[0], step_min=min(steps), step_max=max(steps), step_count=len(steps))
         if "curvature" in report:
             summary["curvature"] = report["curvature"].clamp(min=0)
@@ -169,8 +170,8 @@ class AdaptiveFedECADO(FedECADO):
         windows = dt = reports["window"]  # "max": T_i as before, whether held or extrapolated
         if self.sensitivity_step == "first_step":
             dt = reports["first_step"]
-        elif self.window_end == "mean":
-            dt = self._window_sensitivity(windows, self._window_end(windows, updates))
+        elif self.window_end == "mean" or self.beyond_window == "decay":
+            dt = self._window_sensitivity(windows, self._window_end(windows, updates), updates)
         shape, workspace = updates.deltas.shape, self._workspace  # (a, d) in the model's dtype, kept between rounds
         curvature = torch.stack([self._curvature(i) for i in updates.client_ids], out=workspace.get("conductance", shape, self.total_current))
         conductance = curvature.mul_(reports["weight"].to(curvature)[:, None]).add_(1 / dt.to(curvature)[:, None])

@@ -24,7 +24,7 @@ from lightfed.core.workspace import Workspace
 from lightfed.ecado.max_abs import max_abs
 from lightfed.errors import ConfigError, DivergenceError
 
-BeyondWindow = Literal["extrapolate", "hold"]
+BeyondWindow = Literal["extrapolate", "hold", "decay"]
 ErrorNorm = Literal["max", "rms"]
 AllReduce = Callable[[Tensor, str], Tensor]  # (tensor, "sum" | "max") over every process's slice of the coordinates
 
@@ -45,6 +45,8 @@ class Branches:
     inductance: Tensor  # (a, 1) or (a, d): L_i
     beyond_window: BeyondWindow = "extrapolate"
     end: float | None = None  # where the window ends; None: at max T_i
+    decay: Tensor | None = None  # (a,) with "decay": each path's speed at T_i over its speed at the start
+
 
     @property
     def window_end(self) -> float:
@@ -53,8 +55,25 @@ class Branches:
 
     def progress(self, s: float) -> Tensor:
         """r_i(s) with Gamma_i(s) = start + r_i(s) delta_i: how far along its own path each client is, (a,)."""
-        ratio = s / self.windows
-        return ratio.clamp(max=1.0) if self.beyond_window == "hold" else ratio
+        return path_progress(s / self.windows, self.beyond_window, self.decay)
+
+
+def path_progress(ratio: Tensor, beyond_window: BeyondWindow, decay: Tensor | None = None) -> Tensor:
+    """r(s) for s / T = ``ratio``: s / T within the window; beyond it s / T ("extrapolate"), 1 ("hold"), or with
+    "decay" the path goes on at a speed that keeps decaying as it did over the window, from rho = ``decay`` (speed at
+    T over speed at 0) to rho^(1 + u) at s = (1 + u) T: an exponential path x(s) = x_inf - (x_inf - x_0) rho^(s / T),
+    whose speed at T is rho ln(1 / rho) / (1 - rho) of its mean speed over the window, so r = 1 + rho (1 - rho^u) /
+    (1 - rho), at most 1 / (1 - rho): a client that saturated (rho -> 0) is held, a steady one (rho -> 1) is
+    extrapolated linearly, and no path is stretched past where its own deceleration takes it."""
+    if beyond_window == "extrapolate":
+        return ratio
+    if beyond_window == "hold" or decay is None:
+        return ratio.clamp(max=1.0)
+    rho = decay.to(ratio).clamp(0.0, 1.0)
+    beyond = (ratio - 1).clamp(min=0.0)
+    steady = rho > 1 - 1e-9
+    tail = torch.where(steady, beyond, rho * (1 - rho.pow(beyond)) / (1 - rho).clamp(min=1e-9))
+    return torch.where(ratio <= 1, ratio, 1 + tail)
 
 
 class WindowSolver:

@@ -6,6 +6,7 @@ from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
 from lightfed.ecado.curvature import client_hessian_diagonal
+from lightfed.ecado.speed_decay import SpeedDecay
 from lightfed.local.correction import GradientCorrection
 
 CouplingScale = Literal["data_size", "unit"]
@@ -20,7 +21,8 @@ class CouplingCurrent(GradientCorrection):
     ``scale="unit"``: beta = 1, the paper's Algorithm 2 literally; its fixed point weighs every client equally.
 
     With ``curvature_batches > 0`` the client also estimates its Hessian diagonal at the global model (Hutchinson,
-    ``curvature_probes`` probes on that many of its batches) before training, reported as ``curvature``.
+    ``curvature_probes`` probes on that many of its batches) before training, reported as ``curvature``. With
+    ``track_decay`` it also reports how its speed decayed over the window (``decay``, see ``SpeedDecay``).
     """
 
     def __init__(
@@ -31,8 +33,10 @@ class CouplingCurrent(GradientCorrection):
         curvature_batches: int = 0,
         curvature_probes: int = 8,
         seed: int = 0,
+        track_decay: bool = False,
     ) -> None:
         super().__init__(current)
+        self.decay = SpeedDecay() if track_decay else None
         self.client_id = client_id
         self.current = current
         self.scale = scale
@@ -45,12 +49,21 @@ class CouplingCurrent(GradientCorrection):
         data = context.data
         self.beta = data.batch_size / data.client_size(self.client_id) if self.scale == "data_size" else 1.0
         self.vector = self.current.to(params.device) * -self.beta
+        self.context = context
         if self.curvature_batches > 0:
             self.curvature = client_hessian_diagonal(context, self.client_id, self.curvature_batches, self.curvature_probes, self.seed)
 
+    def adjust(self, grad: Tensor, params: Tensor) -> None:
+        super().adjust(grad, params)
+        if self.decay is not None:  # the corrected gradient is -beta x the ODE's velocity; the step lasts beta lr
+            self.decay.observe(grad, self.beta * self.context.lr)
+
     def report(self) -> dict[str, Any]:
-        """``time_scale``: beta (the client's window is beta x its summed learning rates); ``curvature`` if estimated."""
+        """``time_scale``: beta (the client's window is beta x its summed learning rates); ``curvature`` if estimated;
+        ``decay`` if tracked."""
         report: dict[str, Any] = {"time_scale": self.beta}
+        if self.decay is not None:
+            report["decay"] = self.decay.ratio()
         if self.curvature is not None:
             report["curvature"] = self.curvature
         return report

@@ -17,7 +17,8 @@ from torch import Tensor
 
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.workspace import Workspace
-from lightfed.ecado.circuit import BeyondWindow, Branches, ErrorNorm, StepControl, WindowResult, integrate_window
+from lightfed.ecado.circuit import (BeyondWindow, Branches, ErrorNorm, StepControl, WindowResult, integrate_window,
+                                    path_progress)
 from lightfed.ecado.coupling import CouplingCurrent, CouplingScale
 from lightfed.errors import ConfigError
 from lightfed.local.base import LocalRule
@@ -136,9 +137,11 @@ class FedECADO(ShardedStrategy):
                 estimate; 0: estimate once.
             coupling: "data_size": clients add (B/|D_i|) I_i to their gradient steps (the fixed point is the
                 data-weighted optimum); "unit": they add I_i (the paper's Algorithm 2; equal client weights).
-            beyond_window: Beyond T_i a client's state is extrapolated linearly ("extrapolate", the paper) or held
-                ("hold"). Extrapolating to the longest window (``window_end="max"``) stretches a short window's change
-                by max T / T_i, far past where a saturating client stops; to the mean window, by at most mean T / T_i.
+            beyond_window: Beyond T_i a client's state is extrapolated linearly ("extrapolate", the paper), held
+                ("hold"), or continued at a speed that keeps decaying as the client's did over its window ("decay",
+                ``lightfed.ecado.circuit.path_progress``: a saturated client is held, a steady one extrapolated).
+                Extrapolating to the longest window (``window_end="max"``) stretches a short window's change by
+                max T / T_i, far past where a saturating client stops; to the mean window, by at most mean T / T_i.
             max_growth: Largest factor by which an accepted server step may grow the next one.
             error_norm: "rms": the root mean square of the errors over the coordinates, which does not grow with the
                 model's size (about a quarter of the trial steps on digits, same accuracy); "max": the largest error
@@ -181,8 +184,8 @@ class FedECADO(ShardedStrategy):
         self, control: dict[str, Any], beyond_window: str, batches: int, probes: int, every: int, state_device: str
     ) -> None:
         """The settings the server circuit and the curvature estimates share with ``AdaptiveFedECADO``."""
-        if beyond_window not in ("extrapolate", "hold"):
-            raise ConfigError(f"strategy.beyond_window must be 'extrapolate' or 'hold', got {beyond_window!r}")
+        if beyond_window not in ("extrapolate", "hold", "decay"):
+            raise ConfigError(f"strategy.beyond_window must be 'extrapolate', 'hold' or 'decay', got {beyond_window!r}")
         if state_device not in ("accelerator", "cpu"):
             raise ConfigError(f"strategy.state_device must be 'accelerator' or 'cpu', got {state_device!r}")
         self.state_device = state_device
@@ -193,6 +196,8 @@ class FedECADO(ShardedStrategy):
         except ConfigError as error:
             raise ConfigError(f"strategy.tolerance / max_growth / min_step / error_norm: {error}") from None
         self.beyond_window = beyond_window
+        if beyond_window == "decay":
+            self.report_scalars = (*type(self).report_scalars, "decay")
         self.curvature_batches = batches
         self.curvature_probes = probes
         self.curvature_every = every
@@ -225,7 +230,8 @@ class FedECADO(ShardedStrategy):
 
     def _rule(self, plan: ClientPlan, current: Tensor, curvature_batches: int) -> LocalRule:
         """The client's local rule, given its current I_i^k and whether (on how many batches) to estimate H_i."""
-        return CouplingCurrent(plan.client_id, current, self.coupling, curvature_batches, self.curvature_probes, plan.seed)
+        return CouplingCurrent(plan.client_id, current, self.coupling, curvature_batches, self.curvature_probes, plan.seed,
+                               track_decay=self.beyond_window == "decay")
 
     def client_report(self, update: ClientUpdate) -> dict[str, float | Tensor]:
         report = {name: update.report[name] for name in self.report_scalars if name in update.report}
@@ -247,7 +253,7 @@ class FedECADO(ShardedStrategy):
         curvature = torch.stack([self._curvature(i) for i in updates.client_ids]).double()
         dt: Tensor | float = self.sensitivity_step
         if dt == "window":
-            dt = self._window_sensitivity(windows, self._window_end(windows, updates)).to(curvature)[:, None]
+            dt = self._window_sensitivity(windows, self._window_end(windows, updates), updates).to(curvature)[:, None]
         resistance = 1 / (1 / dt + curvature / beta.to(curvature)[:, None])
         if self.inductance_rule == "critical":
             return windows, resistance, critical_branch_inductance(resistance, self.inductance)
@@ -257,9 +263,13 @@ class FedECADO(ShardedStrategy):
         """Where this round's window ends (see ``window_end``); clients weighted by data size, 1 / beta_i."""
         return window_end(windows, updates.reports["time_scale"], self.window_end)
 
-    def _window_sensitivity(self, windows: Tensor, end: float) -> Tensor:
+    def _window_sensitivity(self, windows: Tensor, end: float, updates: ShardedRound) -> Tensor:
         """dt_G per client for ``sensitivity_step="window"``: min(T_i, end) when held, the window end when
-        extrapolated (how long the modelled state at the end has responded to the current), float64."""
+        extrapolated, T_i r_i(end) along a decaying path (how long the modelled state at the end has responded to the
+        current), float64."""
+        if self.beyond_window == "decay":
+            windows = windows.double()
+            return windows * path_progress(end / windows, "decay", updates.reports["decay"])
         ends = torch.full_like(windows, end, dtype=torch.float64)
         return torch.minimum(windows.double(), ends) if self.beyond_window == "hold" else ends
 
@@ -286,6 +296,7 @@ class FedECADO(ShardedStrategy):
             inductance=inductance.to(params),
             beyond_window=self.beyond_window,
             end=self._window_end(windows, updates),
+            decay=updates.reports.get("decay"),
         )
         frozen = self.total_current - couplings.sum(0)
         result = integrate_window(params, frozen, branches, self._first_step(windows), self.control, updates.all_reduce,

@@ -1,0 +1,30 @@
+"""How fast a client's path was slowing down over its window, for ``beyond_window="decay"``."""
+
+import torch
+from torch import Tensor
+
+
+class SpeedDecay:
+    """Records the speed |dx/dt| at the start of a client's first and last steps; ``ratio()`` is rho, the speed at
+    the window end T over the speed at 0 of the exponential decay through both, (|v_last| / |v_0|)^(T / t_last) with
+    t_last when the last step began: 0 for a single step (no evidence the path goes on), at most 1 (a path that sped
+    up is taken as steady)."""
+
+    def __init__(self) -> None:
+        self.first = self.last = 0.0
+        self.time = self.last_time = 0.0
+        self.steps = 0
+
+    def observe(self, velocity: Tensor, dt: float) -> None:
+        """One step of length ``dt`` from a point where the path's velocity (up to a constant factor) is ``velocity``."""
+        speed = float(torch.linalg.vector_norm(velocity))
+        if self.steps == 0:
+            self.first = speed
+        self.last, self.last_time = speed, self.time
+        self.time += dt
+        self.steps += 1
+
+    def ratio(self) -> float:
+        if self.steps < 2 or self.first == 0 or self.last_time <= 0:
+            return 0.0
+        return min(1.0, (self.last / self.first) ** (self.time / self.last_time))

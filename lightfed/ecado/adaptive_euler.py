@@ -167,12 +167,12 @@ class AdaptiveEuler(LocalRule):
         for attempt in range(self.max_backtracks + 1):
             params.copy_(start).add_(velocity, alpha=dt)
             self.context.recompute_gradient()  # grad now holds g(x') on the same batch
-            error, allowed = self._max_change(grad, gradient) * self.weight * dt / 2, self._allowed(dt, speed)
+            error, allowed = self._change(grad, gradient) * self.weight * dt / 2, self._allowed(dt, speed)
             if error <= allowed or attempt == self.max_backtracks:
                 break
             self.rejected += 1
             dt *= 0.9 * allowed / error if math.isfinite(error) else 0.1
-        self._accept(dt, error, allowed, velocity)
+        self._accept(dt, error, allowed, velocity, speed)
 
     def _array(self, name: str, like: Tensor) -> Tensor:
         """The client trainer's work array ``name`` shaped like ``like`` (kept from client to client)."""
@@ -190,7 +190,7 @@ class AdaptiveEuler(LocalRule):
             return float(max_abs(vector))
         return float(torch.linalg.vector_norm(vector)) / math.sqrt(vector.numel())
 
-    def _max_change(self, new: Tensor, old: Tensor) -> float:
+    def _change(self, new: Tensor, old: Tensor) -> float:
         """|new - old| in the ``error_norm``, through a work array."""
         return self._norm(torch.sub(new, old, out=self._array("change", new)))
 
@@ -199,14 +199,15 @@ class AdaptiveEuler(LocalRule):
         moves the weights by 1 % of their own size (SciPy's ``select_initial_step``; gamma-free, so a loose gamma does
         not probe far outside the linearisation), measures D = |v(x + dt_p v) - v(x)|, so the FE error
         (dt^2 / 2)|x''| of a step dt is about dt^2 D / (2 dt_p); returns 0.9 x the step where that equals the allowed
-        error: 0.9 sqrt(2 gamma r dt_p / D), or with "step" 0.9 x 2 gamma |v| dt_p / D (and at most the step limit).
+        error: 0.9 sqrt(2 gamma r dt_p / D) (r = 1 with "absolute", rms(x) with "state"), or with "step"
+        0.9 x 2 gamma |v| dt_p / D (and at most the step limit).
         A loss c times larger gives steps 1/c times as long; proportional to sqrt(gamma) (to gamma with "step"). Where
         v does not change (a linear loss along v) the probe step itself."""
         size, rate = (float(torch.linalg.vector_norm(t)) for t in (start, velocity))
         probe = 0.01 * size / rate if size > 0 and rate > 0 else 1e-6
         params.copy_(start).add_(velocity, alpha=probe)
         self.context.recompute_gradient()
-        change = self._max_change(grad, gradient) * self.weight
+        change = self._change(grad, gradient) * self.weight
         return 0.9 * self._largest_step(change / (2 * probe), speed) if change > 0 else probe
 
     def _retrospective_step(self, grad: Tensor, params: Tensor) -> None:
@@ -219,22 +220,23 @@ class AdaptiveEuler(LocalRule):
             dt = min(dt, self.first_trial)
         speed = self._norm(velocity)
         if speed == 0:  # v = 0 exactly: this step moves nothing, whatever its size
-            self._accept(dt, 0.0, self._allowed(dt, speed), velocity)
+            self._accept(dt, 0.0, self._allowed(dt, speed), velocity, speed)
             return
-        rate = self._max_change(velocity, self.velocity) / (2 * previous)
+        rate = self._change(velocity, self.velocity) / (2 * previous)
         error = rate * dt**2
         if error > self._allowed(dt, speed):
             dt = 0.9 * self._largest_step(rate, speed)
             error = rate * dt**2
             self.rejected += 1
         params.add_(velocity, alpha=dt)
-        self._accept(dt, error, self._allowed(dt, speed), velocity)
+        self._accept(dt, error, self._allowed(dt, speed), velocity, speed)
 
-    def _accept(self, dt: float, error: float, allowed: float, velocity: Tensor) -> None:
-        """Records the step and its error in units of the tolerance's own (gamma x error / allowed error)."""
+    def _accept(self, dt: float, error: float, allowed: float, velocity: Tensor, speed: float) -> None:
+        """Records the step, its error in units of the tolerance's own (gamma x error / allowed error) and the speed
+        |v| it started at."""
         self.forced += error > allowed
         if self.decay is not None:
-            self.decay.observe(velocity, dt)
+            self.decay.observe(speed, dt)
         self.steps.append(dt)
         self.errors.append(error * self.tolerance / allowed if error else 0.0)
         self.velocity = velocity

@@ -47,7 +47,6 @@ class Branches:
     end: float | None = None  # where the window ends; None: at max T_i
     decay: Tensor | None = None  # (a,) with "decay": each path's speed at T_i over its speed at the start
 
-
     @property
     def window_end(self) -> float:
         """The time the server integrates to: ``end``, or the longest client window."""

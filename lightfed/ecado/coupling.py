@@ -2,6 +2,7 @@
 
 from typing import Any, Literal
 
+import torch
 from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
@@ -56,7 +57,7 @@ class CouplingCurrent(GradientCorrection):
     def adjust(self, grad: Tensor, params: Tensor) -> None:
         super().adjust(grad, params)
         if self.decay is not None:  # the corrected gradient is -beta x the ODE's velocity; the step lasts beta lr
-            self.decay.observe(grad, self.beta * self.context.lr)
+            self.decay.observe(float(torch.linalg.vector_norm(grad)), self.beta * self.context.lr)
 
     def report(self) -> dict[str, Any]:
         """``time_scale``: beta (the client's window is beta x its summed learning rates); ``curvature`` if estimated;

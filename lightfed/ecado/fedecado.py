@@ -25,7 +25,7 @@ from lightfed.local.base import LocalRule
 from lightfed.core.client_states import ShardedClientStates
 from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
 
-CURVATURES = ("trace", "diagonal")
+CURVATURES = ("trace", "diagonal", "none")
 StateDevice = Literal["accelerator", "cpu"]
 InductanceRule = Literal["critical", "constant"]
 WindowEnd = Literal["max", "mean"]
@@ -103,7 +103,7 @@ class FedECADO(ShardedStrategy):
         sensitivity_step: float | Literal["window"] = "window",
         inductance_rule: InductanceRule = "critical",
         initial_step: float | None = None,
-        curvature: Literal["trace", "diagonal"] = "trace",
+        curvature: Literal["trace", "diagonal", "none"] = "trace",
         curvature_batches: int = 4,
         curvature_probes: int = 8,
         curvature_every: int = 0,
@@ -130,7 +130,8 @@ class FedECADO(ShardedStrategy):
                 the round's windows; "constant": L_i = inductance (the paper).
             initial_step: First server step; None: a tenth of the first round's window. Later rounds start from the
                 step the previous round's control proposed.
-            curvature: H_i as the Hutchinson trace / d (a scalar per client) or the Hutchinson diagonal.
+            curvature: H_i as the Hutchinson trace / d (a scalar per client), the Hutchinson diagonal, or "none"
+                (G_i = 1/dt_G: no estimate; with the window sensitivity the trace term is about 1 % of G_i on digits).
             curvature_batches: Local batches the estimate averages over.
             curvature_probes: Rademacher probes per batch.
             curvature_every: Re-estimate a client's curvature when it is sampled this many rounds after its last
@@ -218,6 +219,8 @@ class FedECADO(ShardedStrategy):
         return torch.zeros_like(self.total_current) if current is None else current.to(self.total_current.device, non_blocking=True)
 
     def _needs_curvature(self, client_id: int, round: int) -> bool:
+        if self.curvature == "none":
+            return False
         last = self.client_states.get(client_id, "curvature_round")
         return last is None or (self.curvature_every > 0 and round - int(last) >= self.curvature_every)
 
@@ -250,7 +253,10 @@ class FedECADO(ShardedStrategy):
         """The round's windows T_i = beta_i x summed lr, resistances 1/G_i and inductances L, one row per client."""
         beta = updates.reports["time_scale"]
         windows = beta * updates.local_time
-        curvature = torch.stack([self._curvature(i) for i in updates.client_ids]).double()
+        if self.curvature == "none":
+            curvature = torch.zeros(len(updates.client_ids), 1, dtype=torch.float64, device=self.total_current.device)
+        else:
+            curvature = torch.stack([self._curvature(i) for i in updates.client_ids]).double()
         dt: Tensor | float = self.sensitivity_step
         if dt == "window":
             dt = self._window_sensitivity(windows, self._window_end(windows, updates), updates).to(curvature)[:, None]

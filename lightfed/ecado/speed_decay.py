@@ -1,8 +1,5 @@
 """How fast a client's path was slowing down over its window, for ``beyond_window="decay"``."""
 
-import torch
-from torch import Tensor
-
 
 class SpeedDecay:
     """Records the speed |dx/dt| at the start of a client's first and last steps; ``ratio()`` is rho, the speed at
@@ -15,9 +12,9 @@ class SpeedDecay:
         self.time = self.last_time = 0.0
         self.steps = 0
 
-    def observe(self, velocity: Tensor, dt: float) -> None:
-        """One step of length ``dt`` from a point where the path's velocity (up to a constant factor) is ``velocity``."""
-        speed = float(torch.linalg.vector_norm(velocity))
+    def observe(self, speed: float, dt: float) -> None:
+        """One step of length ``dt`` from a point where the path's speed (in any norm, up to a constant factor) is
+        ``speed``."""
         if self.steps == 0:
             self.first = speed
         self.last, self.last_time = speed, self.time

@@ -131,7 +131,8 @@ class FedECADO(ShardedStrategy):
             initial_step: First server step; None: a tenth of the first round's window. Later rounds start from the
                 step the previous round's control proposed.
             curvature: H_i as the Hutchinson trace / d (a scalar per client), the Hutchinson diagonal, or "none"
-                (G_i = 1/dt_G: no estimate; with the window sensitivity the trace term is about 1 % of G_i on digits).
+                (G_i = 1/dt_G, no estimate: on digits the trace term is about 1 % of G_i and changes no result, but on
+                the toy quadratics, whose curvature is comparable to 1/dt_G, it converges 30x further in 100 rounds).
             curvature_batches: Local batches the estimate averages over.
             curvature_probes: Rademacher probes per batch.
             curvature_every: Re-estimate a client's curvature when it is sampled this many rounds after its last

@@ -104,6 +104,22 @@ def test_window_sensitivity_gives_each_client_its_own_window_as_resistance():
     torch.testing.assert_close(x, (x0 + (c * y).sum(0)) / (1 + c.sum(0)))
 
 
+def test_without_curvature_each_resistance_is_the_window_and_no_client_estimates_one():
+    """curvature="none": G_i = 1/T_i (R_i = T_i, L_i = R_i R_eq / 4, one BE step over h = max T_i, held), and the
+    clients' rules take no Hutchinson batches."""
+    steps, lr = [1, 2, 3, 6], 0.01
+    strategy = FedECADO(tolerance=1e30, initial_step=1e6, curvature="none", beyond_window="hold", window_end="max")
+    problem, x0, updates, x = _one_round(strategy, steps, lr)
+    R = torch.tensor(steps, dtype=F64)[:, None] * lr
+    L = R * (1 / (1 / R).sum(0)) / 4
+    h = float(R.max())
+    c = h**2 / (L + h * R)
+    y = torch.stack([x0 + u.delta for u in updates])
+    torch.testing.assert_close(x, (x0 + (c * y).sum(0)) / (1 + c.sum(0)))
+    plan = strategy.configure_job(ClientPlan(0, 1, seed=0, steps=1), {"current": torch.zeros(3, dtype=F64)})
+    assert plan.rule.curvature_batches == 0 and "curvature" not in updates[0].report
+
+
 def test_the_mean_window_end_is_the_data_weighted_mean_and_stretches_at_most_to_it():
     """window_end="mean": the server time advances by sum |D_i| T_i / sum |D_i|; with tiny L and R (the steady state)
     and linear paths (one local step each) the extrapolated round is x0 + T_mean x mean_i(delta_i / T_i)."""

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
+from lightfed.ecado.circuit import ErrorNorm
 from lightfed.ecado.curvature import client_hessian_diagonal
 from lightfed.ecado.max_abs import max_abs
 from lightfed.ecado.speed_decay import SpeedDecay
@@ -17,7 +18,6 @@ from lightfed.local.base import LocalRule
 
 ErrorScale = Literal["absolute", "state", "step"]
 StepLimit = Literal["none", "monotone"]
-ClientNorm = Literal["max", "rms"]
 
 
 def passivity_bound(params: Tensor, velocity: Tensor) -> float:
@@ -85,7 +85,7 @@ class AdaptiveEuler(LocalRule):
         first_step: Literal["passivity", "probe"] = "passivity",
         error_scale: ErrorScale = "absolute",
         step_limit: StepLimit = "none",
-        error_norm: ClientNorm = "max",
+        error_norm: ErrorNorm = "max",
         track_decay: bool = False,
     ) -> None:
         if error_norm not in ("max", "rms"):

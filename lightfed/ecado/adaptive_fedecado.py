@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 
 from lightfed.core.messages import ClientPlan, ClientUpdate
-from lightfed.ecado.adaptive_euler import AdaptiveEuler, ClientNorm, ErrorScale, StepLimit
+from lightfed.ecado.adaptive_euler import AdaptiveEuler, ErrorScale, StepLimit
 from lightfed.ecado.circuit import BeyondWindow, ErrorNorm
 from lightfed.ecado.fedecado import FedECADO, StateDevice, WindowEnd, window_end
 from lightfed.errors import ConfigError
@@ -81,7 +81,7 @@ class AdaptiveFedECADO(FedECADO):
         window_end: WindowEnd = "max",
         error_scale: ErrorScale = "absolute",
         step_limit: StepLimit = "monotone",
-        client_norm: ClientNorm = "rms",
+        client_norm: ErrorNorm = "rms",
     ) -> None:
         """
         Args:

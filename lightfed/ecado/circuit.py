@@ -66,7 +66,7 @@ def path_progress(ratio: Tensor, beyond_window: BeyondWindow, decay: Tensor | No
     extrapolated linearly, and no path is stretched past where its own deceleration takes it."""
     if beyond_window == "extrapolate":
         return ratio
-    if beyond_window == "hold" or decay is None:
+    if beyond_window == "hold":
         return ratio.clamp(max=1.0)
     rho = decay.to(ratio).clamp(0.0, 1.0)
     beyond = (ratio - 1).clamp(min=0.0)

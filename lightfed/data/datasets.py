@@ -32,6 +32,10 @@ class TensorSplits:
     def train_labels(self) -> np.ndarray:
         return self.train_y.numpy()
 
+    @property
+    def num_train(self) -> int:
+        return len(self.train_y)
+
 
 @dataclass(frozen=True)
 class DatasetSplits:
@@ -43,6 +47,10 @@ class DatasetSplits:
     train_labels: np.ndarray | None = None
     train_client_ids: np.ndarray | None = None
     client_indices: list[np.ndarray] | None = None
+
+    @property
+    def num_train(self) -> int:
+        return len(self.train)
 
 
 class DatasetSource(ABC):

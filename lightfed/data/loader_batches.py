@@ -18,13 +18,17 @@ class LoaderBatches:
     """One federation's batches from map-style datasets, read on demand (``num_workers`` worker processes).
 
     A client's passes are shuffled with a ``torch.Generator`` seeded from the client's generator, which also seeds the
-    workers, so the batches depend only on the client's seed (not on ``num_workers``).
+    workers, so the batches depend only on the client's seed (not on ``num_workers``). ``client_indices``,
+    ``val_indices`` (the validation split) and ``client_eval_indices`` (what per-client evaluation reads) index
+    ``splits.train``.
     """
 
     def __init__(
         self,
         splits: DatasetSplits,
         client_indices: list[np.ndarray],
+        val_indices: np.ndarray,
+        client_eval_indices: list[np.ndarray],
         batch_size: int,
         eval_batch_size: int,
         device: torch.device,
@@ -38,6 +42,8 @@ class LoaderBatches:
         self.num_workers = num_workers
         self.pin_memory = pin_memory and device.type == "cuda"
         self.client_indices = [torch.as_tensor(np.asarray(i), dtype=torch.long) for i in client_indices]
+        self.val_indices = torch.as_tensor(np.asarray(val_indices), dtype=torch.long)
+        self.client_eval_indices = [torch.as_tensor(np.asarray(i), dtype=torch.long) for i in client_eval_indices]
 
     def client_batches(
         self, client_id: int, generator: torch.Generator, epochs: int | None = None, steps: int | None = None
@@ -64,14 +70,20 @@ class LoaderBatches:
 
     def test_batches(self, rank: int = 0, world_size: int = 1) -> Iterator[Any]:
         """Batches of this process's contiguous share of the central test set."""
-        bounds = np.linspace(0, len(self.test), world_size + 1).astype(int)
-        share = torch.arange(bounds[rank], bounds[rank + 1])
-        yield from self._load(self.test, [chunk.tolist() for chunk in share.split(self.eval_batch_size)])
+        yield from self._load(self.test, self._share(torch.arange(len(self.test)), rank, world_size))
+
+    def val_batches(self, rank: int = 0, world_size: int = 1) -> Iterator[Any]:
+        """Batches of this process's contiguous share of the validation split."""
+        yield from self._load(self.train, self._share(self.val_indices, rank, world_size))
 
     def client_eval_batches(self, client_id: int) -> Iterator[Any]:
-        """Batches of one client's own examples, in order."""
-        chunks = self.client_indices[client_id].split(self.eval_batch_size)
-        yield from self._load(self.train, [chunk.tolist() for chunk in chunks])
+        """Batches of the examples per-client evaluation reads for one client, in order."""
+        yield from self._load(self.train, self._share(self.client_eval_indices[client_id], 0, 1))
+
+    def _share(self, indices: torch.Tensor, rank: int, world_size: int) -> list[list[int]]:
+        """Process ``rank``'s contiguous share of ``indices``, in batches of at most ``eval_batch_size``."""
+        bounds = np.linspace(0, len(indices), world_size + 1).astype(int)
+        return [chunk.tolist() for chunk in indices[bounds[rank] : bounds[rank + 1]].split(self.eval_batch_size)]
 
     def _load(
         self, dataset: Dataset, batches: list[list[int]], generator: torch.Generator | None = None

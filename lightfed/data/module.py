@@ -11,11 +11,12 @@ from lightfed.data.datasets import DatasetSource, DatasetSplits, Digits, TensorS
 from lightfed.data.loader_batches import LoaderBatches
 from lightfed.data.partitioners import Partitioner
 from lightfed.data.tensor_batches import Batch, TensorBatches
+from lightfed.data.validation import VALIDATION_STREAM, check_fraction, held_count, held_out, split_each
 from lightfed.errors import ConfigError
 
 
 class FederatedDataModule:
-    """Dataset + partitioner + central test split.
+    """Dataset + partitioner + a validation split held out from the training examples + the central test split.
 
     In-memory datasets are batched by gathering tensors by index (no DataLoader), on the accelerator when
     ``on_device``; map-style datasets (``MapDataset``) are read through DataLoaders. Training batches (never evaluation
@@ -32,6 +33,8 @@ class FederatedDataModule:
         augmentation: Augmentation | None = None,
         num_workers: int = 0,
         pin_memory: bool = False,
+        val_fraction: float = 0.1,
+        client_val_fraction: float = 0.0,
     ) -> None:
         """
         Args:
@@ -44,11 +47,19 @@ class FederatedDataModule:
             augmentation: Random crop, flip and v2 transforms applied to each training batch on the device.
             num_workers: DataLoader worker processes reading a map-style dataset (0: read in this process).
             pin_memory: Read a map-style dataset's batches into pinned memory (faster copies to a GPU).
+            val_fraction: Share of the training examples held out, before the clients get theirs, as the validation
+                split that ``val_*`` metrics, monitors and early stopping read (stratified by label, drawn from the
+                seed); a naturally federated dataset gives this share of each client's examples. 0: no validation
+                split and no ``val_*`` metrics.
+            client_val_fraction: Share of each client's examples held out from its training for per-client evaluation
+                (``trainer.client_eval_interval``); 0: per-client evaluation reads the client's training examples.
         """
         if batch_size < 1 or eval_batch_size < 1:
             raise ConfigError(f"data.batch_size and data.eval_batch_size must be >= 1, got {batch_size}, {eval_batch_size}")
         if num_workers < 0:
             raise ConfigError(f"data.num_workers must be >= 0, got {num_workers}")
+        check_fraction("val_fraction", val_fraction)
+        check_fraction("client_val_fraction", client_val_fraction)
         self.dataset = Digits() if dataset is None else dataset
         self.partitioner = partitioner
         self.batch_size = batch_size
@@ -57,39 +68,59 @@ class FederatedDataModule:
         self.augmentation = augmentation
         self.num_workers = num_workers
         self.pin_memory = pin_memory
+        self.val_fraction = val_fraction
+        self.client_val_fraction = client_val_fraction
         self.num_classes = 0
         self._batches: TensorBatches | LoaderBatches | None = None
         self._client_indices: list[Tensor] = []
 
     def setup(self, seed: int, device: torch.device) -> None:
-        """Loads the dataset and splits it across clients, deterministically from ``seed``."""
+        """Loads the dataset, holds out the validation split and splits the rest across clients, deterministically
+        from ``seed``."""
         splits = self.dataset.load(seed)
-        indices = self._partition(splits, seed)
+        rng = np.random.default_rng([seed, VALIDATION_STREAM])
+        indices, val_indices = self._partition(splits, seed, rng)
+        indices, client_val = split_each(indices, self.client_val_fraction, rng, splits.train_labels)
+        eval_indices = client_val if self.client_val_fraction > 0 else indices
         self.device = device
         self.num_classes = splits.num_classes
         if isinstance(splits, TensorSplits):
             self._batches = TensorBatches(
-                splits, indices, self.batch_size, self.eval_batch_size, device, self.on_device
+                splits, indices, val_indices, eval_indices, self.batch_size, self.eval_batch_size, device, self.on_device
             )
         else:
             self._batches = LoaderBatches(
-                splits, indices, self.batch_size, self.eval_batch_size, device, self.num_workers, self.pin_memory
+                splits, indices, val_indices, eval_indices, self.batch_size, self.eval_batch_size, device,
+                self.num_workers, self.pin_memory,
             )
         self._client_indices = self._batches.client_indices
 
-    def _partition(self, splits: TensorSplits | DatasetSplits, seed: int) -> list[np.ndarray]:
-        """The partitioner's split of the training examples, or the dataset's own; refuses empty clients."""
+    def _partition(
+        self, splits: TensorSplits | DatasetSplits, seed: int, rng: np.random.Generator
+    ) -> tuple[list[np.ndarray], np.ndarray]:
+        """The clients' training examples and the validation split (indices of the training examples). The split is
+        held out first, stratified by natural client id (where the dataset gives them) and label; the partitioner splits
+        the rest. A dataset
+        already split across clients gives the split a share of each client's examples. Refuses empty clients."""
         name = type(self.dataset).__name__
         if splits.client_indices is not None and self.partitioner is not None:
             raise ConfigError(f"{name} is already split across clients; remove data.partitioner")
         if splits.client_indices is None and self.partitioner is None:
             raise ConfigError(f"{name} needs data.partitioner (e.g. lightfed.data.DirichletPartitioner)")
+        labels, client_ids = splits.train_labels, splits.train_client_ids
         if splits.client_indices is None:
-            return self.partitioner.partition(splits.train_labels, seed, splits.train_client_ids)  # refuses empties
+            size = splits.num_train
+            val = held_out(size, held_count(size, self.val_fraction), rng, client_ids, labels)
+            pool = np.delete(np.arange(size), val)
+            parts = self.partitioner.partition(  # refuses empties
+                None if labels is None else labels[pool], seed, None if client_ids is None else client_ids[pool]
+            )
+            return [pool[part] for part in parts], val
         empty = [client_id for client_id, client in enumerate(splits.client_indices) if len(client) == 0]
         if empty:
             raise ConfigError(f"{name} gives client {empty[0]} no training examples")
-        return splits.client_indices
+        kept, held = split_each(splits.client_indices, self.val_fraction, rng, labels)
+        return kept, np.sort(np.concatenate(held))
 
     @property
     def num_clients(self) -> int:
@@ -107,6 +138,32 @@ class FederatedDataModule:
     def train_y(self) -> Tensor:
         """An in-memory dataset's training labels."""
         return self._batches.train_y
+
+    @property
+    def has_validation(self) -> bool:
+        """Whether a validation split is held out (``val_fraction`` > 0)."""
+        return len(self._batches.val_indices) > 0
+
+    @property
+    def val_indices(self) -> Tensor:
+        """The validation split: indices of training examples no client holds."""
+        return self._batches.val_indices
+
+    @property
+    def val_x(self) -> Tensor:
+        """An in-memory dataset's validation features."""
+        return self._batches.train_x[self.val_indices]
+
+    @property
+    def val_y(self) -> Tensor:
+        """An in-memory dataset's validation labels."""
+        return self._batches.train_y[self.val_indices]
+
+    def client_val_indices(self, client_id: int) -> Tensor:
+        """One client's held-out share (``client_val_fraction``), which per-client evaluation reads."""
+        if self.client_val_fraction == 0:
+            return torch.empty(0, dtype=torch.long)
+        return self._batches.client_eval_indices[client_id]
 
     @property
     def test_x(self) -> Tensor:
@@ -135,8 +192,18 @@ class FederatedDataModule:
         """Batches of this process's contiguous share of the central test set."""
         return self._batches.test_batches(rank, world_size)
 
+    def val_batches(self, rank: int = 0, world_size: int = 1) -> Iterator[Batch]:
+        """Batches of this process's contiguous share of the validation split."""
+        if not self.has_validation:
+            raise ConfigError(
+                "data.val_fraction is 0: there is no validation split; set data.val_fraction > 0 (e.g. 0.1), "
+                "or evaluate the test set with lightfed test"
+            )
+        return self._batches.val_batches(rank, world_size)
+
     def client_eval_batches(self, client_id: int) -> Iterator[Batch]:
-        """Batches of one client's own examples, in order, for per-client evaluation."""
+        """Batches of one client's held-out share (``client_val_fraction`` > 0), else of its training examples, in
+        order, for per-client evaluation."""
         return self._batches.client_eval_batches(client_id)
 
     def _augmented(self, batch: Batch, generator: torch.Generator | None) -> Batch:

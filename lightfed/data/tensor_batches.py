@@ -13,12 +13,18 @@ Batch = tuple[Tensor, Tensor]
 
 
 class TensorBatches:
-    """One federation's batches from in-memory tensors, kept on ``device`` when ``on_device`` (else on the CPU)."""
+    """One federation's batches from in-memory tensors, kept on ``device`` when ``on_device`` (else on the CPU).
+
+    ``client_indices`` (what each client trains on), ``val_indices`` (the validation split) and
+    ``client_eval_indices`` (what per-client evaluation reads) index the training examples.
+    """
 
     def __init__(
         self,
         splits: TensorSplits,
         client_indices: list[np.ndarray],
+        val_indices: np.ndarray,
+        client_eval_indices: list[np.ndarray],
         batch_size: int,
         eval_batch_size: int,
         device: torch.device,
@@ -30,7 +36,13 @@ class TensorBatches:
         self.eval_batch_size = eval_batch_size
         self.train_x, self.train_y = splits.train_x.to(storage), splits.train_y.to(storage)
         self.test_x, self.test_y = splits.test_x.to(storage), splits.test_y.to(storage)
-        self.client_indices = [torch.as_tensor(np.asarray(i), dtype=torch.long, device=storage) for i in client_indices]
+        self.client_indices = [self._index(i, storage) for i in client_indices]
+        self.val_indices = self._index(val_indices, storage)
+        self.client_eval_indices = [self._index(i, storage) for i in client_eval_indices]
+
+    @staticmethod
+    def _index(indices: np.ndarray, storage: torch.device) -> Tensor:
+        return torch.as_tensor(np.asarray(indices), dtype=torch.long, device=storage)
 
     def client_batches(
         self, client_id: int, generator: torch.Generator, epochs: int | None = None, steps: int | None = None
@@ -55,16 +67,25 @@ class TensorBatches:
 
     def test_batches(self, rank: int = 0, world_size: int = 1) -> Iterator[Batch]:
         """Batches of this process's contiguous share of the central test set."""
-        bounds = np.linspace(0, len(self.test_y), world_size + 1).astype(int)
-        for start in range(bounds[rank], bounds[rank + 1], self.eval_batch_size):
-            end = min(start + self.eval_batch_size, bounds[rank + 1])
-            yield self._batch(self.test_x, self.test_y, slice(start, end))
+        for chunk in self._shares(len(self.test_y), rank, world_size):
+            yield self._batch(self.test_x, self.test_y, chunk)
+
+    def val_batches(self, rank: int = 0, world_size: int = 1) -> Iterator[Batch]:
+        """Batches of this process's contiguous share of the validation split."""
+        for chunk in self._shares(len(self.val_indices), rank, world_size):
+            yield self._batch(self.train_x, self.train_y, self.val_indices[chunk])
 
     def client_eval_batches(self, client_id: int) -> Iterator[Batch]:
-        """Batches of one client's own examples, in order."""
-        indices = self.client_indices[client_id]
-        for start in range(0, len(indices), self.eval_batch_size):
-            yield self._batch(self.train_x, self.train_y, indices[start : start + self.eval_batch_size])
+        """Batches of the examples per-client evaluation reads for one client, in order."""
+        indices = self.client_eval_indices[client_id]
+        for chunk in self._shares(len(indices), 0, 1):
+            yield self._batch(self.train_x, self.train_y, indices[chunk])
+
+    def _shares(self, count: int, rank: int, world_size: int) -> Iterator[slice]:
+        """Slices of at most ``eval_batch_size`` covering process ``rank``'s contiguous share of ``count`` items."""
+        bounds = np.linspace(0, count, world_size + 1).astype(int)
+        for start in range(bounds[rank], bounds[rank + 1], self.eval_batch_size):
+            yield slice(start, min(start + self.eval_batch_size, bounds[rank + 1]))
 
     def _batch(self, x: Tensor, y: Tensor, index: Tensor | slice) -> Batch:
         return x[index].to(self.device, non_blocking=True), y[index].to(self.device, non_blocking=True)

@@ -29,11 +29,12 @@ def folders(tmp_path_factory) -> tuple[Path, Path]:
     return write_digits(tmp_path_factory.mktemp("digits"), NUM_TRAIN, NUM_TEST)
 
 
-def file_data(folders, num_workers: int = 0, **settings) -> FederatedDataModule:
+def file_data(folders, num_workers: int = 0, val_fraction: float = 0.0, **settings) -> FederatedDataModule:
+    """The files' federation; no validation split unless asked, so that the clients hold all 96 examples."""
     train, test = folders
     dataset = MapDataset(NpyFolder(str(train)), NpyFolder(str(test)))
     data = FederatedDataModule(dataset, IIDPartitioner(4), batch_size=8, eval_batch_size=16, num_workers=num_workers,
-                               **settings)
+                               val_fraction=val_fraction, **settings)
     data.setup(seed=0, device=CPU)
     return data
 
@@ -111,7 +112,7 @@ def test_labels_come_from_targets_or_the_datasets_attribute():
     data.setup(0, CPU)
     assert data.num_classes == 3 and data.num_clients == 2
     by_writer = FederatedDataModule(MapDataset(unlabelled, unlabelled, client_ids=["b", "a", "b", "c", "a", "a"]),
-                                    NaturalIdPartitioner())
+                                    NaturalIdPartitioner(), val_fraction=0.0)
     by_writer.setup(0, CPU)
     assert [ids.tolist() for ids in by_writer._client_indices] == [[1, 4, 5], [0, 2], [3]]
 
@@ -120,7 +121,7 @@ def test_a_file_backed_federation_learns_and_workers_do_not_change_its_weights(f
     def final_weights(num_workers: int) -> tuple[torch.Tensor, dict[str, float]]:
         model = small_model(lr=0.3)
         trainer = small_trainer(tmp_path / f"workers{num_workers}", rounds=4, clients_per_round=4, local_steps=8)
-        metrics = trainer.fit(model, file_data(folders, num_workers), FedAvg())
+        metrics = trainer.fit(model, file_data(folders, num_workers, val_fraction=0.1), FedAvg())
         return torch.cat([p.detach().flatten() for p in model.parameters()]), metrics
 
     in_process, metrics = final_weights(0)

@@ -75,7 +75,7 @@ def test_heterogeneity_sets_how_far_the_writers_chains_are_apart() -> None:
 
 
 def test_the_data_module_gives_one_client_per_writer_and_dict_batches() -> None:
-    data = FederatedDataModule(small_corpus(), NaturalIdPartitioner(), batch_size=4, eval_batch_size=7)
+    data = FederatedDataModule(small_corpus(), NaturalIdPartitioner(), batch_size=4, eval_batch_size=7, val_fraction=0.0)
     data.setup(seed=0, device=CPU)
     splits = small_corpus().load(0)
     assert data.num_clients == 6

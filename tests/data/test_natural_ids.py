@@ -36,7 +36,7 @@ def test_client_k_holds_the_examples_of_the_kth_id_in_sorted_order_whatever_the_
 
 
 def test_the_data_module_splits_an_in_memory_dataset_by_its_ids() -> None:
-    data = FederatedDataModule(Writers(), NaturalIdPartitioner(), batch_size=2)
+    data = FederatedDataModule(Writers(), NaturalIdPartitioner(), batch_size=2, val_fraction=0.0)
     data.setup(seed=0, device=torch.device("cpu"))
     assert [data.client_size(k) for k in range(data.num_clients)] == [2, 2, 3]
     rows = [torch.cat([x for x, _ in data.client_eval_batches(k)]).flatten().tolist() for k in range(3)]

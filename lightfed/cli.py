@@ -175,7 +175,7 @@ def run(argv: list[str] | None = None, fork: bool = False) -> dict[str, float]:
     if name == "fit":
         metrics = trainer.fit(model, objects.data, strategy, sub_config.ckpt_path, run_config)
     else:
-        metrics = getattr(trainer, name)(model, objects.data, sub_config.ckpt_path)
+        metrics = getattr(trainer, name)(model, objects.data, sub_config.ckpt_path, run_config)
     trainer.fabric.print(" ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items()) if not k.startswith("round/")))
     if name == "fit":
         trainer.fabric.print(f"logs, config and checkpoints: {trainer.log_dir}")

@@ -118,7 +118,7 @@ def test_a_preemption_signal_stops_at_a_round_boundary_and_auto_resume_finishes_
     assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL  # the handler is only there while training
 
     resumed = small_model()
-    small_trainer(tmp_path / "cut", rounds=5).fit(resumed, small_data(), FedAvg(), ckpt_path="auto")
+    small_trainer(tmp_path / "cut", rounds=5).fit(resumed, small_data(), SignalledInRoundTwo(), ckpt_path="auto")
     assert torch.equal(_weights(resumed), _weights(full))
 
 

@@ -1,0 +1,60 @@
+"""A run's folder, ``<root_dir>/<name>/version_<n>``: claimed atomically, so runs started at once never share one."""
+
+import os
+import re
+from pathlib import Path
+
+import yaml
+
+from lightfed.errors import ConfigError
+
+CONFIG = "config.yaml"
+
+VERSION = "version_"
+
+
+def version_folder(experiment: Path, version: int) -> Path:
+    return experiment / f"{VERSION}{version}"
+
+
+def claim_run_folder(experiment: Path, version: int | None = None) -> Path:
+    """Creates and returns a new run folder under ``experiment``: ``version_<version>``, or the first free version
+    after the highest one there. Creating the folder is the claim (``mkdir`` fails for all but one of the runs
+    that try the same name at once), so each run gets a folder of its own."""
+    try:
+        experiment.mkdir(parents=True, exist_ok=True)
+        if version is not None:
+            return _claim(version_folder(experiment, version))
+        numbers = [int(match[1]) for entry in os.listdir(experiment) if (match := re.fullmatch(rf"{VERSION}(\d+)", entry))]
+        number = max(numbers, default=-1) + 1
+        while (folder := _claim(version_folder(experiment, number), taken_ok=True)) is None:
+            number += 1
+        return folder
+    except (FileExistsError, NotADirectoryError, PermissionError) as error:
+        raise ConfigError(f"cannot make the run folder under {experiment}: {error.strerror}; change trainer.root_dir") from None
+
+
+def _claim(folder: Path, taken_ok: bool = False) -> Path | None:
+    """``folder``, made now by this call; None when it exists already and ``taken_ok``."""
+    try:
+        folder.mkdir()
+    except FileExistsError:
+        if taken_ok:
+            return None
+        raise ConfigError(
+            f"the run folder {folder} exists already: resume that run with --ckpt_path last, or start a new run "
+            "with --trainer.version null"
+        ) from None
+    return folder
+
+
+def write_run_config(folder: Path, run_config: str) -> None:
+    """Writes the run's resolved config as ``<folder>/config.yaml`` (atomically), naming ``folder``'s version in
+    ``trainer.version``, so that ``--ckpt_path last`` with this config means this run."""
+    config = yaml.safe_load(run_config)
+    match = re.fullmatch(rf"{VERSION}(\d+)", folder.name)
+    if match and isinstance(config.get("trainer"), dict):
+        config["trainer"]["version"] = int(match[1])
+    tmp = folder / (CONFIG + ".tmp")
+    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
+    os.replace(tmp, folder / CONFIG)

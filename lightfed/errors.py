@@ -15,3 +15,7 @@ class DatasetNotFoundError(LightfedError, FileNotFoundError):
 
 class DivergenceError(LightfedError, RuntimeError):
     """The global model became NaN or Inf."""
+
+
+class CheckpointWriteError(LightfedError, OSError):
+    """A checkpoint could not be written (a full disk); the checkpoints written before it are intact."""

@@ -33,7 +33,7 @@ from lightfed.core.engine import RoundEngine
 from lightfed.core.evaluation import evaluation_pass
 from lightfed.core.messages import ClientPlan
 from lightfed.core.process_states import FOLDER as PROCESS_STATES
-from lightfed.core.process_states import prune, reader, write_process_state
+from lightfed.core.process_states import gather_checksums, prune, reader, write_process_state
 from lightfed.core.rounds import SampledRounds
 from lightfed.core.sharding import CoordinateShards
 from lightfed.data.module import FederatedDataModule
@@ -408,8 +408,8 @@ class FederatedTrainer:
         folder, rank, world = self.checkpoint_path.parent, self.fabric.global_rank, self.fabric.world_size
         own, name = self.strategy.process_state(), f"round_{self.round}"
         held = float(self.fabric.all_reduce(torch.tensor(float(any(own.values())), device=self.fabric.device), reduce_op="max")) > 0
-        if held:
-            write_process_state(folder / PROCESS_STATES / name, rank, world, own)
+        if held:  # with the files' checksums, gathered into the checkpoint
+            checksums = gather_checksums(self.fabric, write_process_state(folder / PROCESS_STATES / name, rank, world, own))
         self.fabric.barrier()
         if self.fabric.is_global_zero:
             state = {
@@ -417,7 +417,7 @@ class FederatedTrainer:
                 "params": self.params.cpu(),
                 "buffers": self.buffers.cpu(),
                 "strategy": self.strategy.state_dict(),
-                "process_states": {"folder": name, "world_size": world} if held else None,
+                "process_states": {"folder": name, "world_size": world, "sha256": checksums} if held else None,
                 "rng": rng_states(),
                 "metrics": self.last_metrics,
                 **self.source.state_dict(),
@@ -469,7 +469,7 @@ class FederatedTrainer:
         self.client = ClientTrainer(self.fabric, model, data)
         self.params, self.buffers = self.client.flat.params.clone(), self.client.flat.buffers.clone()
         if path is not None:
-            checkpoint = load_checkpoint(path, self.fabric.print)
+            checkpoint = load_checkpoint(path, self.fabric.print, process_files=False)  # the weights are enough
             self.params, self.buffers = self._restore_weights(checkpoint, self.params, self.buffers)
             self.round = checkpoint["round"]
             self.client.module.on_load_checkpoint(checkpoint)

@@ -8,6 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.fabric import Fabric
+
+from lightfed.core.checkpoint_files import UnreadableFile, file_checksum, read_file, write_file
+from lightfed.errors import ConfigError
 
 FOLDER = "process_states"
 
@@ -18,22 +22,55 @@ def file_name(rank: int, world: int) -> str:
     return f"process_{rank}_of_{world}.pt"
 
 
-def write_process_state(folder: Path, rank: int, world: int, state: dict[str, Any]) -> None:
-    """Writes this process's ``state`` into ``folder`` atomically (through a temporary file)."""
-    folder.mkdir(parents=True, exist_ok=True)
+def write_process_state(folder: Path, rank: int, world: int, state: dict[str, Any]) -> str:
+    """Writes this process's ``state`` into ``folder`` atomically (through a temporary file); returns the file's
+    checksum, for the checkpoint that names the file."""
     path = folder / file_name(rank, world)
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    tmp.replace(path)
+    write_file(path, state)
+    return file_checksum(path)
+
+
+def gather_checksums(fabric: Fabric, checksum: str) -> list[str]:
+    """Every process's ``checksum`` (a SHA-256 in hex), in rank order; a collective call."""
+    mine = torch.tensor(list(bytes.fromhex(checksum)), dtype=torch.uint8, device=fabric.device)
+    every = fabric.all_gather(mine).reshape(fabric.world_size, -1).cpu()
+    return [bytes(row.tolist()).hex() for row in every]
+
+
+def process_files_problem(root: Path, saved: dict[str, Any]) -> str | None:
+    """What is wrong with the process files a checkpoint names (``saved``: their folder under ``root``, the number
+    of processes and the files' checksums), None when each is there with its checksum and loads with
+    ``weights_only``."""
+    folder, checksums = root / saved["folder"], saved.get("sha256")
+    if checksums is None or len(checksums) != saved["world_size"]:
+        return "it holds no checksums of its process state files"
+    for rank, checksum in enumerate(checksums):
+        path = folder / file_name(rank, saved["world_size"])
+        if not path.is_file():
+            return f"its process state file {path} is missing"
+        if file_checksum(path) != checksum:
+            return f"its process state file {path} does not match its checksum: it changed after it was written"
+        try:
+            read_file(path, mmap=True)  # only the structure is read: the tensors stay on disk until used
+        except UnreadableFile as error:
+            return f"its process state file {path}: {error}"
+    return None
 
 
 def reader(folder: Path, world: int) -> Read:
-    """Reads process files of ``folder`` on demand, each at most once, memory-mapped: a process that needs a slice of
-    another's file pages in only that slice."""
+    """Reads process files of ``folder`` on demand, each at most once, memory-mapped (a process that needs a slice of
+    another's file pages in only that slice) and with ``weights_only``: one that cannot be read is a ``ConfigError``."""
 
     @cache
     def read(rank: int) -> dict[str, Any]:
-        return torch.load(folder / file_name(rank, world), map_location="cpu", weights_only=False, mmap=True)
+        path = folder / file_name(rank, world)
+        try:
+            return read_file(path, mmap=True)
+        except UnreadableFile as error:
+            raise ConfigError(
+                f"process state file {path} cannot be read ({error}); resume from another checkpoint or start without "
+                "--ckpt_path"
+            ) from None
 
     return read
 
@@ -47,9 +84,12 @@ def prune(root: Path, keep: set[str]) -> None:
 
 def saved_client_states(checkpoint: Path) -> dict[int, dict[str, torch.Tensor]]:
     """Every client's state saved with the checkpoint file ``checkpoint``, as whole vectors (to inspect a run)."""
-    saved = torch.load(checkpoint, map_location="cpu", weights_only=False)["process_states"]
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)["process_states"]
     if saved is None:
         return {}
+    problem = process_files_problem(checkpoint.parent / FOLDER, saved)
+    if problem is not None:
+        raise ConfigError(f"checkpoint {checkpoint}: {problem}")
     read = reader(checkpoint.parent / FOLDER / saved["folder"], saved["world_size"])
     files = [read(rank) for rank in range(saved["world_size"])]
     if "server" not in files[0]:  # each process held whole vectors of its own clients

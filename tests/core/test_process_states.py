@@ -71,9 +71,10 @@ def test_sharded_states_read_only_their_own_file_when_the_processes_are_the_same
 def test_saved_client_states_joins_the_files_of_a_checkpoint(tmp_path):
     folder = tmp_path / "process_states" / "round_4"
     whole = {3: torch.arange(10.0), 5: torch.arange(10.0) * -2}
+    checksums = []
     for rank in range(2):
         state = {**_sharded(2, rank, whole).process_state(), "server": {}}  # what a sharded strategy writes
-        write_process_state(folder, rank, 2, state)
-    torch.save({"process_states": {"folder": "round_4", "world_size": 2}}, tmp_path / "last.ckpt")
+        checksums.append(write_process_state(folder, rank, 2, state))
+    torch.save({"process_states": {"folder": "round_4", "world_size": 2, "sha256": checksums}}, tmp_path / "last.ckpt")
     joined = saved_client_states(tmp_path / "last.ckpt")
     assert joined.keys() == whole.keys() and all(torch.equal(joined[i]["current"], v) for i, v in whole.items())

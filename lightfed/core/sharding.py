@@ -1,18 +1,37 @@
-"""Coordinate shards: each process owns a contiguous slice of the d coordinates of every client's vectors."""
+"""Coordinate shards: each process owns a contiguous slice of the d coordinates of every client's vectors; sums over
+all the coordinates that give the same bits on any number of processes."""
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
+AllReduce = Callable[[Tensor, str], Tensor]  # (tensor, "sum" | "max") over every process's slice of the coordinates
+MAX_BLOCK = 2**14  # below torch's CPU grain size (2^15): a block's reduction is never split between threads
+MIN_BLOCKS = 1024
+
+
+def block_size(size: int) -> int:
+    """Coordinates per block of a ``size``-coordinate vector: the largest power of two <= size / 1024, between 1 and
+    2^14, so that shards of whole blocks stay within 1/1024 of d of an even split."""
+    return 1 << min(max((size // MIN_BLOCKS).bit_length() - 1, 0), MAX_BLOCK.bit_length() - 1)
+
+
+def local(tensor: Tensor, op: str) -> Tensor:
+    """The all-reduce of one process."""
+    return tensor
+
 
 class CoordinateShards:
-    """Splits d coordinates into ``world`` contiguous slices of ceil(d / world) (the last ones shorter or empty)."""
+    """Splits d coordinates into ``world`` contiguous slices of ceil(d / world) rounded up to whole blocks of
+    ``block_size(d)`` (the last ones shorter or empty), so that a block is never cut (see ``CoordinateSums``)."""
 
     def __init__(self, size: int, world: int, rank: int = 0) -> None:
         self.size, self.world, self.rank = size, world, rank
-        self.chunk = math.ceil(size / world)
+        block = block_size(size)
+        self.chunk = math.ceil(size / world / block) * block
         self.bounds = [(min(p * self.chunk, size), min((p + 1) * self.chunk, size)) for p in range(world)]
         self.local = slice(*self.bounds[rank])
 
@@ -66,3 +85,47 @@ class CoordinateShards:
         whole = torch.empty(self.world * self.chunk, dtype=shard.dtype, device=shard.device)
         dist.all_gather_into_tensor(whole, padded)
         return whole[: self.size]
+
+
+class CoordinateSums:
+    """Sums over every coordinate of vectors sharded by ``CoordinateShards`` (this process holds ``shard`` of
+    ``size``), the same bits on any number of processes: each block of ``block_size(size)`` coordinates is reduced
+    alone in the vectors' dtype (on one thread, in one order), and the block sums, collected from every process by
+    one all-reduce of a zero-padded float64 vector (adding zeros is exact), are added in float64 in block order."""
+
+    def __init__(self, size: int, shard: slice = slice(None), all_reduce: AllReduce = local) -> None:
+        self.size, self.block = size, block_size(size)
+        self.blocks = math.ceil(size / self.block)
+        self.first, remainder = divmod(shard.start or 0, self.block)
+        if remainder:
+            raise ValueError(f"a shard starting at {shard.start} cuts a block of {self.block} coordinates")
+        self.all_reduce = all_reduce
+
+    def squares(self, *tensors: Tensor) -> Tensor:
+        """Per tensor (this shard's coordinates in the last dimension, any rows before it), the sum of its squares
+        over every row and every process's coordinates: float64, one value per tensor."""
+        return self._reduce([self._blocks(tensor, squares=True) for tensor in tensors])
+
+    def sums(self, *tensors: Tensor) -> Tensor:
+        """As ``squares``, the sums of the values."""
+        return self._reduce([self._blocks(tensor, squares=False) for tensor in tensors])
+
+    def _blocks(self, tensor: Tensor, squares: bool) -> Tensor:
+        """This shard's block sums of ``tensor``, each over its rows in row order, float64."""
+        rows = torch.atleast_2d(tensor)
+        whole = rows.shape[-1] // self.block * self.block
+        parts = [rows[:, :whole].unflatten(1, (-1, self.block))]
+        if whole < rows.shape[-1]:  # the vector's last block, shorter
+            parts.append(rows[:, whole:].unsqueeze(1))
+        if squares:
+            per_block = torch.cat([torch.linalg.vector_norm(part, dim=-1) for part in parts], 1).double().square_()
+        else:
+            per_block = torch.cat([part.sum(-1) for part in parts], 1).double()
+        return per_block.T.contiguous().sum(1)
+
+    def _reduce(self, blocks: list[Tensor]) -> Tensor:
+        """Every process's block sums of each tensor (one all-reduce), added in block order."""
+        padded = torch.zeros(len(blocks), self.blocks, dtype=torch.float64, device=blocks[0].device)
+        for row, values in zip(padded, blocks):
+            row[self.first : self.first + len(values)] = values
+        return self.all_reduce(padded, "sum").sum(1)

@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 
 from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.sharding import CoordinateSums
 from lightfed.ecado.adaptive_euler import AdaptiveEuler, ErrorScale, StepLimit
 from lightfed.ecado.circuit import BeyondWindow, ErrorNorm
 from lightfed.ecado.fedecado import FedECADO, StateDevice, WindowEnd, window_end
@@ -194,7 +195,7 @@ class AdaptiveFedECADO(FedECADO):
         x_c = super().aggregate_shard(params, updates)
         reports, inductance = updates.reports, self._inductance
         extremes = updates.all_reduce(torch.stack([-inductance.min(), inductance.max()]), "max")
-        total = updates.all_reduce(torch.stack([inductance.sum(), torch.tensor(inductance.numel()).to(inductance)]), "sum")
+        total = CoordinateSums(self.num_params, self.shard, updates.all_reduce).sums(inductance)
         self._metrics.update({
             "client_step_min": float(reports["step_min"].min()),
             "client_step_mean": float(reports["window"].sum() / reports["step_count"].sum()),
@@ -204,7 +205,7 @@ class AdaptiveFedECADO(FedECADO):
             "client_forced": float(reports["forced"].sum()),
             "client_max_lte": float(reports["max_lte"].max()),
             "inductance_min": -float(extremes[0]),
-            "inductance_mean": float(total[0] / total[1]),
+            "inductance_mean": float(total) / (len(inductance) * self.num_params),
             "inductance_max": float(extremes[1]),
         })
         return x_c

@@ -13,24 +13,19 @@ per-client scalars or per-coordinate vectors; every operation is elementwise, O(
 """
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
 from torch import Tensor
 
+from lightfed.core.sharding import CoordinateSums
 from lightfed.core.workspace import Workspace
 from lightfed.ecado.max_abs import max_abs
 from lightfed.errors import ConfigError, DivergenceError
 
 BeyondWindow = Literal["extrapolate", "hold", "decay"]
 ErrorNorm = Literal["max", "rms"]
-AllReduce = Callable[[Tensor, str], Tensor]  # (tensor, "sum" | "max") over every process's slice of the coordinates
-
-
-def _local(tensor: Tensor, op: str) -> Tensor:
-    return tensor
 
 
 @dataclass
@@ -90,10 +85,10 @@ class WindowSolver:
 
     ``norm``: the error is the largest of these over every coordinate ("max", the paper), or the larger of the root
     mean squares of the x_c errors and of the current errors ("rms", the norm of CVODE's and SciPy's error control),
-    which does not grow with the number of coordinates. ``all_reduce`` combines every process's slice (one small
-    all-reduce per trial). Work arrays: two for the currents, the change and the previous step's change, the error
-    (a, d each; from ``workspace`` when given, where the currents of the result are overwritten by the next solve
-    that uses it); the caller's x_c and I^k are read, never written, and serve as the first step's state.
+    which does not grow with the number of coordinates. ``coordinates`` combines every process's slice (one small
+    all-reduce per trial; the rms in blocks, the same bits on any number of processes). Work arrays: two for the
+    currents, the change and the previous step's change, the error (a, d each; from ``workspace`` when given, where
+    the currents of the result are overwritten by the next solve that uses it); the caller's x_c and I^k are read, never written, and serve as the first step's state.
     """
 
     def __init__(
@@ -102,10 +97,11 @@ class WindowSolver:
         frozen: Tensor,
         branches: Branches,
         norm: ErrorNorm = "max",
-        all_reduce: AllReduce = _local,
+        coordinates: CoordinateSums | None = None,
         workspace: Workspace | None = None,
     ) -> None:
-        self.branches, self.frozen, self.norm, self.all_reduce = branches, frozen, norm, all_reduce
+        self.branches, self.frozen, self.norm = branches, frozen, norm
+        self.coordinates = coordinates or CoordinateSums(x_c.numel())
         self._x_buffers = (torch.empty_like(x_c), torch.empty_like(x_c))
         self.s, self.x_c, self.x_next = 0.0, x_c, self._x_buffers[0]
         workspace = workspace or Workspace()
@@ -131,17 +127,16 @@ class WindowSolver:
         inductors = change
         if self.previous_change is not None:
             inductors = torch.sub(change, self.previous_change, alpha=h / self.previous_h, out=self.error)
-        if self.norm == "max":
-            return self._norm(torch.stack([max_abs(central), max_abs(inductors) / 2]))
-        return self._norm(torch.stack([torch.linalg.vector_norm(central), torch.linalg.vector_norm(inductors) / 2]))
+        return self._norm(central, inductors)
 
-    def _norm(self, parts: Tensor) -> float:
-        """The error of a step from the norms of its x_c part and its currents' part over this slice ("max": their
-        max-norms, "rms": their 2-norms), combined over every process's slice."""
+    def _norm(self, central: Tensor, inductors: Tensor) -> float:
+        """The error of a step: the larger of its x_c part's and its currents' part's max-norms ("max") or root mean
+        squares ("rms") over every process's slice, the currents' part halved."""
         if self.norm == "max":
-            return float(self.all_reduce(parts, "max").max())
-        counts = torch.tensor([self.x_c.numel(), self.currents.numel()], dtype=torch.float64, device=parts.device)
-        squares, counts = self.all_reduce(torch.stack([parts.double().square(), counts]), "sum")
+            return float(self.coordinates.all_reduce(torch.stack([max_abs(central), max_abs(inductors) / 2]), "max").max())
+        size = self.coordinates.size
+        squares = self.coordinates.squares(central, inductors)
+        counts = torch.tensor([size, 4 * len(inductors) * size], dtype=torch.float64, device=squares.device)
         return float((squares / counts).sqrt().max())
 
     def accept(self, h: float) -> None:
@@ -204,21 +199,21 @@ def integrate_window(
     branches: Branches,
     step: float,
     control: StepControl,
-    all_reduce: AllReduce = _local,
+    coordinates: CoordinateSums | None = None,
     workspace: Workspace | None = None,
 ) -> WindowResult:
     """Integrates the circuit from the window start (currents = I^k) to ``branches.window_end`` (default max T_i);
     ``step`` is the first h to try.
 
     The last step is cut to land on the window end; a cut step does not shrink the next round's first step. On a
-    slice of the coordinates, ``all_reduce`` takes each trial's error over every slice (one small all-reduce), so
+    slice of the coordinates, ``coordinates`` takes each trial's error over every slice (one small all-reduce), so
     every process takes the same steps. ``workspace``: see ``WindowSolver``.
     """
     end = branches.window_end
     if not math.isfinite(end):
         raise DivergenceError(f"a client's simulated time is {end}: its steps diverged")
     floor = control.min_step * end
-    solver = WindowSolver(x_c, frozen, branches, control.norm, all_reduce, workspace)
+    solver = WindowSolver(x_c, frozen, branches, control.norm, coordinates, workspace)
     result = WindowResult(x_c, solver.currents, step)
     h = step
     while solver.s < end * (1 - 1e-12):

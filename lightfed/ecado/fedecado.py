@@ -8,7 +8,7 @@ the paper's printed ones: ``lightfed/ecado/circuit.py`` and the FedECADO spec.
 """
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.sharding import CoordinateSums
 from lightfed.core.workspace import Workspace
 from lightfed.ecado.circuit import (BeyondWindow, Branches, ErrorNorm, StepControl, WindowResult, integrate_window,
                                     path_progress)
@@ -44,13 +45,12 @@ def critical_branch_inductance(resistance: Tensor, scale: float = 1.0) -> Tensor
 
 
 def window_metrics(
-    result: WindowResult, start: Tensor, total_current: Tensor, windows: Tensor, all_reduce: Callable[[Tensor, str], Tensor]
+    result: WindowResult, start: Tensor, total_current: Tensor, windows: Tensor, coordinates: CoordinateSums
 ) -> dict[str, float]:
     """Server steps taken, rejected and forced, max LTE of the accepted steps, step sizes, movement of x_c (norms
     over every process's slice)."""
     steps = [h for h, _ in result.accepted]
-    norms = [torch.linalg.vector_norm(vector, dtype=torch.float64) for vector in (result.x_c - start, total_current)]
-    move, current = all_reduce(torch.stack(norms).square(), "sum").sqrt().tolist()
+    move, current = coordinates.squares(result.x_c - start, total_current).sqrt().tolist()
     return {
         "server_steps": float(len(steps)),
         "server_rejected": float(result.rejected),
@@ -83,8 +83,9 @@ class FedECADO(ShardedStrategy):
     learning rates. The server then integrates the circuit over [t, t + max T_i] with LTE <= ``tolerance`` and
     keeps the active currents; the inactive clients' currents stay frozen in the central node's equation.
 
-    The solve is elementwise over coordinates except the LTE's max, so it runs on the sharded server path: with N
-    processes each integrates its slice of x_c and of the active currents, one scalar all-reduce per trial step.
+    The solve is elementwise over coordinates except the LTE's norm, so it runs on the sharded server path: with N
+    processes each integrates its slice of x_c and of the active currents, one small all-reduce per trial step (the
+    rms error's sums over coordinate blocks, ``CoordinateSums``: the same steps and bits on any number of processes).
 
     Memory per process: per client that has trained, its slice of the current I_i (d / N floats) and of the
     curvature (1 float, or d / N with ``curvature="diagonal"``); the active clients' slices of deltas, currents
@@ -306,14 +307,15 @@ class FedECADO(ShardedStrategy):
             decay=updates.reports.get("decay"),
         )
         frozen = self.total_current - couplings.sum(0)
-        result = integrate_window(params, frozen, branches, self._first_step(windows), self.control, updates.all_reduce,
+        coordinates = CoordinateSums(self.num_params, self.shard, updates.all_reduce)
+        result = integrate_window(params, frozen, branches, self._first_step(windows), self.control, coordinates,
                                   self._workspace)
         for row, client_id in enumerate(updates.client_ids):
             self.client_states.overwrite(client_id, "current", result.currents[row])
         self.total_current = frozen + result.currents.sum(0)
         self.step = result.next_step
         self.time += branches.window_end
-        self._metrics = window_metrics(result, params, self.total_current, windows, updates.all_reduce)
+        self._metrics = window_metrics(result, params, self.total_current, windows, coordinates)
         self._metrics["server_seconds"] = time.perf_counter() - began
         return result.x_c
 

@@ -93,9 +93,9 @@ def test_global_evaluation_matches_a_direct_computation(tmp_path):
     metrics = small_trainer(tmp_path).fit(model, data, FedAvg())
     model.eval()
     with torch.no_grad():
-        logits = model(data.test_x)
-    assert metrics["val_acc"] == pytest.approx((logits.argmax(1) == data.test_y).double().mean().item(), abs=1e-6)
-    expected_loss = torch.nn.functional.cross_entropy(logits, data.test_y).item()
+        logits = model(data.val_x)  # the validation split, held out from the training examples
+    assert metrics["val_acc"] == pytest.approx((logits.argmax(1) == data.val_y).double().mean().item(), abs=1e-6)
+    expected_loss = torch.nn.functional.cross_entropy(logits, data.val_y).item()
     assert metrics["val_loss"] == pytest.approx(expected_loss, rel=1e-5)
 
 

@@ -30,7 +30,7 @@ class Callback:
         """A client of this process finished; its delta lives in a buffer the next client reuses."""
 
     def on_evaluation_end(self, trainer: FederatedTrainer, metrics: dict[str, float]) -> None:
-        """The global model was evaluated on the central test set (``metrics``: the reduced results)."""
+        """The global model was evaluated on the validation split (``metrics``: the reduced results)."""
 
     def on_round_end(self, trainer: FederatedTrainer, round: int, metrics: dict[str, float]) -> None:
         """Round ``round`` is aggregated and evaluated; ``metrics`` may be added to; ``trainer.round`` counts it."""

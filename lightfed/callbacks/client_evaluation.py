@@ -11,8 +11,9 @@ from lightfed.errors import ConfigError
 
 class ClientEvaluation(Callback):
     """Every ``every_n_rounds`` rounds (and after the last), evaluates the global model with ``validation_step`` on
-    each client's data (clients split across processes) and adds ``clients/<monitor>_{mean,std,min,p10}``; TensorBoard
-    also gets the histogram ``clients/<monitor>``."""
+    each client's data (clients split across processes): its held-out share with ``data.client_val_fraction`` > 0,
+    else the examples it trains on. Adds ``clients/<monitor>_{mean,std,min,p10}``; TensorBoard also gets the
+    histogram ``clients/<monitor>``."""
 
     def __init__(self, every_n_rounds: int) -> None:
         self.every_n_rounds = every_n_rounds

@@ -9,7 +9,8 @@ from lightfed.errors import ConfigError
 class EarlyStopping(Callback):
     """Stops after the round where ``monitor`` has not improved by more than ``min_delta`` for ``patience``
     consecutive rounds that logged it (the metrics are reduced over processes, so every process stops together;
-    the checkpoint of that round is written). Rounds that do not log ``monitor`` are not counted."""
+    the checkpoint of that round is written). Rounds that do not log ``monitor`` are not counted. A ``val_*`` monitor
+    is measured on the validation split (``data.val_fraction``), never on the test set."""
 
     def __init__(
         self, monitor: str = "val_acc", patience: int = 3, mode: Literal["max", "min"] = "max", min_delta: float = 0.0
@@ -24,6 +25,13 @@ class EarlyStopping(Callback):
         if self.best is None:
             return True
         return value > self.best + self.min_delta if self.mode == "max" else value < self.best - self.min_delta
+
+    def on_fit_start(self, trainer) -> None:
+        if self.monitor.startswith("val_") and not trainer.client.data.has_validation:
+            raise ConfigError(
+                f"EarlyStopping monitors {self.monitor}, but data.val_fraction is 0 (no validation split): "
+                "set data.val_fraction > 0 (e.g. 0.1)"
+            )
 
     def on_round_end(self, trainer, round: int, metrics: dict[str, float]) -> None:
         if self.monitor not in metrics:

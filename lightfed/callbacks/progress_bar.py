@@ -6,7 +6,8 @@ from lightfed.callbacks.base import Callback
 
 
 class ProgressBar(Callback):
-    """tqdm over ``trainer.rounds``, starting at the resumed round, with ``trainer.monitor`` as its postfix."""
+    """tqdm over ``trainer.rounds``, starting at the resumed round, with ``trainer.monitor`` (measured on the validation
+    split for a ``val_*`` metric) as its postfix."""
 
     def on_fit_start(self, trainer) -> None:
         self.bar = tqdm(

@@ -1,6 +1,9 @@
-"""An evaluation pass of the global model: its weights loaded into the live module, a step over batches."""
+"""An evaluation pass of the global model (its weights loaded into the live module, a step over batches), and the
+round with the best validation metric."""
 
+import math
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from lightning.fabric import Fabric
@@ -37,3 +40,38 @@ def evaluation_pass(
         getattr(module, f"on_{stage}_end")()
     client.view._enter("")
     return logged
+
+
+class BestRound:
+    """The evaluated round with the best validation ``monitor`` so far (lower is better for a loss, the first of equal
+    values counts), with a copy of that round's global weights; its state goes into checkpoints."""
+
+    def __init__(self, monitor: str) -> None:
+        self.monitor = monitor
+        self.lower_is_better = "loss" in monitor
+        self.round: int | None = None
+        self.value: float | None = None
+        self.params: Tensor | None = None
+        self.buffers: Tensor | None = None
+
+    def update(self, round: int, metrics: dict[str, float], params: Tensor, buffers: Tensor) -> None:
+        """Keeps round ``round``'s weights when its ``metrics`` hold a finite ``monitor`` better than the best so far."""
+        value = metrics.get(self.monitor)
+        if value is None or not math.isfinite(value):
+            return
+        if self.value is None or (value < self.value if self.lower_is_better else value > self.value):
+            self.round, self.value = round, float(value)
+            self.params, self.buffers = params.clone(), buffers.clone()
+
+    def state_dict(self) -> dict[str, Any] | None:
+        if self.round is None:
+            return None
+        return {"monitor": self.monitor, "round": self.round, "value": self.value, "params": self.params.cpu(),
+                "buffers": self.buffers.cpu()}
+
+    def load_state_dict(self, state: dict[str, Any] | None, device: torch.device) -> None:
+        """Restores a checkpoint's best round; one chosen on another monitor (or none) leaves it empty."""
+        if state is None or state["monitor"] != self.monitor:
+            return
+        self.round, self.value = state["round"], state["value"]
+        self.params, self.buffers = state["params"].to(device), state["buffers"].to(device)

@@ -5,10 +5,12 @@ Every run is ``lightfed fit --config C <overrides>`` named ``<config stem>__<set
 sweep trains --workers runs at a time (default: one per CPU core), each in a process forked from this one.
 Outputs::
 
-    OUT/table.md       one row per (config, setting): final and best metric over seeds, rounds to --target, time;
+    OUT/table.md       one row per (config, setting): final and best (validation) metric over seeds, the test metric at
+                       each run's best round, rounds to --target, time;
                        with --usable F also each config's share of runs whose final metric reaches F x the best run's
     OUT/accuracy.png   metric versus round, mean over seeds, shaded min-max, one line per (config, setting)
-    OUT/results.json   every planned run: config, setting, seed, argv, status, final, best, rounds to target, history
+    OUT/results.json   every planned run: config, setting, seed, argv, status, final, best, rounds to target, history,
+                       its final record (test metrics) and the test metric at its best round
     OUT/runs/<name>/version_<n>/   the runs' logs, configs and checkpoints (the newest version of a name counts)
 
 Examples::
@@ -32,6 +34,7 @@ import argparse
 import hashlib
 import itertools
 import json
+import math
 import multiprocessing
 import random
 import re
@@ -236,24 +239,79 @@ def resolve_rounds(runs: list[Run]) -> dict[tuple[str, str], int]:
 # ----------------------------------------------------------------- logs and numbers
 
 
+def test_metric(metric: str) -> str | None:
+    """The test-set counterpart of a validation metric (``val_acc`` -> ``test_acc``); None for another metric."""
+    return "test_" + metric.removeprefix("val_") if metric.startswith("val_") else None
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def line_problem(values: object, metric: str) -> str | None:
+    """Why a metrics-file line cannot be used (None when it can): what it must hold to count."""
+    if not isinstance(values, dict):
+        return "not a JSON object"
+    if "round" not in values:
+        return "no round"
+    if not isinstance(values["round"], int) or isinstance(values["round"], bool):
+        return f"round {values['round']!r} is not a whole number"
+    test = test_metric(metric)
+    for key in (metric, "round/time_s", f"best_{test}"):
+        if key in values and not _finite(values[key]):
+            return f"{key} {values[key]!r} is not a finite number"
+    return None
+
+
+def metrics_lines(path: Path, metric: str) -> list[dict]:
+    """The lines of a metrics file that can be used; each other line is skipped with one warning on stderr that
+    names the file, the line and what is wrong with it (a line cut short by a kill, bytes that are not UTF-8, ...)."""
+    lines = []
+    for number, raw in enumerate(path.read_bytes().splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            values = json.loads(raw.decode("utf-8"))
+            problem = line_problem(values, metric)
+        except UnicodeDecodeError:
+            problem = "not UTF-8"
+        except ValueError:  # json.JSONDecodeError, or a number too large for Python
+            problem = "not JSON"
+        if problem is None:
+            lines.append(values)
+        else:
+            print(f"compare: warning: skipped line {number} of {path}: {problem}", file=sys.stderr, flush=True)
+    return lines
+
+
 def read_log(runs_dir: Path, name: str, metric: str) -> dict | None:
-    """History of ``metric``, summed ``round/time_s`` and the names of the logged metrics, from the metrics file of
-    the newest version of a run; None if it has none. A round logged again (a resumed run) counts with its last line;
-    a line cut short by a kill is skipped."""
+    """History of ``metric``, summed ``round/time_s``, the names of the logged metrics and the final record (the run's
+    test metrics, ``{"final": true, ...}``), from the metrics file of the newest version of a run; None if it has
+    none. A round logged again (a resumed run) counts with its last line, and the newest final record counts; lines
+    that cannot be used are skipped (``metrics_lines``)."""
     versions = [p for p in (runs_dir / name).glob("version_*") if p.name[8:].isdigit() and (p / METRICS_FILE).is_file()]
     if not versions:
         return None
     log_dir = max(versions, key=lambda p: int(p.name[8:]))
-    rounds = {}
-    for line in (log_dir / METRICS_FILE).read_text().splitlines():
-        try:
-            values = json.loads(line)
-        except json.JSONDecodeError:  # a line cut short when the run was killed
-            continue
-        rounds[values.pop("round")] = values
+    rounds, final = {}, None
+    for values in metrics_lines(log_dir / METRICS_FILE, metric):
+        if values.get("final") is True:
+            final = values
+        else:
+            rounds[values.pop("round")] = values
     history = [[done, values[metric]] for done, values in sorted(rounds.items()) if metric in values]
     return {"log_dir": str(log_dir), "metrics": sorted({key for values in rounds.values() for key in values}),
-            "history": history, "wall_time_s": sum(values.get("round/time_s", 0.0) for values in rounds.values())}
+            "history": history, "wall_time_s": sum(values.get("round/time_s", 0.0) for values in rounds.values()),
+            "final_record": final, "last_round": max(rounds, default=0)}
+
+
+def test_at_best(log: dict, metric: str) -> float | None:
+    """The test metric of the round with the best ``metric``, from the run's final record; None when the record is
+    missing, older than the run's last round, or chose its best round on another metric."""
+    final, test = log["final_record"], test_metric(metric)
+    if final is None or test is None or final["round"] != log["last_round"] or final.get("monitor") != metric:
+        return None
+    return final.get(f"best_{test}")
 
 
 def reached(value: float, target: float, mode: str) -> bool:
@@ -269,8 +327,8 @@ def summarise_history(history: list[list[float]], target: float | None, mode: st
 
 def summarise_group(results: list[dict], planned: int) -> dict:
     """One table row's numbers from the finished runs of one (config, setting)."""
-    def mean_std(key):
-        values = [r[key] for r in results]
+    def mean_std(key, runs=results):
+        values = [r[key] for r in runs]
         if not values:
             return None, None
         return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
@@ -278,8 +336,11 @@ def summarise_group(results: list[dict], planned: int) -> dict:
     hits = [r["rounds_to_target"] for r in results if r["rounds_to_target"] is not None]
     final_mean, final_std = mean_std("final")
     best_mean, best_std = mean_std("best")
+    tested = [r for r in results if r.get("test_at_best") is not None]
+    test_mean, test_std = mean_std("test_at_best", tested)
     return {"finished": len(results), "planned": planned, "final_mean": final_mean, "final_std": final_std,
-            "best_mean": best_mean, "best_std": best_std, "reached": len(hits),
+            "best_mean": best_mean, "best_std": best_std, "tested": len(tested), "test_at_best_mean": test_mean,
+            "test_at_best_std": test_std, "reached": len(hits),
             "rounds_to_target_mean": statistics.fmean(hits) if hits else None,
             "wall_time_s_mean": mean_std("wall_time_s")[0]}
 
@@ -298,7 +359,10 @@ def render_table(rows: list[dict], metric: str, target: float | None, mode: str 
     def mean_std(mean, std, n):
         return "—" if mean is None else f"{mean:.4f}" + (f" ± {std:.4f}" if n > 1 else "")
 
+    test = test_metric(metric)
     header = ["config", "setting", "runs", f"final {metric}", f"best {metric}"]
+    if test is not None:
+        header.append(f"{test} at best {metric}")
     if target is not None:
         header.append(f"rounds to {metric} {'≥' if mode == 'max' else '≤'} {target:g}")
     header.append("time/run (s)")
@@ -307,12 +371,17 @@ def render_table(rows: list[dict], metric: str, target: float | None, mode: str 
         cells = [row["config"], row["setting"], f"{row['finished']}/{row['planned']}",
                  mean_std(row["final_mean"], row["final_std"], row["finished"]),
                  mean_std(row["best_mean"], row["best_std"], row["finished"])]
+        if test is not None:
+            tested = mean_std(row["test_at_best_mean"], row["test_at_best_std"], row["tested"])
+            cells.append(tested + (f" ({row['tested']}/{row['finished']})" if 0 < row["tested"] < row["finished"] else ""))
         if target is not None:
             cells.append(format_rounds(row))
         cells.append("—" if row["wall_time_s_mean"] is None else f"{row['wall_time_s_mean']:.1f}")
         lines.append("| " + " | ".join(cell(c) for c in cells) + " |")
     note = ("\nruns: finished/planned. final, best: mean ± std over the finished runs (best: each run's best evaluated "
-            "round)." + (" rounds to target: mean over the runs that reach it (reached/finished)." if target is not None else "")
+            "round)." + (f" {test} at best {metric}: the test set, read once at the end of each run, at the round with "
+                         f"the best {metric} (if not every run has it: with/finished)." if test is not None else "")
+            + (" rounds to target: mean over the runs that reach it (reached/finished)." if target is not None else "")
             + " time/run: the sum of round/time_s (training and evaluation, without start-up).\n")
     return "\n".join(lines) + "\n" + note
 
@@ -506,8 +575,9 @@ def collect(runs: list[Run], rounds: dict, out: Path, metric: str, target: float
             diverged = not complete and divergence_marker(out / "runs", run.name).is_file()
             record.update(log, status="finished" if complete else "diverged" if diverged else "unfinished")
             if complete:
-                record.update(summarise_history(log["history"], target, mode))
-        record.pop("metrics", None)
+                record.update(summarise_history(log["history"], target, mode), test_at_best=test_at_best(log, metric))
+        for key in ("metrics", "last_round"):
+            record.pop(key, None)
         if record["status"] in ("unfinished", "missing"):
             unfinished.append(run)
         results.append(record)

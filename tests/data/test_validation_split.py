@@ -135,3 +135,31 @@ def test_a_client_held_out_share_is_evaluated_and_never_trained_on():
         assert len(seen) == len(trained)
     # without a held-out share, per-client evaluation reads the client's own training examples
     assert torch.equal(torch.cat([y for _, y in whole.client_eval_batches(2)]), whole.train_y[whole._client_indices[2]])
+
+
+def test_per_client_evaluation_reads_each_clients_held_out_share(tmp_path):
+    from lightfed.strategies import FedAvg
+    from tests.conftest import small_model, small_trainer
+
+    model, data = small_model(), _digits(client_val_fraction=0.25)
+    metrics = small_trainer(tmp_path, client_eval_interval=3).fit(model, data, FedAvg())
+    model.eval()
+    with torch.no_grad():
+        accuracies = [(model(data.train_x[i]).argmax(1) == data.train_y[i]).double().mean().item()
+                      for i in map(data.client_val_indices, range(data.num_clients))]
+    assert metrics["clients/val_acc_mean"] == pytest.approx(np.mean(accuracies), abs=1e-6)
+    assert metrics["clients/val_acc_min"] == pytest.approx(min(accuracies), abs=1e-6)
+
+
+def test_the_digits_and_cifar_configs_state_their_split():
+    import yaml
+    from pathlib import Path
+
+    configs = Path(__file__).resolve().parents[2] / "configs"
+    files = [*configs.glob("digits/*.yaml"), *configs.glob("cifar10*/*.yaml"), *configs.glob("adaptfed/cifar*.yaml")]
+    assert len(files) == 14 + 11 + 2 + 10
+    for path in files:
+        data = yaml.safe_load(path.read_text())["data"]
+        assert data["val_fraction"] == 0.1, path
+        if data["dataset"]["class_path"] == "lightfed.data.Digits":
+            assert data["dataset"]["init_args"]["test_fraction"] == 0.2, path

@@ -123,7 +123,8 @@ def test_read_log_takes_the_last_line_of_a_round_from_the_newest_version(tmp_pat
     (tmp_path / "run" / "version_11").mkdir()  # a run that has not written a line yet
     log = compare.read_log(tmp_path, "run", "val_acc")
     assert log == {"log_dir": str(tmp_path / "run" / "version_10"), "history": [[1, 0.5], [2, 0.7], [3, 0.8]],
-                   "wall_time_s": 2.0 + 5.0 + 6.0 + 7.0, "metrics": ["round/time_s", "val_acc", "val_loss"]}
+                   "wall_time_s": 2.0 + 5.0 + 6.0 + 7.0, "metrics": ["round/time_s", "val_acc", "val_loss"],
+                   "final_record": None, "last_round": 4}
     assert compare.read_log(tmp_path, "run", "val_loss")["history"] == [[1, 1.5], [4, 0.9]]
     assert compare.read_log(tmp_path, "run", "nope")["history"] == []
     assert compare.read_log(tmp_path, "other", "val_acc") is None
@@ -157,7 +158,8 @@ def test_summaries_by_hand():
 
 def test_table_rendering():
     h1, h2 = [[1, 0.5], [2, 0.8], [3, 0.7]], [[1, 0.6], [2, 0.7], [3, 0.9]]
-    runs = [{**compare.summarise_history(h, 0.75), "wall_time_s": t} for h, t in [(h1, 10.0), (h2, 20.0)]]
+    runs = [{**compare.summarise_history(h, 0.75), "wall_time_s": t, "test_at_best": b}
+            for h, t, b in [(h1, 10.0, 0.6), (h2, 20.0, 0.7)]]
     rows = [
         {"config": "fedavg", "setting": "strategy.server_lr=0.5", **compare.summarise_group(runs, 2)},
         {"config": "fedprox", "setting": "defaults", **compare.summarise_group(runs[:1], 2)},
@@ -165,11 +167,13 @@ def test_table_rendering():
     ]
     table = compare.render_table(rows, "val_acc", 0.75)
     lines = table.splitlines()
-    assert lines[0] == "| config | setting | runs | final val_acc | best val_acc | rounds to val_acc ≥ 0.75 | time/run (s) |"
-    assert lines[2] == "| fedavg | strategy.server_lr=0.5 | 2/2 | 0.8000 ± 0.1414 | 0.8500 ± 0.0707 | 2.5 (2/2) | 15.0 |"
-    assert lines[3] == "| fedprox | defaults | 1/2 | 0.7000 | 0.8000 | 2 (1/1) | 10.0 |"
-    assert lines[4] == "| fedyogi | defaults | 0/2 | — | — | — | — |"
+    assert lines[0] == ("| config | setting | runs | final val_acc | best val_acc | test_acc at best val_acc | "
+                        "rounds to val_acc ≥ 0.75 | time/run (s) |")
+    assert lines[2] == "| fedavg | strategy.server_lr=0.5 | 2/2 | 0.8000 ± 0.1414 | 0.8500 ± 0.0707 | 0.6500 ± 0.0707 | 2.5 (2/2) | 15.0 |"
+    assert lines[3] == "| fedprox | defaults | 1/2 | 0.7000 | 0.8000 | 0.6000 | 2 (1/1) | 10.0 |"
+    assert lines[4] == "| fedyogi | defaults | 0/2 | — | — | — | — | — |"
     assert "rounds to" not in compare.render_table(rows, "val_acc", None)
+    assert " at best " not in compare.render_table(rows, "train_loss", None, "min")  # no validation metric, no test column
 
 
 # ----------------------------------------------------------------- errors
@@ -289,6 +293,8 @@ def test_sweep_writes_table_plot_and_results(sweep):
         assert [step for step, _ in run["history"]] == [1, 2]
         assert run["final"] == run["history"][-1][1] and run["best"] == max(v for _, v in run["history"])
         assert (Path(run["log_dir"]) / "config.yaml").is_file() and run["wall_time_s"] > 0
+        final = json.loads((Path(run["log_dir"]) / "metrics.jsonl").read_text().splitlines()[-1])
+        assert final["final"] and run["test_at_best"] == final["best_test_acc"]  # the test set, read once at the end
     # the table's numbers are the runs' numbers
     first = [r["final"] for r in runs[:2]]
     assert f"{statistics.fmean(first):.4f} ± {statistics.stdev(first):.4f}" in rows[0]
@@ -317,7 +323,7 @@ def test_a_diverging_run_is_reported_and_left_out_of_the_numbers(tmp_path, capsy
     captured = capsys.readouterr()
     assert "seed=0: failed: the global weights became NaN/Inf" in captured.out
     assert "no finished logs" not in captured.err  # diverged is an outcome, not a run still to do
-    assert _table_rows(out)[0] == "| quickstart | defaults | 0/1 | — | — | — |"  # no --target: no rounds column
+    assert _table_rows(out)[0] == "| quickstart | defaults | 0/1 | — | — | — | — |"  # no --target: no rounds column
     assert _table_rows(out)[1] == "| quickstart | 0/1 | 1 | 0% |"  # --usable: diverged counts, as not usable
     (run,) = json.loads((out / "results.json").read_text())["runs"]
     assert run["status"] == "diverged" and len(run["history"]) < 2 and "final" not in run

@@ -9,11 +9,15 @@ import threading
 import traceback
 from argparse import ArgumentError
 
-from jsonargparse import ActionConfigFile, ArgumentParser
+from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 from lightning import LightningModule, seed_everything
+from lightning.fabric.loggers import Logger
 
 from lightfed.asynchronous.trainer import AsyncFederatedTrainer
 from lightfed.asynchronous.schedule import Asynchrony
+from lightfed.callbacks.logging import LoggerError
+from lightfed.callbacks.preemption import hold_requests
+from lightfed.core.lost_process import ProcessLostError, collective_failed, lost_process_line, timed_out
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import LightfedError
 from lightfed.models import SmallCNN
@@ -63,13 +67,18 @@ def build_parser() -> tuple[ArgumentParser, dict[str, ArgumentParser]]:
 
 
 class _Forks:
-    """The processes this one forked, each waited for by a thread; when one fails, the others and this one are
-    ended unless they end by themselves within ``grace_s`` (they would wait in a collective for ever)."""
+    """The processes this one forked (processes 1, 2, ... of the run), each waited for by a thread; when one fails,
+    the others and this one are ended unless they end by themselves within ``grace_s`` (a process busy training would
+    learn of it only at its next collective)."""
 
     def __init__(self, pids: list[int], grace_s: float = 5.0):
-        self.running, self.failure, self.grace_s = set(pids), None, grace_s
+        self.ranks = {pid: rank for rank, pid in enumerate(pids, start=1)}
+        self.running, self.grace_s = set(pids), grace_s
+        self.failure: int | None = None  # the exit code of the first process that failed
+        self.failed_rank: int | None = None
+        self.failed = threading.Event()
         self.ending = threading.Event()  # set when this process's run returned or raised
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # also taken by the Ctrl-C handler, which runs between this thread's steps
         self._waiters = [threading.Thread(target=self._wait, args=(pid,), daemon=True) for pid in pids]
         for waiter in self._waiters:
             waiter.start()
@@ -80,13 +89,28 @@ class _Forks:
             self.running.discard(pid)
             if code == 0 or self.failure is not None:
                 return
-            self.failure = code
+            self.failure, self.failed_rank = code, self.ranks[pid]
+        self.failed.set()
         ended = self.ending.wait(self.grace_s)
-        self._kill_running()
-        if not ended:
+        self.kill_running()
+        if not ended:  # busy outside a collective: said here, as the collective would have
+            os.write(2, f"lightfed: error: process {self.ranks[pid]} of {len(self.ranks) + 1} {_ended(code)}; the run "
+                        "stops: resume it from its last checkpoint with --ckpt_path last\n".encode())
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def _kill_running(self) -> None:
+    def lost(self) -> tuple[int, str] | None:
+        """The process that was stopped or ended with an error, and how (``(1, "died (killed by SIGKILL)")``)."""
+        for pid, rank in self.ranks.items():
+            try:
+                stopped = os.waitid(os.P_PID, pid, os.WSTOPPED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:  # it ended, and its waiter has it
+                continue
+            if stopped is not None and stopped.si_code == os.CLD_STOPPED:
+                return rank, f"was stopped ({signal.Signals(stopped.si_status).name})"
+        self.failed.wait(2.0)  # a process's connections close a moment before its end can be waited for
+        return None if self.failure is None else (self.failed_rank, _ended(self.failure))
+
+    def kill_running(self) -> None:
         with self._lock:
             for pid in self.running:
                 try:
@@ -99,11 +123,19 @@ class _Forks:
         self.ending.set()
         for waiter in self._waiters:
             waiter.join(self.grace_s if failed else None)
-        self._kill_running()
+        self.kill_running()
+        for waiter in self._waiters:
+            waiter.join(self.grace_s)  # each has what it ended: none is left a zombie
+
+
+def _ended(code: int) -> str:
+    """How a process ended, from its exit code (negative: the signal that killed it)."""
+    return f"died (killed by {signal.Signals(-code).name})" if code < 0 else f"exited with status {code}"
 
 
 _forks: _Forks | None = None  # in the process that forked the others
 _forked = False  # this process is a fork: it leaves with os._exit, as multiprocessing's forks do
+_parent = 0  # in a fork: the process it was forked from (process 0 of the run)
 
 
 def _fork_processes(trainer: dict) -> None:
@@ -140,12 +172,12 @@ def _fork_processes(trainer: dict) -> None:
     os.environ["LOCAL_RANK"] = "0"
     sys.stdout.flush()
     sys.stderr.flush()
-    children = []
+    children, parent = [], os.getpid()
     for local_rank in range(1, devices):
         pid = os.fork()
         if pid == 0:
-            global _forked
-            _forked = True
+            global _forked, _parent
+            _forked, _parent = True, parent
             os.environ["LOCAL_RANK"] = str(local_rank)
             return
         children.append(pid)
@@ -163,7 +195,11 @@ def run(argv: list[str] | None = None, fork: bool = False) -> dict[str, float]:
     if fork:
         _fork_processes(vars(sub_config.trainer))
     seed_everything(sub_config.seed_everything, verbose=False)  # before the model is built
-    objects = parser.instantiate(config)[name]
+    try:
+        objects = parser.instantiate(config)[name]
+    except ValueError:
+        _raise_logger_error(sub_config.trainer.logger)
+        raise
     model = objects.model if objects.model is not None else SmallCNN()
     strategy = objects.strategy if objects.strategy is not None else FedAvg()
     settings = {**vars(objects.trainer), "seed": sub_config.seed_everything}  # its privacy, callbacks, logger built
@@ -172,16 +208,41 @@ def run(argv: list[str] | None = None, fork: bool = False) -> dict[str, float]:
     else:
         trainer = AsyncFederatedTrainer(objects.asynchronous, **settings)
     run_config = parsers[name].dump(sub_config, skip_unset=False)  # keeps null settings (local_epochs: null)
-    if name == "fit":
-        metrics = trainer.fit(model, objects.data, strategy, sub_config.ckpt_path, run_config)
-    else:
-        metrics = getattr(trainer, name)(model, objects.data, sub_config.ckpt_path, run_config)
+    try:
+        if name == "fit":
+            metrics = trainer.fit(model, objects.data, strategy, sub_config.ckpt_path, run_config)
+        else:
+            metrics = getattr(trainer, name)(model, objects.data, sub_config.ckpt_path, run_config)
+    except RuntimeError as error:
+        if not collective_failed(error):
+            raise
+        lost = _forks.lost() if _forks is not None else (0, "died") if _forked and os.getppid() != _parent else None
+        if _forked and lost is None and not timed_out(error):
+            sys.exit(1)  # process 0 saw the same failure and says what happened
+        raise ProcessLostError(lost_process_line(error, trainer, name == "fit", lost)) from error
     trainer.fabric.print(" ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items()) if not k.startswith("round/")))
     if name == "fit":
         trainer.fabric.print(f"logs, config and checkpoints: {trainer.log_dir}")
     else:
         trainer.fabric.print(f"evaluated: {trainer.log_dir or 'the initial model (no --ckpt_path)'}")
     return metrics
+
+
+def _raise_logger_error(loggers: object) -> None:
+    """Raises, as one line that names it, the error of a logger of the config that cannot be built alone
+    (jsonargparse folds it into a many-line error about the types trainer.logger takes)."""
+    for spec in loggers if isinstance(loggers, list) else [loggers]:
+        if not isinstance(spec, Namespace):
+            continue
+        builder = ArgumentParser(exit_on_error=False)
+        builder.add_argument("--logger", type=Logger)
+        try:
+            builder.instantiate(builder.parse_object({"logger": spec}))
+        except Exception as error:
+            cause = error
+            while cause.__cause__ is not None:  # the constructor's own error, under jsonargparse's
+                cause = cause.__cause__
+            raise LoggerError(spec.class_path, "could not be built", cause) from error
 
 
 def _user_error(error: BaseException | None) -> LightfedError | None:
@@ -203,6 +264,8 @@ def _parse_error_line(error: ArgumentError) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     command_line, argv = argv is None, sys.argv[1:] if argv is None else argv
+    if command_line:
+        hold_requests()  # a cluster's warning that comes before the run listens is kept for the run
     if argv[:1] == ["compare"]:
         from lightfed.experiments.compare import main as compare
 
@@ -211,8 +274,17 @@ def main(argv: list[str] | None = None) -> None:
         build_parser()[0].print_help()
         print(f"    {'compare':<20}Compare configs over seeds and sweeps: a table and a plot (lightfed compare --help).")
         return
+    if command_line and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _stop_at_once)  # during a run's rounds: a second Ctrl-C (Preemption)
     try:
         _run_and_report(argv, command_line)
+    except KeyboardInterrupt:  # Ctrl-C stopped the run after a round, which was checkpointed and said so
+        if _forked:
+            _leave(0)
+        if not command_line:
+            raise
+        atexit._run_exitfuncs()
+        _end_by_sigint()
     except BaseException as error:
         if not _forked:
             raise
@@ -221,6 +293,25 @@ def main(argv: list[str] | None = None) -> None:
         _leave(error.code if isinstance(error, SystemExit) else 1)
     if _forked:
         _leave(0)
+
+
+def _stop_at_once(signum: int, frame: object) -> None:
+    """Ctrl-C before or after a run's rounds, or a second one during them: every process of the command ends now."""
+    if not _forked:
+        os.write(2, b"lightfed: stopped at once (Ctrl-C); the checkpoints written so far are whole: resume with "
+                    b"--ckpt_path last\n")
+    if _forks is not None:
+        _forks.kill_running()
+        _forks.finish(failed=True)
+    _end_by_sigint()
+
+
+def _end_by_sigint() -> None:
+    """Ends this process as Ctrl-C ends a program: by SIGINT, status 130 in a shell (which then stops a loop too)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 def _leave(code: int | str | None) -> None:
@@ -238,9 +329,9 @@ def _run_and_report(argv: list[str], command_line: bool) -> None:
     try:
         try:
             run(argv, fork=command_line)  # forked processes only from a command, whose exit ends them
-        except BaseException:
-            if _forks is not None:
-                _forks.finish(failed=True)
+        except BaseException as error:
+            if _forks is not None:  # after Ctrl-C every process stops after the same round, by itself
+                _forks.finish(failed=not isinstance(error, KeyboardInterrupt))
             raise
         if _forks is not None:
             _forks.finish(failed=False)  # the command ends when every process has

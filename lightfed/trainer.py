@@ -4,6 +4,7 @@ import copy
 import math
 import os
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import torch
 import yaml
 from lightning import LightningModule
 from lightning.fabric import Fabric
+from lightning.fabric.strategies import DDPStrategy
 from lightning.fabric.loggers import Logger, TensorBoardLogger
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor
@@ -71,6 +73,7 @@ class FederatedTrainer:
         accelerator: str = "auto",
         devices: int | str = 1,
         num_nodes: int = 1,
+        collective_timeout: float = 1800.0,
         precision: str = "32-true",
         rounds: int = 10,
         clients_per_round: int = 10,
@@ -100,6 +103,12 @@ class FederatedTrainer:
             accelerator: Fabric accelerator: "cpu", "gpu", "auto", ...
             devices: Processes (devices) per node; the clients of a round are split across all of them.
             num_nodes: Number of nodes.
+            collective_timeout: Seconds a process waits in a collective (a round's reduction, a checkpoint's
+                barrier) for the others before the run stops with a line naming the process that stopped
+                answering. It must exceed the longest wait of a healthy run: the time between the first and the
+                last process reaching a round's reduction (their clients' local work differs) or process 0
+                writing a checkpoint. 1800 (torch's own default) is generous; lower it to learn sooner of a frozen
+                process when rounds are short.
             precision: "32-true", "16-mixed" or "bf16-mixed" (parameters stay fp32).
             rounds: Total number of federated rounds (a resumed run continues up to this number).
             clients_per_round: Clients sampled (without replacement) in each round.
@@ -156,6 +165,7 @@ class FederatedTrainer:
             ("eval_interval", eval_interval, 1),
             ("client_eval_interval", client_eval_interval, 0),
             ("checkpoint_interval", checkpoint_interval, 1),
+            ("collective_timeout", collective_timeout, 1),
         ]:
             if value < low:
                 raise ConfigError(f"trainer.{key} must be >= {low}, got {value}")
@@ -169,10 +179,13 @@ class FederatedTrainer:
             self.fabric = Fabric(
                 accelerator=accelerator, devices=devices, num_nodes=num_nodes, precision=precision, callbacks=everything
             )
+            if isinstance(self.fabric.strategy, DDPStrategy):  # several processes: what DDPStrategy(timeout=) sets
+                self.fabric.strategy._timeout = timedelta(seconds=collective_timeout)
         except (RuntimeError, ValueError) as error:  # Lightning's MisconfigurationException is a RuntimeError
             raise ConfigError(
                 f"trainer.accelerator {accelerator!r} with trainer.devices {devices!r}, num_nodes {num_nodes}: {error}"
             ) from None
+        self.collective_timeout = collective_timeout
         self.rounds = rounds
         self.clients_per_round = clients_per_round
         self.eval_interval = eval_interval

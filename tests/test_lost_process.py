@@ -1,0 +1,75 @@
+"""A process of a run that freezes or dies: the others stop within trainer.collective_timeout, with one line that
+names the process, how it was lost and where the run's last checkpoint is."""
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightfed.errors import ConfigError
+from tests.conftest import small_trainer
+from tests.session import run_in_session
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 10  # short, yet longer than any healthy wait of this tiny run on a loaded machine
+
+
+def fit_two_processes(root: Path, *extra: str) -> subprocess.CompletedProcess:
+    """``lightfed fit`` of the quickstart (4 rounds) on 2 CPU processes, with a short collective timeout."""
+    return run_in_session(
+        [sys.executable, "-m", "lightfed", "fit", "--config", str(ROOT / "configs" / "quickstart.yaml"),
+         "--trainer.rounds", "4", "--trainer.client_eval_interval", "0", "--trainer.devices", "2",
+         "--trainer.root_dir", str(root), "--trainer.progress_bar", "false",
+         "--trainer.collective_timeout", str(TIMEOUT_S), *extra]
+    )
+
+
+def signal_at_round_three(signals: list[str], rank: int) -> str:
+    spec = {"class_path": "tests.process_faults.SignalAtRound",
+            "init_args": {"signals": signals, "round": 3, "rank": rank}}
+    return f"--trainer.callbacks+={json.dumps(spec)}"
+
+
+def error_lines(stderr: str) -> list[str]:
+    assert "Traceback" not in stderr, stderr
+    return [line for line in stderr.splitlines() if line.startswith("lightfed: error:")]
+
+
+def last_checkpoint(root: Path) -> Path:
+    return root / "quickstart" / "version_0" / "checkpoints" / "last.ckpt"
+
+
+def test_a_frozen_process_stops_the_run_after_the_collective_timeout_with_one_line_naming_it(tmp_path):
+    """Process 1 stops itself (SIGSTOP) as round 3 begins: process 0 waits in round 3's reduction for
+    collective_timeout seconds, says so in one line and ends the frozen process; round 2's checkpoint is whole."""
+    done = fit_two_processes(tmp_path, signal_at_round_three(["SIGSTOP"], rank=1))
+    (line,) = error_lines(done.stderr)
+    assert done.returncode == 2
+    assert f"process 1 of 2 was stopped (SIGSTOP) and did not answer for {TIMEOUT_S} s" in line
+    assert "in the reduction of round 3" in line and "trainer.collective_timeout" in line
+    assert f"{last_checkpoint(tmp_path)} holds the run's last checkpoint: resume with --ckpt_path last" in line
+    assert torch.load(last_checkpoint(tmp_path), weights_only=False)["round"] == 2
+
+
+def test_a_killed_process_is_named_with_its_signal_by_the_process_that_started_it(tmp_path):
+    done = fit_two_processes(tmp_path, signal_at_round_three(["SIGKILL"], rank=1))
+    (line,) = error_lines(done.stderr)
+    assert done.returncode == 2
+    assert "process 1 of 2 died (killed by SIGKILL) in the reduction of round 3" in line
+    assert str(last_checkpoint(tmp_path)) in line
+
+
+def test_when_the_first_process_dies_the_second_names_it(tmp_path):
+    done = fit_two_processes(tmp_path, signal_at_round_three(["SIGKILL"], rank=0))
+    (line,) = error_lines(done.stderr)
+    assert done.returncode == -signal.SIGKILL  # the command's own process; process 1 said what happened
+    assert "process 0 of 2 died in the reduction of round 3" in line
+
+
+def test_the_collective_timeout_is_checked(tmp_path):
+    with pytest.raises(ConfigError, match="trainer.collective_timeout must be >= 1"):
+        small_trainer(tmp_path, collective_timeout=0)

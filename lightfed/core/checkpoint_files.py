@@ -89,7 +89,7 @@ def state_checksum(state: Any) -> str:
     return digest.hexdigest()
 
 
-def _feed(digest: "hashlib._Hash", value: Any, where: str) -> None:
+def _feed(digest: Any, value: Any, where: str) -> None:
     kind = type(value)
     if kind in (torch.Tensor, torch.nn.Parameter):
         digest.update(f"{value.dtype} {tuple(value.shape)}:".encode())

@@ -3,6 +3,7 @@ is built, loggers that fail."""
 
 import os
 import signal
+import time
 
 from lightning.fabric.loggers import Logger
 
@@ -25,6 +26,17 @@ class SignalAtRound(Callback):
                 os.killpg(os.getpgid(0), getattr(signal, name))
             else:
                 os.kill(os.getpid(), getattr(signal, name))
+
+
+class BusyAtRound(Callback):
+    """Keeps process ``rank`` busy for ``seconds``, outside any collective, when round ``round`` (1-based) begins."""
+
+    def __init__(self, seconds: float, round: int = 2, rank: int = 0) -> None:
+        self.seconds, self.round, self.rank = seconds, round, rank
+
+    def on_round_start(self, trainer, round):
+        if round + 1 == self.round and trainer.fabric.global_rank == self.rank:
+            time.sleep(self.seconds)
 
 
 class SignalledWhileBuilt(SmallCNN):

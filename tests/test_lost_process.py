@@ -6,10 +6,12 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from lightfed.core.lost_process import collective_failed, lost_process_line
 from lightfed.errors import ConfigError
 from tests.conftest import small_trainer
 from tests.session import run_in_session
@@ -70,6 +72,39 @@ def test_when_the_first_process_dies_the_second_names_it(tmp_path):
     assert "process 0 of 2 died in the reduction of round 3" in line
 
 
+def test_a_process_that_dies_while_the_first_is_busy_is_named_without_waiting_for_a_collective(tmp_path):
+    """Process 1 is killed as round 3 begins while process 0 is busy for 120 s outside any collective: process 0's
+    waiter for its fork says which process died and ends the command after its grace (5 s), not 120 s later."""
+    busy = {"class_path": "tests.process_faults.BusyAtRound", "init_args": {"seconds": 120, "round": 3}}
+    done = fit_two_processes(tmp_path, signal_at_round_three(["SIGKILL"], rank=1), f"--trainer.callbacks+={json.dumps(busy)}")
+    (line,) = error_lines(done.stderr)
+    assert done.returncode == -signal.SIGKILL
+    assert line == ("lightfed: error: process 1 of 2 died (killed by SIGKILL); the run stops: resume it from its last "
+                    "checkpoint with --ckpt_path last")
+
+
 def test_the_collective_timeout_is_checked(tmp_path):
     with pytest.raises(ConfigError, match="trainer.collective_timeout must be >= 1"):
         small_trainer(tmp_path, collective_timeout=0)
+
+
+def _raised_in(filename: str, message: str) -> RuntimeError:
+    """A RuntimeError whose innermost frame is in ``filename``, as gloo's errors come out of torch.distributed."""
+    try:
+        exec(compile(f"raise RuntimeError({message!r})", filename, "exec"))
+    except RuntimeError as error:
+        return error
+
+
+def test_a_process_no_one_can_name_is_said_with_gloo_s_own_words():
+    """A cluster's launcher started the 4 processes (no forks to ask): the line says what gloo knows."""
+    gloo = ("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:561] Connection closed by peer [10.0.0.2]:49378. "
+            "This is typically caused by a remote worker crashing.")
+    error = _raised_in("/venv/lib/torch/distributed/distributed_c10d.py", gloo)
+    trainer = SimpleNamespace(fabric=SimpleNamespace(world_size=4, global_rank=2), collective_timeout=1800.0,
+                              log_dir=None, round=3)
+    assert collective_failed(error) and not collective_failed(_raised_in("/work/model.py", gloo))
+    assert lost_process_line(error, trainer, True, None) == (
+        "a process of 4 closed its connection (it failed or died: Connection closed by peer [10.0.0.2]:49378) after "
+        "round 3; no checkpoint was written: start the run again"
+    )

@@ -1,6 +1,7 @@
 """A collective that failed because another process of the run stopped answering or died, said in one line."""
 
 import os
+import re
 import traceback
 
 from lightfed.errors import LightfedError
@@ -39,7 +40,7 @@ def lost_process_line(error: BaseException, trainer, fit: bool, lost: tuple[int,
         waited = f"did not answer for {trainer.collective_timeout:g} s (trainer.collective_timeout)"
         how = f"{how} and {waited}" if how else waited
     elif not how:
-        how = "closed its connection (it failed or died)"
+        how = f"closed its connection (it failed or died: {_reason(error)})"
     if not fit:
         advice = "run the command again"
     elif trainer.log_dir is not None and trainer.checkpoint_path.is_file():
@@ -47,6 +48,11 @@ def lost_process_line(error: BaseException, trainer, fit: bool, lost: tuple[int,
     else:
         advice = "no checkpoint was written: start the run again"
     return f"{who} {how} {_where(error, trainer.round)}; {advice}"
+
+
+def _reason(error: BaseException) -> str:
+    """gloo's own words without its source location: ``Connection closed by peer [10.0.0.2]:49378``."""
+    return re.sub(r"^\[[^\]]*\]\s*", "", str(error).strip()).split(". ")[0].splitlines()[0]
 
 
 def _where(error: BaseException, done: int) -> str:

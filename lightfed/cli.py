@@ -26,7 +26,7 @@ from lightfed.trainer import FederatedTrainer
 
 SUBCOMMANDS = {
     "fit": "Train the global model for trainer.rounds rounds.",
-    "validate": "Evaluate the global model (of --ckpt_path) with validation_step on the central test set.",
+    "validate": "Evaluate the global model (of --ckpt_path) with validation_step on the validation split.",
     "test": "Evaluate the global model (of --ckpt_path) with test_step on the central test set.",
 }
 

@@ -1,6 +1,7 @@
 """FederatedTrainer: federated rounds on one Fabric; the round engine trains and aggregates, callbacks do the rest."""
 
 import copy
+import json
 import math
 import os
 import time
@@ -19,6 +20,7 @@ from torch import Tensor
 
 from lightfed.callbacks import (
     Callback,
+    METRICS_FILE,
     Checkpointing,
     ClientEvaluation,
     LogMetrics,
@@ -32,7 +34,7 @@ from lightfed.core.client import ClientTrainer
 from lightfed.core.client_workers import ClientWorkers
 from lightfed.core.cores import available_cores
 from lightfed.core.engine import RoundEngine
-from lightfed.core.evaluation import evaluation_pass
+from lightfed.core.evaluation import BestRound, evaluation_pass
 from lightfed.core.messages import ClientPlan
 from lightfed.core.process_states import FOLDER as PROCESS_STATES
 from lightfed.core.process_states import gather_checksums, prune, reader, write_process_state
@@ -118,11 +120,12 @@ class FederatedTrainer:
             local_lr: Client learning rate overriding the optimizer's: a number or a distribution drawn per client,
                 e.g. "uniform:1e-4:1e-3" or "loguniform:1e-4:1e-1"; null keeps the optimizer's own.
             redraw_local_work: Draw local epochs/steps/lr afresh every round instead of once per client.
-            eval_interval: Evaluate the global model on the central test set every this many rounds (and at the end).
+            eval_interval: Evaluate the global model on the validation split every this many rounds (and at the end).
             client_eval_interval: Evaluate the global model on every client's own data every this many rounds
                 (0: never); logs the distribution over clients of ``monitor``.
             checkpoint_interval: Write ``last.ckpt`` every this many rounds (and at the end).
-            monitor: Logged metric shown in the progress bar and used for per-client evaluation.
+            monitor: Logged metric shown in the progress bar and used for per-client evaluation; the final report
+                takes the test metrics of the round where this validation metric was best (lowest for a loss).
             seed: Seed of the server's client sampling and of every client's local randomness.
             root_dir: Folder under which each run gets ``<name>/version_<n>`` with TensorBoard logs, config and
                 checkpoints.
@@ -265,6 +268,7 @@ class FederatedTrainer:
             self.privacy.setup(data, strategy.client_states, self.clients_per_round, lambda: source.planned(self.rounds))
         self.round, self.should_stop, self.stop_requested, self.last_metrics = 0, False, False, {}
         self._process_states: str | None = None  # the process-state folder of the newest checkpoint
+        self.best = BestRound(self.monitor)
         if checkpoint is not None:
             self._resume(checkpoint, resume_from.parent)
         else:
@@ -282,6 +286,7 @@ class FederatedTrainer:
             self.workers.close()
         for worker in self.workers.clients:
             worker.module.on_fit_end()
+        self.final_report = {} if self.stop_requested else self._final_report()  # a run stopped to resume reports later
         self.fabric.call("on_fit_end", trainer=self, metrics=self.last_metrics)
         client.flat.load(self.params, self.buffers)
         return self.last_metrics
@@ -305,8 +310,9 @@ class FederatedTrainer:
         self.round = round + 1
         if result.stop:  # a process was asked to stop (a signal): every process stops after this round
             self.stop_requested = self.should_stop = True
-        if self.due(self.eval_interval):
+        if self.due(self.eval_interval) and self.client.data.has_validation:
             evaluation = self.evaluate("validation_step")
+            self.best.update(self.round, evaluation, self.params, self.buffers)
             self.fabric.call("on_evaluation_end", trainer=self, metrics=evaluation)
             metrics.update(evaluation)
         metrics["round/time_s"] = time.perf_counter() - began
@@ -318,18 +324,48 @@ class FederatedTrainer:
         return self.round % every_n_rounds == 0 or self.round == self.rounds
 
     def validate(self, model: LightningModule, data: FederatedDataModule, ckpt_path: str | None = None) -> dict[str, float]:
-        """Evaluates the (checkpointed) global model with ``validation_step`` on the central test set."""
+        """Evaluates the (checkpointed) global model with ``validation_step`` on the validation split."""
         return self._evaluate_once(model, data, ckpt_path, "validation_step")
 
     def test(self, model: LightningModule, data: FederatedDataModule, ckpt_path: str | None = None) -> dict[str, float]:
         """Evaluates the (checkpointed) global model with ``test_step`` on the central test set."""
         return self._evaluate_once(model, data, ckpt_path, "test_step")
 
-    def evaluate(self, step: str) -> dict[str, float]:
-        """The global model on this process's share of the central test set, reduced over all processes."""
-        rank, world = self.fabric.global_rank, self.fabric.world_size
-        batches = self.client.data.test_batches(rank, world)
-        return evaluation_pass(self.fabric, self.client, self.params, self.buffers, step, batches).compute(self.fabric, self.client.module)
+    def evaluate(self, step: str, params: Tensor | None = None, buffers: Tensor | None = None) -> dict[str, float]:
+        """The global model (or ``params`` and ``buffers``) on this process's share of the validation split with
+        ``validation_step``, or of the test set with ``test_step``, reduced over all processes."""
+        rank, world, data = self.fabric.global_rank, self.fabric.world_size, self.client.data
+        batches = data.val_batches(rank, world) if step == "validation_step" else data.test_batches(rank, world)
+        params, buffers = (self.params, self.buffers) if params is None else (params, buffers)
+        return evaluation_pass(self.fabric, self.client, params, buffers, step, batches).compute(self.fabric, self.client.module)
+
+    def _final_report(self) -> dict[str, Any]:
+        """The test set, once: the final model's ``test_step`` metrics and, prefixed ``best_``, those of the round with
+        the best validation ``monitor``; appended to ``metrics.jsonl`` as ``{"final": true, ...}``, logged and printed."""
+        report: dict[str, Any] = {"final": True, "round": self.round, "monitor": self.monitor}
+        best = self.best
+        if best.round is not None:
+            report.update({"best_round": best.round, f"best_{self.monitor}": best.value})
+        if is_overridden("test_step", self.client.module, LightningModule):
+            final = self.evaluate("test_step")
+            report.update(final)
+            if best.round is not None:  # the final round's weights are tested once
+                tested = final if best.round == self.round else self.evaluate("test_step", best.params, best.buffers)
+                report.update({f"best_{k}": v for k, v in tested.items()})
+        if self.fabric.is_global_zero:
+            with open(self.log_dir / METRICS_FILE, "a") as file:
+                file.write(json.dumps(report) + "\n")
+        for logger in self.loggers:
+            logger.log_metrics({k: v for k, v in report.items() if k.startswith(("test_", "best_test_"))}, step=self.round)
+
+        def scores(prefix: str) -> str:
+            return " ".join(f"{k.removeprefix(prefix)}={v:.4g}" for k, v in report.items() if k.startswith(f"{prefix}test_"))
+
+        line = f"test set, final model (round {self.round}): {scores('') or 'no test_step'}"
+        if best.round is not None:
+            line += f"; best {self.monitor} {best.value:.4g} in round {best.round}: {scores('best_') or 'no test_step'}"
+        self.fabric.print(line)
+        return report
 
     # ----------------------------------------------------------------- parts of a run
 
@@ -433,6 +469,7 @@ class FederatedTrainer:
                 "process_states": {"folder": name, "world_size": world, "sha256": checksums} if held else None,
                 "rng": rng_states(),
                 "metrics": self.last_metrics,
+                "best_round": self.best.state_dict(),
                 **self.source.state_dict(),
             }
             self.client.module.on_save_checkpoint(state)
@@ -455,6 +492,7 @@ class FederatedTrainer:
         restore_rng_states(checkpoint["rng"])
         self.source.load_state_dict(checkpoint)
         self.round, self.last_metrics = checkpoint["round"], checkpoint["metrics"]
+        self.best.load_state_dict(checkpoint.get("best_round"), self.params.device)
         self.client.module.on_load_checkpoint(checkpoint)
         self.fabric.call("on_load_checkpoint", trainer=self, checkpoint=checkpoint)
 

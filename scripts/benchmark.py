@@ -245,7 +245,7 @@ def run_lightfed(args: argparse.Namespace) -> None:
     rounds = total_rounds(args)
     model = make_model(args)
     data = FederatedDataModule(make_source(args), IIDPartitioner(args.clients), batch_size=args.batch_size,
-                               eval_batch_size=args.eval_batch_size)
+                               eval_batch_size=args.eval_batch_size, val_fraction=0.0)  # the reference's clients: all examples
     clock = RoundClock()
     options = {"lightfed": {}, "lightfed-parallel": {"clients_in_parallel": workers(args)},
                "lightfed-sequential": {"clients_in_parallel": 1}}[args.only]  # lightfed: its default
@@ -290,7 +290,7 @@ def run_lightfed(args: argparse.Namespace) -> None:
             trainer_round_times=timed(clock.trainer_times, args)[:-1],  # the last round's includes the evaluation
             fit_s=fit_s,
             final_train_loss=metrics.get("round/client_train_loss"),
-            val_acc=metrics.get("val_acc"),
+            val_acc=trainer.final_report.get("test_acc"),  # the test set, as the reference's val_acc
             weights=save_weights(torch.nn.utils.parameters_to_vector(model.parameters()),
                                  args.out / f"{args.only}.npy"),
         )

@@ -52,7 +52,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 
 def _rounds(run: Path) -> list[int]:
-    return [json.loads(line)["round"] for line in (run / "metrics.jsonl").read_text().splitlines() if '"round"' in line]
+    return [json.loads(line)["round"] for line in (run / "metrics.jsonl").read_text().splitlines() if line.startswith('{"round"')]
 
 
 def test_a_runs_own_config_names_its_folder_and_last_means_that_run(tiny, tmp_path, capsys):

@@ -99,9 +99,9 @@ class FederatedDataModule:
         self, splits: TensorSplits | DatasetSplits, seed: int, rng: np.random.Generator
     ) -> tuple[list[np.ndarray], np.ndarray]:
         """The clients' training examples and the validation split (indices of the training examples). The split is
-        held out first, stratified by natural client id (where the dataset gives them) and label; the partitioner splits
-        the rest. A dataset
-        already split across clients gives the split a share of each client's examples. Refuses empty clients."""
+        held out first, stratified by natural client id (where the dataset gives them) and label; the partitioner
+        splits the rest. A dataset already split across clients gives the split a share of each client's examples.
+        Refuses empty clients."""
         name = type(self.dataset).__name__
         if splits.client_indices is not None and self.partitioner is not None:
             raise ConfigError(f"{name} is already split across clients; remove data.partitioner")

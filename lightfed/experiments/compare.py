@@ -239,7 +239,7 @@ def resolve_rounds(runs: list[Run]) -> dict[tuple[str, str], int]:
 # ----------------------------------------------------------------- logs and numbers
 
 
-def test_metric(metric: str) -> str | None:
+def metric_on_test_set(metric: str) -> str | None:
     """The test-set counterpart of a validation metric (``val_acc`` -> ``test_acc``); None for another metric."""
     return "test_" + metric.removeprefix("val_") if metric.startswith("val_") else None
 
@@ -256,8 +256,8 @@ def line_problem(values: object, metric: str) -> str | None:
         return "no round"
     if not isinstance(values["round"], int) or isinstance(values["round"], bool):
         return f"round {values['round']!r} is not a whole number"
-    test = test_metric(metric)
-    for key in (metric, "round/time_s", f"best_{test}"):
+    test = metric_on_test_set(metric)
+    for key in (metric, "round/time_s", *([f"best_{test}"] if test else [])):
         if key in values and not _finite(values[key]):
             return f"{key} {values[key]!r} is not a finite number"
     return None
@@ -305,10 +305,10 @@ def read_log(runs_dir: Path, name: str, metric: str) -> dict | None:
             "final_record": final, "last_round": max(rounds, default=0)}
 
 
-def test_at_best(log: dict, metric: str) -> float | None:
+def best_round_test_value(log: dict, metric: str) -> float | None:
     """The test metric of the round with the best ``metric``, from the run's final record; None when the record is
     missing, older than the run's last round, or chose its best round on another metric."""
-    final, test = log["final_record"], test_metric(metric)
+    final, test = log["final_record"], metric_on_test_set(metric)
     if final is None or test is None or final["round"] != log["last_round"] or final.get("monitor") != metric:
         return None
     return final.get(f"best_{test}")
@@ -359,7 +359,7 @@ def render_table(rows: list[dict], metric: str, target: float | None, mode: str 
     def mean_std(mean, std, n):
         return "—" if mean is None else f"{mean:.4f}" + (f" ± {std:.4f}" if n > 1 else "")
 
-    test = test_metric(metric)
+    test = metric_on_test_set(metric)
     header = ["config", "setting", "runs", f"final {metric}", f"best {metric}"]
     if test is not None:
         header.append(f"{test} at best {metric}")
@@ -575,7 +575,7 @@ def collect(runs: list[Run], rounds: dict, out: Path, metric: str, target: float
             diverged = not complete and divergence_marker(out / "runs", run.name).is_file()
             record.update(log, status="finished" if complete else "diverged" if diverged else "unfinished")
             if complete:
-                record.update(summarise_history(log["history"], target, mode), test_at_best=test_at_best(log, metric))
+                record.update(summarise_history(log["history"], target, mode), test_at_best=best_round_test_value(log, metric))
         for key in ("metrics", "last_round"):
             record.pop(key, None)
         if record["status"] in ("unfinished", "missing"):

@@ -17,7 +17,7 @@ from tests.strategies.test_quadratics import CLIENTS, EXAMPLES, LeastSquares, Le
 
 def _fit(tmp_path, strategy, concurrency: int, buffer: int, rounds: int, steps: int, lr: float = 0.05, start=None):
     model = LeastSquares(lr)
-    data = FederatedDataModule(LeastSquaresClients(same_curvature=False), batch_size=EXAMPLES)  # full-batch gradients
+    data = FederatedDataModule(LeastSquaresClients(same_curvature=False), batch_size=EXAMPLES, val_fraction=0.0)  # full batch
     if start is not None:
         with torch.no_grad():
             model.w.copy_(torch.as_tensor(start, dtype=torch.float32))
@@ -121,7 +121,7 @@ def test_adamasfl_local_steps_have_length_eta_and_the_server_moves_at_most_gamma
 
 
 def test_heterogeneous_fixed_point_is_kept_by_masfl_and_left_by_fedbuff(tmp_path):
-    data = FederatedDataModule(LeastSquaresClients(same_curvature=False))
+    data = FederatedDataModule(LeastSquaresClients(same_curvature=False), val_fraction=0.0)
     data.setup(0, torch.device("cpu"))
     optimum = _optimum(data)  # with the warm-up, MasFL starts at c_i = grad f_i(x*), c = g = 0
     w_masfl, _ = _fit(tmp_path / "masfl", MasFL(server_lr=1.0, beta=0.5), 4, 2, rounds=30, steps=5, start=optimum)

@@ -47,7 +47,8 @@ class Recorder(Callback):
 
 
 def _lines(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / METRICS_FILE).read_text().splitlines()]
+    """The round lines (not the final record a finished run ends with)."""
+    return [json.loads(line) for line in (run_dir / METRICS_FILE).read_text().splitlines() if not line.startswith('{"final"')]
 
 
 def test_hooks_are_called_in_order_with_the_round_state(tmp_path):
@@ -81,7 +82,7 @@ def test_metrics_file_holds_each_round_and_a_resumed_round_is_appended(tmp_path)
     with open(trainer.log_dir / METRICS_FILE, "a") as file:
         file.write('{"round": 3, "val_ac')  # a write cut short by a kill during round 3
     small_trainer(tmp_path, rounds=3, logger=False).fit(small_model(), small_data(), FedAvg(), ckpt_path="last")
-    lines = (trainer.log_dir / METRICS_FILE).read_text().splitlines()
+    lines = [line for line in (trainer.log_dir / METRICS_FILE).read_text().splitlines() if not line.startswith('{"final"')]
     assert lines[2] == '{"round": 3, "val_ac' and [json.loads(line)["round"] for line in lines[:2] + lines[3:]] == [1, 2, 3]
 
     from lightfed.experiments.compare import read_log

@@ -78,3 +78,6 @@ class DictBatchCNN(SmallCNN):
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         super().validation_step((batch["image"], batch["label"]), batch_idx)
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        super().test_step((batch["image"], batch["label"]), batch_idx)

@@ -30,10 +30,11 @@ def test_hooks_of_a_one_client_round_come_in_lightnings_order(tmp_path):
     validation = ["on_validation_start", "on_validation_epoch_start", "on_validation_batch_start",
                   "on_validation_batch_end", "on_validation_epoch_end", "on_validation_end"]  # 360 test digits, one batch
     epoch = ["on_train_epoch_start", *STEP, *STEP, "on_train_epoch_end"]
+    test = ["on_test_start", "on_test_epoch_start", "on_test_epoch_end", "on_test_end"]  # the final report, after the fit
     expected = ["on_fit_start", "on_train_start", *epoch, *epoch, "on_train_end", *validation, "on_save_checkpoint",
-                "on_fit_end"]
+                "on_fit_end", *test]
     assert model.calls == expected
-    assert model.saved[0]["recorded_calls"] == len(expected) - 1  # the module's key reached the checkpoint
+    assert model.saved[0]["recorded_calls"] == expected.index("on_fit_end")  # the module's key reached the checkpoint
     client_id = trainer.source.jobs(0, trainer.params, trainer.buffers)[0].plan.client_id
     train_views = [v for v in model.views if v[0] == "on_train_batch_start"]
     # (round, client, epoch, step) from the view and through LightningModule's own properties; training, rank
@@ -63,6 +64,9 @@ class _DictBatches(FederatedDataModule):
 
     def test_batches(self, *args, **kwargs):
         return ({"label": y, "image": x} for x, y in super().test_batches(*args, **kwargs))
+
+    def val_batches(self, *args, **kwargs):
+        return ({"label": y, "image": x} for x, y in super().val_batches(*args, **kwargs))
 
 
 def test_dict_batches_train_and_evaluate_as_tuples_do(tmp_path):
@@ -165,7 +169,7 @@ data:
         root = tmp_path / f"devices{devices}"
         fit_in_subprocess(config, root, devices)
         folder = root / "run" / "version_0"
-        last = json.loads((folder / "metrics.jsonl").read_text().splitlines()[-1])
+        last = json.loads((folder / "metrics.jsonl").read_text().splitlines()[-2])  # the last round, before the final record
         return torch.load(folder / "checkpoints" / "last.ckpt", weights_only=False), last
 
     (one, metrics), (two, metrics_two) = run(1), run(2)

@@ -62,7 +62,7 @@ class DictBatches(FederatedDataModule):
 
 
 def _private_client(x, y, privacy, batch_size=None, data_class=FederatedDataModule, module_class=LeastSquares):
-    data = data_class(Fixed(x, y), batch_size=batch_size or len(y))  # batch >= data: sample rate 1
+    data = data_class(Fixed(x, y), batch_size=batch_size or len(y), val_fraction=0.0)  # batch >= data: sample rate 1
     data.setup(seed=0, device=torch.device("cpu"))
     privacy.setup(data, ClientStates(), clients_per_round=1, planned=lambda: [])
     return ClientTrainer(Fabric(accelerator="cpu", devices=1), module_class(x.shape[1]), data, privacy)

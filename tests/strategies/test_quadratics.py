@@ -58,7 +58,8 @@ class LeastSquares(L.LightningModule):
 
 
 def _fit(tmp_path, strategy, same_curvature: bool, lr: float, rounds: int, local_steps) -> tuple[np.ndarray, FederatedDataModule]:
-    model, data = LeastSquares(lr), FederatedDataModule(LeastSquaresClients(same_curvature), batch_size=EXAMPLES)
+    model = LeastSquares(lr)  # every example trains: no validation split
+    data = FederatedDataModule(LeastSquaresClients(same_curvature), batch_size=EXAMPLES, val_fraction=0.0)
     trainer = small_trainer(tmp_path, rounds=rounds, clients_per_round=CLIENTS, local_steps=local_steps,
                             eval_interval=rounds, checkpoint_interval=rounds)
     trainer.fit(model, data, strategy)

@@ -76,7 +76,8 @@ def test_a_process_that_dies_while_the_first_is_busy_is_named_without_waiting_fo
     """Process 1 is killed as round 3 begins while process 0 is busy for 120 s outside any collective: process 0's
     waiter for its fork says which process died and ends the command after its grace (5 s), not 120 s later."""
     busy = {"class_path": "tests.process_faults.BusyAtRound", "init_args": {"seconds": 120, "round": 3}}
-    done = fit_two_processes(tmp_path, signal_at_round_three(["SIGKILL"], rank=1), f"--trainer.callbacks+={json.dumps(busy)}")
+    busy = f"--trainer.callbacks+={json.dumps(busy)}"
+    done = fit_two_processes(tmp_path, signal_at_round_three(["SIGKILL"], rank=1), busy)
     (line,) = error_lines(done.stderr)
     assert done.returncode == -signal.SIGKILL
     assert line == ("lightfed: error: process 1 of 2 died (killed by SIGKILL); the run stops: resume it from its last "
@@ -105,6 +106,6 @@ def test_a_process_no_one_can_name_is_said_with_gloo_s_own_words():
                               log_dir=None, round=3)
     assert collective_failed(error) and not collective_failed(_raised_in("/work/model.py", gloo))
     assert lost_process_line(error, trainer, True, None) == (
-        "a process of 4 closed its connection (it failed or died: Connection closed by peer [10.0.0.2]:49378) after "
-        "round 3; no checkpoint was written: start the run again"
+        "one of the 4 processes closed its connection (it failed or died: Connection closed by peer "
+        "[10.0.0.2]:49378) after round 3; no checkpoint was written: start the run again"
     )

@@ -3,8 +3,12 @@
 import os
 import re
 import traceback
+from typing import TYPE_CHECKING
 
 from lightfed.errors import LightfedError
+
+if TYPE_CHECKING:
+    from lightfed.trainer import FederatedTrainer
 
 # the innermost of these frames says where the run was: (file, function) -> words (rounds 1-based)
 PHASES = {
@@ -22,20 +26,23 @@ def collective_failed(error: BaseException) -> bool:
     """Whether ``error`` came out of a torch.distributed call: a peer timed out or closed its connection (gloo's
     errors are plain RuntimeErrors that name neither the process nor the run)."""
     frames = traceback.extract_tb(error.__traceback__)
-    return isinstance(error, RuntimeError) and bool(frames) and "/torch/distributed/" in frames[-1].filename.replace(os.sep, "/")
+    innermost = frames[-1].filename.replace(os.sep, "/") if frames else ""
+    return isinstance(error, RuntimeError) and "/torch/distributed/" in innermost
 
 
 def timed_out(error: BaseException) -> bool:
     return "timed out" in str(error).lower()
 
 
-def lost_process_line(error: BaseException, trainer, fit: bool, lost: tuple[int, str] | None) -> str:
+def lost_process_line(
+    error: BaseException, trainer: "FederatedTrainer", fit: bool, lost: tuple[int, str] | None
+) -> str:
     """What happened, where, and what to do. ``lost``: the process that died or was stopped and how
     (``(1, "died (killed by SIGKILL)")``) where this process knows it; with two processes it is the other one."""
     world = trainer.fabric.world_size
     if lost is None and world == 2:
         lost = (1 - trainer.fabric.global_rank, "")
-    who, how = (f"process {lost[0]} of {world}", lost[1]) if lost is not None else (f"a process of {world}", "")
+    who, how = (f"process {lost[0]} of {world}", lost[1]) if lost is not None else (f"one of the {world} processes", "")
     if timed_out(error):
         waited = f"did not answer for {trainer.collective_timeout:g} s (trainer.collective_timeout)"
         how = f"{how} and {waited}" if how else waited
@@ -52,7 +59,7 @@ def lost_process_line(error: BaseException, trainer, fit: bool, lost: tuple[int,
 
 def _reason(error: BaseException) -> str:
     """gloo's own words without its source location: ``Connection closed by peer [10.0.0.2]:49378``."""
-    return re.sub(r"^\[[^\]]*\]\s*", "", str(error).strip()).split(". ")[0].splitlines()[0]
+    return re.sub(r"^\[[^\]]*\]\s*", "", str(error).strip()).split(". ")[0].split("\n")[0]
 
 
 def _where(error: BaseException, done: int) -> str:

@@ -34,11 +34,13 @@ from lightfed.core.client import ClientTrainer
 from lightfed.core.client_workers import ClientWorkers
 from lightfed.core.cores import available_cores
 from lightfed.core.engine import RoundEngine
+from lightfed.core.fingerprint import check_fingerprint, fingerprint
 from lightfed.core.evaluation import BestRound, evaluation_pass
 from lightfed.core.messages import ClientPlan
 from lightfed.core.process_states import FOLDER as PROCESS_STATES
 from lightfed.core.process_states import gather_checksums, prune, reader, write_process_state
 from lightfed.core.rounds import SampledRounds
+from lightfed.core.run_folder import claim_run_folder, version_folder, write_run_config
 from lightfed.core.sharding import CoordinateShards
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError, DivergenceError
@@ -56,6 +58,15 @@ def _check_writable(folder: Path) -> None:
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         reason = "is not a folder" if not existing.is_dir() else "is not writable"
         raise ConfigError(f"cannot make the run folder {folder}: {existing} {reason}; change trainer.root_dir")
+
+
+def _run_folder_of(checkpoint: Path) -> Path | None:
+    """The run folder a checkpoint file belongs to (``<run>/checkpoints/last.ckpt``); None for a file elsewhere."""
+    return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
+
+
+def _class_name(component: object) -> str:
+    return f"{type(component).__module__}.{type(component).__qualname__}"
 
 
 def _sgd_without_momentum(optimizer: torch.optim.Optimizer) -> bool:
@@ -90,6 +101,7 @@ class FederatedTrainer:
         seed: int = 0,
         root_dir: str = "runs",
         name: str = "lightfed",
+        version: int | None = None,
         progress_bar: bool = True,
         check_replicas: bool = False,
         lr_schedule: RoundSchedule | None = None,
@@ -130,6 +142,9 @@ class FederatedTrainer:
             root_dir: Folder under which each run gets ``<name>/version_<n>`` with TensorBoard logs, config and
                 checkpoints.
             name: Experiment name (sub-folder of root_dir).
+            version: The run's folder ``<root_dir>/<name>/version_<version>``: a fresh run claims it (refused when it
+                exists), ``--ckpt_path last`` resumes or evaluates that run. null: a fresh run claims the next free
+                version, "last" means the newest run of the experiment. A run's saved ``config.yaml`` names its own.
             progress_bar: Show a progress bar over rounds.
             check_replicas: Debug mode: after every round, check that every process holds exactly the global weights
                 of process 0 (one extra broadcast per round).
@@ -175,8 +190,9 @@ class FederatedTrainer:
         built_in_first = [PrivacyMetrics()] if privacy is not None else []
         if client_eval_interval:
             built_in_first.append(ClientEvaluation(client_eval_interval))
-        built_in_last = [LogMetrics(), MetricsFile(), *([ProgressBar()] if progress_bar else [])]
-        built_in_last += [Checkpointing(checkpoint_interval), Preemption()]
+        # the checkpoint first: a round whose checkpoint could not be written is neither logged nor in metrics.jsonl
+        built_in_last = [Checkpointing(checkpoint_interval), LogMetrics(), MetricsFile()]
+        built_in_last += [*([ProgressBar()] if progress_bar else []), Preemption()]
         everything = [*built_in_first, *(callbacks or []), *built_in_last]
         try:
             self.fabric = Fabric(
@@ -195,6 +211,9 @@ class FederatedTrainer:
         self.monitor = monitor
         self.seed = seed
         self.run_root = Path(root_dir) / name
+        if version is not None and version < 0:
+            raise ConfigError(f"trainer.version must be >= 0 or null, got {version}")
+        self.version = version
         self.check_replicas = check_replicas
         self.lr_schedule = lr_schedule
         self.gradient_clip_val, self.gradient_clip_algorithm = gradient_clip_val, gradient_clip_algorithm
@@ -233,6 +252,12 @@ class FederatedTrainer:
                 f"trainer.clients_per_round ({self.clients_per_round}) is larger than the number of clients "
                 f"({data.num_clients}); lower it or add clients"
             )
+        self._fingerprint = self._run_fingerprint(model, data, strategy, run_config)
+        resume_from = self._checkpoint_to_resume(ckpt_path)
+        checkpoint = None if resume_from is None else load_checkpoint(resume_from, self.fabric.print)
+        if checkpoint is not None and self._check_resume(checkpoint, resume_from):
+            self.log_dir = _run_folder_of(resume_from)
+            return checkpoint["metrics"]
         if self.privacy is not None:
             model = self.privacy.prepare(model, self.precision)
         if self.lr_schedule is not None and strategy.chooses_client_steps:
@@ -253,8 +278,6 @@ class FederatedTrainer:
                 f"{type(strategy).__name__} assumes plain SGD local steps (x <- x - lr g): the model's optimizer must be "
                 f"torch.optim.SGD with momentum 0, got {type(optimizer).__name__}{settings}"
             )
-        resume_from = self._checkpoint_to_resume(ckpt_path)
-        checkpoint = None if resume_from is None else load_checkpoint(resume_from, self.fabric.print)
         self._start_run(model, resume_from, run_config)
         self.params = self.fabric.broadcast(client.flat.params.clone())
         self.buffers = self.fabric.broadcast(client.flat.buffers.clone())
@@ -304,7 +327,8 @@ class FederatedTrainer:
             self.should_stop = True
             return
         except DivergenceError as error:
-            raise DivergenceError(f"{error}; the last good checkpoint is kept in {self.checkpoint_path.parent}") from None
+            kept = f"the last good checkpoint is kept in {self.checkpoint_path.parent}" if self.checkpoint_path.is_file() else "no checkpoint was written before it"
+            raise DivergenceError(f"{error}; {kept}") from None
         self.params, self.buffers = result.params, result.buffers
         metrics = {**result.metrics, **self.source.finish(round, self.params, self.buffers)}
         self.round = round + 1
@@ -323,13 +347,17 @@ class FederatedTrainer:
         """Whether the round just done is one of every ``every_n_rounds`` (the last round always is)."""
         return self.round % every_n_rounds == 0 or self.round == self.rounds
 
-    def validate(self, model: LightningModule, data: FederatedDataModule, ckpt_path: str | None = None) -> dict[str, float]:
+    def validate(
+        self, model: LightningModule, data: FederatedDataModule, ckpt_path: str | None = None, run_config: str | None = None
+    ) -> dict[str, float]:
         """Evaluates the (checkpointed) global model with ``validation_step`` on the validation split."""
-        return self._evaluate_once(model, data, ckpt_path, "validation_step")
+        return self._evaluate_once(model, data, ckpt_path, run_config, "validation_step")
 
-    def test(self, model: LightningModule, data: FederatedDataModule, ckpt_path: str | None = None) -> dict[str, float]:
+    def test(
+        self, model: LightningModule, data: FederatedDataModule, ckpt_path: str | None = None, run_config: str | None = None
+    ) -> dict[str, float]:
         """Evaluates the (checkpointed) global model with ``test_step`` on the central test set."""
-        return self._evaluate_once(model, data, ckpt_path, "test_step")
+        return self._evaluate_once(model, data, ckpt_path, run_config, "test_step")
 
     def evaluate(self, step: str, params: Tensor | None = None, buffers: Tensor | None = None) -> dict[str, float]:
         """The global model (or ``params`` and ``buffers``) on this process's share of the validation split with
@@ -418,9 +446,38 @@ class FederatedTrainer:
         data.setup(self.seed, self.fabric.device)
 
     def _checkpoint_to_resume(self, ckpt_path: str | None) -> Path | None:
-        """The checkpoint file ``ckpt_path`` names (found by process 0), None for a fresh start."""
-        path = resolve_checkpoint(ckpt_path, self.run_root) if self.fabric.is_global_zero else None
+        """The checkpoint file ``ckpt_path`` names (found by process 0), None for a fresh start; "last" is the run
+        ``version`` names when it is set."""
+        runs = "*" if self.version is None else version_folder(Path(), self.version).name
+        path = resolve_checkpoint(ckpt_path, self.run_root, runs) if self.fabric.is_global_zero else None
         return self.fabric.broadcast(path)
+
+    def _run_fingerprint(
+        self, model: LightningModule, data: FederatedDataModule, strategy: Strategy | None, run_config: str | None
+    ) -> dict[str, str]:
+        """What must not change on a resume: the run's whole config but the settings a resume may change; from
+        Python, the seed, the classes of the model, dataset, partitioner and strategy, the model's hyperparameters
+        and the numbers of clients."""
+        if run_config is not None:
+            return fingerprint(yaml.safe_load(run_config))
+        return fingerprint({
+            "seed": self.seed,
+            "model": {"class_path": _class_name(model), "init_args": dict(model.hparams)},
+            "data": {"dataset": _class_name(data.dataset), "partitioner": _class_name(data.partitioner), "num_clients": data.num_clients},
+            "strategy": None if strategy is None else _class_name(strategy),
+            "trainer": {"clients_per_round": self.clients_per_round, "local_work": vars(self.local_work)},
+        })
+
+    def _check_resume(self, checkpoint: dict, path: Path) -> bool:
+        """Refuses a resume whose settings differ from those of the checkpoint's run, or with fewer rounds than it has
+        done; True when the run is already complete (nothing to do)."""
+        check_fingerprint(checkpoint.get("fingerprint"), self._fingerprint, str(path))
+        done = checkpoint["round"]
+        if done > self.rounds:
+            raise ConfigError(f"{path} is at round {done}, beyond trainer.rounds {self.rounds}: set trainer.rounds above {done} to continue the run")
+        if done == self.rounds:
+            self.fabric.print(f"the run is complete: {path} is at round {done} = trainer.rounds; raise trainer.rounds to continue it")
+        return done == self.rounds
 
     def _start_run(self, model: LightningModule, resume_from: Path | None, run_config: str | None) -> None:
         """Fixes the run folder (the resumed run's, or a new version), its config and loggers; called once the
@@ -428,11 +485,10 @@ class FederatedTrainer:
         if not is_overridden("validation_step", model, LightningModule):
             raise ConfigError(f"{type(model).__name__} must define validation_step to evaluate the global model")
         if self.fabric.is_global_zero:
-            resumed_run = resume_from is not None and resume_from.parent.name == "checkpoints"
-            self.log_dir = resume_from.parent.parent if resumed_run else Path(TensorBoardLogger(self.run_root.parent, self.run_root.name).log_dir)
-            self.log_dir.mkdir(parents=True, exist_ok=True)
+            resumed_run = None if resume_from is None else _run_folder_of(resume_from)
+            self.log_dir = resumed_run or claim_run_folder(self.run_root, self.version)
             if run_config is not None:
-                (self.log_dir / "config.yaml").write_text(run_config)
+                write_run_config(self.log_dir, run_config)
         self.log_dir = self.fabric.broadcast(self.log_dir)
         self.hparams = yaml.safe_load(run_config) if run_config is not None else {"seed": self.seed, "rounds": self.rounds}
         self.loggers = self._loggers()
@@ -470,6 +526,7 @@ class FederatedTrainer:
                 "rng": rng_states(),
                 "metrics": self.last_metrics,
                 "best_round": self.best.state_dict(),
+                "fingerprint": self._fingerprint,
                 **self.source.state_dict(),
             }
             self.client.module.on_save_checkpoint(state)
@@ -508,19 +565,23 @@ class FederatedTrainer:
 
     # ----------------------------------------------------------------- evaluation
 
-    def _evaluate_once(self, model: LightningModule, data: FederatedDataModule, ckpt_path: str | None, step: str) -> dict[str, float]:
-        """Evaluates the checkpoint's global model (the initial one without ``ckpt_path``); writes nothing: the fit
-        run's folder, config and events stay as the run left them."""
+    def _evaluate_once(
+        self, model: LightningModule, data: FederatedDataModule, ckpt_path: str | None, run_config: str | None, step: str
+    ) -> dict[str, float]:
+        """Evaluates the checkpoint's global model (the initial one without ``ckpt_path``), refused when the model, the
+        data or the seed differ from its run's (``run_config``); writes nothing: the fit run's folder, config and
+        events stay as the run left them."""
         if not is_overridden(step, model, LightningModule):
             raise ConfigError(f"{type(model).__name__} must define {step} to evaluate the global model")
         self._launch(data)
-        path = resolve_checkpoint(ckpt_path, self.run_root) if self.fabric.is_global_zero else None
-        path = self.fabric.broadcast(path)
-        self.log_dir = None if path is None else path.parent
+        path = self._checkpoint_to_resume(ckpt_path)
+        self.log_dir = None if path is None else _run_folder_of(path) or path
         self.client = ClientTrainer(self.fabric, model, data)
         self.params, self.buffers = self.client.flat.params.clone(), self.client.flat.buffers.clone()
         if path is not None:
             checkpoint = load_checkpoint(path, self.fabric.print, process_files=False)  # the weights are enough
+            current = self._run_fingerprint(model, data, None, run_config)
+            check_fingerprint(checkpoint.get("fingerprint"), current, str(path), evaluation=True)
             self.params, self.buffers = self._restore_weights(checkpoint, self.params, self.buffers)
             self.round = checkpoint["round"]
             self.client.module.on_load_checkpoint(checkpoint)

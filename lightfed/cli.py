@@ -19,7 +19,7 @@ from lightfed.callbacks.logging import LoggerError
 from lightfed.callbacks.preemption import hold_requests
 from lightfed.core.lost_process import ProcessLostError, collective_failed, lost_process_line, timed_out
 from lightfed.data.module import FederatedDataModule
-from lightfed.errors import LightfedError
+from lightfed.errors import ConfigError, LightfedError
 from lightfed.models import SmallCNN
 from lightfed.strategies import FedAvg, Strategy
 from lightfed.trainer import FederatedTrainer
@@ -189,7 +189,10 @@ def run(argv: list[str] | None = None, fork: bool = False) -> dict[str, float]:
     """Parses ``argv``, builds the components and runs the subcommand; returns its metrics. ``fork``: start the
     other processes of a multi-process CPU run by forking this one (the command line does; ``_fork_processes``)."""
     parser, parsers = build_parser()
-    config = parser.parse_args(argv)
+    try:
+        config = parser.parse_args(argv)
+    except UnicodeDecodeError as error:  # jsonargparse reads a config file as UTF-8 text
+        raise ConfigError(f"a --config file is not UTF-8 text ({error.reason} at byte {error.start}): pass a YAML file") from None
     name = config.subcommand
     sub_config = config[name]
     if fork:

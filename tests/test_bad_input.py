@@ -22,6 +22,7 @@ PARSE_ERRORS = [  # (id, arguments, fragments of the line)
     ("unknown_key", ["--trainer.roundz", "3"], ["unrecognized arguments: --trainer.roundz 3", HELP]),
     ("missing_config", ["--config", "missing.yaml"], ["File does not exist", "missing.yaml", HELP]),
     ("yaml_syntax", ["--config", "BAD_YAML"], ["Problems parsing config", HELP]),
+    ("binary_config", ["--config", "BINARY"], ["a --config file is not UTF-8 text (invalid start byte at byte 0)"]),
 ]
 REFUSED = [
     ("clients_per_round", ["--trainer.clients_per_round", "21"],
@@ -73,9 +74,10 @@ def test_a_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatc
     monkeypatch.chdir(tmp_path)
     (tmp_path / "BAD_YAML").write_text("trainer: {rounds: [\n")
     (tmp_path / "A_FILE").write_text("not a folder")
+    (tmp_path / "BINARY").write_bytes(bytes([0x91, 0xFF, 0x00, 0x12]))
     err = _refusal(["--trainer.root_dir", str(tmp_path / "runs"), *argv], capsys)
     assert all(fragment in err for fragment in fragments), err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["A_FILE", "BAD_YAML"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["A_FILE", "BAD_YAML", "BINARY"]
     assert (tmp_path / "A_FILE").read_text() == "not a folder"
 
 

@@ -29,6 +29,7 @@ from lightfed.callbacks import (
     PrivacyMetrics,
     ProgressBar,
 )
+from lightfed.callbacks.logging import reported
 from lightfed.core.checkpoint import LAST, load_checkpoint, resolve_checkpoint, restore_rng_states, rng_states, save_checkpoint
 from lightfed.core.client import ClientTrainer
 from lightfed.core.client_workers import ClientWorkers
@@ -384,7 +385,8 @@ class FederatedTrainer:
             with open(self.log_dir / METRICS_FILE, "a") as file:
                 file.write(json.dumps(report) + "\n")
         for logger in self.loggers:
-            logger.log_metrics({k: v for k, v in report.items() if k.startswith(("test_", "best_test_"))}, step=self.round)
+            with reported(logger):
+                logger.log_metrics({k: v for k, v in report.items() if k.startswith(("test_", "best_test_"))}, step=self.round)
 
         def scores(prefix: str) -> str:
             return " ".join(f"{k.removeprefix(prefix)}={v:.4g}" for k, v in report.items() if k.startswith(f"{prefix}test_"))

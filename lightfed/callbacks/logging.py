@@ -14,6 +14,8 @@ class LoggerError(LightfedError):
     """A logger (a tracker) failed: its store refused, its client library missing, its server unreachable."""
 
     def __init__(self, logger: str, failed: str, error: BaseException) -> None:
+        while error.__cause__ is not None:  # the reason, not a wrapper's guess (Lightning's "you tried to log ...")
+            error = error.__cause__
         reason = " ".join(f"{type(error).__name__}: {error}".split())
         super().__init__(f"the logger {logger} {failed}: {reason}; change or remove trainer.logger")
 

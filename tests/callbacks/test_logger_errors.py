@@ -30,3 +30,27 @@ def test_a_logger_that_fails_is_named_in_one_line(tmp_path, capsys, logger, erro
     assert capsys.readouterr().err == (
         f"lightfed: error: the logger tests.process_faults.{logger} {error}; change or remove trainer.logger\n"
     )
+
+
+def test_a_full_disk_under_tensorboard_is_named_not_lightnings_guess(tmp_path, monkeypatch):
+    """Lightning's TensorBoardLogger re-raises any error of ``add_scalar`` as "you tried to log 10.0 which is currently
+    not supported"; the line names the error underneath."""
+    import errno
+    import os
+
+    from lightning.fabric.loggers import TensorBoardLogger
+
+    from lightfed.callbacks.logging import LoggerError, reported
+
+    logger = TensorBoardLogger(tmp_path)
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(logger.experiment, "add_scalar", full_disk)
+    with pytest.raises(LoggerError) as error, reported(logger):
+        logger.log_metrics({"val_acc": 10.0}, step=1)
+    assert str(error.value) == (
+        "the logger lightning.fabric.loggers.tensorboard.TensorBoardLogger failed: OSError: [Errno 28] No space left on "
+        "device; change or remove trainer.logger"
+    )

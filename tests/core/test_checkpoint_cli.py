@@ -153,6 +153,7 @@ def test_a_full_disk_stops_the_run_in_one_line_with_its_checkpoints_intact(cut, 
     assert err.startswith(f"lightfed: error: cannot write checkpoint {_checkpoints(cut)}")
     assert err.endswith(": No space left on device; free space and resume with --ckpt_path last\n")
     assert not list(cut.rglob("*.tmp"))
+    assert '"round": 3' not in next(cut.rglob("metrics.jsonl")).read_text()  # the round whose checkpoint failed
     assert {path: data for path, data in _files(cut).items() if path.suffix in (".ckpt", ".pt")} == checkpoints
     monkeypatch.setattr(torch, "save", real_save)  # space freed: the run resumes to the uninterrupted weights
     _fit(cut, 3, "--ckpt_path", "last")

@@ -1,16 +1,43 @@
-"""Seconds of one Backward-Euler trial step of the FedECADO server solve against the hand-written FedAvg aggregate
-(x + mean of the deltas) on the same arrays, median of interleaved repeats.
+"""Seconds of one Backward-Euler trial step of the FedECADO server solve, and of a whole server step (a round's
+``aggregate_shard``, default settings, one process) of FedECADO and Adaptive FedECADO, against the hand-written FedAvg
+aggregate (x + mean of the deltas) on the same arrays, median of interleaved repeats. The server steps see the same
+synthetic round every time (VGG-11's client settings: 500 images, batch 32, lr 5.5e-4); their state carries over.
 
-    python scripts/circuit_step_benchmark.py --clients 10 --size 9200000     # VGG-11 size
+    python scripts/circuit_step_benchmark.py --clients 10 --size 9488266     # VGG-11 size
 """
 
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 
 from lightfed.ecado.circuit import Branches, WindowSolver
+from lightfed.strategies import AdaptiveFedECADO, FedECADO
+from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
+
+
+def server_step(strategy: ShardedStrategy, deltas: torch.Tensor, params: torch.Tensor, g: torch.Generator) -> Callable:
+    """One round's ``aggregate_shard`` of ``strategy`` on one process, ``deltas`` from ``len(deltas)`` clients."""
+    a, d = deltas.shape
+    strategy.setup(params, num_clients=a)
+
+    def per_client(low: float, high: float) -> torch.Tensor:
+        return torch.rand(a, generator=g, dtype=torch.float64, device=params.device) * (high - low) + low
+
+    lr, steps, beta = 5.5e-4, 16.0, 32 / 500
+    window = per_client(0.5, 1.5) * steps * lr * beta
+    reports = {"time_scale": torch.full_like(window, beta), "curvature_mean": per_client(0.01, 0.1), "window": window,
+               "weight": torch.full_like(window, beta), "decay": per_client(0.2, 0.9), "first_step": window / steps,
+               "step_min": window / steps, "step_max": window / steps, "step_count": torch.full_like(window, steps),
+               "rejected": torch.zeros_like(window), "forced": torch.zeros_like(window), "max_lte": per_client(0, 0.01)}
+    if "curvature" in strategy.report_vectors:
+        reports["curvature"] = torch.rand(a, d, generator=g, device=params.device) * 0.1
+    examples, local_steps = torch.full_like(window, 500.0), torch.full_like(window, steps)
+    updates = ShardedRound(1, list(range(a)), deltas, examples, local_steps, local_steps * lr, torch.zeros_like(window), {},
+                           lambda tensor, op: tensor, reports)
+    return lambda: strategy.aggregate_shard(params, updates)
 
 
 def main() -> None:
@@ -37,6 +64,9 @@ def main() -> None:
         "BE trial step, max norm": lambda: solvers["max"].trial(0.2),
         "BE trial step, rms norm": lambda: solvers["rms"].trial(0.2),
     }
+    strategies = {"FedECADO server step": FedECADO(), "Adaptive FedECADO server step": AdaptiveFedECADO()}
+    small = branches.deltas * 0.001  # a round of small steps, as VGG-11's (one or two server steps a round)
+    work.update({name: server_step(strategy, small, branches.start, g) for name, strategy in strategies.items()})
     times: dict[str, list[float]] = {name: [] for name in work}
     for _ in range(args.repeats):
         for name, run in work.items():
@@ -52,6 +82,9 @@ def main() -> None:
     print(f"{'work':45s} {'median ms':>10s} {'x FedAvg':>9s}")
     for name, measured in times.items():
         print(f"{name:45s} {statistics.median(measured) * 1000:10.3f} {statistics.median(measured) / reference:9.2f}")
+    print()
+    for name, strategy in strategies.items():
+        print(f"{name}: {strategy.metrics()['server_steps']:.0f} trial steps accepted in the last round")
 
 
 if __name__ == "__main__":

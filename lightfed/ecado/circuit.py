@@ -88,7 +88,8 @@ class WindowSolver:
     which does not grow with the number of coordinates. ``coordinates`` combines every process's slice (one small
     all-reduce per trial; the rms in blocks, the same bits on any number of processes). Work arrays: two for the
     currents, the change and the previous step's change, the error (a, d each; from ``workspace`` when given, where
-    the currents of the result are overwritten by the next solve that uses it); the caller's x_c and I^k are read, never written, and serve as the first step's state.
+    the currents of the result are overwritten by the next solve that uses it); the caller's x_c and I^k are read,
+    never written, and serve as the first step's state.
     """
 
     def __init__(

@@ -1,4 +1,5 @@
-"""scripts/circuit_step_benchmark.py: a tiny run prints the FedAvg reference and both norms' trial steps."""
+"""scripts/circuit_step_benchmark.py: a tiny run prints the FedAvg reference, both norms' trial steps and both circuit
+strategies' server steps."""
 
 import subprocess
 import sys
@@ -11,8 +12,12 @@ def test_prints_one_row_per_work_with_ratios_to_the_fedavg_aggregate():
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "circuit_step_benchmark.py"), "--clients", "3",
                           "--size", "100000", "--repeats", "2", "--device", "cpu"],
                          check=True, capture_output=True, text=True, timeout=300).stdout
-    rows = {line[:45].strip(): line[45:].split() for line in out.splitlines()[2:]}
-    assert list(rows) == ["FedAvg aggregate (x + mean of the deltas)", "BE trial step, max norm", "BE trial step, rms norm"]
+    table, steps = out.split("\n\n")
+    rows = {line[:45].strip(): line[45:].split() for line in table.splitlines()[2:]}
+    assert list(rows) == ["FedAvg aggregate (x + mean of the deltas)", "BE trial step, max norm", "BE trial step, rms norm",
+                          "FedECADO server step", "Adaptive FedECADO server step"]
+    assert [line.split(":")[0] for line in steps.splitlines()] == ["FedECADO server step", "Adaptive FedECADO server step"]
+    assert all(int(line.split(": ")[1].split()[0]) >= 1 for line in steps.splitlines())
     reference = float(rows["FedAvg aggregate (x + mean of the deltas)"][0])
     for milliseconds, ratio in rows.values():
         assert float(milliseconds) > 0 and abs(float(ratio) - float(milliseconds) / reference) <= 0.05 * float(ratio) + 0.05

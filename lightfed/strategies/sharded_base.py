@@ -40,8 +40,9 @@ class ShardedStrategy(Strategy):
 
     With N processes, process p owns the contiguous slice ``self.shard`` of the d coordinates (set before ``setup``):
     after the round, one all-to-all hands it that slice of every active client's delta, ``aggregate_shard`` turns
-    it into that slice of the next global model, and the slices are gathered back. Norms and maxima over the whole
-    vector take ``updates.all_reduce`` of a scalar. Per-client state in ``self.client_states`` is a
+    it into that slice of the next global model, and the slices are gathered back. Maxima over the whole vector take
+    ``updates.all_reduce``; sums over it (norms, means) ``CoordinateSums(self.num_params, self.shard,
+    updates.all_reduce)``, the same bits on any number of processes. Per-client state in ``self.client_states`` is a
     ``ShardedClientStates``: each process keeps its slice of every client's vectors (memory per process ~ 1 / N).
     Clients may train on any process.
     """

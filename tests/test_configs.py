@@ -18,6 +18,6 @@ def test_config_parses(config, capsys):
 
 @pytest.mark.parametrize("config", [c for c in CONFIGS if c.parent.name == "digits"], ids=lambda p: p.stem)
 def test_digits_config_learns(config, tmp_path):
-    metrics = run(["fit", "--config", str(config), "--trainer.rounds", "8", "--trainer.root_dir", str(tmp_path),
+    metrics = run(["fit", "--config", str(config), "--trainer.rounds", "10", "--trainer.root_dir", str(tmp_path),
                    "--trainer.progress_bar", "false"])
     assert metrics["val_acc"] > 0.5  # ten classes: chance is 0.1

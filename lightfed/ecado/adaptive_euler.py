@@ -17,7 +17,7 @@ from lightfed.local.base import LocalRule
 
 
 ErrorScale = Literal["absolute", "state", "step"]
-StepLimit = Literal["none", "monotone"]
+StepLimit = Literal["none", "monotone", "descent"]
 
 
 def passivity_bound(params: Tensor, velocity: Tensor) -> float:
@@ -55,7 +55,13 @@ class AdaptiveEuler(LocalRule):
     ``step_limit="monotone"`` also bounds every step by LTE <= max|dt v| / 2, i.e. dt |J v| / |v| <= 1: along its own
     direction a Forward-Euler step then does not overshoot (its factor 1 - dt lambda stays >= 0, half the stability
     limit), whatever gamma; "none" (the paper) leaves only the tolerance, which for a large gamma lets steps far past
-    the stability limit through.
+    the stability limit through. "descent" bounds it by p dt v'Hv <= |v|^2 instead (LTE <= |dt v| / (2 cos), cos the
+    alignment of the measured velocity change against the step): the step to the minimum, along v, of the client's
+    energy p f - I'x (the quantity its ODE descends), which is at least as long as "monotone" (v'Hv <= |v| |Hv|) and
+    equal to it where v is an eigenvector; where the change is not aligned (no positive curvature seen) "monotone".
+
+    ``fixed_lr``: every step is SGD at this learning rate, dt = fixed_lr / p_i, without error control (FedECADO's
+    clients; the paper's ablation of its adaptive steps).
 
     ``lte="retrospective"`` (the spec's variant B, no second gradient): after the first step, the error of a step dt
     is estimated from the velocity change over the previous step (dt_prev), the FE error (dt^2 / 2)|x''| with
@@ -87,12 +93,13 @@ class AdaptiveEuler(LocalRule):
         step_limit: StepLimit = "none",
         error_norm: ErrorNorm = "max",
         track_decay: bool = False,
+        fixed_lr: float | None = None,
     ) -> None:
         if error_norm not in ("max", "rms"):
             raise ConfigError(f"the client error norm must be 'max' or 'rms', got {error_norm!r}")
         self.error_norm = error_norm
-        if step_limit not in ("none", "monotone"):
-            raise ConfigError(f"the client step limit must be 'none' or 'monotone', got {step_limit!r}")
+        if step_limit not in ("none", "monotone", "descent"):
+            raise ConfigError(f"the client step limit must be 'none', 'monotone' or 'descent', got {step_limit!r}")
         self.step_limit = step_limit
         if error_scale not in ("absolute", "state", "step"):
             raise ConfigError(f"the client error scale must be 'absolute', 'state' or 'step', got {error_scale!r}")
@@ -117,6 +124,7 @@ class AdaptiveEuler(LocalRule):
         self.seed = seed
         self.curvature: Tensor | None = None
         self.track_decay = track_decay
+        self.fixed_lr = fixed_lr
 
     def start(self, params: Tensor, context: LocalContext) -> None:
         if context.scales_gradients:  # 16-mixed
@@ -130,6 +138,7 @@ class AdaptiveEuler(LocalRule):
         self.rejected = self.forced = 0
         self.bound = math.nan
         self.velocity: Tensor | None = None
+        self.alignment = 1.0
         self.decay = SpeedDecay() if self.track_decay else None
         if self.curvature_batches > 0:
             self.curvature = client_hessian_diagonal(context, self.client_id, self.curvature_batches, self.curvature_probes, self.seed)
@@ -137,7 +146,7 @@ class AdaptiveEuler(LocalRule):
     def _allowed(self, dt: float, speed: float) -> float:
         """The largest LTE a step dt may have (``error_scale``, ``step_limit``); speed = max|v|."""
         allowed = self.tolerance * (dt * speed if self.error_scale == "step" else self.reference)
-        return min(allowed, dt * speed / 2) if self.step_limit == "monotone" else allowed
+        return allowed if self.step_limit == "none" else min(allowed, dt * speed / (2 * self._alignment()))
 
     def _largest_step(self, rate: float, speed: float) -> float:
         """The step whose LTE, rate x dt^2 (rate = |x''| / 2), equals the allowed error."""
@@ -145,10 +154,30 @@ class AdaptiveEuler(LocalRule):
             step = self.tolerance * speed / rate
         else:
             step = math.sqrt(self.tolerance * self.reference / rate)
-        return min(step, speed / (2 * rate)) if self.step_limit == "monotone" else step
+        return step if self.step_limit == "none" else min(step, speed / (2 * rate * self._alignment()))
+
+    def _alignment(self) -> float:
+        """1 ("monotone"), or with "descent" cos(v, -dv), the last measured velocity change's alignment against the
+        step (v'Hv / (|v| |Hv|) for a quadratic) where it is positive: the limit |dv| <= |v| / cos is
+        p dt v'Hv <= |v|^2, the step to the minimum of the client's energy p f - I'x along v."""
+        return self.alignment if self.step_limit == "descent" and self.alignment > 0 else 1.0
+
+    def _measure_alignment(self, direction: Tensor, sign: float) -> None:
+        """With "descent": ``alignment`` = cos(direction, sign x the work array "change") (0 where either is 0)."""
+        if self.step_limit != "descent":
+            return
+        change = self._array("change", direction)
+        norms = float(torch.linalg.vector_norm(direction)) * float(torch.linalg.vector_norm(change))
+        self.alignment = sign * float(direction @ change) / norms if norms > 0 else 0.0
 
     def adjust(self, grad: Tensor, params: Tensor) -> None:
         self.reference = 1.0 if self.error_scale == "absolute" else float(params.norm()) / math.sqrt(params.numel())
+        if self.fixed_lr is not None:
+            dt, velocity = self.fixed_lr / self.weight, self._velocity(grad)
+            speed = self._norm(velocity)
+            params.add_(velocity, alpha=dt)
+            self._accept(dt, 0.0, self._allowed(dt, speed), velocity, speed)
+            return
         if self.lte == "retrospective" and self.steps:
             self._retrospective_step(grad, params)
             return
@@ -167,7 +196,9 @@ class AdaptiveEuler(LocalRule):
         for attempt in range(self.max_backtracks + 1):
             params.copy_(start).add_(velocity, alpha=dt)
             self.context.recompute_gradient()  # grad now holds g(x') on the same batch
-            error, allowed = self._change(grad, gradient) * self.weight * dt / 2, self._allowed(dt, speed)
+            error = self._change(grad, gradient) * self.weight * dt / 2
+            self._measure_alignment(velocity, 1.0)  # dv = -p (g(x') - g(x))
+            allowed = self._allowed(dt, speed)
             if error <= allowed or attempt == self.max_backtracks:
                 break
             self.rejected += 1
@@ -208,6 +239,7 @@ class AdaptiveEuler(LocalRule):
         params.copy_(start).add_(velocity, alpha=probe)
         self.context.recompute_gradient()
         change = self._change(grad, gradient) * self.weight
+        self._measure_alignment(velocity, 1.0)
         return 0.9 * self._largest_step(change / (2 * probe), speed) if change > 0 else probe
 
     def _retrospective_step(self, grad: Tensor, params: Tensor) -> None:
@@ -223,6 +255,7 @@ class AdaptiveEuler(LocalRule):
             self._accept(dt, 0.0, self._allowed(dt, speed), velocity, speed)
             return
         rate = self._change(velocity, self.velocity) / (2 * previous)
+        self._measure_alignment(self.velocity, -1.0)
         error = rate * dt**2
         if error > self._allowed(dt, speed):
             dt = 0.9 * self._largest_step(rate, speed)

@@ -17,7 +17,7 @@ from lightfed.strategies.sharded_base import ShardedRound
 
 SensitivityStep = Literal["window", "first_step"]
 ClientLTE = Literal["trial_step", "retrospective"]
-Damping = Literal["collective", "branch"]
+Damping = Literal["collective", "branch", "constant"]
 
 
 def critical_inductance(conductance: Tensor, branches: int = 1, out: Tensor | None = None) -> Tensor:
@@ -83,6 +83,8 @@ class AdaptiveFedECADO(FedECADO):
         error_scale: ErrorScale = "absolute",
         step_limit: StepLimit = "monotone",
         client_norm: ErrorNorm = "rms",
+        inductance: float = 1.0,
+        fixed_lr: float | None = None,
     ) -> None:
         """
         Args:
@@ -102,7 +104,8 @@ class AdaptiveFedECADO(FedECADO):
                 previous step, one gradient a step; see ``AdaptiveEuler``).
             damping: "collective": L_i = 1 / (4 n G_i^2) with n the round's active clients, so that the n branches
                 together with the central capacitor are critically damped; "branch": L_i = 1 / (4 G_i^2), the paper's
-                eq. 24, which damps each branch alone (zeta = 1/sqrt(n) for n alike active branches).
+                eq. 24, which damps each branch alone (zeta = 1/sqrt(n) for n alike active branches); "constant": every
+                L_i = ``inductance``, FedECADO's (the paper's ablation of its momentum design, Table 13).
             error_norm: The server's error norm, "rms" or "max" (the paper; see ``FedECADO``); the clients' is
                 ``client_norm``.
             min_step: Shortest server step as a fraction of the round's window (see ``FedECADO``).
@@ -119,9 +122,15 @@ class AdaptiveFedECADO(FedECADO):
                 LTE <= gamma in weight units), "state" (LTE <= gamma rms(x)) or "step" (LTE <= gamma max|dt v|: gamma
                 is the step's fraction of Forward Euler's stability limit). The server's error stays absolute.
             step_limit: "monotone" (default): no client step overshoots along its own direction (LTE <= |dt v| / 2,
-                half of Forward Euler's stability limit) whatever gamma; "none": the tolerance alone (the paper).
+                half of Forward Euler's stability limit) whatever gamma; "descent": no step goes past the minimum of
+                the client's energy along its direction (p dt v'Hv <= |v|^2, at least as long); "none": the tolerance
+                alone (the paper).
             client_norm: The norm of a client's errors and velocities: "rms" (default, the root mean square over the
                 coordinates, as the server's) or "max" (the paper's, eq. 15: the stiffest weight sets every step).
+            inductance: L_i of every branch with ``damping="constant"``.
+            fixed_lr: None (default): LTE-controlled client steps; a number: every client step is plain SGD at this
+                learning rate, dt = fixed_lr / p_i, no error control (FedECADO's clients; the paper's ablation of its
+                adaptive steps, Table 15, whose constant step is FedECADO's learning rate).
         """
         if sensitivity_step not in ("window", "first_step"):
             raise ConfigError(f"strategy.sensitivity_step must be 'window' or 'first_step', got {sensitivity_step!r}")
@@ -135,12 +144,14 @@ class AdaptiveFedECADO(FedECADO):
             raise ConfigError(f"strategy.first_step must be 'passivity' or 'probe', got {first_step!r}")
         if error_scale not in ("absolute", "state", "step"):
             raise ConfigError(f"strategy.error_scale must be 'absolute', 'state' or 'step', got {error_scale!r}")
-        if step_limit not in ("none", "monotone"):
-            raise ConfigError(f"strategy.step_limit must be 'none' or 'monotone', got {step_limit!r}")
+        if step_limit not in ("none", "monotone", "descent"):
+            raise ConfigError(f"strategy.step_limit must be 'none', 'monotone' or 'descent', got {step_limit!r}")
         if client_norm not in ("max", "rms"):
             raise ConfigError(f"strategy.client_norm must be 'max' or 'rms', got {client_norm!r}")
-        if damping not in ("collective", "branch"):
-            raise ConfigError(f"strategy.damping must be 'collective' or 'branch', got {damping!r}")
+        if damping not in ("collective", "branch", "constant"):
+            raise ConfigError(f"strategy.damping must be 'collective', 'branch' or 'constant', got {damping!r}")
+        if not inductance > 0 or (fixed_lr is not None and not fixed_lr > 0):
+            raise ConfigError(f"strategy.inductance and fixed_lr must be > 0, got {inductance} and {fixed_lr}")
         control = dict(tolerance=tolerance, max_growth=2.0, min_step=min_step, norm=error_norm)
         self._configure_circuit(control, beyond_window, curvature_batches, curvature_probes, 0, state_device)
         self.tolerance = tolerance
@@ -154,13 +165,16 @@ class AdaptiveFedECADO(FedECADO):
         self.error_scale = error_scale
         self.step_limit = step_limit
         self.client_norm = client_norm
+        self.inductance = inductance
+        self.fixed_lr = fixed_lr
 
     def _rule(self, plan: ClientPlan, current: Tensor, curvature_batches: int) -> LocalRule:
         return AdaptiveEuler(plan.client_id, current, self.tolerance, self.fallback_step,
                              cap_at_first_step=self.cap_client_steps, lte=self.client_lte, curvature_batches=curvature_batches,
                              curvature_probes=self.curvature_probes, seed=plan.seed, first_step=self.first_step,
                              error_scale=self.error_scale, step_limit=self.step_limit,
-                             error_norm=self.client_norm, track_decay=self.beyond_window == "decay")
+                             error_norm=self.client_norm, track_decay=self.beyond_window == "decay",
+                             fixed_lr=self.fixed_lr)
 
     def client_report(self, update: ClientUpdate) -> dict[str, float | Tensor]:
         report, steps = update.report, update.report["steps"]
@@ -180,8 +194,12 @@ class AdaptiveFedECADO(FedECADO):
         shape, workspace = updates.deltas.shape, self._workspace  # (a, d) in the model's dtype, kept between rounds
         curvature = torch.stack([self._curvature(i) for i in updates.client_ids], out=workspace.get("conductance", shape, self.total_current))
         conductance = curvature.mul_(reports["weight"].to(curvature)[:, None]).add_(1 / dt.to(curvature)[:, None])
-        branches = len(updates.client_ids) if self.damping == "collective" else 1
-        inductance = critical_inductance(conductance, branches, out=workspace.get("inductance", shape, conductance))
+        inductance = workspace.get("inductance", shape, conductance)
+        if self.damping == "constant":
+            inductance.fill_(self.inductance)
+        else:
+            branches = len(updates.client_ids) if self.damping == "collective" else 1
+            critical_inductance(conductance, branches, out=inductance)
         self._inductance = inductance
         return reports["window"], conductance.reciprocal_(), inductance
 
@@ -190,6 +208,9 @@ class AdaptiveFedECADO(FedECADO):
 
     def _window_end(self, windows: Tensor, updates: ShardedRound) -> float:
         return window_end(windows, updates.reports["weight"].reciprocal(), self.window_end)
+
+    def _data_weights(self, updates: ShardedRound) -> Tensor:
+        return updates.reports["weight"].double()
 
     def aggregate_shard(self, params: Tensor, updates: ShardedRound) -> Tensor:
         x_c = super().aggregate_shard(params, updates)

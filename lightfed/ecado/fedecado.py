@@ -66,6 +66,14 @@ def window_metrics(
     }
 
 
+def progress_share(move: Tensor, deltas: Tensor, weights: Tensor, coordinates: CoordinateSums) -> float:
+    """How much of the clients' data-weighted mean progress the server's move took this round: the projection
+    <move, mean delta> / |mean delta|^2 (1: FedAvg's step; the rest stays in the branch currents)."""
+    mean = (weights / weights.sum()).to(deltas) @ deltas
+    dot, square = coordinates.sums(move * mean, mean * mean).tolist()
+    return dot / square if square > 0 else 0.0
+
+
 def window_end(windows: Tensor, time_scale: Tensor, rule: str) -> float:
     """The round's integration end: the longest window ("max") or the data-weighted (1 / beta_i) mean ("mean")."""
     if rule == "max":
@@ -281,6 +289,10 @@ class FedECADO(ShardedStrategy):
         ends = torch.full_like(windows, end, dtype=torch.float64)
         return torch.minimum(windows.double(), ends) if self.beyond_window == "hold" else ends
 
+    def _data_weights(self, updates: ShardedRound) -> Tensor:
+        """The round's clients' data sizes, up to a common factor (1 / beta_i), float64."""
+        return updates.reports["time_scale"].double().reciprocal()
+
     def _curvature(self, client_id: int) -> Tensor:
         return self.client_states.get(client_id, "curvature").to(self.total_current.device, non_blocking=True).reshape(-1)
 
@@ -316,6 +328,7 @@ class FedECADO(ShardedStrategy):
         self.step = result.next_step
         self.time += branches.window_end
         self._metrics = window_metrics(result, params, self.total_current, windows, coordinates)
+        self._metrics["progress_share"] = progress_share(result.x_c - params, updates.deltas, self._data_weights(updates), coordinates)
         self._metrics["server_seconds"] = time.perf_counter() - began
         return result.x_c
 

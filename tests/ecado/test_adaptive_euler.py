@@ -240,8 +240,23 @@ def test_the_monotone_step_limit_by_hand():
         _steps(rule, context, 1)
         assert rule.steps == pytest.approx([dt]) and context.flat.params.item() == pytest.approx(x)
     assert rule.errors[0] == pytest.approx(10 * 0.405 / 0.45)  # in units of the tolerance: 0.9 gamma
-    with pytest.raises(ConfigError, match="strategy.step_limit must be 'none' or 'monotone'"):
+    with pytest.raises(ConfigError, match="strategy.step_limit must be 'none', 'monotone' or 'descent'"):
         AdaptiveFedECADO(step_limit="stable")
+
+
+def test_the_descent_step_limit_by_hand():
+    """F = (x1^2 + 9 x2^2) / 2, x0 = (9, 1), p = 1, I = 0, gamma = 10, rms norms: v = -(9, 9). The minimum of F along
+    v is at dt = |v|^2 / v'Hv = 162 / 810 = 0.2; "monotone" stops at |v| / |Hv| = 12.73 / 81.50 = 0.156. From the
+    passivity trial 2 x'(-v) / |v|^2 = 180 / 162 the error over the allowed error is dt / 0.2 ("descent") or
+    dt / 0.156, so one backtrack lands on 0.9 x each limit."""
+    problem = Quadratics(np.array([[[1.0, 0.0], [0.0, 9.0]]]), np.zeros((1, 2)), np.array([10]))
+    monotone = 0.9 * math.sqrt(162) / math.sqrt(81**2 + 9**2)
+    for limit, dt in [("descent", 0.9 * 0.2), ("monotone", monotone)]:
+        context = QuadraticContext(problem, 0, torch.tensor([9.0, 1.0], dtype=torch.float64), lr=1.0)
+        rule = AdaptiveEuler(0, torch.zeros(2, dtype=torch.float64), tolerance=10.0, step_limit=limit, error_norm="rms")
+        _steps(rule, context, 1)
+        assert rule.rejected == 1 and rule.steps == pytest.approx([dt], rel=1e-9)
+        assert context.flat.params.tolist() == pytest.approx([9 - 9 * dt, 1 - 9 * dt])
 
 
 @pytest.mark.parametrize("first_step", ["passivity", "probe"])

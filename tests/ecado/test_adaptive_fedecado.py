@@ -112,6 +112,28 @@ def test_one_client_step_is_forward_euler_from_the_passivity_bound_within_the_to
     assert report["max_lte"] == pytest.approx(dt**2 / 2 * p * float((torch.tensor(problem.A[3]) @ v).abs().max()))
 
 
+def test_fixed_lr_clients_take_sgd_steps_at_that_learning_rate():
+    """fixed_lr = 0.05: every step is dt = 0.05 / p_i, x + dt (I - p g) = x - 0.05 g with I = 0, no trial."""
+    problem, _, x0 = _problem_and_work()
+    strategy = AdaptiveFedECADO(fixed_lr=0.05)
+    strategy.setup(x0.clone(), len(problem.sizes))
+    update = train_client(strategy, problem, ClientPlan(3, 0, seed=3, steps=2), x0, lr=1.0)
+    p = problem.sizes[3] / problem.sizes.sum()
+    A, b = torch.tensor(problem.A[3]), torch.tensor(problem.b[3])
+    x = x0 - 0.05 * (A @ (x0 - b))
+    x = x - 0.05 * (A @ (x - b))
+    torch.testing.assert_close(update.delta, x - x0)
+    assert update.report["steps"] == pytest.approx([0.05 / p] * 2) and update.report["rejected"] == 0
+
+
+def test_constant_damping_gives_every_branch_the_given_inductance():
+    problem, steps, x0 = _problem_and_work()
+    strategy = AdaptiveFedECADO(damping="constant", inductance=3.0)
+    run_rounds(strategy, problem, 1, 16, steps, np.ones(16), x0)
+    metrics = strategy.metrics()
+    assert metrics["inductance_min"] == metrics["inductance_mean"] == metrics["inductance_max"] == 3.0
+
+
 def test_a_nonpositive_passivity_bound_falls_back_and_is_cut_back_to_the_tolerance():
     problem, _, _ = _problem_and_work()
     x0 = torch.zeros(20, dtype=torch.float64)  # x'v = 0: the bound is 0
@@ -198,7 +220,8 @@ def test_bad_settings_are_refused_in_one_line():
         (dict(sensitivity_step="lr"), "strategy.sensitivity_step must be 'window' or 'first_step'"),
         (dict(beyond_window="clamp"), "strategy.beyond_window must be"),
         (dict(fallback_step=-1.0), "strategy.fallback_step must be > 0"),
-        (dict(damping="critical"), "strategy.damping must be 'collective' or 'branch'"),
+        (dict(damping="critical"), "strategy.damping must be 'collective', 'branch' or 'constant'"),
+        (dict(fixed_lr=0.0), "strategy.inductance and fixed_lr must be > 0"),
     ]:
         with pytest.raises(ConfigError, match=message) as error:
             AdaptiveFedECADO(**kwargs)

@@ -6,7 +6,8 @@ import torch
 
 from lightfed.core.messages import ClientPlan
 from lightfed.ecado.circuit import Branches, StepControl, WindowSolver, integrate_window
-from lightfed.ecado.fedecado import critical_branch_inductance
+from lightfed.core.sharding import CoordinateSums
+from lightfed.ecado.fedecado import critical_branch_inductance, progress_share
 from lightfed.errors import ConfigError
 from lightfed.strategies import FedECADO
 from tests.ecado.ecado_quadratics import dense_quadratics, diagonal_quadratics, run_rounds, sharded_round, train_client
@@ -169,3 +170,13 @@ def test_bad_options_are_refused_in_one_line():
         with pytest.raises(ConfigError, match=message) as error:
             FedECADO(**kwargs)
         assert "\n" not in str(error.value)
+
+
+def test_the_progress_share_is_the_moves_projection_on_the_data_weighted_mean_delta():
+    """Deltas (1, 0) and (0, 1) with data weights 3 and 1: the mean delta is (0.75, 0.25); a move of (0.75, 0.25) is
+    all of it, (1.5, 0.5) twice, (0.25, -0.75) (orthogonal) none."""
+    deltas = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    weights = torch.tensor([3.0, 1.0], dtype=torch.float64)
+    coordinates = CoordinateSums(2)
+    for move, share in [((0.75, 0.25), 1.0), ((1.5, 0.5), 2.0), ((0.25, -0.75), 0.0)]:
+        assert progress_share(torch.tensor(move), deltas, weights, coordinates) == pytest.approx(share)

@@ -1,0 +1,117 @@
+"""Where Adaptive FedECADO loses accuracy against a tuned FedECADO: an ablation on digits (Dirichlet 0.3, 1-3 local
+epochs drawn afresh each round), one part changed at a time, each arm a ``lightfed compare`` sweep.
+
+Arms (``--arms``, default all):
+  adaptive        Adaptive FedECADO with its defaults
+  fedecado        FedECADO with the same heterogeneous local work, over learning rates (the tuned baseline)
+  fixed_lr        Adaptive FedECADO's server, clients at a fixed learning rate (dt = lr / p_i): adaptive steps off
+  fedecado_server Adaptive FedECADO's clients, FedECADO's server settings (window end at the data-weighted mean window,
+                  paths extrapolated beyond it)
+  constant_L      Adaptive FedECADO with a constant inductance: the momentum design off
+  extra           whatever ``--extra KEY=V1,V2`` grids give (the fix candidates)
+
+Per round, from each run's metrics.jsonl (mean over seeds): the server's captured share of the clients' data-weighted
+mean progress (``progress_share``), the server's mean step and step count, the clients' mean step (Adaptive's dt, in
+its ODE's time; SGD's learning rate is about dt / 20 here) and the window (simulated time), the training loss and
+val_acc; and each setting's final val_acc and test_acc (the final record).
+
+    python scripts/adaptive_fedecado_ablation.py --seeds 0 1 --out runs/ablation
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "digits"
+HETEROGENEOUS = ["--set", "trainer.local_epochs=randint:1:3", "--set", "trainer.redraw_local_work=true"]
+ADAPTIVE = str(CONFIGS / "adaptive_fedecado.yaml")
+S = "strategy.init_args."
+ARMS: dict[str, list[str]] = {
+    "adaptive": [ADAPTIVE],
+    "fedecado": [str(CONFIGS / "fedecado.yaml"), *HETEROGENEOUS, "--grid", "model.init_args.lr=0.05,0.1,0.15,0.2"],
+    "fixed_lr": [ADAPTIVE, "--grid", f"{S}fixed_lr=0.025,0.05,0.1"],
+    "fedecado_server": [ADAPTIVE, "--set", f"{S}window_end=mean", "--set", f"{S}beyond_window=extrapolate"],
+    "constant_L": [ADAPTIVE, "--set", f"{S}damping=constant", "--grid", f"{S}inductance=0.1,1,10"],
+}
+COLUMNS = {
+    "share": "strategy/progress_share",
+    "server dt": "strategy/step_mean",
+    "server steps": "strategy/server_steps",
+    "client dt": "strategy/client_step_mean",
+    "window": "strategy/window_max",
+    "train_loss": "train_loss",
+    "val_acc": "val_acc",
+}
+
+
+def run_arm(name: str, argv: list[str], seeds: list[str], rounds: int, out: Path, workers: int) -> None:
+    command = [sys.executable, "-m", "lightfed", "compare", "--configs", argv[0], *argv[1:], "--seeds", *seeds,
+               "--rounds", str(rounds), "--out", str(out / name), "--workers", str(workers)]
+    print(" ".join(command), flush=True)
+    subprocess.run(command, check=False)  # a diverged run is a result (compare then exits 1)
+
+
+def histories(arm: Path) -> dict[str, list[list[dict]]]:
+    """setting -> one list of per-round records (final record last) per seed, from the newest version of each run."""
+    by_setting: dict[str, list[list[dict]]] = {}
+    for run in sorted((arm / "runs").iterdir()):
+        setting = run.name.rsplit("__seed", 1)[0]
+        version = max(run.glob("version_*"), key=lambda path: int(path.name.split("_")[1]))
+        lines = [json.loads(line) for line in (version / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        by_setting.setdefault(setting, []).append(lines)
+    return by_setting
+
+
+def mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else float("nan")
+
+
+def summarise(out: Path, arms: list[str], rounds_shown: list[int]) -> str:
+    lines = ["| arm / setting | seeds finished | final val_acc | test_acc | round | " + " | ".join(COLUMNS) + " |",
+             "|---|---|---|---|---|" + "---|" * len(COLUMNS)]
+    for name in arms:
+        if not (out / name / "runs").is_dir():
+            continue
+        for setting, runs in histories(out / name).items():
+            records = [[r for r in run if not r.get("final")] for run in runs]
+            finals = [next((r for r in run if r.get("final")), {}) for run in runs]
+            finished = [run for run, final in zip(records, finals) if final]
+            final_val = mean([run[-1]["val_acc"] for run in finished])
+            test = mean([f["test_acc"] for f in finals if "test_acc" in f])
+            seeds = f"{len(finished)}/{len(runs)}"
+            for index, shown in enumerate(rounds_shown):
+                cells = []
+                for key in COLUMNS.values():
+                    values = [r[key] for run in records for r in run if r["round"] == shown and key in r]
+                    cells.append(f"{mean(values):.3g}" if values else "")
+                head = f"| {setting} | {seeds} | {final_val:.3f} | {test:.3f}" if index == 0 else "| | | |"
+                lines.append(f"{head} | {shown} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=[*ARMS, "extra"])
+    parser.add_argument("--seeds", nargs="+", default=["0", "1"])
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--out", type=Path, default=Path("runs/adaptive_fedecado_ablation"))
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--extra", action="append", default=[], metavar="KEY=V1,V2",
+                        help="a --grid of Adaptive FedECADO's own for the 'extra' arm (strategy.init_args. is added)")
+    parser.add_argument("--show-rounds", nargs="+", type=int, default=[1, 5, 10, 20, 30])
+    parser.add_argument("--summarise-only", action="store_true")
+    args = parser.parse_args()
+    arms = {**ARMS, "extra": [ADAPTIVE] + [part for grid in args.extra for part in ("--grid", S + grid)]}
+    if not args.summarise_only:
+        for name in args.arms:
+            run_arm(name, arms[name], args.seeds, args.rounds, args.out, args.workers)
+    table = summarise(args.out, args.arms, [r for r in args.show_rounds if r <= args.rounds])
+    (args.out / "ablation.md").write_text(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

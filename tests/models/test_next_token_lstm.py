@@ -73,15 +73,16 @@ def chain_losses(source: MarkovText, seed: int) -> tuple[float, float]:
 def test_a_federation_of_writers_learns_most_of_what_their_text_allows(tmp_path) -> None:
     """From uniform guessing (log 16) towards the writers' mean chain, FedAvg closes 70% of the gap in 10 rounds."""
     source = MarkovText()
-    data = FederatedDataModule(source, NaturalIdPartitioner(), batch_size=16)
+    data = FederatedDataModule(source, NaturalIdPartitioner(), batch_size=16, val_fraction=0.0)  # trains on every window
     L.seed_everything(0, verbose=False)
     model = NextTokenLSTM()
     trainer = small_trainer(tmp_path, rounds=10, clients_per_round=5, local_steps=None, local_epochs=2)
-    metrics = trainer.fit(model, data, FedAvg())
+    trainer.fit(model, data, FedAvg())
+    tested = trainer.final_report  # the chain losses are those of the test windows
     uniform, (own, shared) = math.log(16), chain_losses(source, seed=0)
     assert own < shared < uniform - 0.5
-    assert own < metrics["val_loss"] < shared + 0.3 * (uniform - shared)
-    assert metrics["val_acc"] > 0.35  # uniform guessing: 1/16
+    assert own < tested["test_loss"] < shared + 0.3 * (uniform - shared)
+    assert tested["test_acc"] > 0.35  # uniform guessing: 1/16
 
 
 def test_the_text_config_trains_to_the_same_weights_on_one_and_two_processes(tmp_path) -> None:

@@ -226,6 +226,7 @@ class FederatedTrainer:
         self.log_dir: Path | None = None  # set when a run starts
         self.loggers: list[Logger] = []
         self.round = 0  # rounds done
+        self.final_report: dict[str, Any] = {}  # the test set's metrics once fit has ended (none for a stopped run)
         self.should_stop = False  # set by a callback to stop after the current round (the same on every process)
         self.stop_requested = False  # set asynchronously (a signal); reduced with the round in flight
         self._launched = False
@@ -465,7 +466,13 @@ class FederatedTrainer:
         return fingerprint({
             "seed": self.seed,
             "model": {"class_path": _class_name(model), "init_args": dict(model.hparams)},
-            "data": {"dataset": _class_name(data.dataset), "partitioner": _class_name(data.partitioner), "num_clients": data.num_clients},
+            "data": {
+                "dataset": _class_name(data.dataset),
+                "partitioner": _class_name(data.partitioner),
+                "num_clients": data.num_clients,
+                "val_fraction": data.val_fraction,
+                "client_val_fraction": data.client_val_fraction,
+            },
             "strategy": None if strategy is None else _class_name(strategy),
             "trainer": {"clients_per_round": self.clients_per_round, "local_work": vars(self.local_work)},
         })

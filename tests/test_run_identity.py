@@ -203,3 +203,18 @@ def test_the_checkpointed_round_lost_from_metrics_by_a_kill_is_written_on_resume
     run(["fit", "--config", str(folder / "config.yaml"), "--ckpt_path", "last", "--trainer.rounds", "3"])
     assert _rounds(folder) == [1, 2, 3]
     assert json.loads(metrics.read_text().splitlines()[1]) == json.loads(lines[1])
+
+
+def test_from_python_a_resume_with_another_validation_split_is_refused(tmp_path):
+    from lightfed.data import Digits, DirichletPartitioner
+    from lightfed.data.module import FederatedDataModule
+    from lightfed.strategies import FedAvg
+    from tests.conftest import small_model, small_trainer
+
+    def data(val_fraction: float) -> FederatedDataModule:
+        return FederatedDataModule(Digits(), DirichletPartitioner(8, alpha=0.5), batch_size=16, val_fraction=val_fraction)
+
+    small_trainer(tmp_path, rounds=1).fit(small_model(), data(0.1), FedAvg())
+    with pytest.raises(ConfigError, match=r"data\.val_fraction 0\.1 -> 0\.2"):
+        small_trainer(tmp_path, rounds=2).fit(small_model(), data(0.2), FedAvg(), ckpt_path="last")
+    small_trainer(tmp_path, rounds=2).fit(small_model(), data(0.1), FedAvg(), ckpt_path="last")

@@ -14,7 +14,11 @@ import yaml
 from lightfed.cli import main, run
 from lightfed.core.fingerprint import RESUMABLE, check_fingerprint, fingerprint
 from lightfed.core.run_folder import claim_run_folder
+from lightfed.data import Digits, DirichletPartitioner
+from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
+from lightfed.strategies import FedAvg
+from tests.conftest import small_model, small_trainer
 
 TINY = """
 seed_everything: 0
@@ -206,11 +210,6 @@ def test_the_checkpointed_round_lost_from_metrics_by_a_kill_is_written_on_resume
 
 
 def test_from_python_a_resume_with_another_validation_split_is_refused(tmp_path):
-    from lightfed.data import Digits, DirichletPartitioner
-    from lightfed.data.module import FederatedDataModule
-    from lightfed.strategies import FedAvg
-    from tests.conftest import small_model, small_trainer
-
     def data(val_fraction: float) -> FederatedDataModule:
         return FederatedDataModule(Digits(), DirichletPartitioner(8, alpha=0.5), batch_size=16, val_fraction=val_fraction)
 

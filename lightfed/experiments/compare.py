@@ -635,6 +635,10 @@ def main(argv: list[str] | None = None) -> int:
         unfinished = collect(runs, rounds, out, args.metric, args.target, mode, args.usable)
     except SpecError as error:
         parser.error(str(error))
+    except KeyboardInterrupt:  # each run in flight stops after its round, with its checkpoint
+        print(f"compare: stopped by Ctrl-C; rerun the command to finish the runs (--set ckpt_path=auto resumes them), "
+              f"or build the table of the finished ones with --collect (logs in {out / 'runs'})", file=sys.stderr, flush=True)
+        return 130
     if unfinished:
         print(f"compare: {len(unfinished)} of {len(runs)} runs have no finished logs in {out / 'runs'}: "
               + ", ".join(run.name for run in unfinished), file=sys.stderr, flush=True)

@@ -243,6 +243,16 @@ def test_cli_reports_missing_configs_and_unknown_lightfed_options(capsys, tmp_pa
     assert "out of range: the plan has 1 runs" in line
 
 
+def test_ctrl_c_ends_the_sweep_in_one_line_that_says_how_to_go_on(capsys, tmp_path, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(compare, "execute_all", interrupted)
+    assert compare.main(["--configs", QUICKSTART, "--out", str(tmp_path)]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("compare: stopped by Ctrl-C; rerun the command") and "--collect" in err[0]
+
+
 # ----------------------------------------------------------------- end to end
 
 

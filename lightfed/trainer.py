@@ -249,6 +249,7 @@ class FederatedTrainer:
         strategy.check(self.fabric.world_size)
         _check_writable(self.run_root)
         self._launch(data)
+        self.fabric.call("setup", trainer=self, data=data)
         if self.clients_per_round > data.num_clients:
             raise ConfigError(
                 f"trainer.clients_per_round ({self.clients_per_round}) is larger than the number of clients "

@@ -119,8 +119,10 @@ def test_without_a_validation_split_nothing_is_validated_or_selected(tmp_path):
                      "test_loss": pytest.approx(_scores(model, data.test_x, data.test_y)[1], rel=1e-5)}
     with pytest.raises(ConfigError, match="data.val_fraction is 0: there is no validation split"):
         small_trainer(tmp_path).validate(small_model(), no_validation(), ckpt_path="last")
+    refused = tmp_path / "refused"
     with pytest.raises(ConfigError, match="EarlyStopping monitors val_acc, but data.val_fraction is 0"):
-        small_trainer(tmp_path, callbacks=[EarlyStopping("val_acc")]).fit(small_model(), no_validation(), FedAvg())
+        small_trainer(refused, callbacks=[EarlyStopping("val_acc")]).fit(small_model(), no_validation(), FedAvg())
+    assert not refused.exists()  # refused before the run folder is claimed
 
 
 def test_best_round_by_hand():

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from lightfed.core.messages import ClientUpdate
 
 if TYPE_CHECKING:
+    from lightfed.data.module import FederatedDataModule
     from lightfed.trainer import FederatedTrainer
 
 
@@ -16,9 +17,12 @@ class Callback:
     Every process calls every hook: a hook that writes files should do so on ``trainer.is_global_zero`` only, and
     one that stops the run (``trainer.should_stop = True``) must decide the same way on every process (the metrics
     are reduced, so a decision made from them is). ``on_round_end`` sees the round's metrics after the built-in
-    callbacks that add to them (privacy, per-client evaluation) and before the loggers, the metrics file, the
-    progress bar and the checkpoint, in that order.
+    callbacks that add to them (privacy, per-client evaluation) and before the checkpoint, the loggers, the metrics
+    file and the progress bar, in that order.
     """
+
+    def setup(self, trainer: FederatedTrainer, data: FederatedDataModule) -> None:
+        """The data is loaded and nothing of the run is written yet: the place to refuse a setting."""
 
     def on_fit_start(self, trainer: FederatedTrainer) -> None:
         """The run is set up (resumed where it resumes), before its first round."""

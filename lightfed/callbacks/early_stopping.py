@@ -26,8 +26,8 @@ class EarlyStopping(Callback):
             return True
         return value > self.best + self.min_delta if self.mode == "max" else value < self.best - self.min_delta
 
-    def on_fit_start(self, trainer) -> None:
-        if self.monitor.startswith("val_") and not trainer.client.data.has_validation:
+    def setup(self, trainer, data) -> None:
+        if self.monitor.startswith("val_") and not data.has_validation:
             raise ConfigError(
                 f"EarlyStopping monitors {self.monitor}, but data.val_fraction is 0 (no validation split): "
                 "set data.val_fraction > 0 (e.g. 0.1)"

@@ -17,7 +17,7 @@ from lightfed.strategies.sharded_base import ShardedRound
 
 SensitivityStep = Literal["window", "first_step"]
 ClientLTE = Literal["trial_step", "retrospective"]
-Damping = Literal["collective", "branch", "constant"]
+Damping = Literal["collective", "shared", "branch", "constant"]
 
 
 def critical_inductance(conductance: Tensor, branches: int = 1, out: Tensor | None = None) -> Tensor:
@@ -104,7 +104,10 @@ class AdaptiveFedECADO(FedECADO):
                 previous step, one gradient a step; see ``AdaptiveEuler``).
             damping: "collective": L_i = 1 / (4 n G_i^2) with n the round's active clients, so that the n branches
                 together with the central capacitor are critically damped; "branch": L_i = 1 / (4 G_i^2), the paper's
-                eq. 24, which damps each branch alone (zeta = 1/sqrt(n) for n alike active branches); "constant": every
+                eq. 24, which damps each branch alone (zeta = 1/sqrt(n) for n alike active branches); "shared":
+                L_i = R_i R_eq / 4 (R_eq = 1 / sum_j G_j, FedECADO's rule), every branch the same time constant
+                R_eq / 4, so the currents' sum is critically damped however the G_i differ ("collective" is, only for
+                alike branches, where the two agree); "constant": every
                 L_i = ``inductance``, FedECADO's (the paper's ablation of its momentum design, Table 13).
             error_norm: The server's error norm, "rms" or "max" (the paper; see ``FedECADO``); the clients' is
                 ``client_norm``.
@@ -148,8 +151,8 @@ class AdaptiveFedECADO(FedECADO):
             raise ConfigError(f"strategy.step_limit must be 'none', 'monotone' or 'descent', got {step_limit!r}")
         if client_norm not in ("max", "rms"):
             raise ConfigError(f"strategy.client_norm must be 'max' or 'rms', got {client_norm!r}")
-        if damping not in ("collective", "branch", "constant"):
-            raise ConfigError(f"strategy.damping must be 'collective', 'branch' or 'constant', got {damping!r}")
+        if damping not in ("collective", "shared", "branch", "constant"):
+            raise ConfigError(f"strategy.damping must be 'collective', 'shared', 'branch' or 'constant', got {damping!r}")
         if not inductance > 0 or (fixed_lr is not None and not fixed_lr > 0):
             raise ConfigError(f"strategy.inductance and fixed_lr must be > 0, got {inductance} and {fixed_lr}")
         control = dict(tolerance=tolerance, max_growth=2.0, min_step=min_step, norm=error_norm)
@@ -197,6 +200,8 @@ class AdaptiveFedECADO(FedECADO):
         inductance = workspace.get("inductance", shape, conductance)
         if self.damping == "constant":
             inductance.fill_(self.inductance)
+        elif self.damping == "shared":  # L_i = R_i R_eq / 4 = 1 / (4 G_i sum_j G_j)
+            torch.mul(conductance, conductance.sum(0, keepdim=True), out=inductance).mul_(4).reciprocal_()
         else:
             branches = len(updates.client_ids) if self.damping == "collective" else 1
             critical_inductance(conductance, branches, out=inductance)

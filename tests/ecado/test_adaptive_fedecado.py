@@ -134,6 +134,25 @@ def test_constant_damping_gives_every_branch_the_given_inductance():
     assert metrics["inductance_min"] == metrics["inductance_mean"] == metrics["inductance_max"] == 3.0
 
 
+def test_shared_damping_gives_every_branch_the_time_constant_of_the_parallel_resistance():
+    """damping="shared": L_i / R_i = R_eq / 4 (R_eq = 1 / sum_i G_i) in every branch and coordinate, however the
+    G_i differ (windows of 1-50 steps); "collective" (1 / 4 n G_i^2) gives unlike branches unlike time constants."""
+    problem, steps, x0 = _problem_and_work()
+    time_constants = {}
+    for damping in ("shared", "collective"):
+        strategy = AdaptiveFedECADO(damping=damping)
+        run_rounds(strategy, problem, 1, 16, steps, np.ones(16), x0)
+        inductance = strategy._inductance
+        resistance = strategy._workspace.get("conductance", inductance.shape, inductance)  # 1 / G_i, in place
+        time_constants[damping] = inductance / resistance
+        if damping == "shared":
+            quarter_parallel = (resistance.reciprocal().sum(0) * 4).reciprocal()
+    shared = time_constants["shared"]
+    torch.testing.assert_close(shared, quarter_parallel.expand_as(shared))
+    spread = time_constants["collective"].amax(0) / time_constants["collective"].amin(0)
+    assert float(spread.max()) > 2
+
+
 def test_a_nonpositive_passivity_bound_falls_back_and_is_cut_back_to_the_tolerance():
     problem, _, _ = _problem_and_work()
     x0 = torch.zeros(20, dtype=torch.float64)  # x'v = 0: the bound is 0
@@ -220,7 +239,7 @@ def test_bad_settings_are_refused_in_one_line():
         (dict(sensitivity_step="lr"), "strategy.sensitivity_step must be 'window' or 'first_step'"),
         (dict(beyond_window="clamp"), "strategy.beyond_window must be"),
         (dict(fallback_step=-1.0), "strategy.fallback_step must be > 0"),
-        (dict(damping="critical"), "strategy.damping must be 'collective', 'branch' or 'constant'"),
+        (dict(damping="critical"), "strategy.damping must be 'collective', 'shared', 'branch' or 'constant'"),
         (dict(fixed_lr=0.0), "strategy.inductance and fixed_lr must be > 0"),
     ]:
         with pytest.raises(ConfigError, match=message) as error:

@@ -59,7 +59,10 @@ def histories(arm: Path) -> dict[str, list[list[dict]]]:
     by_setting: dict[str, list[list[dict]]] = {}
     for run in sorted((arm / "runs").iterdir()):
         setting = run.name.rsplit("__seed", 1)[0]
-        version = max(run.glob("version_*"), key=lambda path: int(path.name.split("_")[1]))
+        versions = [path for path in run.glob("version_*") if (path / "metrics.jsonl").is_file()]
+        if not versions:  # failed before its first round
+            continue
+        version = max(versions, key=lambda path: int(path.name.split("_")[1]))
         lines = [json.loads(line) for line in (version / "metrics.jsonl").read_text().splitlines() if line.strip()]
         by_setting.setdefault(setting, []).append(lines)
     return by_setting

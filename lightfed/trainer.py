@@ -460,8 +460,8 @@ class FederatedTrainer:
         self, model: LightningModule, data: FederatedDataModule, strategy: Strategy | None, run_config: str | None
     ) -> dict[str, str]:
         """What must not change on a resume: the run's whole config but the settings a resume may change; from
-        Python, the seed, the classes of the model, dataset, partitioner and strategy, the model's hyperparameters
-        and the numbers of clients."""
+        Python, the seed, the classes of the model, dataset, partitioner and strategy, the model's hyperparameters,
+        the numbers of clients, the local work and the split's fractions."""
         if run_config is not None:
             return fingerprint(yaml.safe_load(run_config))
         return fingerprint({

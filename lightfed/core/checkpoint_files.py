@@ -113,5 +113,8 @@ def _feed(digest: Any, value: Any, where: str) -> None:
 
 def file_checksum(path: Path) -> str:
     """SHA-256 of the file's bytes."""
-    with open(path, "rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:  # in chunks (hashlib.file_digest needs Python 3.11; lightfed supports 3.10)
+        for chunk in iter(lambda: file.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -241,11 +241,8 @@ def _raise_logger_error(loggers: object) -> None:
         builder.add_argument("--logger", type=Logger)
         try:
             builder.instantiate(builder.parse_object({"logger": spec}))
-        except Exception as error:
-            cause = error
-            while cause.__cause__ is not None:  # the constructor's own error, under jsonargparse's
-                cause = cause.__cause__
-            raise LoggerError(spec.class_path, "could not be built", cause) from error
+        except Exception as error:  # LoggerError names the constructor's own error, under jsonargparse's
+            raise LoggerError(spec.class_path, "could not be built", error) from error
 
 
 def _user_error(error: BaseException | None) -> LightfedError | None:

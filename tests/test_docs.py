@@ -1,4 +1,4 @@
-"""The README's example strategy works as documented."""
+"""The documentation's example strategy works as documented, and the README stays a short entry point to it."""
 
 import re
 from pathlib import Path
@@ -6,26 +6,31 @@ from pathlib import Path
 import torch
 
 from lightfed import ClientUpdate, Sums
+from lightfed.strategies import ServerContext
 from tests.conftest import small_data, small_model, small_trainer
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[1]
+STRATEGIES_GUIDE = ROOT / "docs" / "guides" / "strategies.md"
+
+
+def _example_code() -> str:
+    section = STRATEGIES_GUIDE.read_text()
+    section = section[section.index("## Writing a strategy on the sums path") :]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
 def _example_strategy_class():
-    section = README[README.index("## Writing a strategy") :]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(_example_code(), str(STRATEGIES_GUIDE), "exec"), namespace)
     return namespace["UniformAvgM"]
 
 
-def test_readme_strategy_is_short_and_computes_uniform_mean_with_momentum():
+def test_documented_strategy_is_short_and_computes_uniform_mean_with_momentum():
     UniformAvgM = _example_strategy_class()
-    section = README[README.index("## Writing a strategy") :]
-    assert len(re.search(r"```python\n(.*?)```", section, re.S).group(1).splitlines()) <= 40
+    assert len(_example_code().splitlines()) <= 40
     strategy = UniformAvgM(server_lr=0.5, momentum=0.5)
     params = torch.tensor([1.0, 1.0, 1.0])
-    strategy.setup(params, num_clients=2)
+    strategy.setup(ServerContext(params, num_clients=2))
     for step, deltas in enumerate([([2.0, 0.0, 4.0], [0.0, 2.0, 0.0]), ([1.0, 1.0, 1.0], [1.0, 1.0, 1.0])]):
         sums = Sums(strategy.sum_sizes(), torch.device("cpu"))
         for client_id, delta in enumerate(deltas):
@@ -35,7 +40,7 @@ def test_readme_strategy_is_short_and_computes_uniform_mean_with_momentum():
     assert torch.allclose(params, torch.tensor([2.25, 2.25, 3.0]))
 
 
-def test_readme_strategy_trains_and_resumes_with_its_state(tmp_path):
+def test_documented_strategy_trains_and_resumes_with_its_state(tmp_path):
     UniformAvgM = _example_strategy_class()
     full = small_model()
     small_trainer(tmp_path / "full", rounds=3).fit(full, small_data(), UniformAvgM(momentum=0.5))
@@ -44,3 +49,12 @@ def test_readme_strategy_trains_and_resumes_with_its_state(tmp_path):
     metrics = small_trainer(tmp_path / "cut", rounds=3).fit(resumed, small_data(), UniformAvgM(momentum=0.5), ckpt_path="last")
     assert metrics["strategy/velocity_norm"] > 0
     assert all(torch.equal(a, b) for a, b in zip(full.parameters(), resumed.parameters()))
+
+
+def test_readme_is_short_and_its_links_exist():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)
+    local = [target for target in targets if "://" not in target]
+    assert local, "the README links the documentation pages"
+    assert [target for target in local if not (ROOT / target).exists()] == []

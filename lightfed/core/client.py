@@ -46,9 +46,9 @@ class ClientTrainer:
     gradients of shuffled batches, or with ``privacy`` the mechanism's session (its batches, its private gradients,
     its hook before each step). Local rules and sessions see the trainer only through its ``LocalContext``.
 
-    The module's hooks run at the matching points of a client's training (the README's table) and ``self.trainer`` is a
-    ``TrainerView``. ``lr_schedule`` scales each round's learning rate; ``gradient_clip_val`` clips each step's final
-    gradient (after the rule and privacy, before the optimizer step) by its norm or by value.
+    The module's hooks run at the matching points of a client's training (the table in docs/guides/model-and-data.md)
+    and ``self.trainer`` is a ``TrainerView``. ``lr_schedule`` scales each round's learning rate; ``gradient_clip_val``
+    clips each step's final gradient (after the rule and privacy, before the optimizer step) by its norm or by value.
     """
 
     def __init__(

@@ -75,5 +75,5 @@ def check_fingerprint(
     raise ConfigError(
         f"{checkpoint} was written with other settings ({shown}): {what} the run's own config.yaml"
         + ("" if evaluation else ", or start a new run without --ckpt_path (a resume may change only the settings "
-           "the README lists)")
+           "docs/guides/checkpoints.md lists)")
     )

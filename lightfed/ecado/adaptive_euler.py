@@ -33,44 +33,20 @@ class AdaptiveEuler(LocalRule):
 
     Each step, on the step's batch: v = I - p g(x). The first step of a round tries the passivity bound (eq. 16;
     ``fallback_step`` where it is not positive and finite), or with ``first_step="probe"`` the step a probe predicts
-    (see ``_probe``; no fallback), later steps twice the previous accepted step but, with
-    ``cap_at_first_step``, never more than that first trial: the paper's (16) is an upper bound on the step, and
-    without it a client whose loss saturates (gradient ~ 0, so any step passes the LTE test) drifts along its current
-    with steps doubling each time, a window of 1e4-1e9 that the server then follows. A trial
-    x' = x + dt v is evaluated on the same batch, LTE = (dt/2) max|v(x') - v(x)| (eq. 14, with p_i as in the ODE);
-    while LTE > tolerance, dt <- 0.9 (tolerance / LTE) dt (``max_backtracks`` tries, then the step is forced). The
-    client's window T_i is the sum of its accepted dt. Costs two gradient evaluations per step or more.
+    (see ``_probe``; no fallback), later steps twice the previous accepted step but, with ``cap_at_first_step``, never
+    more than that first trial. With ``lte="trial_step"`` a trial x' = x + dt v is evaluated on the same batch,
+    LTE = (dt/2) |v(x') - v(x)| (eq. 14, with p_i as in the ODE); while LTE > tolerance, dt <- 0.9 (tolerance / LTE) dt
+    (``max_backtracks`` tries, then the step is forced): two gradients a step or more. With ``lte="retrospective"``
+    the error after the first step is estimated from the velocity change D over the previous step, dt^2 D / (2 dt_prev),
+    and a step above the tolerance is cut in one shot: one gradient a step. The client's window T_i is the sum of its
+    accepted dt.
 
-    ``error_scale``: what the tolerance is measured against. "absolute" (the paper): LTE <= gamma in weight units, so
-    gamma means something else for every model and weight scale. "state": LTE <= gamma rms(x), CVODE's relative
-    tolerance taken norm-wise (a coordinate near zero does not make the test impossible): unchanged when the weights
-    are scaled. "step": LTE <= gamma max|dx| with dx = dt v the step itself; the FE error is (dt^2 / 2)|J v|, so this
-    is dt |J v| / |v| <= 2 gamma: gamma is the step's fraction of Forward Euler's stability limit 2 / lambda along v
-    (gamma = 1: the passivity bound's step for a quadratic centred at 0), free of the weights' and the loss's scale and
-    of the origin; the step then goes as gamma (as sqrt(gamma) with the other two).
-
-    ``error_norm``: every |.| here is the max over the coordinates ("max", the paper's eq. 15) or their root mean
-    square ("rms"; the max lets the stiffest weight set every step).
-
-    ``step_limit="monotone"`` also bounds every step by LTE <= max|dt v| / 2, i.e. dt |J v| / |v| <= 1: along its own
-    direction a Forward-Euler step then does not overshoot (its factor 1 - dt lambda stays >= 0, half the stability
-    limit), whatever gamma; "none" (the paper) leaves only the tolerance, which for a large gamma lets steps far past
-    the stability limit through. "descent" bounds it by p dt v'Hv <= |v|^2 instead (LTE <= |dt v| / (2 cos), cos the
-    alignment of the measured velocity change against the step): the step to the minimum, along v, of the client's
-    energy p f - I'x (the quantity its ODE descends), which is at least as long as "monotone" (v'Hv <= |v| |Hv|) and
-    equal to it where v is an eigenvector; where the change is not aligned (no positive curvature seen) "monotone".
-
-    ``fixed_lr``: every step is SGD at this learning rate, dt = fixed_lr / p_i, without error control (FedECADO's
-    clients; the paper's ablation of its adaptive steps).
-
-    ``lte="retrospective"`` (the spec's variant B, no second gradient): after the first step, the error of a step dt
-    is estimated from the velocity change over the previous step (dt_prev), the FE error (dt^2 / 2)|x''| with
-    x'' ~ (v_n - v_{n-1}) / dt_prev: eps(dt) = dt^2 D / (2 dt_prev), D = max|v_n - v_{n-1}|; a proposal above the
-    tolerance is cut in one shot to dt = 0.9 sqrt(2 tolerance dt_prev / D) (counted as rejected). The spec's
-    eps = (dt / 2) D drops the factor dt / dt_prev, so it holds only for equal steps and would not scale as the FE
-    error does. The round's first step, with no previous velocity, is checked with a trial step as in variant A:
-    one extra gradient per client and round instead of one or more per step. D compares two different batches, so
-    it includes their sampling noise.
+    ``error_scale`` says what the tolerance is measured against ("absolute", "state": rms(x), "step": the step
+    itself); ``error_norm`` whether |.| is the max over the coordinates ("max", eq. 15) or their root mean square
+    ("rms"); ``step_limit`` bounds every step besides the tolerance ("monotone": no overshoot along its own direction,
+    "descent": not past the minimum of the client's energy along it, "none"); ``fixed_lr`` replaces error control by
+    SGD at that learning rate, dt = fixed_lr / p_i. Why each exists, and what each does on digits and on the spec's
+    quadratics: the documentation's page "Paper corrections: Adaptive FedECADO" (docs/corrections/adaptive-fedecado.md).
     """
 
     takes_step = True

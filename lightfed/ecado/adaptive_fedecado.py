@@ -31,29 +31,11 @@ def critical_inductance(conductance: Tensor, branches: int = 1, out: Tensor | No
 class AdaptiveFedECADO(FedECADO):
     """Clients integrate dx/dt = I_i^k - p_i grad f_i with LTE-controlled Forward Euler (``AdaptiveEuler``, which
     replaces the model's optimizer); the server integrates the FedECADO circuit with Backward Euler under the same
-    tolerance, the active branches critically damped by L_i = 1 / (4 n G_i^2), G_i = 1/dt_G + p_i diag(H_i).
+    tolerance, the active branches critically damped by L_i = 1 / (4 n G_i^2), G_i = 1/dt_G + p_i diag(H_i), dt_G the
+    client's window T_i. H_i is a Hutchinson diagonal, estimated the first time a client is sampled.
 
-    Corrections to the paper as printed (its spec, sections 3.1, 13, 14): canonical signs (the client adds +I_i);
-    eq. 24's L_i critically damps one branch on the central capacitor, but a round's n active branches share it and
-    were left damped by 1/sqrt(n), so L_i = 1 / (4 n G_i^2) (``damping="collective"``; eq. 24 is "branch");
-    backtracking rejects only while LTE > gamma and the server step can grow again (at most 2x per step); a client's
-    first trial each round is predicted from a probe step's gradient change (``first_step="probe"``: eq. 16 on the
-    raw weights depends on where the origin is, was negative for a third of the digits clients, and then left the
-    step to a ``fallback_step`` the paper does not have); its errors are root mean squares over the coordinates
-    (``client_norm="rms"``; the paper's max lets the stiffest weight set every step); a client's steps grow back
-    after backtracking but never above its round's first trial (eq. 16 is an upper bound; the spec's toy found it
-    erratic when re-evaluated every step, and a client whose loss saturates otherwise doubles its steps without end,
-    since any step then passes the LTE test); no client step overshoots along its own direction
-    (``step_limit="monotone"``; with gamma alone, digits clients at gamma = 1 took steps with an LTE of about 1,
-    weights of rms 0.04 at initialisation, and one of two seeds collapsed to chance); dt_G is the
-    client's window T_i ("the client step-size" is undefined for adaptive steps; the literal reading, the client's
-    first step, is ``sensitivity_step="first_step"``), so G_i and L_i are recomputed each round from the frozen
-    Hessian diagonal; beyond T_i a client's path goes on at the speed decay it showed over its window
-    (``beyond_window="decay"``: held where it saturated, extrapolated where it was steady; the paper extrapolates
-    linearly, which diverged on the spec's quadratics, and "hold", the spec's fix, lets a short window that was
-    still moving pull x_c back as a stiff branch; on digits decay gained 0.01-0.02 at every gamma); clients restart
-    from x_c each round and inactive currents stay frozen in the central node's equation. H_i is a Hutchinson
-    diagonal at the global model from one local batch, estimated the first time a client is sampled.
+    Where and why the defaults depart from the paper as printed, with the measurements behind each: the documentation's
+    page "Paper corrections: Adaptive FedECADO" (docs/corrections/adaptive-fedecado.md).
 
     Memory per client that has trained: I_i and diag(H_i), 2 d / N floats per process (N processes; see
     ``FedECADO`` for where they live).

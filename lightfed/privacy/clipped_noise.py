@@ -17,7 +17,7 @@ class ClippedGaussianNoise(ClientPrivacy):
     to the final gradient of every local step (after a sharpness-aware rule), m = clients per round.
 
     It clips the batch gradient, not each example's, and keeps no accountant: it gives no example-level guarantee
-    comparable to ``DPSGD`` (see README); it is here to reproduce the paper.
+    comparable to ``DPSGD`` (see docs/corrections/adaptfed.md); it is here to reproduce the paper.
     """
 
     def __init__(self, sigma2: float = 0.01, max_grad_norm: float = 1.0, noise_scales_with_clip: bool = True) -> None:

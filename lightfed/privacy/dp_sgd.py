@@ -53,7 +53,7 @@ class DPSGD(ClientPrivacy):
     ``target_delta``) is logged per round as the max and mean over the clients that have trained.
 
     Under a sharpness-aware rule a step releases two private gradients of the same Poisson batch; that step is
-    accounted as one subsampled Gaussian mechanism with noise noise_multiplier / sqrt(2) (see README).
+    accounted as one subsampled Gaussian mechanism with noise noise_multiplier / sqrt(2) (see docs/guides/privacy.md).
     """
 
     keeps_client_state = True

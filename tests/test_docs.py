@@ -58,3 +58,10 @@ def test_readme_is_short_and_its_links_exist():
     local = [target for target in targets if "://" not in target]
     assert local, "the README links the documentation pages"
     assert [target for target in local if not (ROOT / target).exists()] == []
+
+
+def test_the_tests_the_guarantees_name_exist():
+    guarantees = (ROOT / "docs" / "guides" / "guarantees.md").read_text()
+    named = set(re.findall(r"`(tests/[\w/]+\.py)(?:::\w+)?`", guarantees))
+    assert len(named) >= 10
+    assert sorted(path for path in named if not (ROOT / path).is_file()) == []

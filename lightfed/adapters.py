@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lightning import LightningModule
 from lightning.fabric.loggers import TensorBoardLogger
 from lightning.fabric.strategies import DDPStrategy
+from torch import Tensor
+from torchmetrics import Metric
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard.writer import FileWriter
@@ -30,3 +34,28 @@ def set_collective_timeout(fabric: Any, seconds: float) -> None:
 def tensorboard_file_writer(logger: TensorBoardLogger) -> FileWriter:
     """The writer Lightning's own ``log_hyperparams`` writes summaries to (``SummaryWriter._get_file_writer``)."""
     return logger.experiment._get_file_writer()
+
+
+def compute_metric(metric: Metric, sync: bool) -> Tensor:
+    """``metric.compute()`` reduced over all processes or not, whatever the metric's ``sync_on_compute``.
+
+    ``compute`` syncs when ``Metric._to_sync`` is set (``sync_on_compute`` sets it only when the metric is built).
+    """
+    metric._to_sync = sync
+    try:
+        return metric.compute()
+    finally:
+        metric._to_sync = metric.sync_on_compute
+
+
+@contextmanager
+def logging_to(module: LightningModule, log: Callable[..., None], log_dict: Callable[..., None]) -> Iterator[None]:
+    """Routes ``module.log`` and ``module.log_dict`` to ``log`` and ``log_dict`` for the duration of the block.
+
+    Instance attributes of the same names hide ``LightningModule``'s methods (which need a Lightning ``Trainer``).
+    """
+    module.log, module.log_dict = log, log_dict  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        del module.log, module.log_dict

@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 import torch
+import torchmetrics
 from lightning import LightningModule
 from lightning.fabric.loggers import TensorBoardLogger
 from lightning.fabric.strategies import DDPStrategy
@@ -37,3 +38,33 @@ def test_tensorboards_file_writer_takes_summaries(tmp_path):
     adapters.tensorboard_file_writer(logger).add_summary(scalar("x", 1.0))
     logger.experiment.flush()
     assert list((tmp_path / "run").rglob("events.out.tfevents.*"))
+
+
+class Total(torchmetrics.SumMetric):
+    """A sum whose every process (two here, the gather doubling each state) is this one."""
+
+    def __init__(self, **kwargs):
+        super().__init__(distributed_available_fn=lambda: True, dist_sync_fn=lambda x, group=None: [x, x], **kwargs)
+
+
+def test_a_metric_is_computed_over_processes_exactly_when_asked_whatever_its_sync_on_compute():
+    for sync_on_compute in (True, False):
+        metric = Total(sync_on_compute=sync_on_compute, compute_with_cache=False)
+        metric.update(torch.tensor(3.0))
+        assert adapters.compute_metric(metric, sync=True) == 6.0  # the two processes' 3 + 3
+        assert adapters.compute_metric(metric, sync=False) == 3.0
+        assert metric.compute() == (6.0 if sync_on_compute else 3.0)  # its own setting again, its own state kept
+
+
+def test_a_module_logs_to_the_given_functions_inside_the_block_and_to_lightnings_own_after_it():
+    class Logs(LightningModule):
+        def training_step(self, batch, batch_idx):
+            self.log("loss", 1.5, batch_size=4)
+            self.log_dict({"acc": 0.5})
+
+    module, seen = Logs(), []
+    with adapters.logging_to(module, lambda *a, **k: seen.append((a, k)), lambda d, *a, **k: seen.append(d)):
+        module.training_step(None, 0)
+    assert seen == [(("loss", 1.5), {"batch_size": 4}), {"acc": 0.5}]
+    assert module.log.__func__ is LightningModule.log and module.log_dict.__func__ is LightningModule.log_dict
+    assert "log" not in vars(module) and "log_dict" not in vars(module)

@@ -2,14 +2,15 @@
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import torch
-from lightning.fabric import Fabric
 from lightning import LightningModule
+from lightning.fabric import Fabric
 from torch import Tensor
 from torchmetrics import Metric
 
+from lightfed.adapters import compute_metric, logging_to
 from lightfed.errors import ConfigError
 
 
@@ -46,11 +47,8 @@ class LoggedValues:
     @contextmanager
     def attached(self, module: LightningModule) -> Iterator["LoggedValues"]:
         """Routes ``module.log``/``module.log_dict`` here for the duration of the block."""
-        module.log, module.log_dict = self.log, self.log_dict
-        try:
+        with logging_to(module, self.log, self.log_dict):
             yield self
-        finally:
-            del module.log, module.log_dict
 
     def absorb(self, other: "LoggedValues", module: LightningModule, other_module: LightningModule) -> None:
         """Adds what ``other`` holds (logged by ``other_module``, a copy of ``module``) into this, and clears it."""
@@ -62,7 +60,7 @@ class LoggedValues:
             path = _path_in(other_module, metric)
             target = self._metrics.get(name)
             if target is None and path is not None:
-                target = module.get_submodule(path)
+                target = _metric_at(module, path)
             if target is None:
                 self._metrics[name] = metric
                 continue
@@ -97,16 +95,14 @@ class LoggedValues:
             counts = [torch.tensor(self._counts.get(n, 0.0), device=zero.device) for n in names]
             packed = torch.stack(sums + counts)
             if fabric is not None:
-                packed = fabric.all_reduce(packed, reduce_op="sum")
+                packed = cast(Tensor, fabric.all_reduce(packed, reduce_op="sum"))
             totals = packed.tolist()
             result = {n: totals[i] / totals[i + len(names)] for i, n in enumerate(names)}
         self._sums.clear()
         self._counts.clear()
         for name, path in sorted(paths.items()):
-            metric = self._metrics[name] if name in self._metrics else module.get_submodule(path)
-            metric._to_sync = fabric is not None  # torchmetrics syncs over processes unless told not to
-            result[name] = float(metric.compute())
-            metric._to_sync = metric.sync_on_compute
+            metric = self._metrics[name] if name in self._metrics else _metric_at(module, path)
+            result[name] = float(compute_metric(metric, sync=fabric is not None))
             metric.reset()
         self._metrics.clear()
         return result
@@ -116,3 +112,8 @@ def _path_in(module: LightningModule | None, metric: Metric) -> str | None:
     """Where ``metric`` sits in ``module`` (its name in ``named_modules``), None if it is not one of its parts."""
     return next((path for path, part in (module.named_modules() if module is not None else []) if part is metric), None)
 
+
+def _metric_at(module: LightningModule | None, path: str | None) -> Metric:
+    """The torchmetrics object that ``_path_in`` found at ``path`` in ``module``."""
+    assert module is not None and path is not None
+    return cast(Metric, module.get_submodule(path))

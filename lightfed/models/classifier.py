@@ -5,17 +5,19 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from lightning import LightningModule
+from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
 
 class ClassificationModule(LightningModule):
-    """Classifier of `(x, y)` batches (others through `logits_and_targets`): cross-entropy loss, SGD, accuracy on
-    val and test.
+    """Classifier of `(x, y)` batches (others through `logits_and_targets`): cross-entropy loss, the optimizer it is
+    given (SGD with lr 0.05 by default), accuracy on val and test.
 
     Subclasses call `super().__init__(...)` first and then build `self.net`, the module
     mapping inputs to logits. `save_hyperparameters()` here also records the subclass's
-    constructor arguments.
+    constructor arguments, all but the optimizer (a callable; a config records it as
+    `optimizer: {class_path, init_args}`).
     """
 
     net: nn.Module
@@ -23,19 +25,18 @@ class ClassificationModule(LightningModule):
     def __init__(
         self,
         num_classes: int,
-        lr: float = 0.05,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
+        optimizer: OptimizerCallable = lambda params: torch.optim.SGD(params, lr=0.05),
     ) -> None:
         """
         Args:
             num_classes: Number of classes.
-            lr: SGD learning rate.
-            momentum: SGD momentum.
-            weight_decay: SGD weight decay (L2 penalty).
+            optimizer: Builds the clients' optimizer from the parameters, e.g.
+                `functools.partial(torch.optim.SGD, lr=0.1, momentum=0.9)`; in a config
+                `{class_path: torch.optim.SGD, init_args: {lr: 0.1, momentum: 0.9}}`.
         """
         super().__init__()
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=["optimizer"])
+        self.optimizer = optimizer
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
 
@@ -73,11 +74,6 @@ class ClassificationModule(LightningModule):
         accuracy.update(logits, targets)
         self.log(f"{prefix}_acc", accuracy, batch_size=batch_size)
 
-    def configure_optimizers(self) -> torch.optim.SGD:
-        """Return SGD over all parameters with the configured lr, momentum and weight decay."""
-        return torch.optim.SGD(
-            self.parameters(),
-            lr=self.hparams.lr,
-            momentum=self.hparams.momentum,
-            weight_decay=self.hparams.weight_decay,
-        )
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        """The configured optimizer over all parameters."""
+        return self.optimizer(self.parameters())

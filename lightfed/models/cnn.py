@@ -1,5 +1,7 @@
 """Small two-convolution CNN for digits, MNIST and CIFAR-shaped images."""
 
+from typing import Any
+
 from torch import nn
 
 from lightfed.models.classifier import ClassificationModule
@@ -17,20 +19,16 @@ class SmallCNN(ClassificationModule):
         num_classes: int = 10,
         in_channels: int = 1,
         width: int = 32,
-        lr: float = 0.05,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
+        **kwargs: Any,
     ) -> None:
         """
         Args:
             num_classes: Number of classes.
             in_channels: Channels of the input images (1 for grayscale, 3 for RGB).
             width: Channels of the first conv; the second has twice as many.
-            lr: SGD learning rate.
-            momentum: SGD momentum.
-            weight_decay: SGD weight decay (L2 penalty).
+            kwargs: `optimizer`, as for `ClassificationModule` (default SGD with lr 0.05).
         """
-        super().__init__(num_classes=num_classes, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        super().__init__(num_classes=num_classes, **kwargs)
         self.net = nn.Sequential(
             nn.Conv2d(in_channels, width, kernel_size=3, padding=1),
             nn.ReLU(),

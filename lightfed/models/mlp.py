@@ -1,5 +1,9 @@
 """Multilayer perceptron; with no hidden layers, multinomial logistic regression."""
 
+from collections.abc import Sequence
+from itertools import pairwise
+from typing import Any
+
 from torch import nn
 
 from lightfed.models.classifier import ClassificationModule
@@ -8,31 +12,27 @@ from lightfed.models.classifier import ClassificationModule
 class MLP(ClassificationModule):
     """Flatten, then Linear+ReLU per hidden size, then a linear layer to the logits.
 
-    With `hidden=[]` it is multinomial logistic regression, the model of FedProx's Synthetic data.
+    With no `hidden` layers it is multinomial logistic regression, the model of FedProx's Synthetic data.
     """
 
     def __init__(
         self,
         in_features: int = 60,
         num_classes: int = 10,
-        hidden: list[int] = [],
-        lr: float = 0.05,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
+        hidden: Sequence[int] = (),
+        **kwargs: Any,
     ) -> None:
         """
         Args:
             in_features: Number of input features after flattening.
             num_classes: Number of classes.
             hidden: Sizes of the hidden layers; empty for logistic regression.
-            lr: SGD learning rate.
-            momentum: SGD momentum.
-            weight_decay: SGD weight decay (L2 penalty).
+            kwargs: `optimizer`, as for `ClassificationModule` (default SGD with lr 0.05).
         """
-        super().__init__(num_classes=num_classes, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        super().__init__(num_classes=num_classes, **kwargs)
         sizes = [in_features, *hidden]
         layers: list[nn.Module] = [nn.Flatten()]
-        for size_in, size_out in zip(sizes, sizes[1:]):
+        for size_in, size_out in pairwise(sizes):
             layers += [nn.Linear(size_in, size_out), nn.ReLU()]
         layers.append(nn.Linear(sizes[-1], num_classes))
         self.net = nn.Sequential(*layers)

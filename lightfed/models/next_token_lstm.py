@@ -1,5 +1,7 @@
 """A small character-level LSTM language model trained on dict batches of tokens and their next tokens."""
 
+import torch
+from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
 
 from lightfed.models.classifier import ClassificationModule
@@ -19,9 +21,7 @@ class NextTokenLSTM(ClassificationModule):
         embedding_dim: int = 8,
         hidden_size: int = 32,
         num_layers: int = 1,
-        lr: float = 2.0,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
+        optimizer: OptimizerCallable = lambda params: torch.optim.SGD(params, lr=2.0),
     ) -> None:
         """
         Args:
@@ -29,11 +29,9 @@ class NextTokenLSTM(ClassificationModule):
             embedding_dim: Size of each token's embedding.
             hidden_size: Size of the LSTM's hidden state.
             num_layers: Number of stacked LSTM layers.
-            lr: SGD learning rate.
-            momentum: SGD momentum.
-            weight_decay: SGD weight decay (L2 penalty).
+            optimizer: Builds the clients' optimizer, as for `ClassificationModule` (here SGD with lr 2.0).
         """
-        super().__init__(num_classes=vocab_size, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        super().__init__(num_classes=vocab_size, optimizer=optimizer)
         self.embedding = nn.Embedding(vocab_size, embedding_dim)
         self.lstm = nn.LSTM(embedding_dim, hidden_size, num_layers=num_layers, batch_first=True)
         self.head = nn.Linear(hidden_size, vocab_size)

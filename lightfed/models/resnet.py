@@ -1,6 +1,7 @@
 """torchvision ResNets (18, 34, 50) with GroupNorm and the CIFAR stem."""
 
 from functools import partial
+from typing import Any
 
 from torch import nn
 from torchvision.models import resnet18, resnet34, resnet50
@@ -23,20 +24,16 @@ class ResNet18GN(ClassificationModule):
         num_classes: int = 10,
         in_channels: int = 3,
         groups: int = 2,
-        lr: float = 0.05,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
+        **kwargs: Any,
     ) -> None:
         """
         Args:
             num_classes: Number of classes.
             in_channels: Channels of the input images.
             groups: GroupNorm groups; must divide 64.
-            lr: SGD learning rate.
-            momentum: SGD momentum.
-            weight_decay: SGD weight decay (L2 penalty).
+            kwargs: `optimizer`, as for `ClassificationModule` (default SGD with lr 0.05).
         """
-        super().__init__(num_classes=num_classes, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        super().__init__(num_classes=num_classes, **kwargs)
         self.net = self.constructor(weights=None, num_classes=num_classes, norm_layer=partial(nn.GroupNorm, groups))
         self.net.conv1 = nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
         nn.init.kaiming_normal_(self.net.conv1.weight, mode="fan_out", nonlinearity="relu")

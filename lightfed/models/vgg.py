@@ -1,5 +1,7 @@
 """VGG-11 with the CIFAR-style classifier."""
 
+from typing import Any
+
 from torch import nn
 from torchvision.models.vgg import cfgs, make_layers
 
@@ -14,20 +16,16 @@ class VGG11(ClassificationModule):
         num_classes: int = 10,
         in_channels: int = 3,
         batch_norm: bool = False,
-        lr: float = 0.05,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
+        **kwargs: Any,
     ) -> None:
         """
         Args:
             num_classes: Number of classes.
             in_channels: Channels of the input images.
             batch_norm: Add BatchNorm after each conv.
-            lr: SGD learning rate.
-            momentum: SGD momentum.
-            weight_decay: SGD weight decay (L2 penalty).
+            kwargs: `optimizer`, as for `ClassificationModule` (default SGD with lr 0.05).
         """
-        super().__init__(num_classes=num_classes, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        super().__init__(num_classes=num_classes, **kwargs)
         features = make_layers(cfgs["A"], batch_norm=batch_norm)
         if in_channels != 3:  # make_layers always builds a 3-channel first conv
             features[0] = nn.Conv2d(in_channels, 64, kernel_size=3, padding=1)

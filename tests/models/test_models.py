@@ -2,6 +2,7 @@
 
 import pickle
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics import Metric
 
-from lightfed.models import MLP, VGG11, ClassificationModule, ResNet18GN, SmallCNN
+from lightfed.models import MLP, VGG11, ClassificationModule, NextTokenLSTM, ResNet18GN, SmallCNN
 
 
 class LogRecorder:
@@ -101,35 +102,40 @@ def test_state_dict_holds_only_network_weights(make: Callable[[], Classification
     assert all(key.startswith("net.") for key in make().state_dict())
 
 
-def test_resnet_pickles() -> None:
-    model = ResNet18GN(num_classes=3)
+def test_resnet_with_an_importable_optimizer_pickles() -> None:
+    """A `functools.partial` of an optimizer class pickles (as the CLI's optimizers do); the default lambda does not."""
+    model = ResNet18GN(num_classes=3, optimizer=partial(torch.optim.SGD, lr=0.05))
     assert isinstance(pickle.loads(pickle.dumps(model)), ResNet18GN)
 
 
-def test_configure_optimizers_returns_configured_sgd() -> None:
-    model = SmallCNN(lr=0.3, momentum=0.9, weight_decay=1e-4)
+def test_configure_optimizers_builds_the_given_optimizer_over_all_parameters() -> None:
+    model = SmallCNN(optimizer=partial(torch.optim.SGD, lr=0.3, momentum=0.9, weight_decay=1e-4))
     optimizer = model.configure_optimizers()
     assert type(optimizer) is torch.optim.SGD
     (group,) = optimizer.param_groups
     assert (group["lr"], group["momentum"], group["weight_decay"]) == (0.3, 0.9, 1e-4)
     assert {id(p) for p in group["params"]} == {id(p) for p in model.parameters()}
+    assert type(MLP(optimizer=torch.optim.Adam).configure_optimizers()) is torch.optim.Adam
 
 
-def test_hyperparameters_include_subclass_and_optimizer_args() -> None:
-    model = SmallCNN(num_classes=5, width=8, lr=0.1)
-    assert dict(model.hparams) == {
-        "num_classes": 5,
-        "in_channels": 1,
-        "width": 8,
-        "lr": 0.1,
-        "momentum": 0.0,
-        "weight_decay": 0.0,
-    }
+@pytest.mark.parametrize(("make", "lr"), [*((make, 0.05) for make in FACTORIES), (NextTokenLSTM, 2.0)])
+def test_the_default_optimizer_is_each_models_former_sgd(make: Callable[[], ClassificationModule], lr: float) -> None:
+    """SGD without momentum or weight decay, at lr 0.05 (2.0 for the LSTM): the defaults of the lr, momentum and
+    weight_decay arguments the optimizer replaced."""
+    optimizer = make().configure_optimizers()
+    (group,) = optimizer.param_groups
+    assert type(optimizer) is torch.optim.SGD
+    assert (group["lr"], group["momentum"], group["weight_decay"], group["nesterov"]) == (lr, 0, 0, False)
+
+
+def test_hyperparameters_hold_the_constructor_arguments_but_the_optimizer() -> None:
+    model = SmallCNN(num_classes=5, width=8, optimizer=partial(torch.optim.SGD, lr=0.1))
+    assert dict(model.hparams) == {"num_classes": 5, "in_channels": 1, "width": 8}
 
 
 def test_sgd_steps_reduce_training_loss() -> None:
     torch.manual_seed(0)
-    model = SmallCNN(width=8, lr=0.1)
+    model = SmallCNN(width=8, optimizer=partial(torch.optim.SGD, lr=0.1))
     recorder = LogRecorder()
     model.log = recorder
     batch = (torch.rand(16, 1, 8, 8), torch.arange(16) % 4)

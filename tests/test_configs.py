@@ -1,23 +1,100 @@
-"""Every shipped config parses, and each digits config trains (briefly) to a useful model."""
+"""Every file under configs/ parses with lightfed's own parser, in the layers it is meant for: a folder's base.yaml
+under each of its other files, the privacy files last, the rest alone. Whatever a layer writes reaches the resolved
+config, a later layer winning. Each digits config trains (briefly) to a useful model."""
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from lightfed.cli import main, run
 
-CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").rglob("*.yaml"))
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+ADD_ONS = {  # files added last to a base and one of its overlays
+    "privacy/dp-sgd.yaml": ("digits/base.yaml", "digits/fedavg.yaml"),
+    **{f"adaptfed/dp-sigma2-{s}.yaml": ("adaptfed/cifar10/base.yaml", "adaptfed/cifar10/adaptfed.yaml")
+       for s in ("0.01", "0.02", "0.03")},
+}
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: str(p.relative_to(p.parents[1])))
-def test_config_parses(config, capsys):
+def _layers() -> list[tuple[str, ...]]:
+    layers = []
+    for path in sorted(CONFIGS.rglob("*.yaml")):
+        name = str(path.relative_to(CONFIGS))
+        base = path.with_name("base.yaml")
+        if name in ADD_ONS:
+            layers.append((*ADD_ONS[name], name))
+        elif path.name != "base.yaml":
+            layers.append((str(base.relative_to(CONFIGS)), name) if base.exists() else (name,))
+    return layers
+
+
+LAYERS = _layers()
+
+
+def _written(config: Any, key: str = "") -> dict[str, Any]:
+    """The leaves of a config, as {"a.b": value}, without the ``init_args`` level (a config may leave it out)."""
+    if not isinstance(config, dict) or not config:
+        return {key: config}
+    return {
+        k: v
+        for name, inner in config.items()
+        for k, v in _written(inner, key if name == "init_args" else f"{key}.{name}" if key else name).items()
+    }
+
+
+def _merged(files: tuple[str, ...]) -> dict[str, Any]:
+    """The leaves the files write, a later file winning; a class_path a later file changes drops the settings of the
+    class before it (jsonargparse keeps only those the new class takes)."""
+    merged: dict[str, Any] = {}
+    for file in files:
+        written = _written(yaml.safe_load((CONFIGS / file).read_text()))
+        for key, value in written.items():
+            if key.endswith(".class_path") and merged.get(key, value) != value:
+                merged = {k: v for k, v in merged.items() if not k.startswith(key.removesuffix("class_path"))}
+        merged.update(written)
+    return merged
+
+
+def _resolved(capsys, files: tuple[str, ...]) -> dict[str, Any]:
     with pytest.raises(SystemExit) as exit:
-        main(["fit", "--config", str(config), "--print_config"])
-    assert exit.value.code == 0 and "class_path" in capsys.readouterr().out
+        main(["fit", *(arg for file in files for arg in ("--config", str(CONFIGS / file))), "--print_config"])
+    printed = capsys.readouterr()
+    assert exit.value.code == 0, printed.err
+    return _written(yaml.safe_load(printed.out))
 
 
-@pytest.mark.parametrize("config", [c for c in CONFIGS if c.parent.name == "digits"], ids=lambda p: p.stem)
-def test_digits_config_learns(config, tmp_path):
-    metrics = run(["fit", "--config", str(config), "--trainer.rounds", "10", "--trainer.root_dir", str(tmp_path),
+def test_every_config_is_layered_and_the_folders_of_overlays_have_a_base():
+    covered = {file for files in LAYERS for file in files}
+    assert covered == {str(p.relative_to(CONFIGS)) for p in CONFIGS.rglob("*.yaml")}
+    assert ("quickstart.yaml",) in LAYERS and ("digits/base.yaml", "digits/fedadam.yaml") in LAYERS
+
+
+@pytest.mark.parametrize("files", LAYERS, ids=lambda files: "+".join(files))
+def test_each_layer_reaches_the_resolved_config(capsys, files):
+    resolved = _resolved(capsys, files)
+    merged = _merged(files)
+    assert {key: resolved.get(key, "missing") for key in merged} == merged
+    assert resolved["model.class_path"].startswith("lightfed.models.")
+    assert resolved["model.optimizer.class_path"] == "torch.optim.SGD"
+    assert resolved["strategy.class_path"].startswith("lightfed.strategies.")
+
+
+def test_an_overlay_replaces_the_bases_optimizer_settings_and_model_class(capsys):
+    """cifar10/fedecado.yaml trades the base's ResNet-18 for VGG-11 and its lr 0.01 for 0.05; the base's other
+    settings stay."""
+    resolved = _resolved(capsys, ("cifar10/base.yaml", "cifar10/fedecado.yaml"))
+    assert resolved["model.class_path"] == "lightfed.models.VGG11"
+    assert resolved["model.optimizer.lr"] == 0.05
+    assert resolved["model.num_classes"] == 10 and "model.groups" not in resolved
+    assert resolved["data.augmentation.padding"] == 4 and resolved["data.batch_size"] == 32
+
+
+@pytest.mark.parametrize("files", [f for f in LAYERS if f[0] == "digits/base.yaml" and len(f) == 2], ids=lambda f: f[1])
+def test_digits_config_learns(files, tmp_path):
+    configs = [arg for file in files for arg in ("--config", str(CONFIGS / file))]
+    metrics = run(["fit", *configs, "--trainer.rounds", "10", "--trainer.root_dir", str(tmp_path),
                    "--trainer.progress_bar", "false"])
     assert metrics["val_acc"] > 0.5  # ten classes: chance is 0.1

@@ -1,9 +1,11 @@
-"""The documentation's example strategy works as documented, and the README stays a short entry point to it."""
+"""The documentation: its example strategy works as documented, the configs, tests and links it names exist, and the
+README stays a short entry point whose config is the quickstart's."""
 
 import re
 from pathlib import Path
 
 import torch
+import yaml
 
 from lightfed import ClientUpdate, Sums
 from lightfed.strategies import ServerContext
@@ -64,4 +66,17 @@ def test_the_tests_the_guarantees_name_exist():
     guarantees = (ROOT / "docs" / "guides" / "guarantees.md").read_text()
     named = set(re.findall(r"`(tests/[\w/]+\.py)(?:::\w+)?`", guarantees))
     assert len(named) >= 10
+    assert sorted(path for path in named if not (ROOT / path).is_file()) == []
+
+
+def test_the_readmes_config_is_the_quickstart():
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"## A config.*?```yaml\n(.*?)```", readme, re.S).group(1)
+    assert yaml.safe_load(block) == yaml.safe_load((ROOT / "configs" / "quickstart.yaml").read_text())
+
+
+def test_every_config_the_docs_name_exists():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    named = {path for page in pages for path in re.findall(r"configs/[\w./-]+\.yaml", page.read_text())}
+    assert "configs/digits/base.yaml" in named
     assert sorted(path for path in named if not (ROOT / path).is_file()) == []

@@ -2,6 +2,7 @@
 
 import math
 from collections.abc import Mapping
+from typing import cast
 
 import torch
 from lightning import LightningModule
@@ -66,13 +67,15 @@ class ClientTrainer:
         self.lr_schedule, self.rounds = lr_schedule, rounds
         self.gradient_clip_val, self.gradient_clip_algorithm = gradient_clip_val, gradient_clip_algorithm
         self.view = TrainerView(fabric)
-        module.trainer = self.view
-        self.module = fabric.strategy.precision.convert_module(module)
+        module.trainer = self.view  # type: ignore[assignment]  # what a module reads of its trainer, and no more
+        self.module = cast(LightningModule, fabric.strategy.precision.convert_module(module))
         self.data = data
         self.flat = FlatModule(self.module, fabric.device)
         optimizer = _single_optimizer(module.configure_optimizers())
         self._initial_groups = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
-        self.optimizer = fabric.setup_optimizers(optimizer)
+        wrapped = fabric.setup_optimizers(optimizer)
+        assert not isinstance(wrapped, tuple)  # one optimizer in, one out
+        self.optimizer = wrapped
         self.delta = torch.empty_like(self.flat.params)
         self._scaler = getattr(fabric.strategy.precision, "scaler", None)  # set under 16-mixed
         self.privacy = privacy
@@ -191,6 +194,6 @@ class ClientTrainer:
         """Fresh optimizer state at the plan's learning rate (or the optimizer's own) x the round's schedule factor."""
         self.optimizer.state.clear()
         factor = 1.0 if self.lr_schedule is None else self.lr_schedule.factor(plan.round, self.rounds)
-        for group, initial in zip(self.optimizer.param_groups, self._initial_groups):
+        for group, initial in zip(self.optimizer.param_groups, self._initial_groups, strict=True):
             group.update(initial)
             group["lr"] = (group["lr"] if plan.lr is None else plan.lr) * factor

@@ -109,7 +109,7 @@ class DirichletPartitioner(Partitioner):
             proportions = rng.dirichlet(np.full(self.num_clients, self.alpha))
             proportions *= [len(part) < equal_share for part in parts]
             cuts = (np.cumsum(proportions / proportions.sum())[:-1] * len(indices)).astype(int)
-            for part, chunk in zip(parts, np.split(indices, cuts)):
+            for part, chunk in zip(parts, np.split(indices, cuts), strict=True):
                 part.extend(chunk)
         return [np.array(part, dtype=np.int64) for part in parts]
 
@@ -206,7 +206,7 @@ class BalancedDirichletPartitioner(Partitioner):
         turns = rng.permutation(np.repeat(np.arange(self.num_clients), sizes))
         left = np.array([len(pool) for pool in pools], dtype=float)
         parts: list[list[int]] = [[] for _ in range(self.num_clients)]
-        for client, draw in zip(turns, rng.random(len(labels))):
+        for client, draw in zip(turns, rng.random(len(labels)), strict=True):
             weights = mixes[client] * (left > 0)
             if weights.sum() == 0:  # the mix puts no weight on the classes left
                 weights = (left > 0).astype(float)
@@ -228,7 +228,7 @@ class NaturalIdPartitioner(Partitioner):
         """
         if num_clients is not None:
             super().__init__(num_clients)
-        self.num_clients = num_clients
+        self.num_clients = num_clients  # type: ignore[assignment]  # None: one client per distinct id
 
     def partition(
         self, labels: np.ndarray | None, seed: int, client_ids: np.ndarray | None = None

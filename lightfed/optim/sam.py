@@ -63,20 +63,21 @@ class SAM(Optimizer):
         self.rho, self.adaptive, self.eta = rho, adaptive, eta
         self._saved: list[tuple[Tensor, Tensor]] = []
 
-    def _params(self) -> list[Tensor]:
-        return [p for group in self.param_groups for p in group["params"] if p.grad is not None]
+    def _with_grads(self) -> list[tuple[Tensor, Tensor]]:
+        """(parameter, its gradient) of each parameter that has one."""
+        return [(p, p.grad) for group in self.param_groups for p in group["params"] if p.grad is not None]
 
     @torch.no_grad()
     def first_step(self) -> None:
         """w <- w + e(w) from the gradients in ``.grad`` (one e over all parameters), then zeroes the gradients."""
-        params = self._params()
-        flat_grad = torch.cat([p.grad.reshape(-1) for p in params])
-        flat_params = torch.cat([p.reshape(-1) for p in params])
+        pairs = self._with_grads()
+        flat_grad = torch.cat([grad.reshape(-1) for _, grad in pairs])
+        flat_params = torch.cat([p.reshape(-1) for p, _ in pairs])
         ascent = sam_perturbation(flat_grad, flat_params, self.rho, self.adaptive, self.eta)
-        self._saved = [(p, p.detach().clone()) for p in params]
-        for p, e in zip(params, ascent.split([p.numel() for p in params])):
+        self._saved = [(p, p.detach().clone()) for p, _ in pairs]
+        for (p, grad), e in zip(pairs, ascent.split([p.numel() for p, _ in pairs]), strict=True):
             p.add_(e.view_as(p))
-            p.grad.zero_()
+            grad.zero_()
 
     @torch.no_grad()
     def second_step(self) -> None:
@@ -86,7 +87,7 @@ class SAM(Optimizer):
         self._saved = []
         self.base_optimizer.step()
 
-    def step(self, closure: Callable[[], Any] | None = None) -> None:
+    def step(self, closure: Callable[[], Any] | None = None) -> None:  # type: ignore[override]  # a closure is needed
         if closure is None:
             raise ConfigError("SAM.step needs a closure that recomputes the loss and the gradients")
         self.first_step()

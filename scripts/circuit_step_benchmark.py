@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import torch
 
+from lightfed.strategies.base import ServerContext
 from lightfed.ecado.circuit import Branches, WindowSolver
 from lightfed.strategies import AdaptiveFedECADO, FedECADO
 from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
@@ -21,7 +22,7 @@ from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
 def server_step(strategy: ShardedStrategy, deltas: torch.Tensor, params: torch.Tensor, g: torch.Generator) -> Callable:
     """One round's ``aggregate_shard`` of ``strategy`` on one process, ``deltas`` from ``len(deltas)`` clients."""
     a, d = deltas.shape
-    strategy.setup(params, num_clients=a)
+    strategy.setup(ServerContext(params, a))
 
     def per_client(low: float, high: float) -> torch.Tensor:
         return torch.rand(a, generator=g, dtype=torch.float64, device=params.device) * (high - low) + low

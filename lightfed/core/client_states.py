@@ -1,7 +1,9 @@
-"""Per-client persistent state (control variates and the like), kept where the client trains or by coordinate."""
+"""Per-client persistent state (control variates and the like), kept where the client trains or by coordinate, and
+the per-process stores the run saves in each process's own checkpoint file."""
 
 from collections.abc import Callable
-from typing import Any
+from operator import itemgetter
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -10,6 +12,42 @@ from lightfed.core.process_states import Read
 from lightfed.core.sharding import CoordinateShards
 
 State = dict[int, dict[str, Tensor]]
+ReadPart = Callable[[int], Any]  # process rank -> what one store of that process wrote
+
+
+class ProcessStore(Protocol):
+    """What one process alone holds, saved in its own checkpoint file and restored for any number of processes."""
+
+    def process_state(self) -> Any:
+        """What this process writes."""
+
+    def load_process_states(self, read: ReadPart, saved_world: int, rank: int, world: int) -> None:
+        """Restores this process's part of what ``saved_world`` processes wrote (``read(rank)``: one's
+        ``process_state``)."""
+
+
+class HoldsStores(Protocol):
+    def stores(self) -> dict[str, ProcessStore]: ...
+
+
+class ProcessStores:
+    """The per-process stores of a run's parts (its strategy's, its privacy mechanism's) by name: this process's
+    checkpoint file holds each one's ``process_state`` under its name."""
+
+    def __init__(self, *owners: HoldsStores | None) -> None:
+        self.stores = {name: store for owner in owners if owner is not None for name, store in owner.stores().items()}
+
+    def process_state(self) -> dict[str, Any]:
+        return {name: store.process_state() for name, store in self.stores.items()}
+
+    def load_process_states(self, read: Read, saved_world: int, rank: int, world: int) -> None:
+        """Restores every store from its part of the files ``saved_world`` processes wrote with ``process_state``."""
+        for name, store in self.stores.items():
+            store.load_process_states(_part(read, name), saved_world, rank, world)
+
+
+def _part(read: Read, name: str) -> ReadPart:
+    return lambda rank: read(rank)[name]
 
 
 class ClientStates:
@@ -53,15 +91,15 @@ class ClientStates:
             for name, value in values.items():
                 self.set(client_id, name, value)
 
-    def process_state(self) -> dict[str, Any]:
-        """What this process writes into its checkpoint file."""
-        return {"clients": self.state_dict()}
+    def process_state(self) -> State:
+        """What this process writes into its checkpoint file: its clients' states."""
+        return self.state_dict()
 
-    def load_process_states(self, read: Read, saved_world: int, rank: int, world: int) -> None:
+    def load_process_states(self, read: ReadPart, saved_world: int, rank: int, world: int) -> None:
         """Keeps this process's clients from the files ``saved_world`` processes wrote: only its own file when the
         number of processes is unchanged, every file's clients ``i % world == rank`` otherwise."""
         files = [rank] if saved_world == world else range(saved_world)
-        self.load_state_dict({i: s for r in files for i, s in read(r)["clients"].items() if i % world == rank})
+        self.load_state_dict({i: s for r in files for i, s in read(r).items() if i % world == rank})
 
 
 class ShardedClientStates(ClientStates):
@@ -72,17 +110,37 @@ class ShardedClientStates(ClientStates):
         super().__init__(device, pin_memory)
         self.shard, self.size = shard, size
 
-    def load_process_states(self, read: Read, saved_world: int, rank: int, world: int) -> None:
+    def load_process_states(self, read: ReadPart, saved_world: int, rank: int, world: int) -> None:
         """This process's slice of every client's vectors, joined from the files whose slices overlap it (only its
         own file when the number of processes is unchanged)."""
         pieces = CoordinateShards(self.size, saved_world).pieces(self.shard)
-        first = read(pieces[0][0])["clients"]
+        first = read(pieces[0][0])
         self.load_state_dict({
-            i: {k: v if v.dim() == 0 else join_pieces(read, pieces, lambda saved: saved["clients"][i][k]) for k, v in s.items()}
+            i: {k: v if v.dim() == 0 else join_pieces(read, pieces, _state_of(i, k)) for k, v in s.items()}
             for i, s in first.items()
         })
 
 
-def join_pieces(read: Read, pieces: list[tuple[int, slice]], pick: Callable[[dict[str, Any]], Tensor]) -> Tensor:
+class ShardedVectors:
+    """A sharded strategy's own coordinate vectors: ``vectors()`` gives this process's slices (``shard`` of ``size``
+    coordinates) by name, saved per process and copied into on a resume, re-sliced for another number of processes."""
+
+    def __init__(self, vectors: Callable[[], dict[str, Tensor]], shard: slice, size: int) -> None:
+        self.vectors, self.shard, self.size = vectors, shard, size
+
+    def process_state(self) -> dict[str, Tensor]:
+        return self.vectors()
+
+    def load_process_states(self, read: ReadPart, saved_world: int, rank: int, world: int) -> None:
+        pieces = CoordinateShards(self.size, saved_world).pieces(self.shard)
+        for name, value in self.vectors().items():
+            value.copy_(join_pieces(read, pieces, itemgetter(name)))
+
+
+def _state_of(client_id: int, name: str) -> Callable[[State], Tensor]:
+    return lambda saved: saved[client_id][name]
+
+
+def join_pieces(read: ReadPart, pieces: list[tuple[int, slice]], pick: Callable[[Any], Tensor]) -> Tensor:
     """One vector slice from the ``pieces`` (process, slice of what it saved) that make it up."""
     return torch.cat([pick(read(rank))[part] for rank, part in pieces])

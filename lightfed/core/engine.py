@@ -5,7 +5,7 @@ round has (see ``lightfed.core.rounds`` and ``lightfed.asynchronous.trainer``).
 """
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -14,15 +14,13 @@ from torch import Tensor
 
 from lightfed.core.client import ClientTrainer
 from lightfed.core.client_workers import ClientWorkers
-from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.messages import ClientPlan
+from lightfed.core.server_paths import RoundJobs, server_path
 from lightfed.core.sharding import CoordinateShards
 from lightfed.core.sums import Sums
-from lightfed.core.workspace import Workspace
 from lightfed.errors import DivergenceError
+from lightfed.privacy.base import ClientPrivacy
 from lightfed.strategies.base import Strategy
-from lightfed.strategies.sharded_base import ShardedRound
-
-PER_CLIENT = ("num_examples", "num_steps", "local_time", "staleness")  # per-client scalars of the sharded path
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,8 +48,8 @@ class RoundResult:
 
 class RoundEngine:
     """Trains this process's share of a round's jobs, reduces the bookkeeping and the strategy's sums in one
-    all-reduce, aggregates (sums path) or exchanges the deltas by coordinate slice and aggregates each slice (sharded
-    path), and checks the result (finite; with ``check_replicas`` the same on every process).
+    all-reduce, aggregates on the strategy's server path (``lightfed.core.server_paths``: sums, asynchronous sums,
+    or coordinate shards), and checks the result (finite; with ``check_replicas`` the same on every process).
 
     With several ``workers`` each adds its clients' updates into its own sums (under one lock, so the strategy and
     ``on_client_end`` see one update at a time), and the workers' sums are added in worker order.
@@ -65,26 +63,27 @@ class RoundEngine:
         clients_per_round: int,
         fixed_process: bool,
         check_replicas: bool = False,
-        on_client_end: Callable[[ClientUpdate], None] = lambda update: None,
-        check_plans: Callable[[int, list[ClientPlan]], None] = lambda round, plans: None,
+        trainer: object = None,
+        privacy: ClientPrivacy | None = None,
     ) -> None:
         """``fixed_process``: client i always trains on process i % world (where its per-client state lives).
-        ``check_plans``: called on every process with its configured plans before any trains (a collective call)."""
+        ``trainer``: what the callbacks' ``on_client_end`` hook is given as ``trainer`` (through ``fabric.call``).
+        ``privacy``: its budget is checked on every process before any client of a round trains."""
         self.fabric, self.workers, self.strategy = fabric, workers, strategy
         self.client = client = workers.clients[0]
         self.fixed_process, self.check_replicas = fixed_process, check_replicas
-        self.on_client_end, self.check_plans = on_client_end, check_plans
-        self.sharded = strategy.server_path == "sharded"
+        self.trainer, self.privacy = trainer, privacy
+        self.shards = CoordinateShards(client.flat.params.numel(), fabric.world_size, fabric.global_rank)
+
+        def all_reduce(tensor: Tensor, op: str) -> Tensor:
+            return fabric.all_reduce(tensor, reduce_op=op)
+
+        self.path = server_path(strategy, self.shards, clients_per_round, all_reduce)
         buffers = client.flat.buffers.numel()
-        sizes = {**strategy.sum_sizes(), "_buffers": buffers, "_examples": 1, "_train_loss": 1, "_clients": 1, "_stop": 1}
-        if self.sharded:
-            self.columns = (*PER_CLIENT, *strategy.report_scalars)
-            sizes["_per_client"] = clients_per_round * len(self.columns)
+        sizes = {**self.path.sum_sizes(), "_buffers": buffers, "_examples": 1, "_train_loss": 1, "_clients": 1, "_stop": 1}
         self.sums = Sums(sizes, fabric.device)
         self._worker_sums = [self.sums] + [Sums(sizes, fabric.device) for _ in range(workers.count - 1)]
         self._lock = threading.Lock()
-        self.shards = CoordinateShards(client.flat.params.numel(), fabric.world_size, fabric.global_rank)
-        self._workspace = Workspace()  # a sharded strategy's rows of deltas and vectors, kept from round to round
 
     def share(self, jobs: list[Job], rank: int | None = None) -> list[Job]:
         """The jobs process ``rank`` (default: this one) trains: a balanced slice, or client i on process i % world."""
@@ -94,46 +93,43 @@ class RoundEngine:
         return jobs[rank::world]
 
     def run(
-        self, round: int, jobs: list[Job], params: Tensor, buffers: Tensor, stop_requested: Callable[[], bool] = bool
+        self, round: int, jobs: list[Job], params: Tensor, buffers: Tensor, stop_requested: threading.Event | None = None
     ) -> RoundResult:
         """Round ``round`` from the global ``params``/``buffers``; ``jobs`` (every process's, in increasing client id
-        order) are the same on every process. ``stop_requested()`` is asked just before the reduction: when it is
-        true on any process, every process learns it from ``RoundResult.stop``."""
-        sums, mine = self.sums, self.share(jobs)
-        rows_of = [[jobs.index(job) for job in self.share(jobs, rank)] for rank in range(self.fabric.world_size)]
-        downloads = self._downloads(jobs, rows_of) if self.sharded else [{} for _ in mine]
-        plans = [self.strategy.configure_job(job.plan, {**job.package, **download}) for job, download in zip(mine, downloads)]
-        self.check_plans(round, plans)
+        order) are the same on every process. ``stop_requested`` is read just before the reduction: when it is set
+        on any process, every process learns it from ``RoundResult.stop``."""
+        sums, mine, path = self.sums, self.share(jobs), self.path
+        layout = RoundJobs(
+            [job.plan.client_id for job in jobs],
+            [job.staleness for job in jobs],
+            [[jobs.index(job) for job in self.share(jobs, rank)] for rank in range(self.fabric.world_size)],
+            self.fabric.global_rank,
+        )
+        received = path.received(layout)
+        plans = [self.strategy.configure_client(job.plan, {**job.package, **sent}) for job, sent in zip(mine, received, strict=True)]
+        if self.privacy is not None:
+            self.privacy.check_budget(self.fabric, round, plans)
         for worker_sums in self._worker_sums:
             worker_sums.zero_()
-        rows = None
-        if self.sharded:  # per job: its delta, then the vectors it reports
-            shape = (len(mine), 1 + len(self.strategy.report_vectors), params.numel())
-            rows = self._workspace.get("rows", shape, torch.empty(0, device=params.device))  # float32
+        path.begin(layout, params)
 
         def train(worker: int, client: ClientTrainer, index: int) -> None:
             job, sums = mine[index], self._worker_sums[worker]
             update = client.train(plans[index], job.params, job.buffers)
             with self._lock:
-                self.strategy.accumulate_job(sums, update, job.staleness)
-                if rows is not None:
-                    position = rows_of[self.fabric.global_rank][index]
-                    self._keep_for_exchange(sums, rows[index], position, update, job.staleness)
+                path.add(sums, index, update, job.staleness)
                 sums.add("_buffers", update.buffers, weight=update.num_examples)
                 sums.add("_examples", update.num_examples)
                 sums.add("_train_loss", update.train_loss)
                 sums.add("_clients", 1)
-                self.on_client_end(update)
+                self.fabric.call("on_client_end", trainer=self.trainer, update=update)
 
         self.workers.run(len(mine), train)
         for worker_sums in self._worker_sums[1 : self.workers.count]:
             sums.buffer.add_(worker_sums.buffer)
-        sums.add("_stop", float(stop_requested()))
+        sums.add("_stop", float(stop_requested is not None and stop_requested.is_set()))
         sums.buffer.copy_(self.fabric.all_reduce(sums.buffer, reduce_op="sum"))
-        if rows is None:
-            params = self.strategy.aggregate_buffer(params, sums, round, [job.staleness for job in jobs])
-        else:
-            params = self._aggregate_sharded(round, jobs, rows_of, rows, params)
+        params = path.aggregate(round, layout, sums, params)
         buffers = (sums["_buffers"] / sums["_examples"]).to(buffers.dtype)
         self._check(round, params, buffers)
         metrics = {
@@ -143,56 +139,6 @@ class RoundEngine:
             **{f"strategy/{k}": v for k, v in self.strategy.metrics().items()},
         }
         return RoundResult(params, buffers, metrics, float(sums["_stop"]) > 0)
-
-    def _keep_for_exchange(self, sums: Sums, row: Tensor, position: int, update: ClientUpdate, staleness: int) -> None:
-        """A sharded strategy's view of one update: its delta and reported vectors into ``row``, its numbers into
-        the per-client ``sums`` at the job's ``position`` in the round (zero elsewhere, so the all-reduce gathers them)."""
-        report = self.strategy.client_report(update)
-        row[0].copy_(update.delta)
-        for k, name in enumerate(self.strategy.report_vectors, start=1):
-            if name in report:
-                row[k].copy_(report[name])
-            else:
-                row[k].zero_()
-        numbers = [update.num_examples, update.num_steps, update.local_time, staleness]
-        numbers += [float(report.get(name, 0.0)) for name in self.strategy.report_scalars]
-        start = position * len(self.columns)
-        sums["_per_client"][start : start + len(self.columns)] = torch.tensor(numbers, dtype=torch.float64)
-
-    def _downloads(self, jobs: list[Job], rows_of: list[list[int]]) -> list[dict[str, Tensor]]:
-        """The whole per-client vectors (``ShardedStrategy.client_vectors``) of this process's jobs, assembled from
-        every process's slices: one all-to-all per vector name."""
-        slices = self.strategy.client_vectors([job.plan.client_id for job in jobs])
-        whole = {name: self.shards.assemble(rows, rows_of) for name, rows in slices.items()}
-        return [{name: vectors[k] for name, vectors in whole.items()} for k in range(len(rows_of[self.fabric.global_rank]))]
-
-    def _aggregate_sharded(
-        self, round: int, jobs: list[Job], rows_of: list[list[int]], rows: Tensor, params: Tensor
-    ) -> Tensor:
-        """One all-to-all gives this process its slice of every client's delta (and reported vectors); the new
-        slices are gathered back."""
-        received = self.shards.exchange(rows, [len(rows) for rows in rows_of])
-        arrival = [row for rows in rows_of for row in rows]  # row i of ``received`` is jobs[arrival[i]]
-        sliced = received
-        if arrival != list(range(len(arrival))):
-            sliced = torch.empty_like(received)
-            sliced[arrival] = received
-        columns = self.sums["_per_client"][: len(jobs) * len(self.columns)].reshape(len(jobs), len(self.columns)).T
-        per_client = dict(zip(self.columns, columns))
-        updates = ShardedRound(
-            round,
-            [job.plan.client_id for job in jobs],
-            sliced[:, 0],
-            *(per_client[name] for name in PER_CLIENT),
-            sums=self.sums,
-            all_reduce=lambda tensor, op: self.fabric.all_reduce(tensor, reduce_op=op),
-            reports={
-                **{name: per_client[name] for name in self.strategy.report_scalars},
-                **{name: sliced[:, k] for k, name in enumerate(self.strategy.report_vectors, start=1)},
-            },
-        )
-        shard = self.strategy.aggregate_shard(params[self.shards.local], updates)
-        return self.shards.gather(shard)
 
     def _check(self, round: int, params: Tensor, buffers: Tensor) -> None:
         if self.check_replicas:

@@ -8,13 +8,13 @@ import torch
 from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
+from lightfed.core.requirements import Requirements
 from lightfed.ecado.circuit import ErrorNorm
 from lightfed.ecado.curvature import client_hessian_diagonal
 from lightfed.ecado.max_abs import max_abs
 from lightfed.ecado.speed_decay import SpeedDecay
 from lightfed.errors import ConfigError
 from lightfed.local.base import LocalRule
-
 
 ErrorScale = Literal["absolute", "state", "step"]
 StepLimit = Literal["none", "monotone", "descent"]
@@ -49,6 +49,10 @@ class AdaptiveEuler(LocalRule):
     quadratics: the documentation's page "Paper corrections: Adaptive FedECADO" (docs/corrections/adaptive-fedecado.md).
     """
 
+    requirements = Requirements(
+        chooses_client_steps=True,
+        sends=frozenset({"window", "weight", "steps", "max_lte", "rejected", "forced", "passivity_bound", "curvature", "decay"}),
+    )
     takes_step = True
 
     def __init__(
@@ -71,22 +75,12 @@ class AdaptiveEuler(LocalRule):
         track_decay: bool = False,
         fixed_lr: float | None = None,
     ) -> None:
-        if error_norm not in ("max", "rms"):
-            raise ConfigError(f"the client error norm must be 'max' or 'rms', got {error_norm!r}")
-        self.error_norm = error_norm
-        if step_limit not in ("none", "monotone", "descent"):
-            raise ConfigError(f"the client step limit must be 'none', 'monotone' or 'descent', got {step_limit!r}")
-        self.step_limit = step_limit
-        if error_scale not in ("absolute", "state", "step"):
-            raise ConfigError(f"the client error scale must be 'absolute', 'state' or 'step', got {error_scale!r}")
-        self.error_scale = error_scale
-        if first_step not in ("passivity", "probe"):
-            raise ConfigError(f"the first client step must be 'passivity' or 'probe', got {first_step!r}")
-        self.first_step = first_step
         if not tolerance > 0 or not fallback_step > 0:
             raise ConfigError(f"the LTE tolerance and fallback step must be > 0, got {tolerance} and {fallback_step}")
-        if lte not in ("trial_step", "retrospective"):
-            raise ConfigError(f"the client LTE must be 'trial_step' or 'retrospective', got {lte!r}")
+        self.error_norm = error_norm
+        self.step_limit = step_limit
+        self.error_scale = error_scale
+        self.first_step = first_step
         self.lte = lte
         self.client_id = client_id
         self.current = current

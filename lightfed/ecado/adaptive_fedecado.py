@@ -44,7 +44,7 @@ class AdaptiveFedECADO(FedECADO):
     report_scalars = ("window", "weight", "first_step", "step_min", "step_max", "step_count", "rejected", "forced", "max_lte")
     report_vectors = ("curvature",)
     curvature = "diagonal"
-    chooses_client_steps = True
+    requirements = AdaptiveEuler.requirements
 
     def __init__(
         self,
@@ -117,27 +117,11 @@ class AdaptiveFedECADO(FedECADO):
                 learning rate, dt = fixed_lr / p_i, no error control (FedECADO's clients; the paper's ablation of its
                 adaptive steps, Table 15, whose constant step is FedECADO's learning rate).
         """
-        if sensitivity_step not in ("window", "first_step"):
-            raise ConfigError(f"strategy.sensitivity_step must be 'window' or 'first_step', got {sensitivity_step!r}")
         if not fallback_step > 0:
             raise ConfigError(f"strategy.fallback_step must be > 0, got {fallback_step}")
-        if client_lte not in ("trial_step", "retrospective"):
-            raise ConfigError(f"strategy.client_lte must be 'trial_step' or 'retrospective', got {client_lte!r}")
-        if window_end not in ("max", "mean"):
-            raise ConfigError(f"strategy.window_end must be 'max' or 'mean', got {window_end!r}")
-        if first_step not in ("passivity", "probe"):
-            raise ConfigError(f"strategy.first_step must be 'passivity' or 'probe', got {first_step!r}")
-        if error_scale not in ("absolute", "state", "step"):
-            raise ConfigError(f"strategy.error_scale must be 'absolute', 'state' or 'step', got {error_scale!r}")
-        if step_limit not in ("none", "monotone", "descent"):
-            raise ConfigError(f"strategy.step_limit must be 'none', 'monotone' or 'descent', got {step_limit!r}")
-        if client_norm not in ("max", "rms"):
-            raise ConfigError(f"strategy.client_norm must be 'max' or 'rms', got {client_norm!r}")
-        if damping not in ("collective", "shared", "branch", "constant"):
-            raise ConfigError(f"strategy.damping must be 'collective', 'shared', 'branch' or 'constant', got {damping!r}")
         if not inductance > 0 or (fixed_lr is not None and not fixed_lr > 0):
             raise ConfigError(f"strategy.inductance and fixed_lr must be > 0, got {inductance} and {fixed_lr}")
-        control = dict(tolerance=tolerance, max_growth=2.0, min_step=min_step, norm=error_norm)
+        control = {"tolerance": tolerance, "max_growth": 2.0, "min_step": min_step, "norm": error_norm}
         self._configure_circuit(control, beyond_window, curvature_batches, curvature_probes, 0, state_device)
         self.tolerance = tolerance
         self.sensitivity_step = sensitivity_step

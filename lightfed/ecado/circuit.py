@@ -171,8 +171,6 @@ class StepControl:
             raise ConfigError(f"the LTE tolerance must be > 0, got {self.tolerance}")
         if not 0 < self.safety <= 1 or self.max_growth < 1 or not 0 < self.min_step < 1:
             raise ConfigError("step control needs 0 < safety <= 1, max_growth >= 1 and 0 < min_step < 1")
-        if self.norm not in ("max", "rms"):
-            raise ConfigError(f"the error norm must be 'max' or 'rms', got {self.norm!r}")
 
 
 @dataclass

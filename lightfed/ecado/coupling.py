@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
+from lightfed.core.requirements import Requirements
 from lightfed.ecado.curvature import client_hessian_diagonal
 from lightfed.ecado.speed_decay import SpeedDecay
 from lightfed.local.correction import GradientCorrection
@@ -25,6 +26,8 @@ class CouplingCurrent(GradientCorrection):
     ``curvature_probes`` probes on that many of its batches) before training, reported as ``curvature``. With
     ``track_decay`` it also reports how its speed decayed over the window (``decay``, see ``SpeedDecay``).
     """
+
+    requirements = Requirements(sends=frozenset({"time_scale", "curvature", "decay"}))
 
     def __init__(
         self,

@@ -21,9 +21,9 @@ def hutchinson_diagonal(loss: Tensor, params: list[Tensor], probes: int, generat
     total = torch.zeros(sum(p.numel() for p in params), device=loss.device)
     for probe in range(probes):
         z = torch.randint(0, 2, total.shape, generator=generator, dtype=torch.float32).mul_(2).sub_(1).to(total)
-        parts = [part.view_as(p) for part, p in zip(z.split([p.numel() for p in params]), params)]
+        parts = [part.view_as(p) for part, p in zip(z.split([p.numel() for p in params]), params, strict=True)]
         hz = torch.autograd.grad(grads, params, grad_outputs=parts, retain_graph=probe < probes - 1)
-        for sum_part, z_part, h in zip(total.split([p.numel() for p in params]), parts, hz):
+        for sum_part, z_part, h in zip(total.split([p.numel() for p in params]), parts, hz, strict=True):
             sum_part.view_as(h).addcmul_(z_part, h)
     return total / probes
 

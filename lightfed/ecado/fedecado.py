@@ -15,18 +15,25 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from lightfed.core.client_states import ShardedClientStates
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.sharding import CoordinateSums
 from lightfed.core.workspace import Workspace
-from lightfed.ecado.circuit import (BeyondWindow, Branches, ErrorNorm, StepControl, WindowResult, integrate_window,
-                                    path_progress)
+from lightfed.ecado.circuit import (
+    BeyondWindow,
+    Branches,
+    ErrorNorm,
+    StepControl,
+    WindowResult,
+    integrate_window,
+    path_progress,
+)
 from lightfed.ecado.coupling import CouplingCurrent, CouplingScale
 from lightfed.errors import ConfigError
 from lightfed.local.base import LocalRule
-from lightfed.core.client_states import ShardedClientStates
+from lightfed.strategies.base import NOTHING, ServerContext
 from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
 
-CURVATURES = ("trace", "diagonal", "none")
 StateDevice = Literal["accelerator", "cpu"]
 InductanceRule = Literal["critical", "constant"]
 WindowEnd = Literal["max", "mean"]
@@ -102,7 +109,8 @@ class FedECADO(ShardedStrategy):
     the accelerator each round. Clients also receive their whole I_i^k, a second model-sized download.
     """
 
-    report_scalars = ("time_scale", "curvature_mean")
+    requirements = CouplingCurrent.requirements
+    report_scalars: tuple[str, ...] = ("time_scale", "curvature_mean")
     window_end = "max"
 
     def __init__(
@@ -170,35 +178,29 @@ class FedECADO(ShardedStrategy):
             raise ConfigError(f"strategy.sensitivity_step must be > 0 or 'window', got {sensitivity_step!r}")
         if not inductance > 0:
             raise ConfigError(f"strategy.inductance must be > 0, got {inductance}")
-        if window_end not in ("max", "mean"):
-            raise ConfigError(f"strategy.window_end must be 'max' or 'mean', got {window_end!r}")
-        if inductance_rule not in ("critical", "constant"):
-            raise ConfigError(f"strategy.inductance_rule must be 'critical' or 'constant', got {inductance_rule!r}")
         if initial_step is not None and not initial_step > 0:
             raise ConfigError(f"strategy.initial_step must be > 0 or null, got {initial_step}")
-        if curvature not in CURVATURES:
-            raise ConfigError(f"strategy.curvature must be one of {', '.join(CURVATURES)}, got {curvature!r}")
-        if coupling not in ("data_size", "unit"):
-            raise ConfigError(f"strategy.coupling must be 'data_size' or 'unit', got {coupling!r}")
-        control = dict(tolerance=tolerance, max_growth=max_growth, min_step=min_step, norm=error_norm)
+        control = {"tolerance": tolerance, "max_growth": max_growth, "min_step": min_step, "norm": error_norm}
         self._configure_circuit(control, beyond_window, curvature_batches, curvature_probes, curvature_every, state_device)
         self.inductance = inductance
         self.window_end = window_end
         self.inductance_rule = inductance_rule
-        self.sensitivity_step = sensitivity_step
+        self.sensitivity_step: float | str = sensitivity_step
         self.initial_step = initial_step
         self.curvature = curvature
         self.coupling = coupling
         self.report_vectors = ("curvature",) if curvature == "diagonal" else ()
 
     def _configure_circuit(
-        self, control: dict[str, Any], beyond_window: str, batches: int, probes: int, every: int, state_device: str
+        self,
+        control: dict[str, Any],
+        beyond_window: BeyondWindow,
+        batches: int,
+        probes: int,
+        every: int,
+        state_device: StateDevice,
     ) -> None:
         """The settings the server circuit and the curvature estimates share with ``AdaptiveFedECADO``."""
-        if beyond_window not in ("extrapolate", "hold", "decay"):
-            raise ConfigError(f"strategy.beyond_window must be 'extrapolate', 'hold' or 'decay', got {beyond_window!r}")
-        if state_device not in ("accelerator", "cpu"):
-            raise ConfigError(f"strategy.state_device must be 'accelerator' or 'cpu', got {state_device!r}")
         self.state_device = state_device
         if batches < 1 or probes < 1 or every < 0:
             raise ConfigError("strategy.curvature_batches and curvature_probes must be >= 1, curvature_every >= 0")
@@ -213,8 +215,9 @@ class FedECADO(ShardedStrategy):
         self.curvature_probes = probes
         self.curvature_every = every
 
-    def setup(self, params: Tensor, num_clients: int) -> None:
-        super().setup(params, num_clients)
+    def setup(self, context: ServerContext) -> None:
+        super().setup(context)
+        params = context.params
         on_host = self.state_device == "cpu"
         device, pinned = ("cpu", params.is_cuda) if on_host else (params.device, False)
         self.client_states = ShardedClientStates(self.shard, params.numel(), device, pin_memory=pinned)
@@ -237,9 +240,9 @@ class FedECADO(ShardedStrategy):
     def client_vectors(self, client_ids: list[int]) -> dict[str, Tensor]:
         return {"current": torch.stack([self._current(i) for i in client_ids])}
 
-    def configure_job(self, plan: ClientPlan, package: Mapping[str, Tensor]) -> ClientPlan:
+    def configure_client(self, plan: ClientPlan, received: Mapping[str, Tensor] = NOTHING) -> ClientPlan:
         batches = self.curvature_batches if self._needs_curvature(plan.client_id, plan.round) else 0
-        return replace(plan, rule=self._rule(plan, package["current"], batches))
+        return replace(plan, rule=self._rule(plan, received["current"], batches))
 
     def _rule(self, plan: ClientPlan, current: Tensor, curvature_batches: int) -> LocalRule:
         """The client's local rule, given its current I_i^k and whether (on how many batches) to estimate H_i."""

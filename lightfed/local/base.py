@@ -6,6 +6,7 @@ from typing import Any
 from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
+from lightfed.core.requirements import Requirements
 
 
 class LocalRule(ABC):
@@ -20,21 +21,25 @@ class LocalRule(ABC):
     A rule with ``takes_step = True`` moves the parameters itself in ``adjust`` (and sets ``context.lr`` to the step
     it took, which the client sums into its local time); the user's optimizer is then not stepped.
 
+    ``requirements`` declares what the rule needs of the run (plain SGD, setting every step size, what it reports),
+    part of its strategy's requirements.
+
     ``gradients_per_step`` counts the gradient evaluations of one step (2 for a rule that calls
     ``recompute_gradient()`` once): differential privacy sizes its noise and accounting by it.
     """
 
+    requirements = Requirements()
     takes_step = False
     gradients_per_step = 1
 
-    def start(self, params: Tensor, context: LocalContext) -> None:
+    def start(self, params: Tensor, context: LocalContext) -> None:  # noqa: B027 (an optional hook)
         """Called with the global parameters (flat, read-only) and the client's local context before the first step."""
 
     @abstractmethod
     def adjust(self, grad: Tensor, params: Tensor) -> None:
         """Changes the flat gradient ``grad`` in place; ``params`` are the client's current flat parameters."""
 
-    def observe(self, grad: Tensor) -> None:
+    def observe(self, grad: Tensor) -> None:  # noqa: B027 (an optional hook)
         """Sees the flat gradient the step will use (private and noised under differential privacy), read-only."""
 
     def report(self) -> dict[str, Any]:

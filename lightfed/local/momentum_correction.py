@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
-from lightfed.errors import ConfigError
+from lightfed.core.requirements import Requirements
 from lightfed.local.base import LocalRule
 
 EPS = 1e-12  # guards the normalisation of a zero direction
@@ -21,18 +21,13 @@ class MomentumCorrection(LocalRule):
     variate c_i). Needs plain SGD (no momentum or weight decay): the rule is the whole update direction.
     """
 
+    requirements = Requirements(plain_sgd=True, no_weight_decay=True, sends=frozenset({"grad_mean"}))
+
     def __init__(self, beta: float, offset: Tensor | None, normalise: bool = False) -> None:
         """``offset`` None adds nothing (the warm-up, where only the raw gradients are wanted)."""
         self.beta, self.offset, self.normalise = beta, offset, normalise
 
     def start(self, params: Tensor, context: LocalContext) -> None:
-        optimizer = context.optimizer
-        groups = optimizer.param_groups
-        if not isinstance(optimizer, torch.optim.SGD) or any(g["momentum"] or g["weight_decay"] for g in groups):
-            raise ConfigError(
-                "MasFL and AdaMasFL need the model's optimizer to be plain SGD (momentum 0, weight_decay 0): "
-                "the strategy sets the whole local direction"
-            )
         self.grad_sum = torch.zeros_like(params)
         self.steps = 0
 

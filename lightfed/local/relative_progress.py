@@ -11,6 +11,7 @@ from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
 from lightfed.core.logged_values import LoggedValues
+from lightfed.core.requirements import Requirements
 from lightfed.local.sharpness import SharpnessAware
 
 RPForm = Literal["product", "ratio"]
@@ -62,6 +63,8 @@ class RelativeProgressRule(SharpnessAware):
     steps. The RP of the previous participation is computed first, from its learning rate and mean squared step
     gradient and from ``loss_change`` (given, e.g. the server's lagged global-loss change) or, when that is None,
     the change of this client's probe loss since then. Warm-up (no RP yet): eta_0."""
+
+    requirements = Requirements(sends=frozenset({"probe_loss", "lr", "grad_sq", "rp", "history"}))
 
     def __init__(
         self,

@@ -4,4 +4,4 @@ from lightfed.privacy.base import ClientPrivacy
 from lightfed.privacy.clipped_noise import ClippedGaussianNoise
 from lightfed.privacy.dp_sgd import DPSGD
 
-__all__ = ["ClientPrivacy", "ClippedGaussianNoise", "DPSGD"]
+__all__ = ["DPSGD", "ClientPrivacy", "ClippedGaussianNoise"]

@@ -7,10 +7,11 @@ import torch
 from lightning import LightningModule
 from lightning.fabric import Fabric
 
-from lightfed.core.client_states import ClientStates
+from lightfed.core.client_states import ClientStates, ProcessStore
 from lightfed.core.local_context import LocalContext
 from lightfed.core.local_session import LocalSession
 from lightfed.core.messages import ClientPlan
+from lightfed.core.requirements import Requirements
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 
@@ -20,9 +21,12 @@ class BudgetReached(Exception):
 
 
 class ClientPrivacy(ABC):
-    """A differential-privacy mechanism applied to every client's local training (``trainer.privacy``)."""
+    """A differential-privacy mechanism applied to every client's local training (``trainer.privacy``).
 
-    keeps_client_state = False  # per-client state (an accountant) lives where the client trains
+    Per-client state (an accountant) lives in its own store, ``client_states``, on the process that trains the client
+    (``Requirements(client_state=True)``)."""
+
+    requirements = Requirements()
     limits_budget = False  # the run stops before a client would exceed its privacy budget
 
     def prepare(self, module: LightningModule, precision: str) -> LightningModule:
@@ -37,12 +41,16 @@ class ClientPrivacy(ABC):
     def setup(
         self,
         data: FederatedDataModule,
-        states: ClientStates,
         clients_per_round: int,
         planned: Callable[[], Iterable[ClientPlan]],
     ) -> None:
-        """Called once per run: the data, the per-client state store, and every client plan the run will make."""
-        self.data, self.states, self.clients_per_round, self.planned = data, states, clients_per_round, planned
+        """Called once per run (before a resume too): the data and every client plan the run will make."""
+        self.data, self.clients_per_round, self.planned = data, clients_per_round, planned
+        self.client_states = ClientStates()
+
+    def stores(self) -> dict[str, ProcessStore]:
+        """What only this process holds, by name (saved in its own checkpoint file): the per-client store."""
+        return {"privacy": self.client_states}
 
     @abstractmethod
     def session(self, context: LocalContext, plan: ClientPlan, generator: torch.Generator) -> LocalSession:
@@ -51,6 +59,16 @@ class ClientPrivacy(ABC):
     def would_exceed(self, plan: ClientPlan) -> bool:
         """Whether training this plan would take its client past the privacy budget."""
         return False
+
+    def check_budget(self, fabric: Fabric, round: int, plans: list[ClientPlan]) -> None:
+        """Raises ``BudgetReached`` on every process when a client of ``plans`` (this process's in round ``round``)
+        would exceed its privacy budget; a collective call where the mechanism ``limits_budget``."""
+        if not self.limits_budget:
+            return
+        over = max((plan.client_id for plan in plans if self.would_exceed(plan)), default=-1)
+        client_id = int(fabric.all_reduce(torch.tensor(over + 1.0, device=fabric.device), reduce_op="max")) - 1
+        if client_id >= 0:
+            raise BudgetReached(f"client {client_id} would exceed its privacy budget in round {round + 1}")
 
     def metrics(self, fabric: Fabric) -> dict[str, float]:
         """Scalars to log after each round (a collective call: every process calls it)."""

@@ -1,11 +1,12 @@
 """Opacus DP-SGD inside every client: per-example clipping, Gaussian noise, Poisson sampling, one accountant per
-client kept across rounds (and in checkpoints)."""
+client kept across rounds in the mechanism's own per-client store (and in checkpoints)."""
 
 from __future__ import annotations
 
 import math
 import warnings
 from collections.abc import Iterator
+from operator import itemgetter
 from typing import TYPE_CHECKING, Literal
 
 import torch
@@ -19,9 +20,17 @@ from torch.utils.data import DataLoader, TensorDataset
 from lightfed.core.local_context import LocalContext
 from lightfed.core.local_session import LocalSession
 from lightfed.core.messages import ClientPlan
+from lightfed.core.requirements import Requirements
 from lightfed.data.module import Batch
 from lightfed.errors import ConfigError
-from lightfed.privacy.accountant import STATE, accountant_state, compose, load_accountant, spent_epsilon, poisson_schedule
+from lightfed.privacy.accountant import (
+    STATE,
+    accountant_state,
+    compose,
+    load_accountant,
+    poisson_schedule,
+    spent_epsilon,
+)
 from lightfed.privacy.base import ClientPrivacy
 
 if TYPE_CHECKING:  # Opacus is imported by the runs that use it
@@ -56,7 +65,7 @@ class DPSGD(ClientPrivacy):
     accounted as one subsampled Gaussian mechanism with noise noise_multiplier / sqrt(2) (see docs/guides/privacy.md).
     """
 
-    keeps_client_state = True
+    requirements = Requirements(client_state=True)  # one accountant per client, where the client trains
 
     def __init__(
         self,
@@ -93,8 +102,6 @@ class DPSGD(ClientPrivacy):
             raise ConfigError(f"trainer.privacy.target_epsilon must be > 0, got {target_epsilon}")
         if not 0 < target_delta < 1:
             raise ConfigError(f"trainer.privacy.target_delta must be in (0, 1), got {target_delta}")
-        if accountant not in ("rdp", "prv"):
-            raise ConfigError(f"trainer.privacy.accountant must be 'rdp' or 'prv', got {accountant!r}")
         if max_physical_batch_size is not None and max_physical_batch_size < 1:
             raise ConfigError(f"trainer.privacy.max_physical_batch_size must be >= 1, got {max_physical_batch_size}")
         self.noise_multiplier = noise_multiplier
@@ -167,7 +174,7 @@ class DPSGD(ClientPrivacy):
     def epsilon(self, client_id: int) -> float:
         """The client's epsilon at ``target_delta`` so far (0 before it has trained)."""
         if client_id not in self._epsilons:
-            state = self.states.get(client_id, STATE)
+            state = self.client_states.get(client_id, STATE)
             self._epsilons[client_id] = 0.0 if state is None else self._spent(load_accountant(self.accountant, state))
         return self._epsilons[client_id]
 
@@ -177,7 +184,7 @@ class DPSGD(ClientPrivacy):
     def would_exceed(self, plan: ClientPlan) -> bool:
         if self.target_epsilon is None:
             return False
-        accountant = load_accountant(self.accountant, self.states.get(plan.client_id, STATE))
+        accountant = load_accountant(self.accountant, self.client_states.get(plan.client_id, STATE))
         noise = self.step_noise(plan.client_id, gradients_per_step(plan))
         compose(accountant, noise, self.schedule(plan.client_id)[0], self.steps(plan))
         return self._spent(accountant) > self.target_epsilon
@@ -186,7 +193,7 @@ class DPSGD(ClientPrivacy):
         """Max and mean of epsilon over the clients that have trained (each process holds its own clients')."""
         epsilons = torch.zeros(self.data.num_clients, dtype=torch.float64, device=fabric.device)
         for client_id in range(self.data.num_clients):
-            if self.states.get(client_id, STATE) is not None:
+            if self.client_states.get(client_id, STATE) is not None:
                 epsilons[client_id] = self.epsilon(client_id)
         epsilons = fabric.all_reduce(epsilons, reduce_op="sum")
         trained = epsilons[epsilons > 0]
@@ -198,7 +205,7 @@ class DPSGD(ClientPrivacy):
         return DPSGDSession(self, context, plan, generator)
 
     def save(self, client_id: int, accountant: IAccountant) -> None:
-        self.states.set(client_id, STATE, accountant_state(accountant))
+        self.client_states.set(client_id, STATE, accountant_state(accountant))
         self._epsilons[client_id] = self._spent(accountant)
 
 
@@ -220,7 +227,7 @@ class DPSGDSession(LocalSession):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Secure RNG turned off")
             engine = PrivacyEngine(accountant=privacy.accountant, secure_mode=privacy.secure_mode)
-        engine.accountant = load_accountant(privacy.accountant, privacy.states.get(client_id, STATE))
+        engine.accountant = load_accountant(privacy.accountant, privacy.client_states.get(client_id, STATE))
         self.hooks, self.optimizer, self.loader = engine.make_private(
             module=context.module,
             optimizer=context.optimizer,
@@ -260,7 +267,7 @@ class DPSGDSession(LocalSession):
             chunk_size = self.privacy.max_physical_batch_size or size
             starts = range(0, size, chunk_size)
             for i, start in enumerate(starts):
-                chunk = apply_to_collection(batch, Tensor, lambda t: t[start : start + chunk_size])
+                chunk = apply_to_collection(batch, Tensor, itemgetter(slice(start, start + chunk_size)))
                 self.optimizer.signal_skip_step(do_skip=i < len(starts) - 1)
                 loss += super().gradient(chunk, batch_idx).detach() * extract_batch_size(chunk)
                 if not self.optimizer.pre_step():
@@ -270,7 +277,7 @@ class DPSGDSession(LocalSession):
         self.optimizer.zero_grad(set_to_none=True)
         self.context.flat.zero_grad()  # the flat gradient views are the parameters' .grad again
         with torch.no_grad():
-            for p, grad in zip(self.optimizer.params, private):
+            for p, grad in zip(self.optimizer.params, private, strict=True):
                 p.grad.copy_(grad)
         return loss
 

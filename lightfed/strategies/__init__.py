@@ -1,15 +1,16 @@
-"""Server algorithms, one per file: the sums path (``Strategy``) and the sharded path (``ShardedStrategy``)."""
+"""Server algorithms, one per file, on one of three server paths: ``SumsStrategy``, ``ShardedStrategy`` and
+``AsyncStrategy`` (all ``Strategy``); ``StrategyWrapper`` holds an inner strategy (``NormBounding``)."""
 
-from lightfed.strategies.adamasfl import AdaMasFL
 from lightfed.ecado.adaptive_fedecado import AdaptiveFedECADO
+from lightfed.ecado.fedecado import FedECADO
+from lightfed.strategies.adamasfl import AdaMasFL
 from lightfed.strategies.adaptfed import AdaptFed
 from lightfed.strategies.async_base import AsyncSetting, AsyncStrategy
-from lightfed.strategies.base import Strategy
+from lightfed.strategies.base import ServerContext, Strategy, SumsStrategy
 from lightfed.strategies.ca2fl import CA2FL
 from lightfed.strategies.fadas import FADAS
 from lightfed.strategies.fedavg import FedAvg, fedavg_step
 from lightfed.strategies.fedavgm import FedAvgM
-from lightfed.ecado.fedecado import FedECADO
 from lightfed.strategies.fedbuff import FedBuff
 from lightfed.strategies.fedexp import FedExP
 from lightfed.strategies.fednova import FedNova
@@ -17,26 +18,28 @@ from lightfed.strategies.fedopt import FedAdagrad, FedAdam, FedOpt, FedYogi
 from lightfed.strategies.fedprox import FedProx
 from lightfed.strategies.fedsam import FedASAM, FedSAM
 from lightfed.strategies.masfl import MasFL
+from lightfed.strategies.norm_bounding import NormBounding
 from lightfed.strategies.robust import CoordinateMedian, TrimmedMean
 from lightfed.strategies.scaffold import Scaffold
 from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
+from lightfed.strategies.wrapper import StrategyWrapper, SumsStrategyWrapper
 
 __all__ = [
+    "CA2FL",
+    "FADAS",
     "AdaMasFL",
-    "AdaptiveFedECADO",
     "AdaptFed",
+    "AdaptiveFedECADO",
     "AsyncSetting",
     "AsyncStrategy",
-    "CA2FL",
     "CoordinateMedian",
-    "FADAS",
+    "FedASAM",
     "FedAdagrad",
     "FedAdam",
-    "FedASAM",
     "FedAvg",
     "FedAvgM",
-    "FedECADO",
     "FedBuff",
+    "FedECADO",
     "FedExP",
     "FedNova",
     "FedOpt",
@@ -44,10 +47,15 @@ __all__ = [
     "FedSAM",
     "FedYogi",
     "MasFL",
+    "NormBounding",
     "Scaffold",
+    "ServerContext",
     "ShardedRound",
     "ShardedStrategy",
     "Strategy",
+    "StrategyWrapper",
+    "SumsStrategy",
+    "SumsStrategyWrapper",
     "TrimmedMean",
     "fedavg_step",
 ]

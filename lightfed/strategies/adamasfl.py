@@ -1,16 +1,17 @@
 """AdaMasFL (Yan et al., ICML 2025, Algorithms 3-4): MasFL with normalised local steps and step sizes set by
 S, K and T alone (Theorem 2): tuning-free."""
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from torch import Tensor
 
+from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.sums import Sums
 from lightfed.errors import ConfigError
 from lightfed.strategies.async_base import AsyncSetting
+from lightfed.strategies.base import NOTHING
 from lightfed.strategies.masfl import MasFL
-from lightfed.core.sums import Sums
-from lightfed.core.messages import ClientPlan, ClientUpdate
 
 
 class AdaMasFL(MasFL):
@@ -44,20 +45,17 @@ class AdaMasFL(MasFL):
         self.server_lr = self.gamma_mult * (s * k) ** 0.25 / t**0.75
         self.local_lr = self.eta_mult / (k * t**0.5)
 
-    def configure_job(self, plan: ClientPlan, package: Mapping[str, Tensor]) -> ClientPlan:
-        return replace(super().configure_job(plan, package), lr=self.local_lr)
+    def configure_client(self, plan: ClientPlan, received: Mapping[str, Tensor] = NOTHING) -> ClientPlan:
+        return replace(super().configure_client(plan, received), lr=self.local_lr)
 
     def sum_sizes(self) -> dict[str, int]:
         return {**super().sum_sizes(), "displacement": self.num_params}
 
-    def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
-        super().accumulate(sums, update)
+    def accumulate(self, sums: Sums, update: ClientUpdate, staleness: int) -> None:
+        super().accumulate(sums, update, staleness)
         sums.add("displacement", update.delta, weight=-1 / update.local_time)
 
-    def accumulate_warm_up(self, sums: Sums, update: ClientUpdate) -> None:
-        super().accumulate(sums, update)
-
-    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
+    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int, staleness: Sequence[int]) -> Tensor:
         self._update_state(sums)
         return params - self.server_lr * (sums["displacement"] / sums["count"]).to(params.dtype)
 

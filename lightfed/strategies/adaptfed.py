@@ -8,11 +8,13 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.requirements import Requirements
+from lightfed.core.sums import Sums
 from lightfed.errors import ConfigError
 from lightfed.local.relative_progress import RelativeProgressRule, RPForm
+from lightfed.strategies.base import NOTHING, ServerContext
 from lightfed.strategies.fedavg import FedAvg
-from lightfed.core.sums import Sums
-from lightfed.core.messages import ClientPlan, ClientUpdate
 
 HISTORY, PREVIOUS = "adaptfed/rp", "adaptfed/previous"
 
@@ -30,7 +32,7 @@ class AdaptFed(FedAvg):
     the global probe loss. Per-client state: the RP history and the last (eta, E||g~||^2, probe loss).
     """
 
-    keeps_client_state = True
+    requirements = Requirements(client_state=True) | RelativeProgressRule.requirements
 
     def __init__(
         self,
@@ -63,36 +65,32 @@ class AdaptFed(FedAvg):
             raise ConfigError(f"strategy.beta must be > 0, got {beta}")
         if window is not None and window < 1:
             raise ConfigError(f"strategy.window must be >= 1 or null (the whole history), got {window}")
-        if rp_form not in ("product", "ratio"):
-            raise ConfigError(f"strategy.rp_form must be 'product' or 'ratio', got {rp_form!r}")
-        if loss_change not in ("local", "global_lagged"):
-            raise ConfigError(f"strategy.loss_change must be 'local' or 'global_lagged', got {loss_change!r}")
         if rp_max is not None and rp_max <= 0:
             raise ConfigError(f"strategy.rp_max must be > 0, got {rp_max}")
         if lr_bounds is not None and not 0 < lr_bounds[0] <= lr_bounds[1]:
             raise ConfigError(f"strategy.lr_bounds must be [low, high] with 0 < low <= high, got {list(lr_bounds)}")
-        self.settings = dict(beta=beta, window=window, form=rp_form, rp_max=rp_max, bounds=lr_bounds, rho=rho,
-                             adaptive=adaptive, eta=eta)
+        self.settings: dict[str, Any] = {"beta": beta, "window": window, "form": rp_form, "rp_max": rp_max, "bounds": lr_bounds, "rho": rho,
+                             "adaptive": adaptive, "eta": eta}
         RelativeProgressRule(0, [], None, None, **self.settings)  # refuses bad SAM settings now
         self.loss_change = loss_change
 
-    def setup(self, params: Tensor, num_clients: int) -> None:
-        super().setup(params, num_clients)
+    def setup(self, context: ServerContext) -> None:
+        super().setup(context)
         self.global_losses: list[float] = []  # example-weighted probe losses of the last two global models
         self.rp_rounds = [0.0, 0.0, 0.0]  # Welford: rounds with an RP, mean and sum of squares of the round means
         self._metrics: dict[str, float] = {}
 
-    def configure_client(self, plan: ClientPlan) -> ClientPlan:
-        history = self.client_states.get(plan.client_id, HISTORY)
-        previous = self.client_states.get(plan.client_id, PREVIOUS)
-        previous = None if previous is None else tuple(previous.tolist())
+    def configure_client(self, plan: ClientPlan, received: Mapping[str, Tensor] = NOTHING) -> ClientPlan:
+        saved_history = self.client_states.get(plan.client_id, HISTORY)
+        saved_previous = self.client_states.get(plan.client_id, PREVIOUS)
+        previous = None if saved_previous is None else tuple(saved_previous.tolist())
         change = None
         if self.loss_change == "global_lagged":
             if len(self.global_losses) < 2:
                 previous = None  # no RP before two global losses are known
             else:
                 change = self.global_losses[-1] - self.global_losses[-2]
-        history = [] if history is None else history.tolist()
+        history = [] if saved_history is None else saved_history.tolist()
         return replace(plan, rule=RelativeProgressRule(plan.client_id, history, previous, change, **self.settings))
 
     def sum_sizes(self) -> dict[str, int]:

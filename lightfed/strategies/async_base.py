@@ -1,14 +1,14 @@
 """The server side of a buffered asynchronous algorithm."""
 
-from collections.abc import Mapping
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from torch import Tensor
 
-from lightfed.errors import ConfigError
-from lightfed.strategies.base import Strategy
-from lightfed.core.sums import Sums
 from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.sums import Sums
+from lightfed.strategies.base import Strategy
 
 
 @dataclass(frozen=True)
@@ -20,31 +20,36 @@ class AsyncSetting:
     rounds: int  # T: aggregations in the run
 
 
-class AsyncStrategy(Strategy):
+class AsyncStrategy(Strategy, ABC):
     """A strategy for ``AsyncFederatedTrainer``: a client starts from a model version and the ``package`` published
-    with it, and its update may be aggregated several versions later (its staleness).
+    with it (its ``configure_client``'s ``received``), and its update may be aggregated several versions later (its
+    staleness). Updates are added into named sums (``sum_sizes``) as on the sums path, with their staleness.
 
     A round is one aggregation of S updates. With ``warms_up``, every client does one job (``configure_warm_up``)
     from the initial model before the first aggregation (MasFL's initial control variates).
     """
 
-    setting: AsyncSetting | None = None
     warms_up = False
 
     def configure_async(self, setting: AsyncSetting) -> None:
         """Called by the asynchronous trainer before ``setup``."""
         self.setting = setting
 
-    def check(self, world_size: int) -> None:
-        if self.setting is None:
-            raise ConfigError(
-                f"{type(self).__name__} is asynchronous: add an `asynchronous:` section (e.g. concurrency: 20) to the config"
-            )
-        super().check(world_size)
-
     def package(self) -> dict[str, Tensor]:
         """Vectors published with the current model for the clients that start from it. Default: none."""
         return {}
+
+    @abstractmethod
+    def sum_sizes(self) -> dict[str, int]:
+        """Names and lengths of the sums that ``accumulate`` adds into."""
+
+    @abstractmethod
+    def accumulate(self, sums: Sums, update: ClientUpdate, staleness: int) -> None:
+        """Adds one update, trained from the model of ``staleness`` rounds ago, into ``sums``."""
+
+    @abstractmethod
+    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int, staleness: Sequence[int]) -> Tensor:
+        """The next model from the sums over a round's updates, whose stalenesses are ``staleness``."""
 
     def configure_warm_up(self, plan: ClientPlan) -> ClientPlan:
         """A client's warm-up job from the initial model (with ``warms_up``)."""

@@ -1,15 +1,17 @@
 """CA²FL (Wang et al., ICLR 2024): asynchronous aggregation calibrated by each client's cached latest update."""
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from lightfed.core.messages import ClientUpdate
+from lightfed.core.requirements import Requirements
+from lightfed.core.sums import Sums
 from lightfed.errors import ConfigError
 from lightfed.strategies.async_base import AsyncStrategy
-from lightfed.core.sums import Sums
-from lightfed.core.messages import ClientUpdate
+from lightfed.strategies.base import ServerContext
 
 
 class CA2FL(AsyncStrategy):
@@ -19,7 +21,7 @@ class CA2FL(AsyncStrategy):
     Memory: one cached delta h_i (d floats) per client that has trained, on the CPU.
     """
 
-    keeps_client_state = True
+    requirements = Requirements(client_state=True)
 
     def __init__(self, server_lr: float = 1.0) -> None:
         """
@@ -30,21 +32,21 @@ class CA2FL(AsyncStrategy):
             raise ConfigError(f"strategy.server_lr must be > 0, got {server_lr}")
         self.server_lr = server_lr
 
-    def setup(self, params: Tensor, num_clients: int) -> None:
-        super().setup(params, num_clients)
-        self.h = torch.zeros_like(params)
+    def setup(self, context: ServerContext) -> None:
+        super().setup(context)
+        self.h = torch.zeros_like(context.params)
 
     def sum_sizes(self) -> dict[str, int]:
         return {"dh": self.num_params, "count": 1}
 
-    def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
+    def accumulate(self, sums: Sums, update: ClientUpdate, staleness: int) -> None:
         h_i = self.client_states.get(update.client_id, "h")
         dh = update.delta if h_i is None else update.delta - h_i.to(update.delta.device)
         self.client_states.set(update.client_id, "h", update.delta)
         sums.add("dh", dh)
         sums.add("count", 1)
 
-    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
+    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int, staleness: Sequence[int]) -> Tensor:
         dh = sums["dh"].to(params.dtype)
         params = params + self.server_lr * (self.h + dh / sums["count"].to(params.dtype))
         self.h.add_(dh / self.num_clients)

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from lightfed.errors import ConfigError
+from lightfed.strategies.base import ServerContext
 from lightfed.strategies.fedbuff import FedBuff
 
 
@@ -44,17 +45,14 @@ class FADAS(FedBuff):
         self.beta1, self.beta2, self.eps = beta1, beta2, eps
         self.delay_adaptive, self.delay_threshold = delay_adaptive, delay_threshold
 
-    def setup(self, params: Tensor, num_clients: int) -> None:
-        super().setup(params, num_clients)
-        self.m, self.v, self.v_hat = torch.zeros_like(params), torch.zeros_like(params), torch.zeros_like(params)
+    def setup(self, context: ServerContext) -> None:
+        super().setup(context)
+        self.m, self.v, self.v_hat = (torch.zeros_like(context.params) for _ in range(3))
         self.scale = 1.0
 
-    def aggregate_buffer(self, params: Tensor, sums: Mapping[str, Tensor], round: int, staleness: Sequence[int]) -> Tensor:
+    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int, staleness: Sequence[int]) -> Tensor:
         tau_max = max(staleness)
         self.scale = 1 / tau_max if self.delay_adaptive and tau_max > self.delay_threshold else 1.0
-        return self.aggregate(params, sums, round)
-
-    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
         delta = (sums["delta"] / sums["count"]).to(params.dtype)
         self.m.mul_(self.beta1).add_(delta, alpha=1 - self.beta1)
         self.v.mul_(self.beta2).add_(delta.square(), alpha=1 - self.beta2)

@@ -5,10 +5,10 @@ from typing import Literal
 
 from torch import Tensor
 
-from lightfed.errors import ConfigError
-from lightfed.strategies.base import Strategy
-from lightfed.core.sums import Sums
 from lightfed.core.messages import ClientUpdate
+from lightfed.core.sums import Sums
+from lightfed.errors import ConfigError
+from lightfed.strategies.base import SumsStrategy
 
 
 def fedavg_step(params: Tensor, weighted_delta_sum: Tensor, weight_sum: float, server_lr: float) -> Tensor:
@@ -16,7 +16,7 @@ def fedavg_step(params: Tensor, weighted_delta_sum: Tensor, weight_sum: float, s
     return params + server_lr * (weighted_delta_sum / weight_sum).to(params.dtype)
 
 
-class FedAvg(Strategy):
+class FedAvg(SumsStrategy):
     """Clients' deltas averaged with weights proportional to their number of examples (or uniformly)."""
 
     def __init__(self, server_lr: float = 1.0, weighting: Literal["examples", "uniform"] = "examples") -> None:
@@ -27,8 +27,6 @@ class FedAvg(Strategy):
         """
         if server_lr <= 0:
             raise ConfigError(f"strategy.server_lr must be > 0, got {server_lr}")
-        if weighting not in ("examples", "uniform"):
-            raise ConfigError(f"strategy.weighting must be 'examples' or 'uniform', got {weighting!r}")
         self.server_lr = server_lr
         self.weighting = weighting
 

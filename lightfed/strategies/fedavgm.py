@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 
 from lightfed.errors import ConfigError
+from lightfed.strategies.base import ServerContext
 from lightfed.strategies.fedavg import FedAvg
 
 
@@ -30,9 +31,9 @@ class FedAvgM(FedAvg):
         super().__init__(server_lr=server_lr)
         self.momentum = momentum
 
-    def setup(self, params: Tensor, num_clients: int) -> None:
-        super().setup(params, num_clients)
-        self.velocity = torch.zeros_like(params)
+    def setup(self, context: ServerContext) -> None:
+        super().setup(context)
+        self.velocity = torch.zeros_like(context.params)
 
     def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
         delta = (sums["delta"] / sums["weight"]).to(params.dtype)

@@ -1,14 +1,14 @@
 """FedBuff (Nguyen et al. 2022): buffered asynchronous aggregation of stale client deltas."""
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from torch import Tensor
 
+from lightfed.core.messages import ClientUpdate
+from lightfed.core.sums import Sums
 from lightfed.errors import ConfigError
 from lightfed.strategies.async_base import AsyncStrategy
-from lightfed.core.sums import Sums
-from lightfed.core.messages import ClientUpdate
 
 
 class FedBuff(AsyncStrategy):
@@ -28,13 +28,10 @@ class FedBuff(AsyncStrategy):
     def sum_sizes(self) -> dict[str, int]:
         return {"delta": self.num_params, "count": 1}
 
-    def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
-        self.accumulate_job(sums, update, staleness=0)
-
-    def accumulate_job(self, sums: Sums, update: ClientUpdate, staleness: int) -> None:
+    def accumulate(self, sums: Sums, update: ClientUpdate, staleness: int) -> None:
         weight = 1 / math.sqrt(1 + staleness) if self.staleness_weighting else 1.0
         sums.add("delta", update.delta, weight=weight)
         sums.add("count", 1)
 
-    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
+    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int, staleness: Sequence[int]) -> Tensor:
         return params + self.server_lr * (sums["delta"] / sums["count"]).to(params.dtype)

@@ -5,13 +5,13 @@ from typing import Any
 
 from torch import Tensor
 
+from lightfed.core.messages import ClientUpdate
+from lightfed.core.sums import Sums
 from lightfed.errors import ConfigError
 from lightfed.strategies.fedavg import FedAvg
-from lightfed.core.sums import Sums
-from lightfed.core.messages import ClientUpdate
 
 
-def fedexp_server_lr(sum_sq_norms: float, mean_delta_sq_norm: float, num_clients: int, eps: float) -> float:
+def fedexp_server_lr(sum_sq_norms: float, mean_delta_sq_norm: float, num_clients: float, eps: float) -> float:
     """max(1, sum_i ||D_i||^2 / (2 M (||mean D||^2 + eps)))."""
     return max(1.0, sum_sq_norms / (2 * num_clients * (mean_delta_sq_norm + eps)))
 

@@ -4,9 +4,10 @@ from collections.abc import Mapping
 
 from torch import Tensor
 
-from lightfed.strategies.fedavg import FedAvg
-from lightfed.core.sums import Sums
 from lightfed.core.messages import ClientUpdate
+from lightfed.core.requirements import Requirements
+from lightfed.core.sums import Sums
+from lightfed.strategies.fedavg import FedAvg
 
 
 def fednova_step(params: Tensor, normalised_sum: Tensor, weighted_time: float, weight_sum: float, server_lr: float) -> Tensor:
@@ -22,7 +23,7 @@ class FedNova(FedAvg):
     T_i is the plain-SGD normaliser; with client momentum rho the paper's a_i = sum_k (1 - rho^k)/(1 - rho) differs.
     """
 
-    needs_plain_sgd = True  # its normalisation counts steps of length lr
+    requirements = Requirements(plain_sgd=True)  # its normalisation counts steps of length lr
 
     def sum_sizes(self) -> dict[str, int]:
         return {"normalised": self.num_params, "time": 1, "weight": 1}

@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 
 from lightfed.errors import ConfigError
+from lightfed.strategies.base import ServerContext
 from lightfed.strategies.fedavg import FedAvg
 
 
@@ -45,10 +46,10 @@ class FedOpt(FedAvg):
             raise ConfigError(f"strategy.tau must be > 0, got {tau}")
         self.beta1, self.beta2, self.tau = beta1, beta2, tau
 
-    def setup(self, params: Tensor, num_clients: int) -> None:
-        super().setup(params, num_clients)
-        self.m = torch.zeros_like(params)
-        self.v = torch.full_like(params, self.tau**2)
+    def setup(self, context: ServerContext) -> None:
+        super().setup(context)
+        self.m = torch.zeros_like(context.params)
+        self.v = torch.full_like(context.params, self.tau**2)
 
     def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
         delta = (sums["delta"] / sums["weight"]).to(params.dtype)

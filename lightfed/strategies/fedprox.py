@@ -1,11 +1,15 @@
 """FedProx (Li et al. 2020): FedAvg whose clients minimise f_i(w) + mu/2 ||w - w_global||^2."""
 
+from collections.abc import Mapping
 from dataclasses import replace
 
+from torch import Tensor
+
+from lightfed.core.messages import ClientPlan
 from lightfed.errors import ConfigError
 from lightfed.local import ProximalTerm
+from lightfed.strategies.base import NOTHING
 from lightfed.strategies.fedavg import FedAvg
-from lightfed.core.messages import ClientPlan
 
 
 class FedProx(FedAvg):
@@ -22,5 +26,5 @@ class FedProx(FedAvg):
         super().__init__(server_lr=server_lr)
         self.mu = mu
 
-    def configure_client(self, plan: ClientPlan) -> ClientPlan:
+    def configure_client(self, plan: ClientPlan, received: Mapping[str, Tensor] = NOTHING) -> ClientPlan:
         return replace(plan, rule=ProximalTerm(self.mu))

@@ -1,10 +1,14 @@
 """FedSAM (Qu et al. 2022; Caldarola et al. 2022) and FedASAM: SAM or ASAM local steps, FedAvg on the server."""
 
+from collections.abc import Mapping
 from dataclasses import replace
 
-from lightfed.local.sharpness import SharpnessAware
-from lightfed.strategies.fedavg import FedAvg
+from torch import Tensor
+
 from lightfed.core.messages import ClientPlan
+from lightfed.local.sharpness import SharpnessAware
+from lightfed.strategies.base import NOTHING
+from lightfed.strategies.fedavg import FedAvg
 
 
 class FedSAM(FedAvg):
@@ -23,7 +27,7 @@ class FedSAM(FedAvg):
         SharpnessAware(rho, self.adaptive, eta)  # refuses bad settings now, not in the first round
         self.rho, self.eta = rho, eta
 
-    def configure_client(self, plan: ClientPlan) -> ClientPlan:
+    def configure_client(self, plan: ClientPlan, received: Mapping[str, Tensor] = NOTHING) -> ClientPlan:
         return replace(plan, rule=SharpnessAware(self.rho, self.adaptive, self.eta))
 
 

@@ -2,18 +2,20 @@
 rebuilds the descent direction from its fresh state and only the clients' gradient information."""
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.requirements import Requirements
+from lightfed.core.sums import Sums
 from lightfed.errors import ConfigError
 from lightfed.local import MomentumCorrection
 from lightfed.strategies.async_base import AsyncSetting, AsyncStrategy
-from lightfed.core.sums import Sums
-from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.strategies.base import NOTHING, ServerContext
 
 
 class MasFL(AsyncStrategy):
@@ -28,7 +30,7 @@ class MasFL(AsyncStrategy):
     Memory: one control variate c_i (d floats) per client, on the CPU.
     """
 
-    keeps_client_state = True
+    requirements = Requirements(client_state=True) | MomentumCorrection.requirements
     warms_up = True
     normalise = False
 
@@ -47,17 +49,20 @@ class MasFL(AsyncStrategy):
 
     def configure_async(self, setting: AsyncSetting) -> None:
         super().configure_async(setting)
-        if self.beta_setting is None and setting.local_steps is None:
+        if self.beta_setting is not None:
+            self.beta = self.beta_setting
+        elif setting.local_steps is None:
             raise ConfigError(
                 f"{type(self).__name__}'s default beta = sqrt(S K / T) needs a fixed trainer.local_steps (K); "
                 "set it, or set strategy.beta"
             )
-        self.beta = self.beta_setting or theory_beta(setting)
+        else:
+            self.beta = theory_beta(setting.buffer_size, setting.local_steps, setting.rounds)
 
-    def setup(self, params: Tensor, num_clients: int) -> None:
-        super().setup(params, num_clients)
-        self.c = torch.zeros_like(params)
-        self.g = torch.zeros_like(params)
+    def setup(self, context: ServerContext) -> None:
+        super().setup(context)
+        self.c = torch.zeros_like(context.params)
+        self.g = torch.zeros_like(context.params)
 
     def package(self) -> dict[str, Tensor]:
         return {"u": self.beta * self.c + (1 - self.beta) * self.g}
@@ -66,8 +71,8 @@ class MasFL(AsyncStrategy):
         c_i = self.client_states.get(client_id, "c")
         return torch.zeros_like(like) if c_i is None else c_i.to(like.device)
 
-    def configure_job(self, plan: ClientPlan, package: Mapping[str, Tensor]) -> ClientPlan:
-        u = package["u"]
+    def configure_client(self, plan: ClientPlan, received: Mapping[str, Tensor] = NOTHING) -> ClientPlan:
+        u = received["u"]
         offset = u - self.beta * self._variate(plan.client_id, u)
         return replace(plan, rule=MomentumCorrection(self.beta, offset, normalise=self.normalise))
 
@@ -77,14 +82,18 @@ class MasFL(AsyncStrategy):
     def sum_sizes(self) -> dict[str, int]:
         return {"dc": self.num_params, "count": 1}
 
-    def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
+    def accumulate(self, sums: Sums, update: ClientUpdate, staleness: int) -> None:
+        self._add_variate(sums, update)
+
+    def accumulate_warm_up(self, sums: Sums, update: ClientUpdate) -> None:
+        self._add_variate(sums, update)
+
+    def _add_variate(self, sums: Sums, update: ClientUpdate) -> None:
+        """The client's new control variate c_i+ replaces its c_i; their difference goes into the sums."""
         new = update.report["grad_mean"]
         sums.add("dc", new - self._variate(update.client_id, new))
         sums.add("count", 1)
         self.client_states.set(update.client_id, "c", new)
-
-    def accumulate_warm_up(self, sums: Sums, update: ClientUpdate) -> None:
-        self.accumulate(sums, update)
 
     def finish_warm_up(self, sums: Mapping[str, Tensor]) -> None:
         self.c.copy_(sums["dc"] / self.num_clients)
@@ -96,7 +105,7 @@ class MasFL(AsyncStrategy):
         self.g.mul_(1 - self.beta).add_(self.beta * (dc / sums["count"].to(self.c.dtype) + self.c))
         self.c.add_(dc / self.num_clients)
 
-    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
+    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int, staleness: Sequence[int]) -> Tensor:
         self._update_state(sums)
         return params - self.server_lr * self.g
 
@@ -111,6 +120,6 @@ class MasFL(AsyncStrategy):
         self.g.copy_(state["g"])
 
 
-def theory_beta(setting: AsyncSetting) -> float:
+def theory_beta(buffer_size: int, local_steps: int, rounds: int) -> float:
     """beta = sqrt(S K / T), clipped to 1 when T < S K."""
-    return min(1.0, math.sqrt(setting.buffer_size * setting.local_steps / setting.rounds))
+    return min(1.0, math.sqrt(buffer_size * local_steps / rounds))

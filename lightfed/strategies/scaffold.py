@@ -7,10 +7,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lightfed.local import GradientCorrection
-from lightfed.strategies.fedavg import FedAvg
-from lightfed.core.sums import Sums
 from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.requirements import Requirements
+from lightfed.core.sums import Sums
+from lightfed.local import GradientCorrection
+from lightfed.strategies.base import NOTHING, ServerContext
+from lightfed.strategies.fedavg import FedAvg
 
 
 class Scaffold(FedAvg):
@@ -20,8 +22,7 @@ class Scaffold(FedAvg):
     Memory: one control variate c_i per client that has trained (N x d floats on the CPU over a run).
     """
 
-    needs_plain_sgd = True  # its control variates are (x - y_i) / (K lr)
-    keeps_client_state = True
+    requirements = Requirements(client_state=True, plain_sgd=True)  # its control variates are (x - y_i) / (K lr)
 
     def __init__(self, server_lr: float = 1.0) -> None:
         """
@@ -30,15 +31,15 @@ class Scaffold(FedAvg):
         """
         super().__init__(server_lr=server_lr, weighting="uniform")
 
-    def setup(self, params: Tensor, num_clients: int) -> None:
-        super().setup(params, num_clients)
-        self.c = torch.zeros_like(params)
+    def setup(self, context: ServerContext) -> None:
+        super().setup(context)
+        self.c = torch.zeros_like(context.params)
 
     def _client_variate(self, client_id: int) -> Tensor:
         c_i = self.client_states.get(client_id, "c")
         return torch.zeros_like(self.c) if c_i is None else c_i.to(self.c.device)
 
-    def configure_client(self, plan: ClientPlan) -> ClientPlan:
+    def configure_client(self, plan: ClientPlan, received: Mapping[str, Tensor] = NOTHING) -> ClientPlan:
         return replace(plan, rule=GradientCorrection(self.c - self._client_variate(plan.client_id)))
 
     def sum_sizes(self) -> dict[str, int]:

@@ -1,18 +1,19 @@
 """The second server path: strategies that need every active client's whole update, sharded by coordinate."""
 
-from abc import abstractmethod
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from torch import Tensor
 
-from lightfed.core.client_states import ShardedClientStates, join_pieces
-from lightfed.core.process_states import Read
-from lightfed.core.sharding import CoordinateShards
+from lightfed.core.client_states import (
+    ProcessStore,
+    ShardedClientStates,
+    ShardedVectors,
+)
 from lightfed.core.messages import ClientUpdate
 from lightfed.core.sums import Sums
-from lightfed.strategies.base import Strategy
+from lightfed.strategies.base import ServerContext, Strategy
 
 
 @dataclass(frozen=True)
@@ -34,51 +35,36 @@ class ShardedRound:
     reports: Mapping[str, Tensor] = field(default_factory=dict)  # report_scalars [clients], report_vectors [clients, slice]
 
 
-class ShardedStrategy(Strategy):
+class ShardedStrategy(Strategy, ABC):
     """A strategy whose aggregate needs every active client's whole update (median, trimmed mean, Krum, the
     circuit solves), not sums.
 
-    With N processes, process p owns the contiguous slice ``self.shard`` of the d coordinates (set before ``setup``):
-    after the round, one all-to-all hands it that slice of every active client's delta, ``aggregate_shard`` turns
-    it into that slice of the next global model, and the slices are gathered back. Maxima over the whole vector take
-    ``updates.all_reduce``; sums over it (norms, means) ``CoordinateSums(self.num_params, self.shard,
-    updates.all_reduce)``, the same bits on any number of processes. Per-client state in ``self.client_states`` is a
-    ``ShardedClientStates``: each process keeps its slice of every client's vectors (memory per process ~ 1 / N).
-    Clients may train on any process.
+    With N processes, process p owns the contiguous slice ``self.shard`` of the d coordinates (from the
+    ``ServerContext``): after the round, one all-to-all hands it that slice of every active client's delta,
+    ``aggregate_shard`` turns it into that slice of the next global model, and the slices are gathered back. Maxima
+    over the whole vector take ``updates.all_reduce``; sums over it (norms, means) ``CoordinateSums(self.num_params,
+    self.shard, updates.all_reduce)``, the same bits on any number of processes. Per-client state in
+    ``self.client_states`` is a ``ShardedClientStates``: each process keeps its slice of every client's vectors
+    (memory per process ~ 1 / N). Clients may train on any process.
     """
 
-    server_path = "sharded"
-    shard: slice = slice(None)
     report_scalars: tuple[str, ...] = ()  # per-client numbers of ``client_report``, seen whole by every process
     report_vectors: tuple[str, ...] = ()  # per-client d-vectors of ``client_report``, sharded like the deltas
 
+    def setup(self, context: ServerContext) -> None:
+        super().setup(context)
+        self.shard = context.shard
+        self.client_states = ShardedClientStates(self.shard, self.num_params)
+
     def client_vectors(self, client_ids: list[int]) -> dict[str, Tensor]:
         """This process's slices (``[clients, slice length]``, rows in ``client_ids`` order) of the vectors each of a
-        round's clients is sent; the client gets them whole in ``configure_job``'s package. Default: none."""
+        round's clients is sent; the client gets them whole in ``configure_client``'s ``received``. Default: none."""
         return {}
 
     def client_report(self, update: ClientUpdate) -> Mapping[str, float | Tensor]:
         """On the process that trained the client: its ``report_scalars`` and ``report_vectors`` (one it does not
         report arrives as zeros). Default: taken from ``update.report``."""
         return {name: update.report[name] for name in (*self.report_scalars, *self.report_vectors) if name in update.report}
-
-    def setup(self, params: Tensor, num_clients: int) -> None:
-        super().setup(params, num_clients)
-        self.client_states = ShardedClientStates(self.shard, params.numel())
-
-    def sharded_state(self) -> dict[str, Tensor]:
-        """This process's slices of the server's own coordinate vectors (saved per process, re-sliced on a resume
-        with another number of processes). Default: none."""
-        return {}
-
-    def process_state(self) -> dict[str, Any]:
-        return {**super().process_state(), "server": self.sharded_state()}
-
-    def load_process_state(self, read: Read, saved_world: int, rank: int, world: int) -> None:
-        super().load_process_state(read, saved_world, rank, world)
-        pieces = CoordinateShards(self.num_params, saved_world).pieces(self.shard)
-        for name, value in self.sharded_state().items():
-            value.copy_(join_pieces(read, pieces, lambda saved: saved["server"][name]))
 
     def sum_sizes(self) -> dict[str, int]:
         """Sums besides the sharded deltas. Default: none."""
@@ -87,9 +73,14 @@ class ShardedStrategy(Strategy):
     def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
         """Adds into the strategy's own sums. Default: nothing."""
 
-    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
-        raise TypeError(f"{type(self).__name__} is a ShardedStrategy: the trainer calls aggregate_shard")
-
     @abstractmethod
     def aggregate_shard(self, params: Tensor, updates: ShardedRound) -> Tensor:
         """This process's slice of the next global parameters from its slice ``params`` of the current ones."""
+
+    def sharded_state(self) -> dict[str, Tensor]:
+        """This process's slices of the server's own coordinate vectors (saved per process, re-sliced on a resume
+        with another number of processes). Default: none."""
+        return {}
+
+    def stores(self) -> dict[str, ProcessStore]:
+        return {**super().stores(), "server": ShardedVectors(self.sharded_state, self.shard, self.num_params)}

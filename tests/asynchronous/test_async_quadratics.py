@@ -33,15 +33,15 @@ def _fit(tmp_path, strategy, concurrency: int, buffer: int, rounds: int, steps: 
 class CheckedMasFL(MasFL):
     """Records, after every aggregation, how far c is from the mean of the c_i, and the buffer's staleness."""
 
-    def aggregate_buffer(self, params, sums, round, staleness):
-        params = super().aggregate_buffer(params, sums, round, staleness)
+    def aggregate(self, params, sums, round, staleness):
+        params = super().aggregate(params, sums, round, staleness)
         c_i = torch.stack([self.client_states.get(i, "c") for i in range(self.num_clients)])
         self.gaps = [*getattr(self, "gaps", []), (self.c - c_i.mean(dim=0)).abs().max().item()]
         self.staleness = [*getattr(self, "staleness", []), *staleness]
         return params
 
 
-class CheckedAdaMasFL(AdaMasFL, CheckedMasFL):
+class CheckedAdaMasFL(CheckedMasFL, AdaMasFL):
     pass
 
 
@@ -57,12 +57,12 @@ class RebuiltMasFL(MasFL):
     """Compares g after each aggregation with the direction rebuilt from the clients' trajectories:
     (1 / (eta K S)) sum_i (x_start - x_K,i) = mean_i(-delta_i / local_time_i)."""
 
-    def accumulate_job(self, sums, update, staleness):
-        super().accumulate_job(sums, update, staleness)
+    def accumulate(self, sums, update, staleness):
+        super().accumulate(sums, update, staleness)
         self.directions = [*getattr(self, "directions", []), -update.delta / update.local_time]
 
-    def aggregate_buffer(self, params, sums, round, staleness):
-        params = super().aggregate_buffer(params, sums, round, staleness)
+    def aggregate(self, params, sums, round, staleness):
+        params = super().aggregate(params, sums, round, staleness)
         rebuilt = torch.stack(self.directions).mean(dim=0)
         self.errors = [*getattr(self, "errors", []), ((self.g - rebuilt).norm() / rebuilt.norm()).item()]
         self.staleness = [*getattr(self, "staleness", []), *staleness]
@@ -92,21 +92,21 @@ class RecordingCorrection(MomentumCorrection):
 class MeasuredAdaMasFL(AdaMasFL):
     """Records every local step's length, every ||D_i|| and every server move."""
 
-    def configure_job(self, plan, package):  # the engine configures a round's jobs before training them
-        plan = super().configure_job(plan, package)
+    def configure_client(self, plan, received):  # the engine configures a round's jobs before training them
+        plan = super().configure_client(plan, received)
         rule = RecordingCorrection(plan.rule.beta, plan.rule.offset, normalise=True)
         self.rules = {**getattr(self, "rules", {}), plan.client_id: rule}
         return replace(plan, rule=rule)
 
-    def accumulate_job(self, sums, update, staleness):
-        super().accumulate_job(sums, update, staleness)
+    def accumulate(self, sums, update, staleness):
+        super().accumulate(sums, update, staleness)
         rule = self.rules.pop(update.client_id)
         points = [*rule.points, rule.points[0] + update.delta]
         self.steps = [*getattr(self, "steps", []), *[(b - a).norm().item() for a, b in zip(points, points[1:])]]
         self.displacements = [*getattr(self, "displacements", []), (update.delta / update.local_time).norm().item()]
 
-    def aggregate_buffer(self, params, sums, round, staleness):
-        new = super().aggregate_buffer(params, sums, round, staleness)
+    def aggregate(self, params, sums, round, staleness):
+        new = super().aggregate(params, sums, round, staleness)
         self.moves = [*getattr(self, "moves", []), (new - params).norm().item()]
         return new
 

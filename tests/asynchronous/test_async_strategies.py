@@ -5,8 +5,10 @@ import math
 import pytest
 import torch
 
+from lightfed.strategies.base import ServerContext
 from lightfed.errors import ConfigError
 from lightfed.strategies import CA2FL, FADAS, AdaMasFL, AsyncSetting, FedBuff, MasFL
+from lightfed.strategies.requirements import check_requirements
 from lightfed.core.sums import Sums
 from lightfed.core.messages import ClientUpdate
 
@@ -20,13 +22,13 @@ def _aggregate(strategy, params, updates, round=0, staleness=None):
     sums = Sums(strategy.sum_sizes(), torch.device("cpu"))
     staleness = staleness or [0] * len(updates)
     for update, tau in zip(updates, staleness):
-        strategy.accumulate_job(sums, update, tau)
-    return strategy.aggregate_buffer(params, sums, round, staleness)
+        strategy.accumulate(sums, update, tau)
+    return strategy.aggregate(params, sums, round, staleness)
 
 
 def _ready(strategy, setting=AsyncSetting(buffer_size=2, local_steps=5, rounds=50), num_clients=4, dim=1):
     strategy.configure_async(setting)
-    strategy.setup(torch.zeros(dim), num_clients)
+    strategy.setup(ServerContext(torch.zeros(dim), num_clients))
     return strategy
 
 
@@ -116,8 +118,9 @@ def test_fadas_bias_corrected_amsgrad_step():
 
 
 def test_asynchronous_strategies_refuse_the_synchronous_trainer_and_bad_settings():
+    sgd = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
     with pytest.raises(ConfigError, match="add an `asynchronous:` section"):
-        MasFL().check(world_size=1)  # before any process starts
+        check_requirements(MasFL(), sgd)  # the synchronous trainer's check
     with pytest.raises(ConfigError, match="set trainer.local_steps"):
         AdaMasFL().configure_async(AsyncSetting(2, None, 10))
     with pytest.raises(ConfigError, match="strategy.beta"):

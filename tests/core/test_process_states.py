@@ -3,7 +3,7 @@ what another number of processes wrote."""
 
 import torch
 
-from lightfed.core.client_states import ClientStates, ShardedClientStates
+from lightfed.core.client_states import ClientStates, ProcessStores, ShardedClientStates, ShardedVectors
 from lightfed.core.process_states import reader, saved_client_states, write_process_state
 from lightfed.core.sharding import CoordinateShards
 
@@ -68,13 +68,49 @@ def test_sharded_states_read_only_their_own_file_when_the_processes_are_the_same
     assert torch.equal(loaded.get(3, "current"), torch.arange(5.0, 10.0))
 
 
+class Owner:
+    """A strategy or a privacy mechanism, as ``ProcessStores`` sees it: its stores by name."""
+
+    def __init__(self, **stores) -> None:
+        self._stores = stores
+
+    def stores(self) -> dict:
+        return self._stores
+
+
 def test_saved_client_states_joins_the_files_of_a_checkpoint(tmp_path):
     folder = tmp_path / "process_states" / "round_4"
     whole = {3: torch.arange(10.0), 5: torch.arange(10.0) * -2}
     checksums = []
     for rank in range(2):
-        state = {**_sharded(2, rank, whole).process_state(), "server": {}}  # what a sharded strategy writes
-        checksums.append(write_process_state(folder, rank, 2, state))
+        shard = CoordinateShards(10, 2, rank).local
+        strategy = Owner(clients=_sharded(2, rank, whole), server=ShardedVectors(dict, shard, 10))  # a sharded strategy
+        checksums.append(write_process_state(folder, rank, 2, ProcessStores(strategy, None).process_state()))
     torch.save({"process_states": {"folder": "round_4", "world_size": 2, "sha256": checksums}}, tmp_path / "last.ckpt")
     joined = saved_client_states(tmp_path / "last.ckpt")
     assert joined.keys() == whole.keys() and all(torch.equal(joined[i]["current"], v) for i, v in whole.items())
+
+
+def test_each_store_is_saved_under_its_name_and_the_server_vectors_are_resliced(tmp_path):
+    """A sharded strategy's own vectors (its ``sharded_state``) and a privacy mechanism's store beside the clients'
+    states, written by two processes and read back by one."""
+    total = torch.arange(10.0) * 3
+
+    def run(world, rank, server, accountants):
+        privacy = ClientStates()
+        for client_id in accountants:
+            privacy.set(client_id, "accountant", torch.tensor([[1.0, 0.5, float(client_id)]]))
+        shard = CoordinateShards(10, world, rank).local
+        strategy = Owner(clients=_sharded(world, rank, {}), server=ShardedVectors(lambda: server, shard, 10))
+        return ProcessStores(strategy, Owner(privacy=privacy))
+
+    for rank in range(2):
+        server = {"total": total[CoordinateShards(10, 2, rank).local]}
+        write_process_state(tmp_path, rank, 2, run(2, rank, server, accountants=[rank, rank + 2]).process_state())
+    kept = torch.zeros(10)
+    loaded = run(1, 0, {"total": kept}, accountants=[])
+    loaded.load_process_states(reader(tmp_path, 2), saved_world=2, rank=0, world=1)
+    assert torch.equal(kept, total)  # copied into the live tensor, joined from both files
+    privacy = loaded.stores["privacy"]
+    assert privacy.state_dict().keys() == {0, 1, 2, 3}
+    assert privacy.get(3, "accountant").tolist() == [[1.0, 0.5, 3.0]]

@@ -17,8 +17,8 @@ from torch import Tensor, nn
 
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.seeding import sample_clients
-from lightfed.core.sharding import CoordinateShards
 from lightfed.core.workspace import Workspace
+from lightfed.strategies.base import ServerContext
 from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
 
 
@@ -109,7 +109,7 @@ def train_client(
     ``package``: the whole vectors the client is sent (default: the strategy's own, on one process)."""
     if package is None:
         package = {name: rows[0] for name, rows in strategy.client_vectors([plan.client_id]).items()}
-    plan = strategy.configure_job(plan, package)
+    plan = strategy.configure_client(plan, package)
     context = QuadraticContext(problem, plan.client_id, params, lr)
     rule = plan.rule
     rule.start(params, context)
@@ -203,12 +203,11 @@ def run_rounds(
     strategies = [strategy, *(copy.deepcopy(strategy) for _ in range(world - 1))]
     run_rounds.strategies = strategies
     group, results = ThreadGroup(world), [None] * world
-    n, d = len(problem.sizes), x0.numel()
+    n = len(problem.sizes)
 
     def rank_loop(rank: int) -> None:
         mine = strategies[rank]
-        mine.shard = CoordinateShards(d, world, rank).local
-        mine.setup(x0.clone(), n)
+        mine.setup(ServerContext(x0.clone(), n, world, rank))
         params = x0.clone()
         all_reduce = (lambda tensor, op: group.all_reduce(rank, tensor, op)) if world > 1 else None
         for round in range(rounds):

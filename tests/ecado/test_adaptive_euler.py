@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from lightfed.ecado.adaptive_euler import AdaptiveEuler
-from lightfed.errors import ConfigError
 from lightfed.strategies import AdaptiveFedECADO
 from tests.ecado.ecado_quadratics import QuadraticContext, Quadratics, diagonal_quadratics, run_rounds
 
@@ -85,9 +84,7 @@ def test_the_strategy_converges_with_the_retrospective_client_error():
     assert errors[0] > 0.3 and errors[-1] < 1e-2
 
 
-def test_a_bad_setting_is_refused_in_one_line():
-    with pytest.raises(ConfigError, match="client_lte must be 'trial_step' or 'retrospective'"):
-        AdaptiveFedECADO(client_lte="predictive")
+def test_the_retrospective_error_estimate_is_a_setting():
     assert math.isfinite(AdaptiveFedECADO(client_lte="retrospective").tolerance)
 
 
@@ -137,11 +134,9 @@ def test_the_client_error_norm_by_hand(norm):
     stiffness = 9.0 if norm == "max" else math.sqrt(41)
     assert rule.steps == pytest.approx([0.9 * math.sqrt(2e-3 / stiffness)]) and rule.rejected == 0
     assert rule.errors == pytest.approx([0.81e-3])
-    with pytest.raises(ConfigError, match="strategy.client_norm must be 'max' or 'rms'"):
-        AdaptiveFedECADO(client_norm="l2")
 
 
-def test_the_probe_first_step_converges_on_quadratics_and_bad_values_are_refused():
+def test_the_probe_first_step_converges_on_quadratics():
     problem = diagonal_quadratics()
     rng = np.random.default_rng(0)
     steps = rng.integers(1, 51, size=(40, 16))
@@ -150,8 +145,6 @@ def test_the_probe_first_step_converges_on_quadratics_and_bad_values_are_refused
     run_rounds(AdaptiveFedECADO(tolerance=1e-2, first_step="probe"), problem, 40, 16, steps, np.ones(16), x0,
                on_round=lambda round, params, strategy: errors.append(problem.relative_error(params)))
     assert errors[0] > 0.3 and errors[-1] < 1e-2
-    with pytest.raises(ConfigError, match="strategy.first_step must be 'passivity' or 'probe'"):
-        AdaptiveFedECADO(first_step="fallback")
 
 
 def test_the_step_relative_error_by_hand():
@@ -224,8 +217,6 @@ def test_with_the_step_relative_error_the_simulated_time_goes_as_gamma():
         errors.append(problem.relative_error(x))
     assert times[1] / times[0] == pytest.approx(10, rel=0.05) and times[2] / times[1] == pytest.approx(10, rel=0.05)
     assert errors[0] > 1 and errors[2] < 1e-3
-    with pytest.raises(ConfigError, match="strategy.error_scale must be 'absolute', 'state' or 'step'"):
-        AdaptiveFedECADO(error_scale="relative")
 
 
 def test_the_monotone_step_limit_by_hand():
@@ -240,8 +231,6 @@ def test_the_monotone_step_limit_by_hand():
         _steps(rule, context, 1)
         assert rule.steps == pytest.approx([dt]) and context.flat.params.item() == pytest.approx(x)
     assert rule.errors[0] == pytest.approx(10 * 0.405 / 0.45)  # in units of the tolerance: 0.9 gamma
-    with pytest.raises(ConfigError, match="strategy.step_limit must be 'none', 'monotone' or 'descent'"):
-        AdaptiveFedECADO(step_limit="stable")
 
 
 def test_the_descent_step_limit_by_hand():

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from lightfed.strategies.base import ServerContext
 from lightfed.core.process_states import saved_client_states
 from lightfed.ecado.circuit import Branches, StepControl, WindowSolver, integrate_window
 from lightfed.errors import ConfigError
@@ -182,7 +183,7 @@ def test_full_participation_and_equal_work_give_the_steady_state_average():
                             sensitivity_step=dt_g,
                             initial_step=1e6,
                             curvature="diagonal")
-        strategy.setup(x0.clone(), 6)
+        strategy.setup(ServerContext(x0.clone(), 6))
         updates = []
         for i in range(6):
             lr_i = lr * problem.sizes[i] / batch  # equal work: every window lasts 3 lr
@@ -204,9 +205,6 @@ def test_bad_settings_are_refused_in_one_line():
     for kwargs, message in [
         (dict(inductance=0), "strategy.inductance must be > 0"),
         (dict(tolerance=-1), "LTE tolerance must be > 0"),
-        (dict(curvature="full"), "strategy.curvature must be one of trace, diagonal"),
-        (dict(coupling="p"), "strategy.coupling must be"),
-        (dict(beyond_window="clamp"), "strategy.beyond_window must be"),
         (dict(initial_step=0.0), "strategy.initial_step must be > 0"),
     ]:
         with pytest.raises(ConfigError, match=message) as error:

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from lightfed.strategies.base import ServerContext
 from lightfed.core.messages import ClientPlan
 from lightfed.ecado.circuit import Branches, StepControl, WindowSolver, integrate_window
 from lightfed.core.sharding import CoordinateSums
@@ -80,7 +81,7 @@ def _one_round(strategy: FedECADO, steps: list[int], lr: float = 0.01, n: int = 
     problem = diagonal_quadratics(n=n, d=3)
     batch = int(round(problem.sizes.mean()))
     x0 = torch.full((3,), 0.5, dtype=F64)
-    strategy.setup(x0.clone(), n)
+    strategy.setup(ServerContext(x0.clone(), n))
     updates = [train_client(strategy, problem, ClientPlan(i, 0, seed=i, steps=steps[i]), x0,
                             lr * problem.sizes[i] / batch) for i in range(n)]
     return problem, x0, updates, sharded_round(strategy, 0, updates, x0)
@@ -117,7 +118,7 @@ def test_without_curvature_each_resistance_is_the_window_and_no_client_estimates
     c = h**2 / (L + h * R)
     y = torch.stack([x0 + u.delta for u in updates])
     torch.testing.assert_close(x, (x0 + (c * y).sum(0)) / (1 + c.sum(0)))
-    plan = strategy.configure_job(ClientPlan(0, 1, seed=0, steps=1), {"current": torch.zeros(3, dtype=F64)})
+    plan = strategy.configure_client(ClientPlan(0, 1, seed=0, steps=1), {"current": torch.zeros(3, dtype=F64)})
     assert plan.rule.curvature_batches == 0 and "curvature" not in updates[0].report
 
 
@@ -131,7 +132,7 @@ def test_the_mean_window_end_is_the_data_weighted_mean_and_stretches_at_most_to_
     problem = diagonal_quadratics(n=4, d=3)
     batch = int(round(problem.sizes.mean()))
     x0 = torch.full((3,), 0.5, dtype=F64)
-    strategy.setup(x0.clone(), 4)
+    strategy.setup(ServerContext(x0.clone(), 4))
     updates = [train_client(strategy, problem, ClientPlan(i, 0, seed=i, steps=1), x0,
                             lrs[i] * problem.sizes[i] / batch) for i in range(4)]
     x = sharded_round(strategy, 0, updates, x0)
@@ -162,10 +163,8 @@ def test_default_options_converge_on_heterogeneous_quadratics_faster_than_the_pa
 
 def test_bad_options_are_refused_in_one_line():
     for kwargs, message in [
-        (dict(inductance_rule="small"), "strategy.inductance_rule must be"),
         (dict(sensitivity_step="first_step"), "strategy.sensitivity_step must be > 0 or 'window'"),
         (dict(sensitivity_step=0.0), "strategy.sensitivity_step must be > 0 or 'window'"),
-        (dict(window_end="min"), "strategy.window_end must be"),
     ]:
         with pytest.raises(ConfigError, match=message) as error:
             FedECADO(**kwargs)

@@ -6,7 +6,6 @@ import torch
 
 from lightfed.ecado.circuit import path_progress
 from lightfed.ecado.speed_decay import SpeedDecay
-from lightfed.errors import ConfigError
 from lightfed.strategies import AdaptiveFedECADO, FedECADO
 from tests.ecado.ecado_quadratics import dense_quadratics, diagonal_quadratics, run_rounds
 
@@ -79,5 +78,3 @@ def test_decay_converges_on_the_toys_where_linear_extrapolation_diverges():
     lrs = time_steps * dense.sizes / int(round(dense.sizes.mean()))
     x = run_rounds(FedECADO(tolerance=1e-2, beyond_window="decay"), dense, 100, 5, work, lrs, torch.zeros(20, dtype=F64))
     assert dense.relative_error(x) < 1e-3
-    with pytest.raises(ConfigError, match="strategy.beyond_window must be 'extrapolate', 'hold' or 'decay'"):
-        FedECADO(beyond_window="clamp")

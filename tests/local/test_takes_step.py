@@ -26,7 +26,7 @@ class HalfGradientStep(LocalRule):
 
 
 class WithRule(FedAvg):
-    def configure_client(self, plan: ClientPlan) -> ClientPlan:
+    def configure_client(self, plan: ClientPlan, received=None) -> ClientPlan:
         return replace(plan, rule=HalfGradientStep())
 
 
@@ -34,8 +34,7 @@ def test_the_rule_step_replaces_the_optimizer_step(tmp_path):
     """small_model's SGD (lr 0.1, momentum 0.5) stepping as well would give different weights."""
     ruled = small_model()
     small_trainer(tmp_path / "rule", rounds=1, local_steps=3).fit(ruled, small_data(), WithRule())
-    plain = small_model(lr=0.5)
-    plain.hparams.momentum = 0.0
+    plain = small_model(lr=0.5, momentum=0.0)
     small_trainer(tmp_path / "sgd", rounds=1, local_steps=3).fit(plain, small_data(), FedAvg())
     for a, b in zip(ruled.parameters(), plain.parameters()):
         torch.testing.assert_close(a, b)

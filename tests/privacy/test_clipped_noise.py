@@ -7,7 +7,6 @@ from lightning.fabric import Fabric
 from torch import nn
 
 from lightfed.core.client import ClientTrainer
-from lightfed.core.client_states import ClientStates
 from lightfed.errors import ConfigError
 from lightfed.privacy import ClippedGaussianNoise
 from lightfed.core.messages import ClientPlan
@@ -32,7 +31,7 @@ class Center(L.LightningModule):
 def _client(c, privacy, clients_per_round):
     data = small_data()
     data.setup(seed=0, device=torch.device("cpu"))
-    privacy.setup(data, ClientStates(), clients_per_round, planned=lambda: [])
+    privacy.setup(data, clients_per_round, planned=lambda: [])
     return ClientTrainer(Fabric(accelerator="cpu", devices=1), Center(c), data, privacy)
 
 

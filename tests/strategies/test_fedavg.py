@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from lightfed.strategies.base import ServerContext
 from lightfed.errors import ConfigError
 from lightfed.strategies import FedAvg
 from lightfed.core.sums import Sums
@@ -15,7 +16,7 @@ def _update(client_id: int, delta: list[float], examples: int) -> ClientUpdate:
 def test_fedavg_is_the_example_weighted_average(server_lr):
     params = torch.tensor([1.0, 2.0, 3.0])
     strategy = FedAvg(server_lr=server_lr)
-    strategy.setup(params, num_clients=3)
+    strategy.setup(ServerContext(params, 3))
     sums = Sums(strategy.sum_sizes(), torch.device("cpu"))
     for update in [_update(0, [1.0, 0.0, -1.0], 10), _update(1, [4.0, 2.0, 2.0], 30), _update(2, [0.0, 0.0, 0.0], 60)]:
         strategy.accumulate(sums, update)

@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from lightfed.strategies.base import ServerContext
 from lightfed.errors import ConfigError
 from lightfed.strategies import FedASAM, FedSAM
 from lightfed.core.messages import ClientPlan
@@ -15,7 +16,7 @@ class PlainQuadratic(Quadratic):
 @pytest.mark.parametrize("strategy, adaptive", [(FedSAM(rho=0.3), False), (FedASAM(rho=0.3, eta=0.1), True)])
 def test_fedsam_clients_take_the_hand_computed_sam_steps_with_their_own_optimizer(strategy, adaptive):
     client = _client(PlainQuadratic())
-    strategy.setup(torch.zeros(3), num_clients=8)
+    strategy.setup(ServerContext(torch.zeros(3), 8))
     w0 = torch.tensor([2.0, 1.0, -1.0])
     plan = strategy.configure_client(ClientPlan(client_id=0, round=0, seed=0, steps=2))
     update = client.train(plan, w0, torch.zeros(0))

@@ -106,7 +106,7 @@ class _MedianSeeingMarkers(CoordinateMedian):
         super().__init__()
         self.seen: list[torch.Tensor] = []
 
-    def configure_job(self, plan, package):
+    def configure_client(self, plan, received=None):
         return replace(plan, rule=_Marker(plan.round))
 
     def aggregate_shard(self, params: torch.Tensor, updates: ShardedRound) -> torch.Tensor:

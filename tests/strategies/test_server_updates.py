@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from lightfed.strategies.base import ServerContext
 from lightfed.errors import ConfigError
 from lightfed.strategies import FedAdagrad, FedAdam, FedAvgM, FedExP, FedNova, FedProx, FedYogi, Scaffold
 from lightfed.core.sums import Sums
@@ -23,7 +24,7 @@ def _round(strategy, updates, params=X, round=0):
 
 
 def _setup(strategy, num_clients=2):
-    strategy.setup(X, num_clients)
+    strategy.setup(ServerContext(X, num_clients))
     return strategy
 
 

@@ -1,0 +1,57 @@
+"""The one place where a run's settings are checked against what its strategy and privacy mechanism require."""
+
+import torch
+
+from lightfed.core.requirements import Requirements
+from lightfed.errors import ConfigError
+from lightfed.privacy.base import ClientPrivacy
+from lightfed.schedules import RoundSchedule
+from lightfed.strategies.async_base import AsyncStrategy
+from lightfed.strategies.base import Strategy
+from lightfed.strategies.wrapper import StrategyWrapper
+
+ASYNCHRONOUS = "lightfed.strategies.FedBuff, CA2FL, FADAS, MasFL or AdaMasFL"
+
+
+def strategy_name(strategy: Strategy) -> str:
+    """The strategy's class name, a wrapper's with its inner strategy's: ``NormBounding(Scaffold)``."""
+    if isinstance(strategy, StrategyWrapper):
+        return f"{type(strategy).__name__}({strategy_name(strategy.inner)})"
+    return type(strategy).__name__
+
+
+def run_requirements(strategy: Strategy, privacy: ClientPrivacy | None) -> Requirements:
+    """What the strategy and the privacy mechanism need together."""
+    return strategy.requirements | (privacy.requirements if privacy is not None else Requirements())
+
+
+def check_requirements(
+    strategy: Strategy,
+    optimizer: torch.optim.Optimizer,
+    privacy: ClientPrivacy | None = None,
+    lr_schedule: RoundSchedule | None = None,
+    asynchronous: bool = False,
+) -> None:
+    """Refuses, in one line, a run whose strategy (or local rule, or privacy mechanism) cannot run with the model's
+    ``optimizer``, ``privacy``, ``lr_schedule`` or under the (a)synchronous trainer."""
+    name, needs = strategy_name(strategy), run_requirements(strategy, privacy)
+    if isinstance(strategy, AsyncStrategy) and not asynchronous:
+        raise ConfigError(f"{name} is asynchronous: add an `asynchronous:` section (e.g. concurrency: 20) to the config")
+    if asynchronous and not isinstance(strategy, AsyncStrategy):
+        raise ConfigError(f"{name} is synchronous; with `asynchronous:` use {ASYNCHRONOUS}")
+    if asynchronous and privacy is not None:
+        raise ConfigError("trainer.privacy is not supported with `asynchronous:` yet: its budgets assume rounds")
+    if needs.chooses_client_steps and lr_schedule is not None:
+        raise ConfigError(f"{name} chooses its clients' step sizes itself: remove trainer.lr_schedule")
+    groups = optimizer.param_groups
+    if needs.plain_sgd and not (isinstance(optimizer, torch.optim.SGD) and not any(g["momentum"] for g in groups)):
+        settings = f" with momentum {groups[0]['momentum']}" if isinstance(optimizer, torch.optim.SGD) else ""
+        raise ConfigError(
+            f"{name} assumes plain SGD local steps (x <- x - lr g): the model's optimizer must be "
+            f"torch.optim.SGD with momentum 0, got {type(optimizer).__name__}{settings}"
+        )
+    if needs.no_weight_decay and any(g.get("weight_decay") for g in groups):
+        raise ConfigError(
+            f"{name} sets the whole local step direction: the model's optimizer needs weight_decay 0, got "
+            f"{groups[0]['weight_decay']}"
+        )

@@ -1,6 +1,7 @@
 """FederatedDataModule: a dataset, its split across clients, a central test set, and batches on the device."""
 
 from collections.abc import Iterator
+from typing import cast
 
 import numpy as np
 import torch
@@ -93,7 +94,7 @@ class FederatedDataModule:
                 splits, indices, val_indices, eval_indices, self.batch_size, self.eval_batch_size, device,
                 self.num_workers, self.pin_memory,
             )
-        self._client_indices = self._batches.client_indices
+        self._client_indices = self._source.client_indices
 
     def _partition(
         self, splits: TensorSplits | DatasetSplits, seed: int, rng: np.random.Generator
@@ -105,10 +106,10 @@ class FederatedDataModule:
         name = type(self.dataset).__name__
         if splits.client_indices is not None and self.partitioner is not None:
             raise ConfigError(f"{name} is already split across clients; remove data.partitioner")
-        if splits.client_indices is None and self.partitioner is None:
-            raise ConfigError(f"{name} needs data.partitioner (e.g. lightfed.data.DirichletPartitioner)")
         labels, client_ids = splits.train_labels, splits.train_client_ids
         if splits.client_indices is None:
+            if self.partitioner is None:
+                raise ConfigError(f"{name} needs data.partitioner (e.g. lightfed.data.DirichletPartitioner)")
             size = splits.num_train
             val = held_out(size, held_count(size, self.val_fraction), rng, client_ids, labels)
             pool = np.delete(np.arange(size), val)
@@ -123,6 +124,21 @@ class FederatedDataModule:
         return kept, np.sort(np.concatenate(held))
 
     @property
+    def _source(self) -> TensorBatches | LoaderBatches:
+        assert self._batches is not None, "FederatedDataModule.setup(seed, device) first"
+        return self._batches
+
+    @property
+    def _tensors(self) -> TensorBatches:
+        """The batches of an in-memory dataset, which holds its examples as tensors."""
+        if not isinstance(self._source, TensorBatches):
+            raise ConfigError(
+                f"{type(self.dataset).__name__} is read through DataLoaders: train_x, test_x and the like are for "
+                "in-memory datasets only"
+            )
+        return self._source
+
+    @property
     def num_clients(self) -> int:
         return len(self._client_indices)
 
@@ -132,65 +148,66 @@ class FederatedDataModule:
     @property
     def train_x(self) -> Tensor:
         """An in-memory dataset's training features (on the device when ``on_device``)."""
-        return self._batches.train_x
+        return self._tensors.train_x
 
     @property
     def train_y(self) -> Tensor:
         """An in-memory dataset's training labels."""
-        return self._batches.train_y
+        return self._tensors.train_y
 
     @property
     def has_validation(self) -> bool:
         """Whether a validation split is held out (``val_fraction`` > 0)."""
-        return len(self._batches.val_indices) > 0
+        return len(self._source.val_indices) > 0
 
     @property
     def val_indices(self) -> Tensor:
         """The validation split: indices of training examples no client holds."""
-        return self._batches.val_indices
+        return self._source.val_indices
 
     @property
     def val_x(self) -> Tensor:
         """An in-memory dataset's validation features."""
-        return self._batches.train_x[self.val_indices]
+        return self._tensors.train_x[self.val_indices]
 
     @property
     def val_y(self) -> Tensor:
         """An in-memory dataset's validation labels."""
-        return self._batches.train_y[self.val_indices]
+        return self._tensors.train_y[self.val_indices]
 
     def client_val_indices(self, client_id: int) -> Tensor:
         """One client's held-out share (``client_val_fraction``), which per-client evaluation reads."""
         if self.client_val_fraction == 0:
             return torch.empty(0, dtype=torch.long)
-        return self._batches.client_eval_indices[client_id]
+        return self._source.client_eval_indices[client_id]
 
     @property
     def test_x(self) -> Tensor:
         """An in-memory dataset's test features."""
-        return self._batches.test_x
+        return self._tensors.test_x
 
     @property
     def test_y(self) -> Tensor:
         """An in-memory dataset's test labels."""
-        return self._batches.test_y
+        return self._tensors.test_y
 
     def client_batches(
         self, client_id: int, generator: torch.Generator, epochs: int | None = None, steps: int | None = None
     ) -> Iterator[Batch]:
         """Shuffled (and augmented) batches of one client's data: ``epochs`` passes, or exactly ``steps`` batches."""
-        batches = self._batches.client_batches(client_id, generator, epochs, steps)
-        return batches if self.augmentation is None else (self._augmented(batch, generator) for batch in batches)
+        batches = self._source.client_batches(client_id, generator, epochs, steps)
+        augmentation = self.augmentation
+        return batches if augmentation is None else (_augmented(augmentation, batch, generator) for batch in batches)
 
     def client_subset(self, client_id: int, positions: Tensor, generator: torch.Generator | None = None) -> Batch:
         """The examples at ``positions`` (0 .. client_size - 1) of one client's data, e.g. a Poisson sample; augmented
         with ``generator`` (None: torch's global RNG)."""
-        batch = self._batches.client_subset(client_id, positions)
-        return batch if self.augmentation is None else self._augmented(batch, generator)
+        batch = self._source.client_subset(client_id, positions)
+        return batch if self.augmentation is None else _augmented(self.augmentation, batch, generator)
 
     def test_batches(self, rank: int = 0, world_size: int = 1) -> Iterator[Batch]:
         """Batches of this process's contiguous share of the central test set."""
-        return self._batches.test_batches(rank, world_size)
+        return self._source.test_batches(rank, world_size)
 
     def val_batches(self, rank: int = 0, world_size: int = 1) -> Iterator[Batch]:
         """Batches of this process's contiguous share of the validation split."""
@@ -199,16 +216,18 @@ class FederatedDataModule:
                 "data.val_fraction is 0: there is no validation split; set data.val_fraction > 0 (e.g. 0.1), "
                 "or evaluate the test set with lightfed test"
             )
-        return self._batches.val_batches(rank, world_size)
+        return self._source.val_batches(rank, world_size)
 
     def client_eval_batches(self, client_id: int) -> Iterator[Batch]:
         """Batches of one client's held-out share (``client_val_fraction`` > 0), else of its training examples, in
         order, for per-client evaluation."""
-        return self._batches.client_eval_batches(client_id)
+        return self._source.client_eval_batches(client_id)
 
-    def _augmented(self, batch: Batch, generator: torch.Generator | None) -> Batch:
-        """The batch with its first element (the images) augmented."""
-        if not isinstance(batch, (tuple, list)) or not isinstance(batch[0], Tensor) or batch[0].ndim != 4:
-            raise ConfigError("data.augmentation needs batches (images, ...) whose images are (batch, C, H, W)")
-        images, *rest = batch
-        return (self.augmentation(images, generator), *rest)
+
+
+def _augmented(augmentation: Augmentation, batch: Batch, generator: torch.Generator | None) -> Batch:
+    """The batch with its first element (the images) augmented."""
+    if not isinstance(batch, (tuple, list)) or not isinstance(batch[0], Tensor) or batch[0].ndim != 4:
+        raise ConfigError("data.augmentation needs batches (images, ...) whose images are (batch, C, H, W)")
+    images, *rest = batch
+    return cast(Batch, (augmentation(images, generator), *rest))

@@ -181,3 +181,8 @@ def test_dp_sgd_reads_the_same_poisson_batches_from_a_map_dataset_as_from_tensor
         update = client.train(ClientPlan(client_id=0, round=0, seed=3, steps=6), torch.zeros(18), torch.zeros(0))
         deltas.append(update.delta.clone())
     assert deltas[0].abs().sum() > 0 and torch.equal(deltas[0], deltas[1])
+
+
+def test_a_map_style_dataset_gives_no_tensors_and_says_so(folders):
+    with pytest.raises(ConfigError, match="MapDataset is read through DataLoaders: train_x, test_x and the like"):
+        file_data(folders).train_x

@@ -1,14 +1,14 @@
 """lightfed: federated learning with LightningModule clients on Lightning Fabric."""
 
-from lightfed.asynchronous.trainer import AsyncFederatedTrainer
 from lightfed.asynchronous.schedule import Asynchrony
+from lightfed.asynchronous.trainer import AsyncFederatedTrainer
 from lightfed.callbacks import Callback
+from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.sums import Sums
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError, DatasetNotFoundError, DivergenceError, LightfedError
 from lightfed.strategies import FedAvg, ShardedRound, ShardedStrategy, Strategy
-from lightfed.core.sums import Sums
 from lightfed.trainer import FederatedTrainer
-from lightfed.core.messages import ClientPlan, ClientUpdate
 
 __all__ = [
     "AsyncFederatedTrainer",

@@ -8,6 +8,7 @@ from torch import Tensor
 from lightfed.core.local_context import LocalContext
 from lightfed.core.messages import ClientPlan
 from lightfed.data.module import Batch
+from lightfed.errors import ConfigError
 
 
 class LocalSession:
@@ -28,6 +29,11 @@ class LocalSession:
         with context.autocast():
             output = context.module.training_step(batch, batch_idx)
         loss = output["loss"] if isinstance(output, Mapping) else output
+        if not isinstance(loss, Tensor):
+            raise ConfigError(
+                f"{type(context.module).__name__}.training_step must return the loss (a tensor, or a dict with it "
+                f"under 'loss'), got {type(output).__name__}"
+            )
         context.flat.zero_grad()
         context.module.on_before_backward(loss)
         context.backward(loss)

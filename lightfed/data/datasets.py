@@ -1,9 +1,10 @@
 """Dataset sources: these load a whole dataset into memory as tensors (``MapDataset`` reads examples on demand)."""
 
 from abc import ABC, abstractmethod
+from collections.abc import Sized
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import numpy as np
 import torch
@@ -50,7 +51,12 @@ class DatasetSplits:
 
     @property
     def num_train(self) -> int:
-        return len(self.train)
+        return size(self.train)
+
+
+def size(dataset: Dataset) -> int:
+    """The number of examples of a map-style dataset (torch's ``Dataset`` type does not declare its ``__len__``)."""
+    return len(cast(Sized, dataset))
 
 
 class DatasetSource(ABC):

@@ -11,7 +11,7 @@ from lightning_utilities.core.apply_func import apply_to_collection
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-from lightfed.data.datasets import DatasetSplits
+from lightfed.data.datasets import DatasetSplits, size
 
 
 class LoaderBatches:
@@ -52,6 +52,7 @@ class LoaderBatches:
         indices = self.client_indices[client_id]
         shuffle = torch.Generator().manual_seed(int(torch.randint(2**62, (), generator=generator)))
         passes = epochs if steps is None else math.ceil(steps / math.ceil(len(indices) / self.batch_size))
+        assert passes is not None, "a client trains for epochs or for steps"
         batches = [
             chunk.tolist()
             for _ in range(passes)
@@ -70,7 +71,7 @@ class LoaderBatches:
 
     def test_batches(self, rank: int = 0, world_size: int = 1) -> Iterator[Any]:
         """Batches of this process's contiguous share of the central test set."""
-        yield from self._load(self.test, self._share(torch.arange(len(self.test)), rank, world_size))
+        yield from self._load(self.test, self._share(torch.arange(size(self.test)), rank, world_size))
 
     def val_batches(self, rank: int = 0, world_size: int = 1) -> Iterator[Any]:
         """Batches of this process's contiguous share of the validation split."""

@@ -5,7 +5,7 @@ from collections.abc import Sequence
 import numpy as np
 from torch.utils.data import Dataset
 
-from lightfed.data.datasets import DatasetSource, DatasetSplits
+from lightfed.data.datasets import DatasetSource, DatasetSplits, size
 from lightfed.errors import ConfigError
 
 
@@ -50,6 +50,6 @@ class MapDataset(DatasetSource):
         if values is None:
             return None
         values = np.asarray(values)
-        if len(values) != len(self.train):
-            raise ConfigError(f"MapDataset {name} has {len(values)} entries for {len(self.train)} training examples")
+        if len(values) != size(self.train):
+            raise ConfigError(f"MapDataset {name} has {len(values)} entries for {size(self.train)} training examples")
         return values

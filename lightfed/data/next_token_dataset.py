@@ -3,7 +3,6 @@
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 

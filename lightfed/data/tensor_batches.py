@@ -51,6 +51,7 @@ class TensorBatches:
         indices = self.client_indices[client_id]
         batches_per_epoch = math.ceil(len(indices) / self.batch_size)
         passes = epochs if steps is None else math.ceil(steps / batches_per_epoch)
+        assert passes is not None, "a client trains for epochs or for steps"
         remaining = passes * batches_per_epoch if steps is None else steps
         for _ in range(passes):
             order = indices[torch.randperm(len(indices), generator=generator).to(indices.device)]

@@ -167,3 +167,13 @@ def test_a_rule_sees_the_client_through_its_context_and_scales_every_groups_rate
     context.lr = 0.3
     assert [group["lr"] for group in context.optimizer.param_groups] == [0.3, 0.3]
     assert client.train(ClientPlan(client_id=0, round=0, seed=0, steps=1), x, torch.zeros(0)).local_time == 0.5
+
+
+def test_a_training_step_that_returns_no_loss_is_refused_with_what_it_must_return():
+    class NoLoss(DropoutNet):
+        def training_step(self, batch, batch_idx):
+            super().training_step(batch, batch_idx)
+
+    client = _client(NoLoss())
+    with pytest.raises(ConfigError, match="NoLoss.training_step must return the loss .* got None"):
+        client.train(ClientPlan(client_id=0, round=0, seed=0, steps=1), client.flat.params.clone(), client.flat.buffers)

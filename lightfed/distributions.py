@@ -9,8 +9,13 @@ import numpy as np
 
 from lightfed.errors import ConfigError
 
-USAGE = {"fixed": "fixed:VALUE", "randint": "randint:MIN:MAX", "uniform": "uniform:MIN:MAX",
-         "loguniform": "loguniform:MIN:MAX", "choice": "choice:A,B,..."}
+USAGE = {
+    "fixed": "fixed:VALUE",
+    "randint": "randint:MIN:MAX",
+    "uniform": "uniform:MIN:MAX",
+    "loguniform": "loguniform:MIN:MAX",
+    "choice": "choice:A,B,...",
+}
 NUMERIC = ("fixed", "randint", "uniform", "loguniform")
 
 

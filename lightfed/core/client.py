@@ -114,10 +114,18 @@ class ClientTrainer:
         module, optimizer, view = self.module, self.optimizer, self.view
         if not module.training:  # an evaluation left it in eval mode (Lightning, too, switches modes per stage)
             module.train()
-        session = LocalSession(context, plan, generator) if self.privacy is None else self.privacy.session(context, plan, generator)
+        session = (
+            LocalSession(context, plan, generator)
+            if self.privacy is None
+            else self.privacy.session(context, plan, generator)
+        )
         self._session = session
         loss_sum = torch.zeros((), device=self.fabric.device)
-        steps, local_time, per_epoch = 0, 0.0, max(1, math.ceil(self.data.client_size(plan.client_id) / self.data.batch_size))
+        steps, local_time, per_epoch = (
+            0,
+            0.0,
+            max(1, math.ceil(self.data.client_size(plan.client_id) / self.data.batch_size)),
+        )
         view._enter("train", plan.round, plan.client_id)
         with self.logged.attached(module):
             module.on_train_start()

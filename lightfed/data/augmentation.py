@@ -10,7 +10,12 @@ from lightfed.errors import ConfigError
 
 
 def crop_flip(
-    images: Tensor, top: Tensor, left: Tensor, mirror: Tensor, size: tuple[int, int], padding: int = 0,
+    images: Tensor,
+    top: Tensor,
+    left: Tensor,
+    mirror: Tensor,
+    size: tuple[int, int],
+    padding: int = 0,
     padding_mode: str = "constant",
 ) -> Tensor:
     """Each image of ``images`` (B, C, H, W), padded by ``padding`` on every side, cropped to ``size`` at its own

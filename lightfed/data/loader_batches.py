@@ -91,7 +91,10 @@ class LoaderBatches:
     ) -> Iterator[Any]:
         """The batches of ``dataset`` at those indices, on the device; ``generator`` seeds the workers."""
         loader = DataLoader(
-            dataset, batch_sampler=batches, num_workers=self.num_workers, pin_memory=self.pin_memory,
+            dataset,
+            batch_sampler=batches,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
             generator=generator,
         )
         for batch in loader:

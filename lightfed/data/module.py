@@ -56,7 +56,9 @@ class FederatedDataModule:
                 (``trainer.client_eval_interval``); 0: per-client evaluation reads the client's training examples.
         """
         if batch_size < 1 or eval_batch_size < 1:
-            raise ConfigError(f"data.batch_size and data.eval_batch_size must be >= 1, got {batch_size}, {eval_batch_size}")
+            raise ConfigError(
+                f"data.batch_size and data.eval_batch_size must be >= 1, got {batch_size}, {eval_batch_size}"
+            )
         if num_workers < 0:
             raise ConfigError(f"data.num_workers must be >= 0, got {num_workers}")
         check_fraction("val_fraction", val_fraction)
@@ -87,12 +89,26 @@ class FederatedDataModule:
         self.num_classes = splits.num_classes
         if isinstance(splits, TensorSplits):
             self._batches = TensorBatches(
-                splits, indices, val_indices, eval_indices, self.batch_size, self.eval_batch_size, device, self.on_device
+                splits,
+                indices,
+                val_indices,
+                eval_indices,
+                self.batch_size,
+                self.eval_batch_size,
+                device,
+                self.on_device,
             )
         else:
             self._batches = LoaderBatches(
-                splits, indices, val_indices, eval_indices, self.batch_size, self.eval_batch_size, device,
-                self.num_workers, self.pin_memory,
+                splits,
+                indices,
+                val_indices,
+                eval_indices,
+                self.batch_size,
+                self.eval_batch_size,
+                device,
+                self.num_workers,
+                self.pin_memory,
             )
         self._client_indices = self._source.client_indices
 
@@ -222,7 +238,6 @@ class FederatedDataModule:
         """Batches of one client's held-out share (``client_val_fraction`` > 0), else of its training examples, in
         order, for per-client evaluation."""
         return self._source.client_eval_batches(client_id)
-
 
 
 def _augmented(augmentation: Augmentation, batch: Batch, generator: torch.Generator | None) -> Batch:

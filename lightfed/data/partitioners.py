@@ -26,9 +26,7 @@ class Partitioner(ABC):
             raise ConfigError(f"num_clients must be >= 1, got {num_clients}")
         self.num_clients = num_clients
 
-    def partition(
-        self, labels: np.ndarray | None, seed: int, client_ids: np.ndarray | None = None
-    ) -> list[np.ndarray]:
+    def partition(self, labels: np.ndarray | None, seed: int, client_ids: np.ndarray | None = None) -> list[np.ndarray]:
         """One sorted int64 index array per client; raises ConfigError if a client would get no example.
 
         ``client_ids`` (a natural client id per example) is read by ``NaturalIdPartitioner`` only.
@@ -230,9 +228,7 @@ class NaturalIdPartitioner(Partitioner):
             super().__init__(num_clients)
         self.num_clients = num_clients  # type: ignore[assignment]  # None: one client per distinct id
 
-    def partition(
-        self, labels: np.ndarray | None, seed: int, client_ids: np.ndarray | None = None
-    ) -> list[np.ndarray]:
+    def partition(self, labels: np.ndarray | None, seed: int, client_ids: np.ndarray | None = None) -> list[np.ndarray]:
         """Splits by ``client_ids``; ``labels`` and ``seed`` are unused."""
         if client_ids is None:
             raise ConfigError(

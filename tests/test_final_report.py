@@ -3,13 +3,16 @@ validation split, ``lightfed test`` the test set, and a finished run appends a f
 with the final model's test metrics and those of the round with the best validation metric."""
 
 import json
+import os
+import signal
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from lightfed.callbacks import METRICS_FILE, Callback, EarlyStopping
+from lightfed.callbacks import Callback, EarlyStopping
 from lightfed.core.evaluation import BestRound
+from lightfed.core.run_output import METRICS_FILE
 from lightfed.data import Digits, DirichletPartitioner
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
@@ -94,8 +97,10 @@ def test_the_best_rounds_weights_survive_a_resume(tmp_path):
 
 def test_a_run_stopped_to_be_resumed_reports_when_it_ends(tmp_path):
     class Preempted(Callback):
-        def on_round_end(self, trainer, round, metrics):
-            trainer.stop_requested = trainer.should_stop = True
+        """The cluster's warning while round 1 trains: the run stops after it, to be resumed."""
+
+        def on_client_end(self, trainer, update):
+            os.kill(os.getpid(), signal.SIGUSR1)
 
     stopped = small_trainer(tmp_path, rounds=3, callbacks=[Preempted()])
     stopped.fit(small_model(), small_data(), FedAvg())

@@ -34,7 +34,7 @@ def test_each_round_trains_the_clients_from_the_global_model(tmp_path):
     """With a learning rate of 0 told to every client, nothing moves: the weights are copied in, not kept."""
 
     class FrozenClients(FedAvg):
-        def configure_client(self, plan: ClientPlan) -> ClientPlan:
+        def configure_client(self, plan: ClientPlan, received=None) -> ClientPlan:
             return ClientPlan(plan.client_id, plan.round, plan.seed, plan.epochs, plan.steps, lr=0.0)
 
     model = small_model()
@@ -156,3 +156,10 @@ def test_replica_check_names_a_process_whose_global_weights_differ(tmp_path, mon
     monkeypatch.setattr(trainer.fabric, "broadcast", lambda weights, src=0: weights + 1e-7)  # a drifted replica
     with pytest.raises(RuntimeError, match="process 0 holds other global weights than process 0 after round 3"):
         trainer.engine._check(2, torch.zeros(3), torch.zeros(1))
+
+
+def test_fit_sets_no_attribute_the_constructor_did_not_declare(tmp_path):
+    trainer = small_trainer(tmp_path, rounds=1)
+    declared = set(vars(trainer))
+    trainer.fit(small_model(), small_data(), FedAvg())
+    assert set(vars(trainer)) == declared

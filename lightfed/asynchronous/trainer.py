@@ -1,13 +1,13 @@
 """AsyncFederatedTrainer: buffered asynchronous FL on a virtual clock, through the synchronous trainer's engine."""
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
 from lightfed.asynchronous.schedule import Asynchrony, BufferedSchedule
-from lightfed.callbacks.base import Callback
+from lightfed.callbacks.base import Callback, TrainerState
 from lightfed.core.engine import Job, RoundEngine
 from lightfed.core.rounds import SampledRounds, client_plan
 from lightfed.core.seeding import derived_seed
@@ -49,13 +49,18 @@ class BufferedRounds(SampledRounds):
         strategy, fabric = self.strategy, engine.fabric
         if strategy.warms_up:
             sums = Sums(strategy.sum_sizes(), fabric.device)
-            everyone = [Job(client_plan(self.seed, self.local_work, 0, c), params, buffers) for c in range(self.num_clients)]
+            everyone = [
+                Job(client_plan(self.seed, self.local_work, 0, c), params, buffers) for c in range(self.num_clients)
+            ]
             for job in engine.share(everyone):
                 plan = replace(job.plan, seed=derived_seed(self.seed, WARM_UP, job.plan.client_id))
-                strategy.accumulate_warm_up(sums, engine.client.train(strategy.configure_warm_up(plan), params, buffers))
-            sums.buffer.copy_(fabric.all_reduce(sums.buffer, reduce_op="sum"))
+                strategy.accumulate_warm_up(
+                    sums, engine.client.train(strategy.configure_warm_up(plan), params, buffers)
+                )
+            sums.buffer.copy_(torch.as_tensor(fabric.all_reduce(sums.buffer, reduce_op="sum")))
             strategy.finish_warm_up(sums)
-            engine.client.logged.compute(fabric, engine.client.module)  # the warm-up's training losses are not round 1's
+            # the warm-up's training losses are not round 1's
+            engine.client.logged.compute(fabric, engine.client.module)
         self.schedule.start()
         self._publish(0, params, buffers)
 
@@ -95,16 +100,28 @@ class BufferedRounds(SampledRounds):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "schedule" not in state:
-            raise ConfigError("the checkpoint was written by the synchronous trainer; resume it without `asynchronous:`")
+            raise ConfigError(
+                "the checkpoint was written by the synchronous trainer; resume it without `asynchronous:`"
+            )
         self.schedule.load_state_dict(state["schedule"])
-        self.versions = {v: {k: t.to(self.device) for k, t in tensors.items()} for v, tensors in state["versions"].items()}
+        self.versions = {
+            v: {k: t.to(self.device) for k, t in tensors.items()} for v, tensors in state["versions"].items()
+        }
+
+
+class AsyncTrainerState(TrainerState, Protocol):
+    """What a callback reads of the asynchronous trainer: ``TrainerState`` and the virtual clock."""
+
+    @property
+    def virtual_time(self) -> float:
+        """The virtual clock at the last aggregation (``async/virtual_time``)."""
 
 
 class VirtualTimeLogging(Callback):
     """Logs every evaluation again as ``vs_time/<metric>`` at step = virtual time x 1000."""
 
-    def on_evaluation_end(self, trainer, metrics: dict[str, float]) -> None:
-        step = round(trainer.source.schedule.clock * TIME_STEPS)
+    def on_evaluation_end(self, trainer: AsyncTrainerState, metrics: dict[str, float]) -> None:  # type: ignore[override]
+        step = round(trainer.virtual_time * TIME_STEPS)
         for logger in trainer.loggers:
             logger.log_metrics({f"vs_time/{k}": v for k, v in metrics.items()}, step=step)
 
@@ -121,6 +138,8 @@ class AsyncFederatedTrainer(FederatedTrainer):
     also as ``vs_time/<metric>`` with step = virtual time x 1000.
     """
 
+    asynchronous = True
+
     def __init__(self, asynchrony: Asynchrony, **trainer: Any) -> None:
         """
         Args:
@@ -131,20 +150,28 @@ class AsyncFederatedTrainer(FederatedTrainer):
         super().__init__(**trainer)
         self.asynchrony = asynchrony
 
-    def fit(self, model, data: FederatedDataModule, strategy: Strategy, ckpt_path: str | None = None, run_config: str | None = None) -> dict[str, float]:
-        if not isinstance(strategy, AsyncStrategy):
-            raise ConfigError(
-                f"{type(strategy).__name__} is synchronous; with `asynchronous:` use lightfed.strategies.FedBuff, "
-                "CA2FL, FADAS, MasFL or AdaMasFL"
-            )
-        if self.privacy is not None:
-            raise ConfigError("trainer.privacy is not supported with `asynchronous:` yet: its budgets assume rounds")
-        steps = self.local_work.steps
-        fixed_steps = int(steps.low) if steps is not None and steps.kind == "fixed" else None
-        strategy.configure_async(AsyncSetting(self.clients_per_round, fixed_steps, self.rounds))
+    @property
+    def virtual_time(self) -> float:
+        """The virtual clock at the last aggregation (``async/virtual_time``); 0 before the run starts."""
+        return self.source.schedule.clock if isinstance(self.source, BufferedRounds) else 0.0
+
+    def fit(
+        self,
+        model,
+        data: FederatedDataModule,
+        strategy: Strategy,
+        ckpt_path: str | None = None,
+        run_config: str | None = None,
+    ) -> dict[str, float]:
+        if isinstance(strategy, AsyncStrategy):  # any other is refused by check_requirements
+            steps = self.local_work.steps
+            fixed_steps = int(steps.low) if steps is not None and steps.kind == "fixed" else None
+            strategy.configure_async(AsyncSetting(self.clients_per_round, fixed_steps, self.rounds))
         return super().fit(model, data, strategy, ckpt_path, run_config)
 
-    def _rounds(self, data: FederatedDataModule, strategy: AsyncStrategy) -> BufferedRounds:
+    def _rounds(self, data: FederatedDataModule, strategy: Strategy) -> BufferedRounds:
+        assert isinstance(strategy, AsyncStrategy)  # check_requirements refused any other
+        device, asynchrony = self.fabric.device, self.asynchrony
         return BufferedRounds(
-            self.seed, data.num_clients, self.clients_per_round, self.local_work, self.asynchrony, strategy, self.fabric.device
+            self.seed, data.num_clients, self.clients_per_round, self.local_work, asynchrony, strategy, device
         )

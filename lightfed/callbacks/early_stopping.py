@@ -2,7 +2,8 @@
 
 from typing import Literal
 
-from lightfed.callbacks.base import Callback
+from lightfed.callbacks.base import Callback, TrainerState
+from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 
 
@@ -26,14 +27,14 @@ class EarlyStopping(Callback):
             return True
         return value > self.best + self.min_delta if self.mode == "max" else value < self.best - self.min_delta
 
-    def setup(self, trainer, data) -> None:
+    def setup(self, trainer: TrainerState, data: FederatedDataModule) -> None:
         if self.monitor.startswith("val_") and not data.has_validation:
             raise ConfigError(
                 f"EarlyStopping monitors {self.monitor}, but data.val_fraction is 0 (no validation split): "
                 "set data.val_fraction > 0 (e.g. 0.1)"
             )
 
-    def on_round_end(self, trainer, round: int, metrics: dict[str, float]) -> None:
+    def on_round_end(self, trainer: TrainerState, round: int, metrics: dict[str, float]) -> None:
         if self.monitor not in metrics:
             return
         value = metrics[self.monitor]
@@ -48,9 +49,9 @@ class EarlyStopping(Callback):
                 f"for {self.patience} evaluations"
             )
 
-    def on_save_checkpoint(self, trainer, checkpoint: dict) -> None:
+    def on_save_checkpoint(self, trainer: TrainerState, checkpoint: dict) -> None:
         checkpoint["early_stopping"] = {"best": self.best, "waited": self.waited}
 
-    def on_load_checkpoint(self, trainer, checkpoint: dict) -> None:
+    def on_load_checkpoint(self, trainer: TrainerState, checkpoint: dict) -> None:
         state = checkpoint.get("early_stopping", {"best": None, "waited": 0})
         self.best, self.waited = state["best"], state["waited"]

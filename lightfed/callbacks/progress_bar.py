@@ -2,22 +2,22 @@
 
 from tqdm import tqdm
 
-from lightfed.callbacks.base import Callback
+from lightfed.callbacks.base import Callback, TrainerState
 
 
 class ProgressBar(Callback):
     """tqdm over ``trainer.rounds``, starting at the resumed round, with ``trainer.monitor`` (measured on the validation
     split for a ``val_*`` metric) as its postfix."""
 
-    def on_fit_start(self, trainer) -> None:
+    def on_fit_start(self, trainer: TrainerState) -> None:
         self.bar = tqdm(
             total=trainer.rounds, initial=trainer.round, desc="rounds", disable=not trainer.fabric.is_global_zero
         )
 
-    def on_round_end(self, trainer, round: int, metrics: dict[str, float]) -> None:
+    def on_round_end(self, trainer: TrainerState, round: int, metrics: dict[str, float]) -> None:
         self.bar.update(1)
         if trainer.monitor in metrics:
             self.bar.set_postfix({trainer.monitor: f"{metrics[trainer.monitor]:.4f}"})
 
-    def on_fit_end(self, trainer, metrics: dict[str, float]) -> None:
+    def on_fit_end(self, trainer: TrainerState, metrics: dict[str, float]) -> None:
         self.bar.close()

@@ -66,11 +66,23 @@ def resolve_checkpoint(ckpt_path: str | None, run_root: Path, runs: str = "*") -
     when there is none. A run folder whose ``last.ckpt`` is gone resumes from its ``previous.ckpt``."""
     if ckpt_path not in ("last", "auto"):
         return None if ckpt_path is None else Path(ckpt_path)
-    found = [folder / LAST if (folder / LAST).is_file() else folder / PREVIOUS for folder in run_root.glob(f"{runs}/checkpoints")]
+    found = [
+        folder / LAST if (folder / LAST).is_file() else folder / PREVIOUS
+        for folder in run_root.glob(f"{runs}/checkpoints")
+    ]
     candidates = sorted((path for path in found if path.is_file()), key=lambda path: path.stat().st_mtime)
     if not candidates and ckpt_path == "last":
         raise ConfigError(f"--ckpt_path last: no {LAST} under {run_root.resolve()}; start without --ckpt_path")
     return candidates[-1] if candidates else None
+
+
+def kept_checkpoint(path: Path) -> str:
+    """What a failed run left to resume from, in words."""
+    return (
+        f"the last good checkpoint is kept in {path.parent}"
+        if path.is_file()
+        else "no checkpoint was written before it"
+    )
 
 
 def rng_states() -> dict[str, Any]:

@@ -35,7 +35,7 @@ def write_file(path: Path, state: Any, keep_as: Path | None = None) -> None:
             torch.save(state, file)
             file.flush()
             os.fsync(file.fileno())
-        if kept is not None and path.is_file():
+        if kept is not None and keep_as is not None and path.is_file():
             kept.unlink(missing_ok=True)
             os.link(path, kept)
             os.replace(kept, keep_as)
@@ -50,13 +50,15 @@ def write_file(path: Path, state: Any, keep_as: Path | None = None) -> None:
 def _write_error(path: Path, error: BaseException) -> CheckpointWriteError:
     """The one-line error for a failed write of ``path``, with the operating system's reason (torch reports a full
     disk as a RuntimeError raised while handling the OSError)."""
-    cause = error
+    cause: BaseException | None = error
     while cause is not None and not isinstance(cause, OSError):
         cause = cause.__cause__ or cause.__context__
     if cause is None:
         return CheckpointWriteError(f"cannot write checkpoint {path}: {_one_line(error)}; resume with --ckpt_path last")
     advice = "free space" if cause.errno == errno.ENOSPC else f"make {path.parent} writable"
-    return CheckpointWriteError(f"cannot write checkpoint {path}: {cause.strerror}; {advice} and resume with --ckpt_path last")
+    return CheckpointWriteError(
+        f"cannot write checkpoint {path}: {cause.strerror}; {advice} and resume with --ckpt_path last"
+    )
 
 
 def read_file(path: Path, mmap: bool = False) -> Any:

@@ -1,14 +1,21 @@
 """Several clients of a round trained at once in one process: one thread per copy of the client."""
 
+import math
 import threading
 from collections.abc import Callable
-from contextlib import nullcontext
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
+from typing import Any
 
 import torch
+from lightning import LightningModule
+from lightning.fabric import Fabric
 
+from lightfed.adapters import copy_without_trainer
 from lightfed.core.client import ClientTrainer
+from lightfed.core.cores import available_cores
 from lightfed.core.logged_values import LoggedValues
+from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 
 Work = Callable[[int, ClientTrainer, int], None]  # (worker, its client, job index)
@@ -34,6 +41,35 @@ class ClientWorkers:
         cuda = clients[0].fabric.device.type == "cuda"
         self._streams = [torch.cuda.Stream(clients[0].fabric.device) for _ in clients] if cuda else None
 
+    @classmethod
+    def build(
+        cls,
+        fabric: Fabric,
+        model: LightningModule,
+        data: FederatedDataModule,
+        clients_in_parallel: int | str,
+        clients_per_round: int,
+        **client: Any,
+    ) -> "ClientWorkers":
+        """The workers of this process: ``clients_in_parallel`` ("auto": on a CPU one per core of the process, cores /
+        processes per node, and one without ``client["privacy"]`` or with ``data.num_workers`` > 0), at most this
+        process's share of a round; worker 0 trains ``model`` itself, the others a copy each. ``client``: the
+        ``ClientTrainer``'s other settings."""
+        cores = max(1, available_cores() // getattr(fabric.strategy, "num_processes", 1))  # processes per node
+        workers = clients_in_parallel
+        if isinstance(workers, int) and workers > 1 and data.num_workers > 0:
+            raise ConfigError(
+                "trainer.clients_in_parallel > 1 cannot be used with data.num_workers > 0 (DataLoader processes "
+                "forked from concurrent training threads can deadlock): set one of them to 1 / 0"
+            )
+        if workers == "auto":
+            parallel = fabric.device.type == "cpu" and client.get("privacy") is None and data.num_workers == 0
+            workers = cores if parallel else 1
+        workers = min(int(workers), math.ceil(clients_per_round / fabric.world_size))
+        modules = [model, *(copy_without_trainer(model) for _ in range(workers - 1))]
+        clients = [ClientTrainer(fabric, module, data, **client) for module in modules]
+        return cls(clients, max(1, cores // workers), strict=clients_in_parallel != "auto")
+
     @property
     def count(self) -> int:
         return len(self.clients)
@@ -51,8 +87,10 @@ class ClientWorkers:
         failed = threading.Event()
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.count, "lightfed-client")
-        futures = [self._pool.submit(self._serve, w, range(start + (w - start) % self.count, jobs, self.count), work,
-                                     failed) for w in range(self.count)]
+        futures = [
+            self._pool.submit(self._serve, w, range(start + (w - start) % self.count, jobs, self.count), work, failed)
+            for w in range(self.count)
+        ]
         errors = [future.exception() for future in futures]
         torch.set_num_threads(self._main_threads)  # worker threads set the process-wide default too
         if self._streams is not None:
@@ -95,6 +133,11 @@ class ClientWorkers:
                 "clients share: set trainer.clients_in_parallel 1 (or 'auto') for reproducible runs"
             )
         self.clients = self.clients[:1]
+
+    def call(self, hook: str) -> None:
+        """Calls the module hook ``hook`` (``on_fit_start``, ``on_fit_end``) of every worker's module."""
+        for client in self.clients:
+            getattr(client.module, hook)()
 
     def logged(self) -> LoggedValues:
         """What every worker's module logged this round, in the first worker's ``LoggedValues``."""

@@ -1,17 +1,24 @@
-"""An evaluation pass of the global model (its weights loaded into the live module, a step over batches), and the
-round with the best validation metric."""
+"""Evaluating the global model (its weights loaded into the live module, a step over batches) on the validation split,
+the test set or each client's data, and the round with the best validation metric."""
 
 import math
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+from lightning import LightningModule
 from lightning.fabric import Fabric
 from lightning.pytorch.utilities.data import extract_batch_size
 from torch import Tensor
 
 from lightfed.core.client import ClientTrainer
+from lightfed.core.fingerprint import check_fingerprint
 from lightfed.core.logged_values import LoggedValues
+from lightfed.core.run_state import RunState
+from lightfed.data.module import FederatedDataModule
+from lightfed.errors import ConfigError
 
 
 def evaluation_pass(
@@ -42,6 +49,68 @@ def evaluation_pass(
     return logged
 
 
+class Evaluation:
+    """The global model's evaluations on ``client``'s live module, every process its share of the batches, the results
+    reduced over all processes (collective calls)."""
+
+    def __init__(self, fabric: Fabric, client: ClientTrainer) -> None:
+        self.fabric, self.client = fabric, client
+
+    def global_model(self, step: str, params: Tensor, buffers: Tensor) -> dict[str, float]:
+        """``params``/``buffers`` on this process's share of the validation split with ``validation_step``, or of the
+        test set with ``test_step``."""
+        rank, world, data = self.fabric.global_rank, self.fabric.world_size, self.client.data
+        batches = data.val_batches(rank, world) if step == "validation_step" else data.test_batches(rank, world)
+        return evaluation_pass(self.fabric, self.client, params, buffers, step, batches).compute(
+            self.fabric, self.client.module
+        )
+
+    def clients(self, params: Tensor, buffers: Tensor, monitor: str) -> np.ndarray:
+        """``monitor`` of ``validation_step`` on each client's data (clients split across processes): its held-out
+        share with ``data.client_val_fraction`` > 0, else the examples it trains on."""
+        fabric, data = self.fabric, self.client.data
+        values = torch.zeros(data.num_clients, dtype=torch.float64, device=fabric.device)
+        for client_id in range(fabric.global_rank, data.num_clients, fabric.world_size):
+            batches = data.client_eval_batches(client_id)
+            result = evaluation_pass(fabric, self.client, params, buffers, "validation_step", batches).compute()
+            if monitor not in result:
+                raise ConfigError(f"per-client evaluation needs validation_step to log {monitor!r} (trainer.monitor)")
+            values[client_id] = result[monitor]
+        return torch.as_tensor(fabric.all_reduce(values, reduce_op="sum")).cpu().numpy()
+
+
+def evaluate_checkpoint(
+    fabric: Fabric,
+    model: LightningModule,
+    data: FederatedDataModule,
+    path: Path | None,
+    current: dict[str, str],
+    step: str,
+) -> tuple[int, Tensor, Tensor, dict[str, float]]:
+    """The global model of the checkpoint at ``path`` (the initial ``model`` when None) evaluated with ``step``, refused
+    when the model, the data or the seed differ from its run's (``current``: the fingerprint of this run's settings);
+    returns its rounds done, weights and metrics. Writes nothing: the run's folder, config and events stay as they
+    were."""
+    client = ClientTrainer(fabric, model, data)
+    round, params, buffers = 0, client.flat.params.clone(), client.flat.buffers.clone()
+    if path is not None:
+        saved = RunState.load(path, fabric.print, process_files=False)  # the weights are enough
+        check_fingerprint(saved.fingerprint, current, str(path), evaluation=True)
+        round, (params, buffers) = saved.round, saved.weights_for(params, buffers)
+        client.module.on_load_checkpoint(saved.checkpoint())
+    return round, params, buffers, Evaluation(fabric, client).global_model(step, params, buffers)
+
+
+def spread(values: np.ndarray, name: str) -> dict[str, float]:
+    """The distribution of a metric over clients: ``<name>_{mean,std,min,p10}``."""
+    return {
+        f"{name}_mean": float(values.mean()),
+        f"{name}_std": float(values.std()),
+        f"{name}_min": float(values.min()),
+        f"{name}_p10": float(np.percentile(values, 10)),
+    }
+
+
 class BestRound:
     """The evaluated round with the best validation ``monitor`` so far (lower is better for a loss, the first of equal
     values counts), with a copy of that round's global weights; its state goes into checkpoints."""
@@ -51,8 +120,7 @@ class BestRound:
         self.lower_is_better = "loss" in monitor
         self.round: int | None = None
         self.value: float | None = None
-        self.params: Tensor | None = None
-        self.buffers: Tensor | None = None
+        self.params, self.buffers = torch.empty(0), torch.empty(0)  # the best round's weights (none: empty)
 
     def update(self, round: int, metrics: dict[str, float], params: Tensor, buffers: Tensor) -> None:
         """Keeps round ``round``'s weights when its ``metrics`` hold a finite ``monitor`` better than the best so far."""
@@ -66,8 +134,13 @@ class BestRound:
     def state_dict(self) -> dict[str, Any] | None:
         if self.round is None:
             return None
-        return {"monitor": self.monitor, "round": self.round, "value": self.value, "params": self.params.cpu(),
-                "buffers": self.buffers.cpu()}
+        return {
+            "monitor": self.monitor,
+            "round": self.round,
+            "value": self.value,
+            "params": self.params.cpu(),
+            "buffers": self.buffers.cpu(),
+        }
 
     def load_state_dict(self, state: dict[str, Any] | None, device: torch.device) -> None:
         """Restores a checkpoint's best round; one chosen on another monitor (or none) leaves it empty."""

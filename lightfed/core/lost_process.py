@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING
 from lightfed.errors import LightfedError
 
 if TYPE_CHECKING:
-    from lightfed.trainer import FederatedTrainer
+    from lightfed.core.trainer_base import TrainerBase
 
 # the innermost of these frames says where the run was: (file, function) -> words (rounds 1-based)
 PHASES = {
     ("engine.py", "run"): "in the reduction of round {next}",
-    ("trainer.py", "save_checkpoint"): "while the checkpoint of round {done} was written",
-    ("trainer.py", "evaluate"): "in the evaluation of round {done}",
+    ("trainer.py", "_checkpoint"): "while the checkpoint of round {done} was written",
+    ("evaluation.py", "global_model"): "in the evaluation of round {done}",
+    ("evaluation.py", "clients"): "in the per-client evaluation of round {done}",
 }
 
 
@@ -34,9 +35,7 @@ def timed_out(error: BaseException) -> bool:
     return "timed out" in str(error).lower()
 
 
-def lost_process_line(
-    error: BaseException, trainer: "FederatedTrainer", fit: bool, lost: tuple[int, str] | None
-) -> str:
+def lost_process_line(error: BaseException, trainer: "TrainerBase", fit: bool, lost: tuple[int, str] | None) -> str:
     """What happened, where, and what to do. ``lost``: the process that died or was stopped and how
     (``(1, "died (killed by SIGKILL)")``) where this process knows it; with two processes it is the other one."""
     world = trainer.fabric.world_size

@@ -33,8 +33,32 @@ def write_process_state(folder: Path, rank: int, world: int, state: dict[str, An
 def gather_checksums(fabric: Fabric, checksum: str) -> list[str]:
     """Every process's ``checksum`` (a SHA-256 in hex), in rank order; a collective call."""
     mine = torch.tensor(list(bytes.fromhex(checksum)), dtype=torch.uint8, device=fabric.device)
-    every = fabric.all_gather(mine).reshape(fabric.world_size, -1).cpu()
+    every = torch.as_tensor(fabric.all_gather(mine)).reshape(fabric.world_size, -1).cpu()
     return [bytes(row.tolist()).hex() for row in every]
+
+
+def save_process_states(
+    fabric: Fabric, root: Path, name: str, state: dict[str, Any], held: bool
+) -> dict[str, Any] | None:
+    """Writes this process's ``state`` into ``root/name`` when the run ``held`` per-process state (the same on every
+    process), and returns what the checkpoint names them by: ``{"folder", "world_size", "sha256"}`` (None when not
+    ``held``). The checksums' gather is the only collective: each process has written its file when it returns."""
+    if not held:
+        return None
+    rank, world = fabric.global_rank, fabric.world_size
+    checksums = gather_checksums(fabric, write_process_state(root / name, rank, world, state))
+    return {"folder": name, "world_size": world, "sha256": checksums}
+
+
+def load_process_states(stores: Any, root: Path, saved: dict[str, Any] | None, rank: int, world: int) -> str | None:
+    """Restores the per-process ``stores`` (``lightfed.core.client_states.ProcessStores``) from the files a checkpoint
+    names (``saved``, as ``save_process_states`` returned it; under ``root``) for process ``rank`` of ``world``: only
+    its own file when the number of processes is unchanged. Returns their folder's name, None when it names none."""
+    if saved is None:
+        return None
+    read = reader(root / saved["folder"], saved["world_size"])
+    stores.load_process_states(read, saved["world_size"], rank, world)
+    return saved["folder"]
 
 
 def process_files_problem(root: Path, saved: dict[str, Any]) -> str | None:
@@ -75,7 +99,7 @@ def reader(folder: Path, world: int) -> Read:
     return read
 
 
-def prune(root: Path, keep: set[str]) -> None:
+def prune(root: Path, keep: set[str | None]) -> None:
     """Removes the process-state folders under ``root`` that no kept checkpoint refers to."""
     for folder in root.glob("*"):
         if folder.name not in keep:

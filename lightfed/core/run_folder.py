@@ -24,28 +24,33 @@ def claim_run_folder(experiment: Path, version: int | None = None) -> Path:
     try:
         experiment.mkdir(parents=True, exist_ok=True)
         if version is not None:
-            return _claim(version_folder(experiment, version))
-        numbers = [int(match[1]) for entry in os.listdir(experiment) if (match := re.fullmatch(rf"{VERSION}(\d+)", entry))]
+            folder = version_folder(experiment, version)
+            if _claim(folder):
+                return folder
+            raise ConfigError(
+                f"the run folder {folder} exists already: resume that run with --ckpt_path last, or start a new run "
+                "with --trainer.version null"
+            )
+        numbers = [
+            int(match[1]) for entry in os.listdir(experiment) if (match := re.fullmatch(rf"{VERSION}(\d+)", entry))
+        ]
         number = max(numbers, default=-1) + 1
-        while (folder := _claim(version_folder(experiment, number), taken_ok=True)) is None:
+        while not _claim(version_folder(experiment, number)):
             number += 1
-        return folder
+        return version_folder(experiment, number)
     except (FileExistsError, NotADirectoryError, PermissionError) as error:
-        raise ConfigError(f"cannot make the run folder under {experiment}: {error.strerror}; change trainer.root_dir") from None
+        raise ConfigError(
+            f"cannot make the run folder under {experiment}: {error.strerror}; change trainer.root_dir"
+        ) from None
 
 
-def _claim(folder: Path, taken_ok: bool = False) -> Path | None:
-    """``folder``, made now by this call; None when it exists already and ``taken_ok``."""
+def _claim(folder: Path) -> bool:
+    """Whether this call made ``folder`` (False: it exists already)."""
     try:
         folder.mkdir()
     except FileExistsError:
-        if taken_ok:
-            return None
-        raise ConfigError(
-            f"the run folder {folder} exists already: resume that run with --ckpt_path last, or start a new run "
-            "with --trainer.version null"
-        ) from None
-    return folder
+        return False
+    return True
 
 
 def write_run_config(folder: Path, run_config: str) -> None:

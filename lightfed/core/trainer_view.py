@@ -14,7 +14,8 @@ class TrainerView:
 
     def __init__(self, fabric: Fabric) -> None:
         self._fabric = fabric
-        self._round, self._client_id, self._epoch, self._step, self._stage = 0, None, 0, 0, ""
+        self._round, self._epoch, self._step, self._stage = 0, 0, 0, ""
+        self._client_id: int | None = None
 
     def _enter(self, stage: str, round: int = 0, client_id: int | None = None) -> None:
         self._stage, self._round, self._client_id, self._epoch, self._step = stage, round, client_id, 0, 0

@@ -18,7 +18,8 @@ from lightfed.errors import ConfigError
 from tests.data.test_datasets import write_fake_mnist
 
 ROOT = Path(__file__).resolve().parents[2]
-MASFL = str(ROOT / "configs" / "async" / "digits_masfl.yaml")
+DIGITS = ROOT / "configs" / "async" / "digits"
+MASFL = ["--config", str(DIGITS / "base.yaml"), "--config", str(DIGITS / "masfl.yaml")]
 SMALL = ["--trainer.rounds", "4", "--trainer.clients_per_round", "2", "--asynchronous.concurrency", "4",
          "--trainer.local_steps", "2", "--data.partitioner.init_args.num_clients", "8", "--trainer.progress_bar", "false"]
 
@@ -106,7 +107,7 @@ def test_bad_delay_and_concurrency_settings_are_refused(build, message):
 
 
 def _fit(tmp_path, *overrides: str) -> dict[str, float]:
-    return run(["fit", "--config", MASFL, *SMALL, "--trainer.root_dir", str(tmp_path), *overrides])
+    return run(["fit", *MASFL, *SMALL, "--trainer.root_dir", str(tmp_path), *overrides])
 
 
 def test_tensorboard_holds_staleness_virtual_time_and_accuracy_per_aggregation_and_against_time_and_test_reads_it_back(tmp_path):
@@ -142,23 +143,25 @@ def test_resumed_run_gives_the_model_and_state_of_an_uninterrupted_one(tmp_path)
     straight, resumed = checkpoint("straight"), checkpoint("resumed")
     assert straight["round"] == resumed["round"] == 4
     assert torch.equal(straight["params"], resumed["params"])
-    assert straight["schedule"] == resumed["schedule"]
+    assert straight["source"]["schedule"] == resumed["source"]["schedule"]
     for name in ("c", "g"):
         assert torch.equal(straight["strategy"][name], resumed["strategy"][name])
     assert straight["client_states"].keys() == resumed["client_states"].keys()
     assert all(torch.equal(s["c"], resumed["client_states"][i]["c"]) for i, s in straight["client_states"].items())
-    assert straight["versions"].keys() == resumed["versions"].keys()
+    assert straight["source"]["versions"].keys() == resumed["source"]["versions"].keys()
 
 
-@pytest.mark.parametrize("config", sorted((ROOT / "configs" / "async").glob("*.yaml")), ids=lambda path: path.stem)
+@pytest.mark.parametrize("config", sorted(p for p in (ROOT / "configs" / "async").glob("*/*.yaml") if p.stem != "base"),
+                         ids=lambda path: f"{path.parent.name}-{path.stem}")
 def test_every_async_config_trains(tmp_path, config):
     """Digits configs as they are (shortened); Fashion-MNIST configs on fake files in torchvision's layout."""
     overrides = []
-    if config.stem.startswith("fmnist"):
+    if config.parent.name == "fmnist":
         write_fake_mnist(tmp_path / "data" / "FashionMNIST" / "raw", n=64, rng=np.random.default_rng(0))
         overrides = ["--data.dataset.init_args.root", str(tmp_path / "data"), "--data.partitioner.init_args.min_size", "4",
                      "--data.batch_size", "8", "--model.init_args.width", "4", "--trainer.accelerator", "cpu"]
-    metrics = run(["fit", "--config", str(config), *SMALL, "--trainer.rounds", "2", "--trainer.eval_interval", "1",
+    layers = ["--config", str(config.with_name("base.yaml")), "--config", str(config)]
+    metrics = run(["fit", *layers, *SMALL, "--trainer.rounds", "2", "--trainer.eval_interval", "1",
                    "--trainer.root_dir", str(tmp_path / "runs"), *overrides])
     assert metrics["round/clients"] == 2 and 0 <= metrics["val_acc"] <= 1
 
@@ -179,21 +182,21 @@ def _error_of(argv: list[str], capsys) -> str:
         (["--asynchronous.concurrency", "1"], "(S=2) <= asynchronous.concurrency (M_c=1)"),
         (["--trainer.local_steps", "null", "--trainer.local_epochs", "1", "--strategy", "lightfed.strategies.AdaMasFL"],
          "set trainer.local_steps"),
-        (["--model.init_args.momentum", "0.9"], "need the model's optimizer to be plain SGD"),
+        (["--model.optimizer.momentum", "0.9"], "MasFL assumes plain SGD local steps (x <- x - lr g)"),
         (["--trainer.privacy", "lightfed.privacy.DPSGD", "--trainer.privacy.noise_multiplier", "1"],
          "trainer.privacy is not supported with `asynchronous:` yet"),
     ],
 )
 def test_bad_asynchronous_settings_get_one_line(tmp_path, capsys, overrides, message):
-    assert message in _error_of(["fit", "--config", MASFL, *SMALL, "--trainer.root_dir", str(tmp_path), *overrides], capsys)
+    assert message in _error_of(["fit", *MASFL, *SMALL, "--trainer.root_dir", str(tmp_path), *overrides], capsys)
 
 
 def test_asynchronous_strategy_without_the_asynchronous_section_is_refused(tmp_path, capsys):
-    settings = yaml.safe_load(Path(MASFL).read_text())
+    settings = yaml.safe_load((DIGITS / "base.yaml").read_text())
     del settings["asynchronous"]
     config = tmp_path / "sync.yaml"
     config.write_text(yaml.safe_dump(settings))
-    err = _error_of(["fit", "--config", str(config), "--trainer.root_dir", str(tmp_path)], capsys)
+    err = _error_of(["fit", "--config", str(config), *MASFL[2:], "--trainer.root_dir", str(tmp_path)], capsys)
     assert "MasFL is asynchronous: add an `asynchronous:` section" in err
 
 
@@ -202,13 +205,13 @@ def test_two_processes_give_the_weights_and_client_states_of_one(tmp_path):
     both processes hold the same global weights after every aggregation (check_replicas)."""
     _fit(tmp_path / "one", "--trainer.name", "run")
     subprocess.run(
-        [sys.executable, "-m", "lightfed", "fit", "--config", MASFL, *SMALL, "--trainer.name", "run",
+        [sys.executable, "-m", "lightfed", "fit", *MASFL, *SMALL, "--trainer.name", "run",
          "--trainer.devices", "2", "--trainer.check_replicas", "true", "--trainer.root_dir", str(tmp_path / "two")],
         check=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, timeout=300,
     )
     paths = [tmp_path / n / "run" / "version_0" / "checkpoints" / "last.ckpt" for n in ("one", "two")]
     one, two = ({**torch.load(path, weights_only=False), "client_states": saved_client_states(path)} for path in paths)
-    assert one["round"] == two["round"] == 4 and one["schedule"] == two["schedule"]
+    assert one["round"] == two["round"] == 4 and one["source"]["schedule"] == two["source"]["schedule"]
     assert (one["params"] - two["params"]).abs().max() <= 1e-5
     assert one["client_states"].keys() == two["client_states"].keys() and len(one["client_states"]) == 8
     for client_id, state in one["client_states"].items():

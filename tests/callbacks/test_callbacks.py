@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from lightfed import Callback, FedAvg
-from lightfed.callbacks import METRICS_FILE, EarlyStopping
+from lightfed.callbacks import EarlyStopping
+from lightfed.core.run_output import METRICS_FILE
 from lightfed.cli import run
 from lightfed.errors import ConfigError
 from tests.conftest import small_data, small_model, small_trainer
@@ -85,7 +86,7 @@ def test_metrics_file_holds_each_round_and_a_resumed_round_is_appended(tmp_path)
     lines = [line for line in (trainer.log_dir / METRICS_FILE).read_text().splitlines() if not line.startswith('{"final"')]
     assert lines[2] == '{"round": 3, "val_ac' and [json.loads(line)["round"] for line in lines[:2] + lines[3:]] == [1, 2, 3]
 
-    from lightfed.experiments.compare import read_log
+    from lightfed.experiments.run_logs import read_log
 
     log = read_log(tmp_path, "lightfed", "val_acc")
     assert [step for step, _ in log["history"]] == [1, 2, 3]

@@ -6,8 +6,11 @@ import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any, Protocol
 
-from lightfed.callbacks.base import Callback
+from lightning.fabric import Fabric
 
 REQUEUE_TIMEOUT_S = 60
 _early_requests: set[int] = set()  # SIGUSR1 received before a run listened (``hold_requests``)
@@ -19,72 +22,83 @@ def hold_requests() -> None:
     signal.signal(signal.SIGUSR1, lambda signum, frame: _early_requests.add(signum))
 
 
-class Preemption(Callback):
+class Progress(Protocol):
+    """What the Ctrl-C acknowledgement says: the rounds done (the round in flight is the next one)."""
+
+    round: int
+
+
+class Preemption:
     """While a run fits, SIGUSR1 (the cluster's warning: ask SLURM for it with ``--signal=USR1@120``), SIGTERM
-    (``scancel``, a preemption, the time limit) and SIGINT (Ctrl-C) do not end the process but ask the run to stop
-    (``trainer.stop_requested``). The request is read when the round in flight reduces its sums, so every process
-    finishes that round, writes its checkpoint and stops cleanly. After SIGUSR1 a SLURM job is also requeued (after
-    SIGTERM SLURM decides); a SIGUSR1 held from before the run began (``hold_requests``) stops it after its first
-    round. After Ctrl-C, ``fit`` raises ``KeyboardInterrupt`` once the checkpoint is written; a second Ctrl-C does at
-    once what Ctrl-C did before the run began. A round that outlasts SLURM's KillWait is lost to the SIGKILL that
-    follows; the previous checkpoint stays whole."""
+    (``scancel``, a preemption, the time limit) and SIGINT (Ctrl-C) do not end the process but set ``requested``. The
+    round engine reads it when the round in flight reduces its sums, so every process finishes that round, writes its
+    checkpoint and stops cleanly. After SIGUSR1 a SLURM job is also requeued (after SIGTERM SLURM decides); a SIGUSR1
+    held from before the run began (``hold_requests``) stops it after its first round. After Ctrl-C, ``fit`` raises
+    ``KeyboardInterrupt`` once the checkpoint is written; a second Ctrl-C does at once what Ctrl-C did before the run
+    began. A round that outlasts SLURM's KillWait is lost to the SIGKILL that follows; the previous checkpoint stays
+    whole."""
 
     def __init__(self) -> None:
-        self._previous: dict[int, object] = {}
+        self.requested = threading.Event()
         self.received: set[int] = set()
+        self._previous: dict[int, Any] = {}
 
-    def on_fit_start(self, trainer) -> None:
-        self.received = set()
+    def listen(self, fabric: Fabric, progress: Progress) -> None:
+        """Installs the handlers (in the main thread: Python delivers signals only there) and takes a held request."""
+        self.requested.clear()
+        self.received = set(_early_requests)
         if _early_requests:
-            self.received |= _early_requests
             _early_requests.clear()
-            trainer.stop_requested = True
-        if threading.current_thread() is not threading.main_thread():  # Python only delivers signals there
+            self.requested.set()
+        if threading.current_thread() is not threading.main_thread():
             return
 
-        def request_stop(signum: int, frame: object) -> None:
+        def request_stop(signum: int, frame: FrameType | None) -> Any:
             if signum == signal.SIGINT and signum in self.received:
                 previous = self._previous[signum]
                 return (previous if callable(previous) else signal.default_int_handler)(signum, frame)
             self.received.add(signum)
-            trainer.stop_requested = True
-            if signum == signal.SIGINT and trainer.fabric.is_global_zero:  # one raw write: safe in a signal handler
-                os.write(2, f"\nlightfed: Ctrl-C: stopping after round {trainer.round + 1}, which is in flight; "
-                            "Ctrl-C again stops at once\n".encode())
+            self.requested.set()
+            if signum == signal.SIGINT and fabric.is_global_zero:  # one raw write: safe in a signal handler
+                os.write(
+                    2,
+                    f"\nlightfed: Ctrl-C: stopping after round {progress.round + 1}, which is in flight; "
+                    "Ctrl-C again stops at once\n".encode(),
+                )
 
         listened = [signal.SIGUSR1, signal.SIGTERM]
         if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # a background job's Ctrl-C is not for it
             listened.append(signal.SIGINT)
         self._previous = {signum: signal.signal(signum, request_stop) for signum in listened}
 
-    def on_fit_end(self, trainer, metrics: dict[str, float]) -> None:
-        self._restore()
-        if not (trainer.stop_requested and trainer.should_stop and trainer.round < trainer.rounds):
-            return
-        stopped = f"stopped on request after round {trainer.round}; {trainer.checkpoint_path} holds it"
+    def stop_listening(self) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
+
+    def finish(self, fabric: Fabric, round: int, checkpoint: Path) -> None:
+        """After a run that stopped on request after ``round`` (its ``checkpoint``): says how to resume, requeues a
+        warned SLURM job, and raises ``KeyboardInterrupt`` after Ctrl-C."""
+        stopped = f"stopped on request after round {round}; {checkpoint} holds it"
         # after SIGUSR1, or a request from another process (every task of a SLURM step is warned alike)
         job_id = slurm_job_id() if not self.received & {signal.SIGTERM, signal.SIGINT} else None
         if job_id is None:
-            trainer.fabric.print(f"{stopped}; resume with --ckpt_path last")
-        elif trainer.fabric.is_global_zero:
+            fabric.print(f"{stopped}; resume with --ckpt_path last")
+        elif fabric.is_global_zero:
             # before the requeue, which ends this job at once, unflushed output with it
             print(f"{stopped}; requeueing SLURM job {job_id}", flush=True)
             failure = requeue_slurm_job(job_id)
             if failure is None:
                 print(f"SLURM job {job_id} requeued", flush=True)
             else:
-                print(f"lightfed: the requeue of SLURM job {job_id} failed ({failure}); the checkpoint holds the run: "
-                      "resume with --ckpt_path last", file=sys.stderr, flush=True)
+                print(
+                    f"lightfed: the requeue of SLURM job {job_id} failed ({failure}); the checkpoint holds the run: "
+                    "resume with --ckpt_path last",
+                    file=sys.stderr,
+                    flush=True,
+                )
         if signal.SIGINT in self.received:
             raise KeyboardInterrupt
-
-    def on_exception(self, trainer, error: BaseException) -> None:
-        self._restore()
-
-    def _restore(self) -> None:
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-        self._previous = {}
 
 
 def slurm_job_id() -> str | None:
@@ -99,7 +113,9 @@ def requeue_slurm_job(job_id: str) -> str | None:
     """Puts the job back in the queue; it restarts with the same command (which resumes with ``--ckpt_path auto``).
     Returns why that failed, in one line (scontrol's own error), or None."""
     try:
-        done = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=REQUEUE_TIMEOUT_S)
+        done = subprocess.run(
+            ["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=REQUEUE_TIMEOUT_S
+        )
     except OSError as error:
         return f"cannot run scontrol: {error.strerror or error}"
     except subprocess.TimeoutExpired:

@@ -1,0 +1,21 @@
+"""The trainer's refusals: settings that cannot work, checked before anything of a run is written."""
+
+from lightning import LightningModule
+from lightning.pytorch.utilities.model_helpers import is_overridden
+
+from lightfed.data.module import FederatedDataModule
+from lightfed.errors import ConfigError
+
+
+def check_clients(clients_per_round: int, data: FederatedDataModule) -> None:
+    if clients_per_round > data.num_clients:
+        raise ConfigError(
+            f"trainer.clients_per_round ({clients_per_round}) is larger than the number of clients "
+            f"({data.num_clients}); lower it or add clients"
+        )
+
+
+def check_step(model: LightningModule, step: str) -> None:
+    """Refuses a model without ``step``, the global model's evaluation."""
+    if not is_overridden(step, model, LightningModule):
+        raise ConfigError(f"{type(model).__name__} must define {step} to evaluate the global model")

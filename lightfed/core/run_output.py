@@ -1,0 +1,162 @@
+"""What a run writes as it goes: its folder and config, its loggers' records and ``metrics.jsonl``."""
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from lightning.fabric import Fabric
+from lightning.fabric.loggers import Logger, TensorBoardLogger
+
+from lightfed.adapters import tensorboard_file_writer
+from lightfed.core.final_report import logged_part, summary
+from lightfed.core.run_folder import claim_run_folder, write_run_config
+from lightfed.errors import ConfigError, LightfedError
+
+METRICS_FILE = "metrics.jsonl"
+
+
+class LoggerError(LightfedError):
+    """A logger (a tracker) failed: its store refused, its client library missing, its server unreachable."""
+
+    def __init__(self, logger: str, failed: str, error: BaseException) -> None:
+        while error.__cause__ is not None:  # the reason, not a wrapper's guess (Lightning's "you tried to log ...")
+            error = error.__cause__
+        reason = " ".join(f"{type(error).__name__}: {error}".split())
+        super().__init__(f"the logger {logger} {failed}: {reason}; change or remove trainer.logger")
+
+
+@contextmanager
+def reported(logger: Logger) -> Iterator[None]:
+    """Turns an error of ``logger``'s own into a ``LoggerError`` that names it."""
+    try:
+        yield
+    except Exception as error:
+        raise LoggerError(f"{type(logger).__module__}.{type(logger).__qualname__}", "failed", error) from error
+
+
+def flat_hparams(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"trainer": {"rounds": 5}}`` -> ``{"trainer/rounds": 5}``; values TensorBoard cannot show become strings."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            flat.update(flat_hparams(value, f"{prefix}{key}/"))
+        else:
+            flat[f"{prefix}{key}"] = value if isinstance(value, (bool, int, float, str)) else str(value)
+    return flat
+
+
+def check_writable(folder: Path) -> None:
+    """Refuses a run folder that cannot be made (a file in the way, no permission), before anything is written."""
+    existing = next(path for path in [folder, *folder.parents] if path.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        reason = "is not a folder" if not existing.is_dir() else "is not writable"
+        raise ConfigError(f"cannot make the run folder {folder}: {existing} {reason}; change trainer.root_dir")
+
+
+def run_folder_of(checkpoint: Path) -> Path | None:
+    """The run folder a checkpoint file belongs to (``<run>/checkpoints/last.ckpt``); None for a file elsewhere."""
+    return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
+
+
+class RunOutput:
+    """The run folder ``<experiment>/version_<n>`` with its ``config.yaml``, the loggers (``trainer.logger``: true for
+    TensorBoard there) and ``metrics.jsonl``: one JSON line per round, ``{"round": <rounds done>, <metric>: <value>,
+    ...}``, flushed at once (a later line for a round replaces an earlier one), and the final report's line. Every
+    process calls every method; process 0 writes the files. A logger's own error is a ``LoggerError``."""
+
+    def __init__(self, fabric: Fabric, experiment: Path, logger: bool | Logger | list[Logger]) -> None:
+        self.fabric, self.experiment, self.logger = fabric, experiment, logger
+        self.log_dir: Path | None = None  # set when a run starts
+        self.loggers: list[Logger] = []
+        self.hparams: dict[str, Any] = {}
+
+    def start(
+        self, resume_from: Path | None, version: int | None, run_config: str | None, hparams: dict[str, Any]
+    ) -> None:
+        """Fixes the run folder (the resumed run's, or a new ``version``), writes its config and builds the loggers;
+        ``hparams``: what the loggers record without a ``run_config``."""
+        folder = None
+        if self.fabric.is_global_zero:
+            resumed = None if resume_from is None else run_folder_of(resume_from)
+            folder = resumed or claim_run_folder(self.experiment, version)
+            if run_config is not None:
+                write_run_config(folder, run_config)
+        self.log_dir = self.fabric.broadcast(folder)
+        self.hparams = yaml.safe_load(run_config) if run_config is not None else hparams
+        if self.logger is True:
+            folder = self.folder
+            self.loggers = [
+                TensorBoardLogger(folder.parent.parent, folder.parent.name, folder.name, default_hp_metric=False)
+            ]
+        elif self.logger:
+            self.loggers = [self.logger] if isinstance(self.logger, Logger) else list(self.logger)
+
+    @property
+    def folder(self) -> Path:
+        """``log_dir``, once the run has started."""
+        if self.log_dir is None:
+            raise RuntimeError("the run folder is not fixed yet: RunOutput.start comes first")
+        return self.log_dir
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.folder / METRICS_FILE
+
+    def resume(self, round: int, metrics: dict[str, float]) -> None:
+        """Closes a line of ``metrics.jsonl`` cut short by a kill (readers skip it and keep the rest) and writes again
+        the checkpointed round's line when a kill between the checkpoint and the line lost it."""
+        if not self.fabric.is_global_zero:
+            return
+        path = self.metrics_file
+        text = path.read_bytes() if path.is_file() else b""
+        with open(path, "a") as file:
+            if text and not text.endswith(b"\n"):
+                file.write("\n")
+            if round > 0 and f'{{"round": {round},'.encode() not in text:
+                file.write(json.dumps({"round": round, **metrics}) + "\n")
+
+    def log_round(self, round: int, metrics: dict[str, float]) -> None:
+        """The metrics of the round that makes ``round`` rounds done, to the loggers and ``metrics.jsonl``."""
+        self.log(metrics, round)
+        self.append({"round": round, **metrics})
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        for logger in self.loggers:
+            with reported(logger):
+                logger.log_metrics(metrics, step=step)
+
+    def append(self, line: dict[str, Any]) -> None:
+        """One line of ``metrics.jsonl`` (process 0)."""
+        if self.fabric.is_global_zero:
+            with open(self.metrics_file, "a") as file:
+                file.write(json.dumps(line) + "\n")
+
+    def report(self, report: dict[str, Any]) -> None:
+        """The final report: its line in ``metrics.jsonl``, its test metrics to the loggers, and one printed line."""
+        self.append(report)
+        self.log(logged_part(report), report["round"])
+        self.fabric.print(summary(report))
+
+    def log_histogram(self, name: str, values: np.ndarray, step: int) -> None:
+        """``values`` as a TensorBoard histogram (process 0; other loggers take none)."""
+        for logger in self.loggers:
+            if isinstance(logger, TensorBoardLogger) and self.fabric.is_global_zero:
+                logger.experiment.add_histogram(name, values, global_step=step)
+
+    def finish(self, metrics: dict[str, float]) -> None:
+        """TensorBoard loggers record the run's hyperparameters against its last ``metrics`` (the HPARAMS tab, so a
+        sweep compares in TensorBoard; the values are the scalars already logged); every logger is finalized."""
+        from torch.utils.tensorboard.summary import hparams  # TensorBoard only where a run logs to it
+
+        for logger in self.loggers:
+            with reported(logger):
+                if isinstance(logger, TensorBoardLogger) and metrics and self.fabric.is_global_zero:
+                    writer = tensorboard_file_writer(logger)
+                    for summary in hparams(flat_hparams(self.hparams), metrics):
+                        writer.add_summary(summary)
+                logger.finalize("success")

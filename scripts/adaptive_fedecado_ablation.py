@@ -31,7 +31,8 @@ ADAPTIVE = str(CONFIGS / "adaptive_fedecado.yaml")
 S = "strategy.init_args."
 ARMS: dict[str, list[str]] = {
     "adaptive": [ADAPTIVE],
-    "fedecado": [str(CONFIGS / "fedecado.yaml"), *HETEROGENEOUS, "--grid", "model.init_args.lr=0.05,0.1,0.15,0.2"],
+    "fedecado": [str(CONFIGS / "fedecado.yaml"), *HETEROGENEOUS,
+                 "--grid", "model.init_args.optimizer.init_args.lr=0.05,0.1,0.15,0.2"],
     "fixed_lr": [ADAPTIVE, "--grid", f"{S}fixed_lr=0.025,0.05,0.1"],
     "fedecado_server": [ADAPTIVE, "--set", f"{S}window_end=mean", "--set", f"{S}beyond_window=extrapolate"],
     "constant_L": [ADAPTIVE, "--set", f"{S}damping=constant", "--grid", f"{S}inductance=0.1,1,10"],
@@ -48,7 +49,8 @@ COLUMNS = {
 
 
 def run_arm(name: str, argv: list[str], seeds: list[str], rounds: int, out: Path, workers: int) -> None:
-    command = [sys.executable, "-m", "lightfed", "compare", "--configs", argv[0], *argv[1:], "--seeds", *seeds,
+    command = [sys.executable, "-m", "lightfed", "compare", "--base", str(CONFIGS / "base.yaml"), "--configs", argv[0],
+               *argv[1:], "--seeds", *seeds,
                "--rounds", str(rounds), "--out", str(out / name), "--workers", str(workers)]
     print(" ".join(command), flush=True)
     subprocess.run(command, check=False)  # a diverged run is a result (compare then exits 1)

@@ -5,8 +5,9 @@ method's step sizes frozen while the concurrency M_c grows.
    of (local lr, server lr); the pair with the best score is kept. AdaMasFL takes its step sizes from S, K and T.
 2. Concurrency (Figure 2): every method, with those step sizes, at each M_c in --concurrency and each seed.
 
-Score: mean val_acc over the last quarter of the evaluations. Runs are ``lightfed fit`` on ``configs/async/digits_*.yaml``
-(N = 20 clients, Dirichlet(0.5), S = 5, K = 10). Outputs::
+Score: mean val_acc over the last quarter of the evaluations. Runs are ``lightfed fit`` on
+``configs/async/digits/base.yaml`` and a strategy file beside it (N = 20 clients, Dirichlet(0.5), S = 5, K = 10).
+Outputs::
 
     OUT/table.md                 accuracy per method and M_c (mean ± std over seeds), spread over M_c, staleness
     OUT/results.json             every run: method, M_c, step sizes, seed, score, history, mean staleness
@@ -38,7 +39,7 @@ METHODS = ["adamasfl", "masfl", "fedbuff", "ca2fl", "fadas"]
 LOCAL_LRS = ["0.02", "0.05", "0.1"]
 SERVER_LRS = {"masfl": ["0.1", "0.3", "1.0"], "fedbuff": ["0.5", "1.0", "2.0"], "ca2fl": ["0.5", "1.0", "2.0"],
               "fadas": ["0.001", "0.003", "0.01"]}
-LR, SERVER_LR = "model.init_args.lr", "strategy.init_args.server_lr"
+LR, SERVER_LR = "model.init_args.optimizer.init_args.lr", "strategy.init_args.server_lr"
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ class Run:
 
 
 def argv(run: Run, out: Path, rounds: int | None, fixed: list[tuple[str, str]]) -> list[str]:
-    args = ["fit", "--config", str(ROOT / "configs" / "async" / f"digits_{run.method}.yaml"),
+    digits = ROOT / "configs" / "async" / "digits"
+    args = ["fit", "--config", str(digits / "base.yaml"), "--config", str(digits / f"{run.method}.yaml"),
             "--asynchronous.concurrency", str(run.concurrency), "--seed_everything", str(run.seed),
             "--trainer.root_dir", str(out / "runs"), "--trainer.name", run.name, "--trainer.progress_bar", "false"]
     for key, value in [*run.lrs, *fixed]:

@@ -24,12 +24,19 @@ import torch
 SHORT = ["--trainer.progress_bar", "false", "--trainer.client_eval_interval", "0"]
 CASES = {
     "quickstart": ["-c", "configs/quickstart.yaml", "--trainer.rounds", "3"],
-    "sync (FedAdam)": ["-c", "configs/digits/fedadam.yaml", "--trainer.rounds", "3"],
-    "async (FedBuff)": ["-c", "configs/async/digits_fedbuff.yaml", "--trainer.rounds", "6"],
-    "DP (FedAvg + DP-SGD)": ["-c", "configs/digits/fedavg.yaml", "-c", "configs/privacy/dp-sgd.yaml", "--trainer.rounds", "2"],
-    "circuit (FedECADO)": ["-c", "configs/digits/fedecado.yaml", "--trainer.rounds", "3"],
+    "sync (FedAdam)": ["-c", "configs/digits/base.yaml", "-c", "configs/digits/fedadam.yaml", "--trainer.rounds", "3"],
+    "async (FedBuff)": [
+        "-c", "configs/async/digits/base.yaml", "-c", "configs/async/digits/fedbuff.yaml", "--trainer.rounds", "6",
+    ],
+    "DP (FedAvg + DP-SGD)": [
+        "-c", "configs/digits/base.yaml", "-c", "configs/digits/fedavg.yaml", "-c", "configs/privacy/dp-sgd.yaml",
+        "--trainer.rounds", "2",
+    ],
+    "circuit (FedECADO)": [
+        "-c", "configs/digits/base.yaml", "-c", "configs/digits/fedecado.yaml", "--trainer.rounds", "3",
+    ],
     "sharded robust (TrimmedMean)": [
-        "-c", "configs/digits/fedavg.yaml", "--trainer.rounds", "3",
+        "-c", "configs/digits/base.yaml", "-c", "configs/digits/fedavg.yaml", "--trainer.rounds", "3",
         "--strategy", "lightfed.strategies.TrimmedMean", "--strategy.trim", "0.2",
     ],
 }

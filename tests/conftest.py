@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import lightning as L
@@ -26,7 +27,7 @@ def _one_thread():
 
 def small_model(lr: float = 0.1, momentum: float = 0.5) -> SmallCNN:
     L.seed_everything(0, verbose=False)
-    return SmallCNN(width=8, lr=lr, momentum=momentum)
+    return SmallCNN(width=8, optimizer=partial(torch.optim.SGD, lr=lr, momentum=momentum))
 
 
 def small_data(num_clients: int = 8) -> FederatedDataModule:

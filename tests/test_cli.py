@@ -61,9 +61,9 @@ def _printed_config(capsys, *argv: str) -> str:
 
 def test_a_class_named_in_a_config_keeps_its_own_defaults(capsys):
     """No default model or strategy instance lends its init_args to the class a config or the command line names."""
-    cifar = _printed_config(capsys, "--config", str(ROOT / "configs" / "cifar10" / "fedavg.yaml"))
+    cifar = _printed_config(capsys, "--config", str(ROOT / "configs" / "cifar10" / "base.yaml"))
     assert "class_path: lightfed.models.ResNet18GN" in cifar and "in_channels: 3" in cifar  # not SmallCNN's 1
-    fedadam = _printed_config(capsys, "--config", str(ROOT / "configs" / "digits" / "fedavg.yaml"),
+    fedadam = _printed_config(capsys, "--config", str(ROOT / "configs" / "digits" / "base.yaml"),
                               "--strategy", "lightfed.strategies.FedAdam")
     assert "class_path: lightfed.strategies.FedAdam" in fedadam and "server_lr: 0.01" in fedadam  # not FedAvg's 1.0
 
@@ -119,11 +119,12 @@ def test_scaffold_resumes_on_two_processes_and_on_one_from_the_per_process_files
     own checkpoint file. A two-process run cut after round 2 resumes on two processes (each reads its own file) to the
     uninterrupted run's weights and control variates, and on one process (which takes every file's clients) to them
     within the 1-vs-2-process tolerance."""
-    scaffold = str(ROOT / "configs" / "digits" / "scaffold.yaml")
+    digits = ROOT / "configs" / "digits"
+    scaffold = ["--config", str(digits / "base.yaml"), "--config", str(digits / "scaffold.yaml")]
 
     def fit(root: Path, devices: int, rounds: int, *extra: str) -> dict:
         subprocess.run(
-            [sys.executable, "-m", "lightfed", "fit", "--config", scaffold, "--trainer.rounds", str(rounds),
+            [sys.executable, "-m", "lightfed", "fit", *scaffold, "--trainer.rounds", str(rounds),
              "--trainer.name", "run", "--trainer.devices", str(devices), "--trainer.root_dir", str(root),
              "--trainer.progress_bar", "false", "--trainer.client_eval_interval", "0", *extra],
             check=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, timeout=300,

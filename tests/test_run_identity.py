@@ -24,7 +24,8 @@ TINY = """
 seed_everything: 0
 trainer: {accelerator: cpu, rounds: 2, clients_per_round: 4, local_epochs: null, local_steps: 2, name: tiny,
           progress_bar: false, logger: false}
-model: {class_path: lightfed.models.SmallCNN, init_args: {width: 8, lr: 0.1}}
+model: {class_path: lightfed.models.SmallCNN,
+        init_args: {width: 8, optimizer: {class_path: torch.optim.SGD, init_args: {lr: 0.1}}}}
 data:
   partitioner: {class_path: lightfed.data.DirichletPartitioner, init_args: {num_clients: 8, alpha: 0.5}}
   batch_size: 16
@@ -143,7 +144,7 @@ RESUMES = [  # (setting changed on the resume, accepted)
     (["--data.partitioner", "lightfed.data.IIDPartitioner", "--data.partitioner.num_clients", "8"], False),
     (["--strategy", "lightfed.strategies.FedProx"], False),
     (["--strategy.init_args.server_lr", "0.5"], False),
-    (["--model.init_args.lr", "0.05"], False),
+    (["--model.init_args.optimizer.init_args.lr", "0.05"], False),
     (["--trainer.local_steps", "3"], False),
     (["--data.batch_size", "8"], False),
     (["--trainer.rounds", "4"], True),

@@ -16,7 +16,8 @@ from lightfed.core.checkpoint import load_checkpoint, save_checkpoint
 from lightfed.core.checkpoint_files import file_checksum
 
 ROOT = Path(__file__).resolve().parents[2]
-SCAFFOLD = str(ROOT / "configs" / "digits" / "scaffold.yaml")  # per-client control variates: per-process files
+DIGITS = ROOT / "configs" / "digits"
+SCAFFOLD = ["--config", str(DIGITS / "base.yaml"), "--config", str(DIGITS / "scaffold.yaml")]  # per-process files
 TINY = ["--trainer.clients_per_round", "4", "--trainer.local_epochs", "null", "--trainer.local_steps", "3",
         "--trainer.client_eval_interval", "0", "--trainer.progress_bar", "false", "--trainer.name", "run"]
 
@@ -30,7 +31,7 @@ class Payload:
 
 
 def _command(command: str, root: Path, *options: str) -> list[str]:
-    return [command, "--config", SCAFFOLD, *TINY, "--trainer.root_dir", str(root), *options]
+    return [command, *SCAFFOLD, *TINY, "--trainer.root_dir", str(root), *options]
 
 
 def _fit(root: Path, rounds: int, *options: str) -> None:

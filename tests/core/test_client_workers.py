@@ -1,6 +1,7 @@
 """Clients trained in parallel (``trainer.clients_in_parallel``) against one client at a time."""
 
 import os
+from functools import partial
 
 import pytest
 import torch
@@ -19,6 +20,8 @@ from tests.core.metric_model import SmallCNNWithTrainAccuracy
 # Every worker adds its clients' updates into its own float64 sums: a different order of the same additions, exact to
 # well below float32 rounding. Local training is the same arithmetic on one torch thread either way.
 ATOL = 1e-6
+
+SGD = partial(torch.optim.SGD, lr=0.1)
 
 
 def _fit(root, workers, strategy, model=None, **settings):
@@ -52,7 +55,7 @@ def test_three_workers_on_an_uneven_round_repeat_bitwise(tmp_path):
 
 def test_what_the_workers_log_is_reduced_over_all_of_them(tmp_path):
     def fit(workers, root):
-        model = SmallCNNWithTrainAccuracy(width=8, lr=0.1)
+        model = SmallCNNWithTrainAccuracy(width=8, optimizer=SGD)
         return _fit(root, workers, FedAvg(), model=model)[1]
 
     torch.manual_seed(0)
@@ -73,14 +76,14 @@ class DropoutCNN(type(small_model())):
 
 def test_a_model_that_draws_from_the_global_generator_is_refused_in_parallel(tmp_path):
     with pytest.raises(ConfigError, match="global random generator.*clients_in_parallel 1"):
-        _fit(tmp_path, 2, FedAvg(), model=DropoutCNN(width=8, lr=0.1))
+        _fit(tmp_path, 2, FedAvg(), model=DropoutCNN(width=8, optimizer=SGD))
 
 
 def test_auto_trains_such_a_model_one_client_at_a_time(tmp_path):
     torch.manual_seed(0)
-    automatic, _, trainer = _fit(tmp_path / "auto", "auto", FedAvg(), model=DropoutCNN(width=8, lr=0.1))
+    automatic, _, trainer = _fit(tmp_path / "auto", "auto", FedAvg(), model=DropoutCNN(width=8, optimizer=SGD))
     torch.manual_seed(0)
-    sequential, _, _ = _fit(tmp_path / "one", 1, FedAvg(), model=DropoutCNN(width=8, lr=0.1))
+    sequential, _, _ = _fit(tmp_path / "one", 1, FedAvg(), model=DropoutCNN(width=8, optimizer=SGD))
     assert trainer.workers.count == 1
     assert torch.equal(automatic, sequential)
 
@@ -101,7 +104,7 @@ class RecordingCNN(type(small_model())):
 
 def test_each_worker_runs_its_share_of_the_cores_and_the_main_thread_keeps_its_own(tmp_path):
     torch.set_num_threads(2)
-    model = RecordingCNN(width=8, lr=0.1)
+    model = RecordingCNN(width=8, optimizer=SGD)
     _, _, trainer = _fit(tmp_path, 2, FedAvg(), model=model)
     cores = len(os.sched_getaffinity(0))
     copy = trainer.workers.clients[1].module
@@ -111,7 +114,7 @@ def test_each_worker_runs_its_share_of_the_cores_and_the_main_thread_keeps_its_o
 
 
 def test_a_client_failing_in_a_worker_thread_stops_the_run_with_its_error(tmp_path):
-    model = RecordingCNN(fail_in_round=1, width=8, lr=0.1)
+    model = RecordingCNN(fail_in_round=1, width=8, optimizer=SGD)
     with pytest.raises(RuntimeError, match=r"client \d+ failed"):
         _fit(tmp_path, 2, FedAvg(), model=model)
     assert len(model.threads) == 2 * 5  # round 0: two clients of 5 steps on this copy, none after the failure

@@ -2,6 +2,7 @@
 learning-rate schedules and gradient clipping."""
 
 import json
+from functools import partial
 
 import pytest
 import torch
@@ -73,7 +74,7 @@ def test_dict_batches_train_and_evaluate_as_tuples_do(tmp_path):
     """Batch sizes found the way Lightning finds them: the weighted means equal the tuple run's."""
     data = small_data()
     dict_data = _DictBatches(data.dataset, data.partitioner, batch_size=data.batch_size)
-    tuples, dicts = small_model(), DictBatchCNN(width=8, lr=0.1, momentum=0.5)
+    tuples, dicts = small_model(), DictBatchCNN(width=8, optimizer=partial(torch.optim.SGD, lr=0.1, momentum=0.5))
     dicts.load_state_dict(tuples.state_dict())
     a = small_trainer(tmp_path / "a").fit(tuples, data, FedAvg())
     b = small_trainer(tmp_path / "b").fit(dicts, dict_data, FedAvg())
@@ -98,7 +99,7 @@ def test_schedule_factors_by_hand():
 @pytest.mark.parametrize("local_lr", [None, 0.02])
 def test_each_rounds_client_lr_is_the_base_times_the_schedule(tmp_path, local_lr):
     torch.manual_seed(0)
-    model = RecordingCNN(width=8, lr=0.1)
+    model = RecordingCNN(width=8, optimizer=partial(torch.optim.SGD, lr=0.1))
     trainer = small_trainer(tmp_path, rounds=3, clients_per_round=1, local_steps=2, eval_interval=5, local_lr=local_lr,
                             lr_schedule=CosineDecay(min_factor=0.1))
     trainer.fit(model, _tiny_clients(), FedAvg())
@@ -159,7 +160,8 @@ trainer:
   lr_schedule: {class_path: lightfed.schedules.CosineDecay, init_args: {min_factor: 0.1}}
 model:
   class_path: tests.core.hook_modules.EpochMetricCNN
-  init_args: {num_classes: 10, in_channels: 1, width: 8, lr: 0.1}
+  init_args: {num_classes: 10, in_channels: 1, width: 8,
+              optimizer: {class_path: torch.optim.SGD, init_args: {lr: 0.1}}}
 data:
   partitioner: {class_path: lightfed.data.IIDPartitioner, init_args: {num_clients: 8}}
   batch_size: 32

@@ -77,7 +77,8 @@ def test_per_client_memory_per_process_halves_from_one_to_two_processes():
 
 def _fit(root: Path, config: str, devices: int, *overrides: str) -> Path:
     subprocess.run(
-        [sys.executable, "-m", "lightfed", "fit", "--config", config, "--trainer.devices", str(devices),
+        [sys.executable, "-m", "lightfed", "fit", "--config", str(Path(config).with_name("base.yaml")),
+         "--config", config, "--trainer.devices", str(devices),
          "--trainer.clients_per_round", "4", "--trainer.local_epochs", "1", "--trainer.client_eval_interval", "0",
          "--trainer.root_dir", str(root), "--trainer.name", "run", "--trainer.progress_bar", "false",
          "--trainer.check_replicas", "true", *overrides],  # every round: the same global weights on every process

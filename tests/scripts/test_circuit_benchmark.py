@@ -29,12 +29,12 @@ def config(path: str) -> dict:
 def test_digits_follows_its_configs_and_the_inductance_rule_gives_theirs():
     args = circuit.parse_args([])
     run = circuit.settings(args, "digits")
-    fedavg = config("digits/fedavg.yaml")
+    fedavg = config("digits/base.yaml")
     assert run["clients"] == fedavg["data"]["partitioner"]["init_args"]["num_clients"]
     assert run["clients_per_round"] == fedavg["trainer"]["clients_per_round"]
     assert run["local_epochs"] == fedavg["trainer"]["local_epochs"]
     assert run["batch_size"] == fedavg["data"]["batch_size"]
-    assert run["lr"] == fedavg["model"]["init_args"]["lr"]
+    assert run["lr"] == fedavg["model"]["init_args"]["optimizer"]["init_args"]["lr"]
     settings = circuit.strategy_settings(args, run)
     assert settings["FedECADO"] == config("digits/fedecado.yaml")["strategy"]["init_args"]  # the defaults
     assert settings["AdaptiveFedECADO"] == config("digits/adaptive_fedecado.yaml")["strategy"]["init_args"]

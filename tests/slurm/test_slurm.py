@@ -274,13 +274,15 @@ CPU_JOB = ["--gpus-per-node=0", "--ntasks-per-node=2", "--cpus-per-task=1"]
 
 
 def reference_params(root: Path, monkeypatch, *args: str, config: str = QUICKSTART) -> torch.Tensor:
-    """Final weights of a 1-process `lightfed fit` of ``config``, run in this process (one thread)."""
+    """Final weights of a 1-process `lightfed fit` of ``config`` (files, space-separated), run in this process (one
+    thread)."""
     from lightfed.cli import run
 
     for name in list(os.environ):
         if name.startswith(("SLURM_", "SBATCH_", "SRUN_")):
             monkeypatch.delenv(name)  # Fabric must not take a SLURM job around pytest for its own
-    run(["fit", "--config", str(REPO / config), "--trainer.accelerator", "cpu", "--trainer.progress_bar", "false",
+    run(["fit", *(arg for c in config.split() for arg in ("--config", str(REPO / c))), "--trainer.accelerator", "cpu",
+         "--trainer.progress_bar", "false",
          "--trainer.root_dir", str(root), "--trainer.name", "reference", *QUICK, *args])
     return _checkpoint(root / "reference" / "version_0" / "checkpoints" / "last.ckpt")["params"]
 
@@ -335,11 +337,12 @@ def test_two_process_job_logs_once_and_matches_one_process(cluster, tmp_path, jo
 def test_fedecado_job_solves_its_circuit_sharded_over_two_processes(cluster, tmp_path, job_env, monkeypatch):
     """The circuit's server solve on the sharded path under srun: every round the same weights on both processes
     (check_replicas), and the one-process weights at the end."""
-    runs, config = tmp_path / "runs", "configs/digits/fedecado.yaml"
+    runs, config = tmp_path / "runs", "configs/digits/base.yaml configs/digits/fedecado.yaml"
     output = tmp_path / "job-%j.out"
     args = [*QUICK, "--trainer.rounds", "2", "--trainer.clients_per_round", "4", "--trainer.local_epochs", "1"]
     job = cluster.sbatch("single_node.sbatch", [*CPU_JOB, f"--output={output}"], [*args, "--trainer.check_replicas", "true"],
-                         env={**job_env, "ROOT_DIR": str(runs), "CONFIG": str(REPO / config)})
+                         env={**job_env, "ROOT_DIR": str(runs),
+                              "CONFIG": " ".join(str(REPO / c) for c in config.split())})
     output = tmp_path / f"job-{job}.out"
     with cluster.diagnose(output):
         cluster.wait(job, timeout=180)

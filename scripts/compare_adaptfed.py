@@ -54,7 +54,7 @@ def main() -> int:
         for configs_run, lr_run, out_run in [*runs, ([configs[2]], 2 * lr, out.parent / f"{setting}-control")]:
             argv = ["--configs", *configs_run, "--seeds", *map(str, args.seeds), "--out", str(out_run)]
             argv += ["--rounds", str(args.rounds)] if args.rounds else []
-            for override in [*overrides, f"model.init_args.lr={lr_run}", *args.set]:
+            for override in [*overrides, f"model.init_args.optimizer.init_args.lr={lr_run}", *args.set]:
                 argv += ["--set", override]
             print(f"\n## {out_run.name} (model lr {lr_run:g})\n", flush=True)
             status |= compare.main(argv)

@@ -1,5 +1,6 @@
 """MapDataset: a file-backed map-style Dataset split across clients, read through DataLoaders, trained end to end."""
 
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -140,7 +141,8 @@ seed_everything: 0
 trainer: {{accelerator: cpu, rounds: 2, clients_per_round: 4, local_epochs: null, local_steps: 3, name: run}}
 model:
   class_path: lightfed.models.SmallCNN
-  init_args: {{num_classes: 10, in_channels: 1, width: 8, lr: 0.1}}
+  init_args: {{num_classes: 10, in_channels: 1, width: 8,
+              optimizer: {{class_path: torch.optim.SGD, init_args: {{lr: 0.1}}}}}}
 data:
   dataset:
     class_path: lightfed.data.MapDataset
@@ -176,7 +178,7 @@ def test_dp_sgd_reads_the_same_poisson_batches_from_a_map_dataset_as_from_tensor
         data.setup(seed=0, device=CPU)
         privacy = DPSGD(noise_multiplier=0.0, max_grad_norm=0.5)
         privacy.setup(data, ClientStates(), clients_per_round=1, planned=lambda: [])
-        model = MLP(in_features=5, num_classes=3, hidden=[], lr=0.5)
+        model = MLP(in_features=5, num_classes=3, hidden=[], optimizer=partial(torch.optim.SGD, lr=0.5))
         client = ClientTrainer(Fabric(accelerator="cpu", devices=1), model, data, privacy)
         update = client.train(ClientPlan(client_id=0, round=0, seed=3, steps=6), torch.zeros(18), torch.zeros(0))
         deltas.append(update.delta.clone())

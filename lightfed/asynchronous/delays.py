@@ -11,7 +11,7 @@ from lightfed.errors import ConfigError
 class DelayModel(ABC):
     """Durations of client jobs in virtual time units; per-client traits are drawn once in ``setup``."""
 
-    def setup(self, num_clients: int, rng: np.random.Generator) -> None:
+    def setup(self, num_clients: int, rng: np.random.Generator) -> None:  # noqa: B027 (an optional hook)
         """Draws each client's fixed traits (e.g. its speed) from ``rng``."""
 
     @abstractmethod
@@ -43,7 +43,7 @@ class SpeedTiers(DelayModel):
         self.bounds = [tuple(map(float, b)) for b in bounds]
         self.tier_weights = [float(w) for w in tier_weights]
 
-    def setup(self, num_clients: int, rng: np.random.Generator) -> None:
+    def setup(self, num_clients: int, rng: np.random.Generator) -> None:  # noqa: B027 (an optional hook)
         self.tiers = rng.dirichlet(self.tier_weights, size=num_clients).argmax(axis=1)
 
     def duration(self, client_id: int, rng: np.random.Generator) -> float:
@@ -81,7 +81,7 @@ class LogNormal(DelayModel):
             raise ConfigError(f"delays.sigma and delays.client_sigma must be >= 0, got {sigma}, {client_sigma}")
         self.mu, self.sigma, self.client_sigma = mu, sigma, client_sigma
 
-    def setup(self, num_clients: int, rng: np.random.Generator) -> None:
+    def setup(self, num_clients: int, rng: np.random.Generator) -> None:  # noqa: B027 (an optional hook)
         self.slowness = np.exp(rng.normal(0.0, self.client_sigma, size=num_clients))
 
     def duration(self, client_id: int, rng: np.random.Generator) -> float:

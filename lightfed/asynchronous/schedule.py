@@ -4,10 +4,9 @@ import heapq
 from dataclasses import astuple, dataclass
 from typing import Any
 
-
 from lightfed.asynchronous.delays import DelayModel, SpeedTiers
-from lightfed.errors import ConfigError
 from lightfed.core.seeding import derived_rng
+from lightfed.errors import ConfigError
 
 DISPATCH = 100  # the server's choice of idle clients to start after an aggregation
 DELAY_TRAITS = 101  # each client's fixed delay traits (e.g. its speed tier)

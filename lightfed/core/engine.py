@@ -7,6 +7,7 @@ round has (see ``lightfed.core.rounds`` and ``lightfed.asynchronous.trainer``).
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 from lightning.fabric import Fabric
@@ -76,7 +77,7 @@ class RoundEngine:
         self.shards = CoordinateShards(client.flat.params.numel(), fabric.world_size, fabric.global_rank)
 
         def all_reduce(tensor: Tensor, op: str) -> Tensor:
-            return fabric.all_reduce(tensor, reduce_op=op)
+            return cast(Tensor, fabric.all_reduce(tensor, reduce_op=op))
 
         self.path = server_path(strategy, self.shards, clients_per_round, all_reduce)
         buffers = client.flat.buffers.numel()
@@ -128,7 +129,7 @@ class RoundEngine:
         for worker_sums in self._worker_sums[1 : self.workers.count]:
             sums.buffer.add_(worker_sums.buffer)
         sums.add("_stop", float(stop_requested is not None and stop_requested.is_set()))
-        sums.buffer.copy_(self.fabric.all_reduce(sums.buffer, reduce_op="sum"))
+        sums.buffer.copy_(cast(Tensor, self.fabric.all_reduce(sums.buffer, reduce_op="sum")))
         params = path.aggregate(round, layout, sums, params)
         buffers = (sums["_buffers"] / sums["_examples"]).to(buffers.dtype)
         self._check(round, params, buffers)

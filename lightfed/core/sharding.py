@@ -74,7 +74,7 @@ class CoordinateShards:
             received, send, [count * n for n in self.lengths], [len(rows) * self.lengths[self.rank] for rows in rows_of]
         )
         pieces = received.split([count * n for n in self.lengths])
-        return torch.cat([piece.reshape(count, n) for piece, n in zip(pieces, self.lengths)], dim=1)
+        return torch.cat([piece.reshape(count, n) for piece, n in zip(pieces, self.lengths, strict=True)], dim=1)
 
     def gather(self, shard: Tensor) -> Tensor:
         """The whole vector from every process's slice of it (the same on every process)."""
@@ -96,7 +96,8 @@ class CoordinateSums:
     def __init__(self, size: int, shard: slice = slice(None), all_reduce: AllReduce = local) -> None:
         self.size, self.block = size, block_size(size)
         self.blocks = math.ceil(size / self.block)
-        self.first, remainder = divmod(shard.start or 0, self.block)
+        start = shard.start or 0
+        self.first, remainder = start // self.block, start % self.block
         if remainder:
             raise ValueError(f"a shard starting at {shard.start} cuts a block of {self.block} coordinates")
         self.all_reduce = all_reduce
@@ -126,6 +127,6 @@ class CoordinateSums:
     def _reduce(self, blocks: list[Tensor]) -> Tensor:
         """Every process's block sums of each tensor (one all-reduce), added in block order."""
         padded = torch.zeros(len(blocks), self.blocks, dtype=torch.float64, device=blocks[0].device)
-        for row, values in zip(padded, blocks):
+        for row, values in zip(padded, blocks, strict=True):
             row[self.first : self.first + len(values)] = values
         return self.all_reduce(padded, "sum").sum(1)

@@ -2,7 +2,7 @@
 error below one tolerance, starting from the passivity bound."""
 
 import math
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 from torch import Tensor
@@ -107,6 +107,7 @@ class AdaptiveEuler(LocalRule):
         self.errors: list[float] = []
         self.rejected = self.forced = 0
         self.bound = math.nan
+        self.first_trial = math.inf  # the round's first trial step, set by its first step
         self.velocity: Tensor | None = None
         self.alignment = 1.0
         self.decay = SpeedDecay() if self.track_decay else None
@@ -224,8 +225,9 @@ class AdaptiveEuler(LocalRule):
         if speed == 0:  # v = 0 exactly: this step moves nothing, whatever its size
             self._accept(dt, 0.0, self._allowed(dt, speed), velocity, speed)
             return
-        rate = self._change(velocity, self.velocity) / (2 * previous)
-        self._measure_alignment(self.velocity, -1.0)
+        last = cast(Tensor, self.velocity)  # set by the first step
+        rate = self._change(velocity, last) / (2 * previous)
+        self._measure_alignment(last, -1.0)
         error = rate * dt**2
         if error > self._allowed(dt, speed):
             dt = 0.9 * self._largest_step(rate, speed)

@@ -63,6 +63,8 @@ def path_progress(ratio: Tensor, beyond_window: BeyondWindow, decay: Tensor | No
         return ratio
     if beyond_window == "hold":
         return ratio.clamp(max=1.0)
+    if decay is None:
+        raise ValueError("beyond_window='decay' needs each client's reported decay")
     rho = decay.to(ratio).clamp(0.0, 1.0)
     beyond = (ratio - 1).clamp(min=0.0)
     steady = rho > 1 - 1e-9
@@ -108,7 +110,9 @@ class WindowSolver:
         workspace = workspace or Workspace()
         self._array = lambda name: workspace.get(name, branches.couplings.shape, branches.couplings)
         self.currents, self.next = branches.couplings, self._array("next")
-        self.change, self.previous_change, self.previous_h = self._array("change"), None, 0.0
+        self.change: Tensor = self._array("change")
+        self.previous_change: Tensor | None = None
+        self.previous_h = 0.0
         self.error = self._array("error")
         shape = torch.broadcast_shapes(branches.inductance.shape, branches.resistance.shape)
         self._inverse = workspace.get("inverse", shape, branches.couplings)

@@ -1,6 +1,7 @@
 """Hutchinson estimates of a loss's Hessian diagonal (and its mean, trace / d) from Hessian-vector products."""
 
 from collections.abc import Iterable
+from typing import cast
 
 import torch
 from lightning import LightningModule
@@ -43,7 +44,7 @@ def module_hessian_diagonal(
         for index, batch in enumerate(batches):
             output = module.training_step(batch, index)
             loss = output["loss"] if isinstance(output, dict) else output
-            total[mask] += hutchinson_diagonal(loss, trainable, probes, generator)
+            total[mask] += hutchinson_diagonal(cast(Tensor, loss), list(trainable), probes, generator)
             count += 1
     module.train(was_training)
     if count == 0:

@@ -10,7 +10,7 @@ the paper's printed ones: ``lightfed/ecado/circuit.py`` and the FedECADO spec.
 import time
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 from torch import Tensor
@@ -270,9 +270,11 @@ class FedECADO(ShardedStrategy):
             curvature = torch.zeros(len(updates.client_ids), 1, dtype=torch.float64, device=self.total_current.device)
         else:
             curvature = torch.stack([self._curvature(i) for i in updates.client_ids]).double()
-        dt: Tensor | float = self.sensitivity_step
-        if dt == "window":
+        dt: Tensor | float
+        if self.sensitivity_step == "window":
             dt = self._window_sensitivity(windows, self._window_end(windows, updates), updates).to(curvature)[:, None]
+        else:
+            dt = float(self.sensitivity_step)
         resistance = 1 / (1 / dt + curvature / beta.to(curvature)[:, None])
         if self.inductance_rule == "critical":
             return windows, resistance, critical_branch_inductance(resistance, self.inductance)
@@ -297,7 +299,8 @@ class FedECADO(ShardedStrategy):
         return updates.reports["time_scale"].double().reciprocal()
 
     def _curvature(self, client_id: int) -> Tensor:
-        return self.client_states.get(client_id, "curvature").to(self.total_current.device, non_blocking=True).reshape(-1)
+        curvature = cast(Tensor, self.client_states.get(client_id, "curvature"))  # stored when first sampled
+        return curvature.to(self.total_current.device, non_blocking=True).reshape(-1)
 
     def _first_step(self, windows: Tensor) -> float:
         return self.step or self.initial_step or float(windows.max()) / 10

@@ -2,7 +2,7 @@
 
 import math
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -52,7 +52,7 @@ def probe_loss(context: LocalContext, client_id: int) -> float:
                 output = module.training_step(batch, batch_idx)
             loss = output["loss"] if isinstance(output, dict) else output
             size = extract_batch_size(batch)
-            total += float(loss) * size
+            total += float(cast(Tensor, loss)) * size
             count += size
     module.train()
     return total / count

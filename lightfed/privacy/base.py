@@ -2,6 +2,7 @@
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
+from typing import cast
 
 import torch
 from lightning import LightningModule
@@ -66,7 +67,8 @@ class ClientPrivacy(ABC):
         if not self.limits_budget:
             return
         over = max((plan.client_id for plan in plans if self.would_exceed(plan)), default=-1)
-        client_id = int(fabric.all_reduce(torch.tensor(over + 1.0, device=fabric.device), reduce_op="max")) - 1
+        reduced = cast(torch.Tensor, fabric.all_reduce(torch.tensor(over + 1.0, device=fabric.device), reduce_op="max"))
+        client_id = int(reduced) - 1
         if client_id >= 0:
             raise BudgetReached(f"client {client_id} would exceed its privacy budget in round {round + 1}")
 

@@ -7,7 +7,7 @@ import math
 import warnings
 from collections.abc import Iterator
 from operator import itemgetter
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 import torch
 from lightning import LightningModule
@@ -143,7 +143,7 @@ class DPSGD(ClientPrivacy):
         return poisson_schedule(self.data.client_size(client_id), self.data.batch_size)
 
     def steps(self, plan: ClientPlan) -> int:
-        return plan.steps if plan.steps is not None else plan.epochs * self.schedule(plan.client_id)[1]
+        return plan.steps if plan.steps is not None else cast(int, plan.epochs) * self.schedule(plan.client_id)[1]
 
     def step_noise(self, client_id: int, releases: int) -> float:
         """Noise multiplier of one step that releases ``releases`` private gradients of its batch."""
@@ -195,7 +195,7 @@ class DPSGD(ClientPrivacy):
         for client_id in range(self.data.num_clients):
             if self.client_states.get(client_id, STATE) is not None:
                 epsilons[client_id] = self.epsilon(client_id)
-        epsilons = fabric.all_reduce(epsilons, reduce_op="sum")
+        epsilons = cast(Tensor, fabric.all_reduce(epsilons, reduce_op="sum"))
         trained = epsilons[epsilons > 0]
         if trained.numel() == 0:
             return {}
@@ -246,7 +246,7 @@ class DPSGDSession(LocalSession):
 
     def batches(self) -> Iterator[Batch]:
         steps, taken = self.plan.steps, 0
-        passes = self.plan.epochs if steps is None else math.ceil(steps / len(self.loader))
+        passes = cast(int, self.plan.epochs) if steps is None else math.ceil(steps / len(self.loader))
         for _ in range(passes):
             for (positions,) in self.loader:
                 if taken == steps:

@@ -7,7 +7,8 @@ from lightfed.errors import ConfigError
 from lightfed.privacy.base import ClientPrivacy
 from lightfed.schedules import RoundSchedule
 from lightfed.strategies.async_base import AsyncStrategy
-from lightfed.strategies.base import Strategy
+from lightfed.strategies.base import Strategy, SumsStrategy
+from lightfed.strategies.sharded_base import ShardedStrategy
 from lightfed.strategies.wrapper import StrategyWrapper
 
 ASYNCHRONOUS = "lightfed.strategies.FedBuff, CA2FL, FADAS, MasFL or AdaMasFL"
@@ -35,6 +36,8 @@ def check_requirements(
     """Refuses, in one line, a run whose strategy (or local rule, or privacy mechanism) cannot run with the model's
     ``optimizer``, ``privacy``, ``lr_schedule`` or under the (a)synchronous trainer."""
     name, needs = strategy_name(strategy), run_requirements(strategy, privacy)
+    if not isinstance(strategy, (SumsStrategy, ShardedStrategy, AsyncStrategy)):
+        raise ConfigError(f"{name} has no server path: subclass SumsStrategy, ShardedStrategy or AsyncStrategy")
     if isinstance(strategy, AsyncStrategy) and not asynchronous:
         raise ConfigError(f"{name} is asynchronous: add an `asynchronous:` section (e.g. concurrency: 20) to the config")
     if asynchronous and not isinstance(strategy, AsyncStrategy):

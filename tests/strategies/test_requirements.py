@@ -59,9 +59,14 @@ def test_privacy_with_accountants_keeps_clients_on_their_process():
     assert run_requirements(FedAvg(), DPSGD(noise_multiplier=1.0)).client_state
 
 
+class NoPath(Strategy):
+    """Only the common base: neither sums, nor shards, nor buffers."""
+
+
 @pytest.mark.parametrize(
     "strategy, settings, message",
     [
+        (NoPath(), {}, "NoPath has no server path: subclass SumsStrategy, ShardedStrategy or AsyncStrategy"),
         (MasFL(), {}, r"MasFL is asynchronous: add an `asynchronous:` section \(e.g. concurrency: 20\) to the config"),
         (FedAvg(), dict(asynchronous=True), "FedAvg is synchronous; with `asynchronous:` use lightfed.strategies.FedBuff"),
         (FedBuff(), dict(asynchronous=True, privacy=DPSGD(noise_multiplier=1.0)),

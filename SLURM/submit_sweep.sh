@@ -3,7 +3,8 @@
 # that builds the table and the plot (lightfed compare --collect) once every task has ended.
 #
 #   SLURM/submit_sweep.sh COMPARE_ARGS...
-#   SLURM/submit_sweep.sh --configs configs/digits/fedavg.yaml configs/digits/scaffold.yaml --seeds 0 1 2 --out runs/cmp
+#   SLURM/submit_sweep.sh --base configs/digits/base.yaml \
+#       --configs configs/digits/fedavg.yaml configs/digits/scaffold.yaml --seeds 0 1 2 --out runs/cmp
 #   MAX_PARALLEL=8 SBATCH_ARGS="--partition=gpu --time=8:00:00" SLURM/submit_sweep.sh ...
 #
 # Run it from the repository root. Environment:

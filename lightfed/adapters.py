@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import copy
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -59,3 +60,9 @@ def logging_to(module: LightningModule, log: Callable[..., None], log_dict: Call
         yield
     finally:
         del module.log, module.log_dict
+
+
+def run_exit_handlers() -> None:
+    """Runs the functions registered with ``atexit`` now, as the interpreter would at its end: for a process that
+    leaves with ``os._exit`` (a fork) or ends itself by a signal, whose interpreter does not run them."""
+    atexit._run_exitfuncs()

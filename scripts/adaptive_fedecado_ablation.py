@@ -49,8 +49,8 @@ COLUMNS = {
 
 
 def run_arm(name: str, argv: list[str], seeds: list[str], rounds: int, out: Path, workers: int) -> None:
-    command = [sys.executable, "-m", "lightfed", "compare", "--configs", argv[0], *argv[1:], "--seeds", *seeds,
-               "--rounds", str(rounds), "--out", str(out / name), "--workers", str(workers)]
+    command = [sys.executable, "-m", "lightfed", "compare", "--base", str(CONFIGS / "base.yaml"), "--configs", argv[0],
+               *argv[1:], "--seeds", *seeds, "--rounds", str(rounds), "--out", str(out / name), "--workers", str(workers)]
     print(" ".join(command), flush=True)
     subprocess.run(command, check=False)  # a diverged run is a result (compare then exits 1)
 

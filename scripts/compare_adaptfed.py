@@ -1,9 +1,9 @@
 """ADAPT-FED against FedAvg, FedProx, FedSAM and FedASAM on digits, without DP and under two DP mechanisms, over
 seeds: one ``lightfed compare`` table per privacy setting, ADAPT-FED's RP statistics, and a control.
 
-Every setting runs the same five configs (configs/digits/*.yaml) at the same eta_0 with the DP config added after
-them. ADAPT-FED's rate is about beta * eta_0 = 2 eta_0 while RP is small, so each setting also runs FedSAM at a
-fixed 2 eta_0 (OUT/SETTING-control): it separates the RP rule from the doubling of the rate.
+Every setting runs the same five configs (configs/digits/*.yaml on configs/digits/base.yaml) at the same eta_0 with
+the DP config added after them. ADAPT-FED's rate is about beta * eta_0 = 2 eta_0 while RP is small, so each setting
+also runs FedSAM at a fixed 2 eta_0 (OUT/SETTING-control): it separates the RP rule from the doubling of the rate.
 ``--set`` and ``--rounds`` are passed on to lightfed compare. Example::
 
     python scripts/compare_adaptfed.py --seeds 0 1 2 --rounds 10 --set model.init_args.width=8 --out runs/adaptfed-cmp
@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 from lightfed.experiments import compare
+from lightfed.experiments.plan import run_name
+from lightfed.experiments.run_logs import read_log
 
 ROOT = Path(__file__).resolve().parents[1]
 ALGORITHMS = ["fedavg", "fedprox", "fedsam", "fedasam", "adaptfed"]
@@ -30,7 +32,7 @@ def rp_statistics(runs_dir: Path, seeds: list[int]) -> str:
     values = {"strategy/rp_var": [], "strategy/lr_mean": []}
     for seed in seeds:
         for metric, found in values.items():
-            log = compare.read_log(runs_dir, compare.run_name("adaptfed", {}, seed), metric)
+            log = read_log(runs_dir, run_name("adaptfed", {}, seed), metric)
             if log and log["history"]:
                 found.append(log["history"][-1][1])
     return ", ".join(f"{m} {statistics.fmean(v):.4g}" for m, v in values.items() if v)
@@ -52,7 +54,8 @@ def main() -> int:
         out = Path(args.out) / setting
         runs = [] if args.controls_only else [(configs, lr, out)]
         for configs_run, lr_run, out_run in [*runs, ([configs[2]], 2 * lr, out.parent / f"{setting}-control")]:
-            argv = ["--configs", *configs_run, "--seeds", *map(str, args.seeds), "--out", str(out_run)]
+            argv = ["--base", str(ROOT / "configs" / "digits" / "base.yaml"), "--configs", *configs_run,
+                    "--seeds", *map(str, args.seeds), "--out", str(out_run)]
             argv += ["--rounds", str(args.rounds)] if args.rounds else []
             for override in [*overrides, f"model.init_args.optimizer.init_args.lr={lr_run}", *args.set]:
                 argv += ["--set", override]

@@ -2,16 +2,15 @@
 
 import json
 import os
-import sys
 from pathlib import Path
 
+from lightfed import launcher
 from lightfed.callbacks import Callback
 
 
 class RecordProcess(Callback):
     def on_fit_start(self, trainer):
-        cli = sys.modules.get("lightfed.cli")
-        record = {"pid": os.getpid(), "parent": os.getppid(), "forked": bool(cli and cli._forked)}
+        record = {"pid": os.getpid(), "parent": os.getppid(), "forked": launcher.is_fork()}
         folder = Path(os.environ["LIGHTFED_TEST_PROBE"])
         (folder / f"rank_{trainer.fabric.global_rank}.json").write_text(json.dumps(record))
 

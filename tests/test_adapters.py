@@ -68,3 +68,14 @@ def test_a_module_logs_to_the_given_functions_inside_the_block_and_to_lightnings
     assert seen == [(("loss", 1.5), {"batch_size": 4}), {"acc": 0.5}]
     assert module.log.__func__ is LightningModule.log and module.log_dict.__func__ is LightningModule.log_dict
     assert "log" not in vars(module) and "log_dict" not in vars(module)
+
+
+def test_the_exit_handlers_run_when_asked_in_a_process_that_leaves_without_the_interpreters_teardown():
+    import subprocess
+    import sys
+
+    code = ("import atexit, os\nfrom lightfed.adapters import run_exit_handlers\n"
+            "atexit.register(print, 'handler ran', flush=True)\nrun_exit_handlers()\nos._exit(0)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "handler ran\n"

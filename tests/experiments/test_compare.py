@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from lightfed.cli import main as lightfed_main
-from lightfed.experiments import compare
+from lightfed.experiments import compare, markdown, plan, run_logs, summaries, sweep_specs
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
@@ -30,20 +30,20 @@ LR = "strategy.init_args.server_lr"
 
 
 def test_grid_is_the_cartesian_product_first_key_slowest():
-    grid = [compare.parse_grid("a.b=1,2"), compare.parse_grid("c=x, y ,z")]
+    grid = [sweep_specs.parse_grid("a.b=1,2"), sweep_specs.parse_grid("c=x, y ,z")]
     assert grid == [("a.b", ["1", "2"]), ("c", ["x", "y", "z"])]
-    settings = compare.expand_grid(grid)
+    settings = sweep_specs.expand_grid(grid)
     assert len(settings) == 6
     assert settings == [{"a.b": a, "c": c} for a in ["1", "2"] for c in ["x", "y", "z"]]
-    assert compare.expand_grid([]) == [{}]
+    assert sweep_specs.expand_grid([]) == [{}]
 
 
 def test_random_sampling_is_deterministic_for_a_sweep_seed_and_within_bounds():
-    specs = [compare.parse_random("model.init_args.lr=loguniform:1e-4:1e-1"),
-             compare.parse_random("m=uniform:0.2:0.8"), compare.parse_random("opt=choice:sgd,adam")]
-    first = compare.sample_random(specs, 50, sweep_seed=3)
-    assert first == compare.sample_random(specs, 50, sweep_seed=3)
-    assert first != compare.sample_random(specs, 50, sweep_seed=4)
+    specs = [sweep_specs.parse_random("model.init_args.lr=loguniform:1e-4:1e-1"),
+             sweep_specs.parse_random("m=uniform:0.2:0.8"), sweep_specs.parse_random("opt=choice:sgd,adam")]
+    first = sweep_specs.sample_random(specs, 50, sweep_seed=3)
+    assert first == sweep_specs.sample_random(specs, 50, sweep_seed=3)
+    assert first != sweep_specs.sample_random(specs, 50, sweep_seed=4)
     lrs = [float(s["model.init_args.lr"]) for s in first]
     assert all(1e-4 <= lr <= 1e-1 for lr in lrs)
     assert min(lrs) < 1e-3 and max(lrs) > 1e-2  # spread over the decades, not uniform on [1e-4, 0.1]
@@ -55,8 +55,8 @@ def test_random_sampling_is_deterministic_for_a_sweep_seed_and_within_bounds():
 
 def test_random_draws_are_those_of_python_random_by_hand():
     """The draws of a sweep seed do not change: existing sweeps reproduce."""
-    specs = [compare.parse_random("lr=loguniform:1e-4:1e-1"), compare.parse_random("m=uniform:0.2:0.8"),
-             compare.parse_random("opt=choice:sgd, adam ,rmsprop"), compare.parse_random("epochs=randint:1:5")]
+    specs = [sweep_specs.parse_random("lr=loguniform:1e-4:1e-1"), sweep_specs.parse_random("m=uniform:0.2:0.8"),
+             sweep_specs.parse_random("opt=choice:sgd, adam ,rmsprop"), sweep_specs.parse_random("epochs=randint:1:5")]
     rng = random.Random(7)
     expected = []
     for _ in range(20):
@@ -64,25 +64,25 @@ def test_random_draws_are_those_of_python_random_by_hand():
         m = rng.uniform(0.2, 0.8)
         expected.append({"lr": repr(min(max(float(f"{lr:.4g}"), 1e-4), 1e-1)), "m": repr(float(f"{m:.4g}")),
                          "opt": rng.choice(["sgd", "adam", "rmsprop"]), "epochs": str(rng.randint(1, 5))})
-    assert compare.sample_random(specs, 20, sweep_seed=7) == expected
+    assert sweep_specs.sample_random(specs, 20, sweep_seed=7) == expected
     assert {s["epochs"] for s in expected} == {"1", "2", "3", "4", "5"}
     # rounded to 4 digits (0.1235) and kept within the bounds
-    assert compare.sample_random([compare.parse_random("x=uniform:0.12345:0.12346")], 5, 0) == [{"x": "0.12346"}] * 5
+    assert sweep_specs.sample_random([sweep_specs.parse_random("x=uniform:0.12345:0.12346")], 5, 0) == [{"x": "0.12346"}] * 5
 
 
 def test_settings_combine_grid_and_samples_and_drop_duplicates():
-    grid = [compare.parse_grid("a=1,2,3")]
-    randoms = [compare.parse_random("b=uniform:0:1")]
-    settings = compare.plan_settings(grid, randoms, samples=2, sweep_seed=0)
+    grid = [sweep_specs.parse_grid("a=1,2,3")]
+    randoms = [sweep_specs.parse_random("b=uniform:0:1")]
+    settings = sweep_specs.plan_settings(grid, randoms, samples=2, sweep_seed=0)
     assert len(settings) == 6 and [s["a"] for s in settings] == ["1", "1", "2", "2", "3", "3"]
     assert [s["b"] for s in settings[:2]] == [s["b"] for s in settings[2:4]]  # the same samples at each grid point
     # a choice over two values drawn 20 times gives at most two distinct settings
-    assert len(compare.plan_settings([], [compare.parse_random("c=choice:p,q")], samples=20)) == 2
+    assert len(sweep_specs.plan_settings([], [sweep_specs.parse_random("c=choice:p,q")], samples=20)) == 2
 
 
 def test_run_names_and_arguments_are_deterministic():
-    settings = compare.expand_grid([compare.parse_grid(f"{LR}=1.0,0.5")])
-    runs = compare.plan_runs(["/c/quickstart.yaml"], [0, 1], settings, {"trainer.local_epochs": "1"}, 3, "/out/runs")
+    settings = sweep_specs.expand_grid([sweep_specs.parse_grid(f"{LR}=1.0,0.5")])
+    runs = plan.plan_runs(["/c/quickstart.yaml"], [0, 1], settings, {"trainer.local_epochs": "1"}, 3, "/out/runs")
     assert [r.name for r in runs] == [
         "quickstart__strategy.server_lr=1.0__seed0", "quickstart__strategy.server_lr=1.0__seed1",
         "quickstart__strategy.server_lr=0.5__seed0", "quickstart__strategy.server_lr=0.5__seed1",
@@ -92,14 +92,14 @@ def test_run_names_and_arguments_are_deterministic():
         f"--{LR}", "0.5", "--trainer.rounds", "3", "--seed_everything", "1", "--trainer.root_dir", "/out/runs",
         "--trainer.name", "quickstart__strategy.server_lr=0.5__seed1",
     ]
-    assert compare.run_name("fedavg", {}, 2) == "fedavg__seed2"
-    assert compare.config_names(["c/digits/fedavg.yaml", "c/cifar10/fedavg.yaml", "c/digits/fedprox.yaml"]) == [
+    assert plan.run_name("fedavg", {}, 2) == "fedavg__seed2"
+    assert plan.config_names(["c/digits/fedavg.yaml", "c/cifar10/fedavg.yaml", "c/digits/fedprox.yaml"]) == [
         "digits-fedavg", "cifar10-fedavg", "fedprox"]
-    with pytest.raises(compare.SpecError, match="two configs are named 'c-fedavg'"):
-        compare.plan_runs(["c/fedavg.yaml", "c/fedavg.yaml"], [0], [{}], {}, None, "/out/runs")
-    assert compare.setting_label({}) == "defaults"
-    long = compare.run_name("x", {f"k{i}": "v" * 20 for i in range(10)}, 0)
-    assert len(long) < 120 and long == compare.run_name("x", {f"k{i}": "v" * 20 for i in range(10)}, 0)
+    with pytest.raises(sweep_specs.SpecError, match="two configs are named 'c-fedavg'"):
+        plan.plan_runs(["c/fedavg.yaml", "c/fedavg.yaml"], [0], [{}], {}, None, "/out/runs")
+    assert plan.setting_label({}) == "defaults"
+    long = plan.run_name("x", {f"k{i}": "v" * 20 for i in range(10)}, 0)
+    assert len(long) < 120 and long == plan.run_name("x", {f"k{i}": "v" * 20 for i in range(10)}, 0)
 
 
 # ----------------------------------------------------------------- metrics files
@@ -121,13 +121,13 @@ def test_read_log_takes_the_last_line_of_a_round_from_the_newest_version(tmp_pat
                    {"round": 3, "val_acc": 0.8, "round/time_s": 6.0},
                    {"round": 4, "val_loss": 0.9, "round/time_s": 7.0})  # val_acc not evaluated in round 4
     (tmp_path / "run" / "version_11").mkdir()  # a run that has not written a line yet
-    log = compare.read_log(tmp_path, "run", "val_acc")
+    log = run_logs.read_log(tmp_path, "run", "val_acc")
     assert log == {"log_dir": str(tmp_path / "run" / "version_10"), "history": [[1, 0.5], [2, 0.7], [3, 0.8]],
                    "wall_time_s": 2.0 + 5.0 + 6.0 + 7.0, "metrics": ["round/time_s", "val_acc", "val_loss"],
                    "final_record": None, "last_round": 4}
-    assert compare.read_log(tmp_path, "run", "val_loss")["history"] == [[1, 1.5], [4, 0.9]]
-    assert compare.read_log(tmp_path, "run", "nope")["history"] == []
-    assert compare.read_log(tmp_path, "other", "val_acc") is None
+    assert run_logs.read_log(tmp_path, "run", "val_loss")["history"] == [[1, 1.5], [4, 0.9]]
+    assert run_logs.read_log(tmp_path, "run", "nope")["history"] == []
+    assert run_logs.read_log(tmp_path, "other", "val_acc") is None
 
 
 # ----------------------------------------------------------------- numbers and table
@@ -137,43 +137,43 @@ def test_summaries_by_hand():
     h1 = [[1, 0.5], [2, 0.8], [3, 0.7]]
     h2 = [[1, 0.6], [2, 0.7], [3, 0.9]]
     h3 = [[1, 0.1], [2, 0.2], [3, 0.3]]
-    assert compare.summarise_history(h1, 0.75) == {"final": 0.7, "best": 0.8, "rounds_to_target": 2}
-    assert compare.summarise_history(h2, 0.75) == {"final": 0.9, "best": 0.9, "rounds_to_target": 3}
-    assert compare.summarise_history(h3, 0.75)["rounds_to_target"] is None
-    assert compare.summarise_history(h3, None)["rounds_to_target"] is None
+    assert summaries.summarise_history(h1, 0.75) == {"final": 0.7, "best": 0.8, "rounds_to_target": 2}
+    assert summaries.summarise_history(h2, 0.75) == {"final": 0.9, "best": 0.9, "rounds_to_target": 3}
+    assert summaries.summarise_history(h3, 0.75)["rounds_to_target"] is None
+    assert summaries.summarise_history(h3, None)["rounds_to_target"] is None
     # a loss: lower is better
-    assert compare.summarise_history([[1, 2.0], [2, 0.4], [3, 0.6]], 0.5, "min") == {"final": 0.6, "best": 0.4, "rounds_to_target": 2}
+    assert summaries.summarise_history([[1, 2.0], [2, 0.4], [3, 0.6]], 0.5, "min") == {"final": 0.6, "best": 0.4, "rounds_to_target": 2}
 
-    runs = [{**compare.summarise_history(h, 0.75), "wall_time_s": t} for h, t in [(h1, 10.0), (h2, 20.0), (h3, 30.0)]]
-    row = compare.summarise_group(runs[:2], planned=2)
+    runs = [{**summaries.summarise_history(h, 0.75), "wall_time_s": t} for h, t in [(h1, 10.0), (h2, 20.0), (h3, 30.0)]]
+    row = summaries.summarise_group(runs[:2], planned=2)
     assert row["final_mean"] == pytest.approx(0.8) and row["final_std"] == pytest.approx(statistics.stdev([0.7, 0.9]))
     assert row["best_mean"] == pytest.approx(0.85) and row["rounds_to_target_mean"] == 2.5 and row["reached"] == 2
     assert row["wall_time_s_mean"] == 15.0
-    assert compare.format_rounds(row) == "2.5 (2/2)"
-    assert compare.format_rounds(compare.summarise_group([runs[0], runs[2]], 3)) == "2 (1/2)"
-    assert compare.format_rounds(compare.summarise_group(runs[2:], 1)) == "—"
-    empty = compare.summarise_group([], planned=2)
+    assert markdown.format_rounds(row) == "2.5 (2/2)"
+    assert markdown.format_rounds(summaries.summarise_group([runs[0], runs[2]], 3)) == "2 (1/2)"
+    assert markdown.format_rounds(summaries.summarise_group(runs[2:], 1)) == "—"
+    empty = summaries.summarise_group([], planned=2)
     assert empty["finished"] == 0 and empty["final_mean"] is None
 
 
 def test_table_rendering():
     h1, h2 = [[1, 0.5], [2, 0.8], [3, 0.7]], [[1, 0.6], [2, 0.7], [3, 0.9]]
-    runs = [{**compare.summarise_history(h, 0.75), "wall_time_s": t, "test_at_best": b}
+    runs = [{**summaries.summarise_history(h, 0.75), "wall_time_s": t, "test_at_best": b}
             for h, t, b in [(h1, 10.0, 0.6), (h2, 20.0, 0.7)]]
     rows = [
-        {"config": "fedavg", "setting": "strategy.server_lr=0.5", **compare.summarise_group(runs, 2)},
-        {"config": "fedprox", "setting": "defaults", **compare.summarise_group(runs[:1], 2)},
-        {"config": "fedyogi", "setting": "defaults", **compare.summarise_group([], 2)},
+        {"config": "fedavg", "setting": "strategy.server_lr=0.5", **summaries.summarise_group(runs, 2)},
+        {"config": "fedprox", "setting": "defaults", **summaries.summarise_group(runs[:1], 2)},
+        {"config": "fedyogi", "setting": "defaults", **summaries.summarise_group([], 2)},
     ]
-    table = compare.render_table(rows, "val_acc", 0.75)
+    table = markdown.render_table(rows, "val_acc", 0.75)
     lines = table.splitlines()
     assert lines[0] == ("| config | setting | runs | final val_acc | best val_acc | test_acc at best val_acc | "
                         "rounds to val_acc ≥ 0.75 | time/run (s) |")
     assert lines[2] == "| fedavg | strategy.server_lr=0.5 | 2/2 | 0.8000 ± 0.1414 | 0.8500 ± 0.0707 | 0.6500 ± 0.0707 | 2.5 (2/2) | 15.0 |"
     assert lines[3] == "| fedprox | defaults | 1/2 | 0.7000 | 0.8000 | 0.6000 | 2 (1/1) | 10.0 |"
     assert lines[4] == "| fedyogi | defaults | 0/2 | — | — | — | — | — |"
-    assert "rounds to" not in compare.render_table(rows, "val_acc", None)
-    assert " at best " not in compare.render_table(rows, "train_loss", None, "min")  # no validation metric, no test column
+    assert "rounds to" not in markdown.render_table(rows, "val_acc", None)
+    assert " at best " not in markdown.render_table(rows, "train_loss", None, "min")  # no validation metric, no test column
 
 
 # ----------------------------------------------------------------- errors
@@ -203,8 +203,8 @@ def test_table_rendering():
     ],
 )
 def test_bad_specs_raise_one_line_messages(parse, spec, message):
-    with pytest.raises(compare.SpecError) as error:
-        getattr(compare, parse)(spec)
+    with pytest.raises(sweep_specs.SpecError) as error:
+        getattr(sweep_specs, parse)(spec)
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
@@ -393,10 +393,24 @@ def test_lightfed_compare_and_python_m_run_the_tool(tmp_path, capsys):
     assert "compare " in capsys.readouterr().out.splitlines()[-1]
 
 
+def test_a_base_config_comes_before_each_configs_own_file(tmp_path, capsys):
+    runs = plan.plan_runs(["/c/fedavg.yaml"], [0], [{}], {}, None, "/out/runs", base=["/c/base.yaml", "/c/more.yaml"])
+    assert runs[0].argv[:7] == ["fit", "--config", "/c/base.yaml", "--config", "/c/more.yaml", "--config", "/c/fedavg.yaml"]
+    digits = ROOT / "configs" / "digits"
+    argv = ["--base", str(digits / "base.yaml"), "--configs", str(digits / "fedavg.yaml"), "--out", str(tmp_path)]
+    assert compare.main([*argv, "--list"]) == 0
+    command = f"lightfed fit --config {digits / 'base.yaml'} --config {digits / 'fedavg.yaml'} --trainer.progress_bar"
+    assert capsys.readouterr().out.startswith(command)
+    line = _cli_error(["--base", str(tmp_path / "nope.yaml"), *argv[2:]], capsys)
+    assert line == f"lightfed compare: error: config file not found: {tmp_path / 'nope.yaml'}"
+
+
 def test_three_strategies_by_two_seeds_on_digits(tmp_path):
-    configs = [str(ROOT / "configs" / "digits" / f"{name}.yaml") for name in ("fedavg", "fedprox", "scaffold")]
+    digits = ROOT / "configs" / "digits"
+    configs = [str(digits / f"{name}.yaml") for name in ("fedavg", "fedprox", "scaffold")]
     out = tmp_path / "strategies"
-    argv = ["--configs", *configs, "--seeds", "0", "1", "--target", "0.2", "--out", str(out), *FAST]
+    argv = ["--base", str(digits / "base.yaml"), "--configs", *configs, "--seeds", "0", "1", "--target", "0.2",
+            "--out", str(out), *FAST]
     assert compare.main(argv) == 0
     rows = [line for line in (out / "table.md").read_text().splitlines() if line.startswith("| ")][1:]
     assert [row.split(" | ")[0].strip("| ") for row in rows] == ["fedavg", "fedprox", "scaffold"]
@@ -409,10 +423,10 @@ def test_three_strategies_by_two_seeds_on_digits(tmp_path):
 
 
 def test_scoped_keys_apply_to_their_config_only():
-    randoms = [compare.parse_random("a:strategy.lr=choice:0.1,0.2"), compare.parse_random("b:strategy.tol=choice:1,2,3")]
-    settings = compare.plan_settings([], randoms, samples=6, sweep_seed=0)
-    fixed = dict([compare.parse_set("trainer.rounds=3"), compare.parse_set("b:strategy.extra=x")])
-    runs = compare.plan_runs(["/c/a.yaml", "/c/b.yaml"], [0], settings, fixed, None, "/out/runs")
+    randoms = [sweep_specs.parse_random("a:strategy.lr=choice:0.1,0.2"), sweep_specs.parse_random("b:strategy.tol=choice:1,2,3")]
+    settings = sweep_specs.plan_settings([], randoms, samples=6, sweep_seed=0)
+    fixed = dict([sweep_specs.parse_set("trainer.rounds=3"), sweep_specs.parse_set("b:strategy.extra=x")])
+    runs = plan.plan_runs(["/c/a.yaml", "/c/b.yaml"], [0], settings, fixed, None, "/out/runs")
     by_config = {stem: [r for r in runs if r.stem == stem] for stem in ("a", "b")}
     assert {r.setting["strategy.lr"] for r in by_config["a"]} == {"0.1", "0.2"}  # duplicates dropped per config
     assert len(by_config["a"]) == 2 and all(set(r.setting) == {"strategy.lr"} for r in by_config["a"])
@@ -420,12 +434,12 @@ def test_scoped_keys_apply_to_their_config_only():
     assert all("--strategy.extra" in r.argv and "--trainer.rounds" in r.argv for r in by_config["b"])
     assert all("--strategy.extra" not in r.argv for r in by_config["a"])
     assert by_config["b"][0].name.startswith("b__strategy.tol=")
-    with pytest.raises(compare.SpecError, match="'c' is not the name of a config"):
-        compare.plan_runs(["/c/a.yaml"], [0], [{}], {"c:x": "1"}, None, "/out/runs")
-    with pytest.raises(compare.SpecError, match="x is given both for every config and for a"):
-        compare.plan_runs(["/c/a.yaml"], [0], [{}], {"x": "1", "a:x": "2"}, None, "/out/runs")
-    with pytest.raises(compare.SpecError, match="set by lightfed compare"):
-        compare.parse_set("a:trainer.name=x")
+    with pytest.raises(sweep_specs.SpecError, match="'c' is not the name of a config"):
+        plan.plan_runs(["/c/a.yaml"], [0], [{}], {"c:x": "1"}, None, "/out/runs")
+    with pytest.raises(sweep_specs.SpecError, match="x is given both for every config and for a"):
+        plan.plan_runs(["/c/a.yaml"], [0], [{}], {"x": "1", "a:x": "2"}, None, "/out/runs")
+    with pytest.raises(sweep_specs.SpecError, match="set by lightfed compare"):
+        sweep_specs.parse_set("a:trainer.name=x")
 
 
 def test_usable_rates_by_hand():
@@ -434,12 +448,12 @@ def test_usable_rates_by_hand():
 
     results = [run("a", 0.9), run("a", 0.7), run("a", 0.75), run("b", 0.1), run("b", 0.73), run("b", None, "diverged"),
                run("c", 0.0, "unfinished")]
-    best, rates = compare.usable_rates(results, 0.8)  # threshold 0.72
+    best, rates = summaries.usable_rates(results, 0.8)  # threshold 0.72
     assert best == 0.9
     assert rates == {"a": {"usable": 2, "finished": 3, "diverged": 0, "share": 2 / 3},
                      "b": {"usable": 1, "finished": 2, "diverged": 1, "share": 1 / 3},
                      "c": {"usable": 0, "finished": 0, "diverged": 0, "share": None}}
-    lines = compare.render_usable(best, rates, "val_acc", 0.8).splitlines()
+    lines = markdown.render_usable(best, rates, "val_acc", 0.8).splitlines()
     assert lines[:5] == ["| config | usable runs | diverged | usable share |", "|---|---|---|---|", "| a | 2/3 | 0 | 67% |",
                          "| b | 1/3 | 1 | 33% |", "| c | 0/0 | 0 | — |"]
     assert "final val_acc >= 0.8 x the best final val_acc of all finished runs (0.9000)" in lines[-1]

@@ -1,0 +1,74 @@
+"""A sweep's runs trained in this process or in a pool of processes forked from it, each announced when it starts
+and ends."""
+
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from lightfed.core.cores import available_cores
+from lightfed.errors import DivergenceError, LightfedError
+from lightfed.experiments.plan import Run, setting_label
+from lightfed.experiments.sweep_specs import SpecError
+
+
+def divergence_marker(runs_dir: Path, name: str) -> Path:
+    """Written when a run's weights became NaN/Inf, so that ``collect`` counts it (as not usable), not as missing."""
+    return runs_dir / name / "diverged.txt"
+
+
+def print_line(line: str) -> None:
+    """Prints ``line`` in one write, so that the lines of parallel workers do not run into each other."""
+    print(line + "\n", end="", flush=True)
+
+
+def execute(run: Run, index: int, total: int, metric: str, runs_dir: Path) -> tuple[bool, float]:
+    """Trains one run in this process; prints a line when it starts and when it ends. Returns whether lightfed
+    accepted it and its wall time in seconds."""
+    from lightfed.subcommands import run as lightfed_run
+
+    tag = f"[{index + 1}/{total}] {run.stem} {setting_label(run.setting)} seed={run.seed}"
+    print_line(f"{tag}: started")
+    began = time.perf_counter()
+    marker = divergence_marker(runs_dir, run.name)
+    marker.unlink(missing_ok=True)
+    try:
+        metrics = lightfed_run(run.argv)
+    except LightfedError as error:
+        print_line(f"{tag}: failed: {error}")
+        if isinstance(error, DivergenceError):
+            marker.write_text(f"{error}\n")
+        return False, time.perf_counter() - began
+    seconds = time.perf_counter() - began
+    if metric not in metrics:
+        raise SpecError(f"--metric {metric} is not among the run's metrics ({', '.join(sorted(metrics))})")
+    print_line(f"{tag}: {metric}={metrics[metric]:.4f} ({seconds:.1f} s)")
+    return True, seconds
+
+
+def execute_all(runs: list[Run], metric: str, runs_dir: Path, workers: int) -> bool:
+    """Trains every run, ``workers`` at a time (one after the other in this process if 1), and prints the sweep's wall
+    time against the sum of the runs' own; False if lightfed refused a run."""
+    began = time.perf_counter()
+    jobs = [(run, index, len(runs), metric, runs_dir) for index, run in enumerate(runs)]
+    workers = min(workers, len(runs))
+    if workers == 1:
+        outcomes = [execute(*job) for job in jobs]
+    else:
+        import torch
+
+        import lightfed.subcommands  # noqa: F401  (imported once, here: the forked workers start with it and Lightning)
+
+        threads = max(1, available_cores() // workers)
+        pool = ProcessPoolExecutor(workers, multiprocessing.get_context("fork"), torch.set_num_threads, (threads,))
+        try:  # a worker that dies (out of memory) raises BrokenProcessPool here rather than hanging the sweep
+            outcomes = [future.result() for future in [pool.submit(execute, *job) for job in jobs]]
+        finally:
+            pool.shutdown(cancel_futures=True)  # after an error or Ctrl-C, no further run starts
+    wall = time.perf_counter() - began
+    run_time = sum(seconds for _, seconds in outcomes)
+    print(
+        f"compare: {len(runs)} runs in {wall:.1f} s wall, {run_time:.1f} s of run time ({run_time / wall:.2f}x)",
+        flush=True,
+    )
+    return all(ok for ok, _ in outcomes)

@@ -1,0 +1,72 @@
+"""The Markdown tables of a comparison: one row per (config, setting), and each config's usable runs."""
+
+from lightfed.experiments.run_logs import metric_on_test_set
+
+
+def format_rounds(row: dict) -> str:
+    if not row["reached"]:
+        return "—"
+    return f"{round(row['rounds_to_target_mean'], 1):g} ({row['reached']}/{row['finished']})"
+
+
+def render_table(rows: list[dict], metric: str, target: float | None, mode: str = "max") -> str:
+    """Markdown table, one row per (config, setting); a row holds ``config``, ``setting`` and summarise_group's keys."""
+
+    def cell(text: object) -> str:
+        return str(text).replace("|", "\\|")
+
+    def mean_std(mean: float | None, std: float | None, n: int) -> str:
+        return "—" if mean is None else f"{mean:.4f}" + (f" ± {std:.4f}" if n > 1 else "")
+
+    test = metric_on_test_set(metric)
+    header = ["config", "setting", "runs", f"final {metric}", f"best {metric}"]
+    if test is not None:
+        header.append(f"{test} at best {metric}")
+    if target is not None:
+        header.append(f"rounds to {metric} {'≥' if mode == 'max' else '≤'} {target:g}")
+    header.append("time/run (s)")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        cells = [
+            row["config"],
+            row["setting"],
+            f"{row['finished']}/{row['planned']}",
+            mean_std(row["final_mean"], row["final_std"], row["finished"]),
+            mean_std(row["best_mean"], row["best_std"], row["finished"]),
+        ]
+        if test is not None:
+            tested = mean_std(row["test_at_best_mean"], row["test_at_best_std"], row["tested"])
+            cells.append(
+                tested + (f" ({row['tested']}/{row['finished']})" if 0 < row["tested"] < row["finished"] else "")
+            )
+        if target is not None:
+            cells.append(format_rounds(row))
+        cells.append("—" if row["wall_time_s_mean"] is None else f"{row['wall_time_s_mean']:.1f}")
+        lines.append("| " + " | ".join(cell(c) for c in cells) + " |")
+    note = (
+        "\nruns: finished/planned. final, best: mean ± std over the finished runs (best: each run's best evaluated "
+        "round)."
+        + (
+            f" {test} at best {metric}: the test set, read once at the end of each run, at the round with "
+            f"the best {metric} (if not every run has it: with/finished)."
+            if test is not None
+            else ""
+        )
+        + (" rounds to target: mean over the runs that reach it (reached/finished)." if target is not None else "")
+        + " time/run: the sum of round/time_s (training and evaluation, without start-up).\n"
+    )
+    return "\n".join(lines) + "\n" + note
+
+
+def render_usable(best: float | None, rates: dict[str, dict], metric: str, fraction: float) -> str:
+    """Markdown table of ``usable_rates``."""
+    lines = ["| config | usable runs | diverged | usable share |", "|---|---|---|---|"]
+    for stem, rate in rates.items():
+        share = "—" if rate["share"] is None else f"{100 * rate['share']:.0f}%"
+        ended = rate["finished"] + rate["diverged"]
+        lines.append(f"| {stem} | {rate['usable']}/{ended} | {rate['diverged']} | {share} |")
+    reference = "—" if best is None else f"{best:.4f}"
+    return (
+        "\n".join(lines) + f"\n\nusable: final {metric} >= {fraction:g} x the best final {metric} of all finished "
+        f"runs ({reference}); a run whose weights became NaN/Inf counts as diverged, not usable.\n"
+    )

@@ -53,7 +53,6 @@ import argparse
 import json
 import math
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -62,9 +61,12 @@ import time
 from functools import partial
 from pathlib import Path
 
+from lightfed.core.cores import available_cores
+from lightfed.experiments.measurement import emit, peak_rss_mb, result_lines, round_periods, set_threads
+from lightfed.experiments.synthetic_cifar import SyntheticCIFAR
+
 PATHS = ("reference", "concurrent", "lightfed", "lightfed-parallel", "lightfed-sequential")
 LIGHTFED = ("lightfed", "lightfed-parallel", "lightfed-sequential")
-RESULT_TAG = "BENCH_RESULT "
 
 
 # ----------------------------------------------------------------------------------------------------------- options
@@ -120,13 +122,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def total_rounds(args: argparse.Namespace) -> int:
     return args.warmup_rounds + args.rounds
 
@@ -134,16 +129,6 @@ def total_rounds(args: argparse.Namespace) -> int:
 def timed(values: list[float], args: argparse.Namespace) -> list[float]:
     """The per-round values of the timed rounds: all but the warm-up rounds."""
     return values[args.warmup_rounds :]
-
-
-def round_periods(began: float, ends: list[float]) -> list[float]:
-    """Per-round durations from the start and the end times of the rounds."""
-    return [b - a for a, b in zip([began] + ends[:-1], ends)]
-
-
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process so far (``ru_maxrss`` is in KiB on Linux, bytes on macOS)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)
 
 
 def peak_memory(device, baseline_mb: float) -> dict:
@@ -155,37 +140,11 @@ def peak_memory(device, baseline_mb: float) -> dict:
     return result
 
 
-def emit(result: dict) -> None:
-    print(RESULT_TAG + json.dumps(result), flush=True)
-
-
 # ----------------------------------------------------------------------------------------------------------- workload
 
 
-def make_source(args: argparse.Namespace):
-    """The synthetic CIFAR-shaped dataset as a lightfed ``DatasetSource`` (defined here so both paths share it)."""
-    import torch
-    from lightfed.data import DatasetSource, TensorSplits
-
-    class SyntheticCIFAR(DatasetSource):
-        """Random 3x32x32 float32 images: Gaussian noise around one fixed random pattern per class (learnable)."""
-
-        def __init__(self, num_train: int, num_test: int, num_classes: int = 10) -> None:
-            self.num_train, self.num_test, self.num_classes = num_train, num_test, num_classes
-
-        def load(self, seed: int) -> TensorSplits:
-            g = torch.Generator().manual_seed(seed)
-            patterns = torch.randn(self.num_classes, 3, 32, 32, generator=g)
-
-            def split(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-                y = torch.randint(self.num_classes, (n,), generator=g)
-                x = torch.randn(n, 3, 32, 32, generator=g).add_(patterns[y], alpha=0.5)
-                return x, y
-
-            train_x, train_y = split(self.num_train)
-            test_x, test_y = split(self.num_test)
-            return TensorSplits(train_x, train_y, test_x, test_y, self.num_classes)
-
+def make_source(args: argparse.Namespace) -> SyntheticCIFAR:
+    """The synthetic CIFAR-shaped dataset of ``--clients`` x ``--examples-per-client`` images (both paths share it)."""
     return SyntheticCIFAR(args.clients * args.examples_per_client, args.test_size)
 
 
@@ -210,12 +169,9 @@ def workers(args: argparse.Namespace) -> int:
     return args.workers or max(1, available_cores() // args.devices)
 
 
-def set_threads(args: argparse.Namespace) -> None:
-    import torch
-
-    threads = args.threads or max(1, available_cores() // args.devices)
-    torch.set_num_threads(threads)
-    os.environ["OMP_NUM_THREADS"] = str(threads)  # Fabric leaves the thread count alone when this is set
+def threads_per_process(args: argparse.Namespace) -> int:
+    """Torch threads per process."""
+    return args.threads or max(1, available_cores() // args.devices)
 
 
 # ----------------------------------------------------------------------------------------------------------- lightfed
@@ -223,7 +179,7 @@ def set_threads(args: argparse.Namespace) -> None:
 
 def run_lightfed(args: argparse.Namespace) -> None:
     """One lightfed run through the Python API; every process prints its result line, rank 0 saves the weights."""
-    set_threads(args)
+    set_threads(threads_per_process(args))
     import torch
 
     from lightfed import Callback, FedAvg, FederatedDataModule, FederatedTrainer
@@ -333,7 +289,7 @@ def run_reference(args: argparse.Namespace) -> None:
 def reference_rank(args: argparse.Namespace, rank: int, port: int) -> None:
     """One process of a reference loop: what a careful hand-written FedAvg simulation does, and nothing more. The
     ``reference`` path trains one client after another; ``concurrent`` trains them on ``workers`` threads at once."""
-    set_threads(args)
+    set_threads(threads_per_process(args))
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -506,7 +462,7 @@ def run_worker(
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
     load_before = os.getloadavg()[0]
     proc = subprocess.run(command, env=env, capture_output=True, text=True)
-    results = [json.loads(line[len(RESULT_TAG):]) for line in proc.stdout.splitlines() if line.startswith(RESULT_TAG)]
+    results = result_lines(proc.stdout)
     for result in results:  # 1-minute load averages: other work on the machine makes the timings noisy
         result["load_avg"] = [load_before, os.getloadavg()[0]]
     if proc.returncode != 0 or len(results) != devices:

@@ -7,8 +7,8 @@ sampling; only the strategy differs. Workloads:
   skew, 10 per round, 2 local epochs of SGD (lr 0.05), batch 16;
 - ``vgg11``: ``lightfed.models.VGG11`` as in ``configs/cifar10/fedecado.yaml`` (batch 32, lr 5.5e-4, the mean of that
   config's client lr range), on CIFAR-shaped synthetic data (3x32x32, 10 classes, made in memory from the seed by
-  ``scripts/benchmark.py``; no download), 100 IID clients of 500 images (CIFAR-10's 50,000 split 100 ways), 10 per
-  round, 1 local epoch;
+  ``lightfed.experiments.synthetic_cifar``; no download), 100 IID clients of 500 images (CIFAR-10's 50,000 split 100
+  ways), 10 per round, 1 local epoch;
 - ``resnet18gn``: ``lightfed.models.ResNet18GN`` as in ``configs/cifar10/base.yaml`` (batch 50, lr 0.01), same data.
 
 Strategy settings come from the configs: FedECADO's ``tolerance`` from ``configs/<digits|cifar10>/fedecado.yaml``,
@@ -62,16 +62,15 @@ import time
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from types import SimpleNamespace
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import benchmark  # noqa: E402  scripts/benchmark.py: result lines, cores, threads and the synthetic CIFAR data
+from lightfed.core.cores import available_cores
+from lightfed.experiments.measurement import emit, peak_rss_mb, result_lines, round_periods, set_threads
+from lightfed.experiments.synthetic_cifar import SyntheticCIFAR
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 STRATEGIES = ("FedAvg", "FedECADO", "AdaptiveFedECADO", "AdaptiveFedECADO-retro")
-RESULT_TAG = benchmark.RESULT_TAG
 
 
 @dataclass(frozen=True)
@@ -180,7 +179,7 @@ def strategy_settings(args: argparse.Namespace, run: dict) -> dict[str, dict]:
 
 
 def threads_per_process(args: argparse.Namespace) -> int:
-    return args.threads or max(1, benchmark.available_cores() // max(args.devices))
+    return args.threads or max(1, available_cores() // max(args.devices))
 
 
 # ----------------------------------------------------------------------------------------------------------- worker
@@ -192,8 +191,7 @@ def make_data(run: dict, seed: int):
     from lightfed.data.datasets import DatasetSource, TensorSplits
 
     if run["workload"] != "digits":
-        source = benchmark.make_source(SimpleNamespace(clients=run["clients"], examples_per_client=run["examples"],
-                                                       test_size=100))  # never evaluated: the runs stop before
+        source = SyntheticCIFAR(run["clients"] * run["examples"], 100)  # the test set is never evaluated
         return FederatedDataModule(source, IIDPartitioner(run["clients"]), batch_size=run["batch_size"])
 
     class FirstExamples(DatasetSource):
@@ -253,7 +251,7 @@ def client_state_bytes(strategy) -> tuple[int, int]:
 
 def run_worker(args: argparse.Namespace) -> None:
     """One run of one strategy; every process prints its result line."""
-    benchmark.set_threads(SimpleNamespace(threads=args.threads, devices=args.devices[0]))
+    set_threads(args.threads or max(1, available_cores() // args.devices[0]))
     import torch
 
     from lightfed import Callback, FederatedTrainer
@@ -321,7 +319,7 @@ def run_worker(args: argparse.Namespace) -> None:
     trainer.fit(model, data, strategy)
     fabric = trainer.fabric
     skip = args.warmup_rounds
-    periods = benchmark.round_periods(clock.began, clock.ends)
+    periods = round_periods(clock.began, clock.ends)
     result = {
         "strategy": args.worker,
         "rank": fabric.global_rank,
@@ -339,9 +337,9 @@ def run_worker(args: argparse.Namespace) -> None:
         "curvature_estimates": clock.curvature[skip:],
         "client_state_bytes": clock.state[0],
         "client_state_clients": clock.state[1],
-        "peak_rss_mb": benchmark.peak_rss_mb(),
+        "peak_rss_mb": peak_rss_mb(),
     }
-    benchmark.emit(result)
+    emit(result)
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
 
@@ -367,7 +365,7 @@ def launch(args: argparse.Namespace, workload: str, devices: int, strategy: str,
             command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}  # buffered: each result line leaves in one write
     proc = subprocess.run(command, env=env, capture_output=True, text=True)
-    results = [json.loads(line[len(RESULT_TAG):]) for line in proc.stdout.splitlines() if line.startswith(RESULT_TAG)]
+    results = result_lines(proc.stdout)
     if proc.returncode != 0 or len(results) != devices:
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         reason = next((line for line in reversed(lines) if "Error" in line or "error:" in line), lines[-1] if lines else "")

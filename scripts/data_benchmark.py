@@ -9,7 +9,7 @@ lightfed's batches also go through the CIFAR recipe (random crop after padding 4
 plain figures for its cost.
 
 Workloads: ``digits`` (the embedded default: 20 Dirichlet(0.3) clients, batch 16) and ``cifar`` (CIFAR-shaped
-synthetic data from ``scripts/benchmark.py``: 100 IID clients of 500 images, batch 32).
+synthetic data from ``lightfed.experiments.synthetic_cifar``: 100 IID clients of 500 images, batch 32).
 
     python scripts/data_benchmark.py
     python scripts/data_benchmark.py --device cuda --augmentation
@@ -19,16 +19,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 from torch import Tensor
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import benchmark  # noqa: E402  scripts/benchmark.py: the synthetic CIFAR data
+from lightfed.experiments.synthetic_cifar import SyntheticCIFAR
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -56,7 +52,7 @@ def make_data(workload: str, device: torch.device, augmentation: bool):
     if workload == "digits":
         data = FederatedDataModule(Digits(), DirichletPartitioner(20, alpha=0.3), batch_size=16, **crop_flip)
     else:
-        source = benchmark.make_source(SimpleNamespace(clients=100, examples_per_client=500, test_size=100))
+        source = SyntheticCIFAR(100 * 500, 100)
         data = FederatedDataModule(source, IIDPartitioner(100), batch_size=32, **crop_flip)
     data.setup(seed=0, device=device)
     return data

@@ -74,8 +74,10 @@ def test_the_exit_handlers_run_when_asked_in_a_process_that_leaves_without_the_i
     import subprocess
     import sys
 
-    code = ("import atexit, os\nfrom lightfed.adapters import run_exit_handlers\n"
-            "atexit.register(print, 'handler ran', flush=True)\nrun_exit_handlers()\nos._exit(0)\n")
+    code = (
+        "import atexit, os\nfrom lightfed.adapters import run_exit_handlers\n"
+        "atexit.register(print, 'handler ran', flush=True)\nrun_exit_handlers()\nos._exit(0)\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "handler ran\n"

@@ -11,9 +11,22 @@ import torch.distributed
 from lightfed.callbacks import Callback
 
 COLLECTIVES = (
-    "all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor", "broadcast", "broadcast_object_list",
-    "barrier", "monitored_barrier", "all_to_all", "all_to_all_single", "reduce", "reduce_scatter", "gather",
-    "gather_object", "scatter", "scatter_object_list",
+    "all_reduce",
+    "all_gather",
+    "all_gather_object",
+    "all_gather_into_tensor",
+    "broadcast",
+    "broadcast_object_list",
+    "barrier",
+    "monitored_barrier",
+    "all_to_all",
+    "all_to_all_single",
+    "reduce",
+    "reduce_scatter",
+    "gather",
+    "gather_object",
+    "scatter",
+    "scatter_object_list",
 )
 
 
@@ -43,7 +56,7 @@ class CountCollectives(Callback):
 
     def on_round_start(self, trainer, round: int) -> None:
         if round > 0:
-            self.rounds.append(self.calls[self._mark:])
+            self.rounds.append(self.calls[self._mark :])
         self._mark = len(self.calls)
 
     def on_fit_end(self, trainer, metrics) -> None:

@@ -42,7 +42,9 @@ def test_the_built_in_callbacks_read_only_the_documented_surface_and_call_no_tra
 
 
 def test_the_scan_sees_a_callback_that_calls_back_into_the_trainer():
-    source = "def on_round_end(self, trainer, round, metrics):\n    trainer.save_checkpoint()\n    trainer.fabric.print(1)\n"
+    source = (
+        "def on_round_end(self, trainer, round, metrics):\n    trainer.save_checkpoint()\n    trainer.fabric.print(1)\n"
+    )
     assert uses_of_trainer(source) == [("save_checkpoint", True), ("fabric", False)]
 
 

@@ -18,7 +18,7 @@ from lightfed.data import Digits, DirichletPartitioner
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.strategies import FedAvg
-from tests.conftest import small_model, small_trainer
+from tests.conftest import small_data, small_model, small_trainer
 
 TINY = """
 seed_everything: 0
@@ -218,3 +218,10 @@ def test_from_python_a_resume_with_another_validation_split_is_refused(tmp_path)
     with pytest.raises(ConfigError, match=r"data\.val_fraction 0\.1 -> 0\.2"):
         small_trainer(tmp_path, rounds=2).fit(small_model(), data(0.2), FedAvg(), ckpt_path="last")
     small_trainer(tmp_path, rounds=2).fit(small_model(), data(0.1), FedAvg(), ckpt_path="last")
+
+
+def test_from_python_a_resume_with_another_optimizer_is_refused(tmp_path):
+    small_trainer(tmp_path, rounds=1).fit(small_model(lr=0.1), small_data(), FedAvg())
+    with pytest.raises(ConfigError, match=r"model\.init_args\.optimizer\.init_args\.lr 0\.1 -> 0\.5"):
+        small_trainer(tmp_path, rounds=2).fit(small_model(lr=0.5), small_data(), FedAvg(), ckpt_path="last")
+    small_trainer(tmp_path, rounds=2).fit(small_model(lr=0.1), small_data(), FedAvg(), ckpt_path="last")

@@ -25,7 +25,7 @@ from lightfed.privacy.base import ClientPrivacy
 from lightfed.schedules import RoundSchedule
 
 
-def _single_optimizer(configured: object) -> Optimizer:
+def single_optimizer(configured: object) -> Optimizer:
     """The optimizer from ``configure_optimizers``; schedulers and several optimizers are refused."""
     if isinstance(configured, Mapping) and set(configured) == {"optimizer"}:
         configured = configured["optimizer"]
@@ -71,7 +71,7 @@ class ClientTrainer:
         self.module = cast(LightningModule, fabric.strategy.precision.convert_module(module))
         self.data = data
         self.flat = FlatModule(self.module, fabric.device)
-        optimizer = _single_optimizer(module.configure_optimizers())
+        optimizer = single_optimizer(module.configure_optimizers())
         self._initial_groups = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
         wrapped = fabric.setup_optimizers(optimizer)
         assert not isinstance(wrapped, tuple)  # one optimizer in, one out

@@ -9,6 +9,7 @@ from lightning import LightningModule
 from lightning.fabric import Fabric
 
 from lightfed.core.checkpoint import resolve_checkpoint
+from lightfed.core.client import single_optimizer
 from lightfed.core.fingerprint import check_fingerprint, fingerprint
 from lightfed.core.run_folder import version_folder
 from lightfed.core.run_state import RunState
@@ -28,6 +29,12 @@ def _class_name(component: object) -> str:
     return f"{type(component).__module__}.{type(component).__qualname__}"
 
 
+def _optimizer(model: LightningModule) -> dict[str, Any]:
+    """The optimizer ``configure_optimizers`` builds, as a config would name it (hyperparameters leave it out)."""
+    optimizer = single_optimizer(model.configure_optimizers())
+    return {"class_path": _class_name(optimizer), "init_args": optimizer.defaults}
+
+
 def run_fingerprint(
     run_config: str | None,
     seed: int,
@@ -37,14 +44,17 @@ def run_fingerprint(
     trainer: dict[str, Any],
 ) -> dict[str, str]:
     """What must not change on a resume: the run's whole config but the settings a resume may change; from Python,
-    the seed, the classes of the model, dataset, partitioner and strategy, the model's hyperparameters, the numbers
+    the seed, the classes of the model, dataset, partitioner and strategy, the model's hyperparameters and optimizer, the numbers
     of clients, the ``trainer`` settings given (clients per round, local work) and the split's fractions."""
     if run_config is not None:
         return fingerprint(yaml.safe_load(run_config))
     return fingerprint(
         {
             "seed": seed,
-            "model": {"class_path": _class_name(model), "init_args": dict(model.hparams)},
+            "model": {
+                "class_path": _class_name(model),
+                "init_args": {**model.hparams, "optimizer": _optimizer(model)},
+            },
             "data": {
                 "dataset": _class_name(data.dataset),
                 "partitioner": _class_name(data.partitioner),

@@ -152,14 +152,20 @@ def test_per_client_evaluation_reads_each_clients_held_out_share(tmp_path):
 
 
 def test_the_digits_and_cifar_configs_state_their_split():
+    """Each base states the split (0.1 held out; digits keeps 0.2 for its test set) and no overlay changes it."""
     import yaml
     from pathlib import Path
 
     configs = Path(__file__).resolve().parents[2] / "configs"
-    files = [*configs.glob("digits/*.yaml"), *configs.glob("cifar10*/*.yaml"), *configs.glob("adaptfed/cifar*.yaml")]
-    assert len(files) == 14 + 11 + 2 + 10
-    for path in files:
-        data = yaml.safe_load(path.read_text())["data"]
-        assert data["val_fraction"] == 0.1, path
+    folders = ["digits", "cifar10", "cifar100", "adaptfed/cifar10", "adaptfed/cifar100"]
+    for folder in folders:
+        data = yaml.safe_load((configs / folder / "base.yaml").read_text())["data"]
+        assert data["val_fraction"] == 0.1, folder
         if data["dataset"]["class_path"] == "lightfed.data.Digits":
-            assert data["dataset"]["init_args"]["test_fraction"] == 0.2, path
+            assert data["dataset"]["init_args"]["test_fraction"] == 0.2, folder
+        overlays = [path for path in (configs / folder).glob("*.yaml") if path.name != "base.yaml"]
+        assert overlays, folder
+        for path in overlays:
+            data = yaml.safe_load(path.read_text()).get("data") or {}
+            dataset = (data.get("dataset") or {}).get("init_args") or {}
+            assert "val_fraction" not in data and "test_fraction" not in dataset, path

@@ -8,8 +8,6 @@ attribute it assigns on ``self`` or ``cls``); any other ``x._name``, ``getattr(x
 import ast
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parents[1] / "lightfed"
 ADAPTERS = PACKAGE / "adapters.py"
 DOCUMENTED = {"_exit", "_asdict", "_replace", "_fields", "_field_defaults", "_make"}  # os._exit, namedtuple's methods
@@ -88,10 +86,6 @@ class Mine:
     ]
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="until DP-SGD's nn.modules.batchnorm._BatchNorm (torch's private base class) leaves lightfed/privacy/dp_sgd.py",
-)
 def test_lightfed_uses_no_private_name_of_another_library_outside_the_adapters():
     trees = {path: ast.parse(path.read_text(), str(path)) for path in sorted(PACKAGE.rglob("*.py"))}
     own = own_names(list(trees.values()))

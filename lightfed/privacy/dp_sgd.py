@@ -53,6 +53,17 @@ def convert_in_place(module: nn.Module) -> None:
             setattr(module.get_submodule(parent), child, fixer(sub))
 
 
+BATCH_NORMS = (
+    nn.BatchNorm1d,
+    nn.BatchNorm2d,
+    nn.BatchNorm3d,
+    nn.SyncBatchNorm,
+    nn.LazyBatchNorm1d,
+    nn.LazyBatchNorm2d,
+    nn.LazyBatchNorm3d,
+)  # the normalizations that mix the examples of a batch
+
+
 class DPSGD(ClientPrivacy):
     """Example-level DP-SGD (Abadi et al. 2016) through Opacus ``make_private`` on the raw module, for every client.
 
@@ -123,7 +134,7 @@ class DPSGD(ClientPrivacy):
         from opacus.validators import ModuleValidator
 
         module = super().prepare(module, precision)
-        has_batchnorm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules())
+        has_batchnorm = any(isinstance(m, BATCH_NORMS) for m in module.modules())
         if has_batchnorm and not self.convert_batchnorm:
             raise ConfigError(
                 f"DP-SGD cannot train {type(module).__name__}: BatchNorm mixes the examples of a batch, so per-example "

@@ -91,7 +91,11 @@ class BufferedSchedule:
         return jobs
 
     def state_dict(self) -> dict[str, Any]:
-        return {"clock": self.clock, "dispatched": self._dispatched, "in_flight": [astuple(job) for job in self._in_flight]}
+        return {
+            "clock": self.clock,
+            "dispatched": self._dispatched,
+            "in_flight": [astuple(job) for job in self._in_flight],
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.clock, self._dispatched = state["clock"], state["dispatched"]

@@ -115,10 +115,12 @@ class ShardedClientStates(ClientStates):
         own file when the number of processes is unchanged)."""
         pieces = CoordinateShards(self.size, saved_world).pieces(self.shard)
         first = read(pieces[0][0])
-        self.load_state_dict({
-            i: {k: v if v.dim() == 0 else join_pieces(read, pieces, _state_of(i, k)) for k, v in s.items()}
-            for i, s in first.items()
-        })
+        self.load_state_dict(
+            {
+                i: {k: v if v.dim() == 0 else join_pieces(read, pieces, _state_of(i, k)) for k, v in s.items()}
+                for i, s in first.items()
+            }
+        )
 
 
 class ShardedVectors:

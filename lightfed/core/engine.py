@@ -81,7 +81,14 @@ class RoundEngine:
 
         self.path = server_path(strategy, self.shards, clients_per_round, all_reduce)
         buffers = client.flat.buffers.numel()
-        sizes = {**self.path.sum_sizes(), "_buffers": buffers, "_examples": 1, "_train_loss": 1, "_clients": 1, "_stop": 1}
+        sizes = {
+            **self.path.sum_sizes(),
+            "_buffers": buffers,
+            "_examples": 1,
+            "_train_loss": 1,
+            "_clients": 1,
+            "_stop": 1,
+        }
         self.sums = Sums(sizes, fabric.device)
         self._worker_sums = [self.sums] + [Sums(sizes, fabric.device) for _ in range(workers.count - 1)]
         self._lock = threading.Lock()
@@ -94,7 +101,12 @@ class RoundEngine:
         return jobs[rank::world]
 
     def run(
-        self, round: int, jobs: list[Job], params: Tensor, buffers: Tensor, stop_requested: threading.Event | None = None
+        self,
+        round: int,
+        jobs: list[Job],
+        params: Tensor,
+        buffers: Tensor,
+        stop_requested: threading.Event | None = None,
     ) -> RoundResult:
         """Round ``round`` from the global ``params``/``buffers``; ``jobs`` (every process's, in increasing client id
         order) are the same on every process. ``stop_requested`` is read just before the reduction: when it is set
@@ -107,7 +119,10 @@ class RoundEngine:
             self.fabric.global_rank,
         )
         received = path.received(layout)
-        plans = [self.strategy.configure_client(job.plan, {**job.package, **sent}) for job, sent in zip(mine, received, strict=True)]
+        plans = [
+            self.strategy.configure_client(job.plan, {**job.package, **sent})
+            for job, sent in zip(mine, received, strict=True)
+        ]
         if self.privacy is not None:
             self.privacy.check_budget(self.fabric, round, plans)
         for worker_sums in self._worker_sums:

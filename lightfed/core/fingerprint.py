@@ -67,13 +67,21 @@ def check_fingerprint(
     keys = sorted(set(saved) | set(current))
     if evaluation:
         keys = [key for key in keys if _covers(EVALUATED, key)]
-    changed = [f"{key} {saved.get(key, 'unset')} -> {current.get(key, 'unset')}" for key in keys if saved.get(key) != current.get(key)]
+    changed = [
+        f"{key} {saved.get(key, 'unset')} -> {current.get(key, 'unset')}"
+        for key in keys
+        if saved.get(key) != current.get(key)
+    ]
     if not changed:
         return
     shown = "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
     what = "evaluate it with" if evaluation else "resume it with"
     raise ConfigError(
         f"{checkpoint} was written with other settings ({shown}): {what} the run's own config.yaml"
-        + ("" if evaluation else ", or start a new run without --ckpt_path (a resume may change only the settings "
-           "docs/guides/checkpoints.md lists)")
+        + (
+            ""
+            if evaluation
+            else ", or start a new run without --ckpt_path (a resume may change only the settings "
+            "docs/guides/checkpoints.md lists)"
+        )
     )

@@ -23,7 +23,12 @@ class SampledRounds:
     current global model. The asynchronous trainer's ``BufferedRounds`` has the same methods."""
 
     def __init__(self, seed: int, num_clients: int, clients_per_round: int, local_work: LocalWork) -> None:
-        self.seed, self.num_clients, self.clients_per_round, self.local_work = seed, num_clients, clients_per_round, local_work
+        self.seed, self.num_clients, self.clients_per_round, self.local_work = (
+            seed,
+            num_clients,
+            clients_per_round,
+            local_work,
+        )
 
     def begin(self, engine: RoundEngine, params: Tensor, buffers: Tensor) -> None:
         """Called once before the first round of a fresh run."""

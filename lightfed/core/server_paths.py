@@ -104,7 +104,9 @@ class ShardedPath:
     coordinate slice of every row, the strategy turns that into its slice of the next model, and the slices are
     gathered back. Per-client scalars travel in the sums, at each job's position in the round."""
 
-    def __init__(self, strategy: ShardedStrategy, shards: CoordinateShards, clients_per_round: int, all_reduce: AllReduce) -> None:
+    def __init__(
+        self, strategy: ShardedStrategy, shards: CoordinateShards, clients_per_round: int, all_reduce: AllReduce
+    ) -> None:
         self.strategy, self.shards, self.all_reduce = strategy, shards, all_reduce
         self.columns = (*PER_CLIENT, *strategy.report_scalars)
         self.clients_per_round = clients_per_round
@@ -170,7 +172,9 @@ class ShardedPath:
         return self.shards.gather(self.strategy.aggregate_shard(params[self.shards.local], updates))
 
 
-def server_path(strategy: Strategy, shards: CoordinateShards, clients_per_round: int, all_reduce: AllReduce) -> ServerPath:
+def server_path(
+    strategy: Strategy, shards: CoordinateShards, clients_per_round: int, all_reduce: AllReduce
+) -> ServerPath:
     """The path of the strategy's protocol."""
     if isinstance(strategy, ShardedStrategy):
         return ShardedPath(strategy, shards, clients_per_round, all_reduce)

@@ -51,7 +51,9 @@ class AdaptiveEuler(LocalRule):
 
     requirements = Requirements(
         chooses_client_steps=True,
-        sends=frozenset({"window", "weight", "steps", "max_lte", "rejected", "forced", "passivity_bound", "curvature", "decay"}),
+        sends=frozenset(
+            {"window", "weight", "steps", "max_lte", "rejected", "forced", "passivity_bound", "curvature", "decay"}
+        ),
     )
     takes_step = True
 
@@ -98,7 +100,9 @@ class AdaptiveEuler(LocalRule):
 
     def start(self, params: Tensor, context: LocalContext) -> None:
         if context.scales_gradients:  # 16-mixed
-            raise ConfigError("Adaptive FedECADO takes its own fp32 Forward-Euler steps; use trainer.precision 32-true or bf16-mixed")
+            raise ConfigError(
+                "Adaptive FedECADO takes its own fp32 Forward-Euler steps; use trainer.precision 32-true or bf16-mixed"
+            )
         data = context.data
         self.context = context
         self.weight = data.client_size(self.client_id) / sum(data.client_size(i) for i in range(data.num_clients))
@@ -112,7 +116,9 @@ class AdaptiveEuler(LocalRule):
         self.alignment = 1.0
         self.decay = SpeedDecay() if self.track_decay else None
         if self.curvature_batches > 0:
-            self.curvature = client_hessian_diagonal(context, self.client_id, self.curvature_batches, self.curvature_probes, self.seed)
+            self.curvature = client_hessian_diagonal(
+                context, self.client_id, self.curvature_batches, self.curvature_probes, self.seed
+            )
 
     def _allowed(self, dt: float, speed: float) -> float:
         """The largest LTE a step dt may have (``error_scale``, ``step_limit``); speed = max|v|."""
@@ -196,7 +202,9 @@ class AdaptiveEuler(LocalRule):
         """|new - old| in the ``error_norm``, through a work array."""
         return self._norm(torch.sub(new, old, out=self._array("change", new)))
 
-    def _probe(self, start: Tensor, velocity: Tensor, speed: float, gradient: Tensor, grad: Tensor, params: Tensor) -> float:
+    def _probe(
+        self, start: Tensor, velocity: Tensor, speed: float, gradient: Tensor, grad: Tensor, params: Tensor
+    ) -> float:
         """The round's first trial from the first gradients alone: a probe step dt_p = 0.01 rms(x) / rms(v), which
         moves the weights by 1 % of their own size (SciPy's ``select_initial_step``; gamma-free, so a loose gamma does
         not probe far outside the linearisation), measures D = |v(x + dt_p v) - v(x)|, so the FE error

@@ -41,7 +41,17 @@ class AdaptiveFedECADO(FedECADO):
     ``FedECADO`` for where they live).
     """
 
-    report_scalars = ("window", "weight", "first_step", "step_min", "step_max", "step_count", "rejected", "forced", "max_lte")
+    report_scalars = (
+        "window",
+        "weight",
+        "first_step",
+        "step_min",
+        "step_max",
+        "step_count",
+        "rejected",
+        "forced",
+        "max_lte",
+    )
     report_vectors = ("curvature",)
     curvature = "diagonal"
     requirements = AdaptiveEuler.requirements
@@ -138,16 +148,31 @@ class AdaptiveFedECADO(FedECADO):
         self.fixed_lr = fixed_lr
 
     def _rule(self, plan: ClientPlan, current: Tensor, curvature_batches: int) -> LocalRule:
-        return AdaptiveEuler(plan.client_id, current, self.tolerance, self.fallback_step,
-                             cap_at_first_step=self.cap_client_steps, lte=self.client_lte, curvature_batches=curvature_batches,
-                             curvature_probes=self.curvature_probes, seed=plan.seed, first_step=self.first_step,
-                             error_scale=self.error_scale, step_limit=self.step_limit,
-                             error_norm=self.client_norm, track_decay=self.beyond_window == "decay",
-                             fixed_lr=self.fixed_lr)
+        return AdaptiveEuler(
+            plan.client_id,
+            current,
+            self.tolerance,
+            self.fallback_step,
+            cap_at_first_step=self.cap_client_steps,
+            lte=self.client_lte,
+            curvature_batches=curvature_batches,
+            curvature_probes=self.curvature_probes,
+            seed=plan.seed,
+            first_step=self.first_step,
+            error_scale=self.error_scale,
+            step_limit=self.step_limit,
+            error_norm=self.client_norm,
+            track_decay=self.beyond_window == "decay",
+            fixed_lr=self.fixed_lr,
+        )
 
     def client_report(self, update: ClientUpdate) -> dict[str, float | Tensor]:
         report, steps = update.report, update.report["steps"]
-        summary = {name: report[name] for name in ("window", "weight", "rejected", "forced", "max_lte", "decay") if name in report}
+        summary = {
+            name: report[name]
+            for name in ("window", "weight", "rejected", "forced", "max_lte", "decay")
+            if name in report
+        }
         summary.update(first_step=steps[0], step_min=min(steps), step_max=max(steps), step_count=len(steps))
         if "curvature" in report:
             summary["curvature"] = report["curvature"].clamp(min=0)
@@ -161,7 +186,10 @@ class AdaptiveFedECADO(FedECADO):
         elif self.window_end == "mean" or self.beyond_window == "decay":
             dt = self._window_sensitivity(windows, self._window_end(windows, updates), updates)
         shape, workspace = updates.deltas.shape, self._workspace  # (a, d) in the model's dtype, kept between rounds
-        curvature = torch.stack([self._curvature(i) for i in updates.client_ids], out=workspace.get("conductance", shape, self.total_current))
+        curvature = torch.stack(
+            [self._curvature(i) for i in updates.client_ids],
+            out=workspace.get("conductance", shape, self.total_current),
+        )
         conductance = curvature.mul_(reports["weight"].to(curvature)[:, None]).add_(1 / dt.to(curvature)[:, None])
         inductance = workspace.get("inductance", shape, conductance)
         if self.damping == "constant":
@@ -188,16 +216,18 @@ class AdaptiveFedECADO(FedECADO):
         reports, inductance = updates.reports, self._inductance
         extremes = updates.all_reduce(torch.stack([-inductance.min(), inductance.max()]), "max")
         total = CoordinateSums(self.num_params, self.shard, updates.all_reduce).sums(inductance)
-        self._metrics.update({
-            "client_step_min": float(reports["step_min"].min()),
-            "client_step_mean": float(reports["window"].sum() / reports["step_count"].sum()),
-            "client_step_max": float(reports["step_max"].max()),
-            "client_steps": float(reports["step_count"].sum()),
-            "client_rejected": float(reports["rejected"].sum()),
-            "client_forced": float(reports["forced"].sum()),
-            "client_max_lte": float(reports["max_lte"].max()),
-            "inductance_min": -float(extremes[0]),
-            "inductance_mean": float(total) / (len(inductance) * self.num_params),
-            "inductance_max": float(extremes[1]),
-        })
+        self._metrics.update(
+            {
+                "client_step_min": float(reports["step_min"].min()),
+                "client_step_mean": float(reports["window"].sum() / reports["step_count"].sum()),
+                "client_step_max": float(reports["step_max"].max()),
+                "client_steps": float(reports["step_count"].sum()),
+                "client_rejected": float(reports["rejected"].sum()),
+                "client_forced": float(reports["forced"].sum()),
+                "client_max_lte": float(reports["max_lte"].max()),
+                "inductance_min": -float(extremes[0]),
+                "inductance_mean": float(total) / (len(inductance) * self.num_params),
+                "inductance_max": float(extremes[1]),
+            }
+        )
         return x_c

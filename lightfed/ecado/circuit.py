@@ -138,7 +138,9 @@ class WindowSolver:
         """The error of a step: the larger of its x_c part's and its currents' part's max-norms ("max") or root mean
         squares ("rms") over every process's slice, the currents' part halved."""
         if self.norm == "max":
-            return float(self.coordinates.all_reduce(torch.stack([max_abs(central), max_abs(inductors) / 2]), "max").max())
+            return float(
+                self.coordinates.all_reduce(torch.stack([max_abs(central), max_abs(inductors) / 2]), "max").max()
+            )
         size = self.coordinates.size
         squares = self.coordinates.squares(central, inductors)
         counts = torch.tensor([size, 4 * len(inductors) * size], dtype=torch.float64, device=squares.device)
@@ -231,7 +233,9 @@ def integrate_window(
         result.trials.append((trial, error, True))
         result.forced += error > control.tolerance
         solver.accept(trial)
-        growth = control.max_growth if error == 0 else min(control.max_growth, control.safety * control.tolerance / error)
+        growth = (
+            control.max_growth if error == 0 else min(control.max_growth, control.safety * control.tolerance / error)
+        )
         h = max(trial * growth, proposal if cut else floor)  # a cut at the window end is not the error's
     result.x_c, result.currents, result.next_step = solver.x_c, solver.currents, h
     return result

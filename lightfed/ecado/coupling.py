@@ -55,7 +55,9 @@ class CouplingCurrent(GradientCorrection):
         self.vector = self.current.to(params.device) * -self.beta
         self.context = context
         if self.curvature_batches > 0:
-            self.curvature = client_hessian_diagonal(context, self.client_id, self.curvature_batches, self.curvature_probes, self.seed)
+            self.curvature = client_hessian_diagonal(
+                context, self.client_id, self.curvature_batches, self.curvature_probes, self.seed
+            )
 
     def adjust(self, grad: Tensor, params: Tensor) -> None:
         super().adjust(grad, params)

@@ -55,4 +55,6 @@ def module_hessian_diagonal(
 def client_hessian_diagonal(context: LocalContext, client_id: int, batches: int, probes: int, seed: int) -> Tensor:
     """``module_hessian_diagonal`` of the client's live module on ``batches`` of its own shuffled batches."""
     generator = torch.Generator().manual_seed(seed)
-    return module_hessian_diagonal(context.module, context.data.client_batches(client_id, generator, steps=batches), probes, generator)
+    return module_hessian_diagonal(
+        context.module, context.data.client_batches(client_id, generator, steps=batches), probes, generator
+    )

@@ -181,7 +181,9 @@ class FedECADO(ShardedStrategy):
         if initial_step is not None and not initial_step > 0:
             raise ConfigError(f"strategy.initial_step must be > 0 or null, got {initial_step}")
         control = {"tolerance": tolerance, "max_growth": max_growth, "min_step": min_step, "norm": error_norm}
-        self._configure_circuit(control, beyond_window, curvature_batches, curvature_probes, curvature_every, state_device)
+        self._configure_circuit(
+            control, beyond_window, curvature_batches, curvature_probes, curvature_every, state_device
+        )
         self.inductance = inductance
         self.window_end = window_end
         self.inductance_rule = inductance_rule
@@ -221,7 +223,9 @@ class FedECADO(ShardedStrategy):
         on_host = self.state_device == "cpu"
         device, pinned = ("cpu", params.is_cuda) if on_host else (params.device, False)
         self.client_states = ShardedClientStates(self.shard, params.numel(), device, pin_memory=pinned)
-        self.total_current = torch.zeros_like(params[self.shard])  # this process's slice of every client's current, summed
+        self.total_current = torch.zeros_like(
+            params[self.shard]
+        )  # this process's slice of every client's current, summed
         self.step: float | None = None
         self.time = 0.0
         self._metrics: dict[str, float] = {}
@@ -229,7 +233,11 @@ class FedECADO(ShardedStrategy):
 
     def _current(self, client_id: int) -> Tensor:
         current = self.client_states.get(client_id, "current")
-        return torch.zeros_like(self.total_current) if current is None else current.to(self.total_current.device, non_blocking=True)
+        return (
+            torch.zeros_like(self.total_current)
+            if current is None
+            else current.to(self.total_current.device, non_blocking=True)
+        )
 
     def _needs_curvature(self, client_id: int, round: int) -> bool:
         if self.curvature == "none":
@@ -246,8 +254,15 @@ class FedECADO(ShardedStrategy):
 
     def _rule(self, plan: ClientPlan, current: Tensor, curvature_batches: int) -> LocalRule:
         """The client's local rule, given its current I_i^k and whether (on how many batches) to estimate H_i."""
-        return CouplingCurrent(plan.client_id, current, self.coupling, curvature_batches, self.curvature_probes, plan.seed,
-                               track_decay=self.beyond_window == "decay")
+        return CouplingCurrent(
+            plan.client_id,
+            current,
+            self.coupling,
+            curvature_batches,
+            self.curvature_probes,
+            plan.seed,
+            track_decay=self.beyond_window == "decay",
+        )
 
     def client_report(self, update: ClientUpdate) -> dict[str, float | Tensor]:
         report = {name: update.report[name] for name in self.report_scalars if name in update.report}
@@ -326,15 +341,18 @@ class FedECADO(ShardedStrategy):
         )
         frozen = self.total_current - couplings.sum(0)
         coordinates = CoordinateSums(self.num_params, self.shard, updates.all_reduce)
-        result = integrate_window(params, frozen, branches, self._first_step(windows), self.control, coordinates,
-                                  self._workspace)
+        result = integrate_window(
+            params, frozen, branches, self._first_step(windows), self.control, coordinates, self._workspace
+        )
         for row, client_id in enumerate(updates.client_ids):
             self.client_states.overwrite(client_id, "current", result.currents[row])
         self.total_current = frozen + result.currents.sum(0)
         self.step = result.next_step
         self.time += branches.window_end
         self._metrics = window_metrics(result, params, self.total_current, windows, coordinates)
-        self._metrics["progress_share"] = progress_share(result.x_c - params, updates.deltas, self._data_weights(updates), coordinates)
+        self._metrics["progress_share"] = progress_share(
+            result.x_c - params, updates.deltas, self._data_weights(updates), coordinates
+        )
         self._metrics["server_seconds"] = time.perf_counter() - began
         return result.x_c
 

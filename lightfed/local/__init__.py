@@ -7,4 +7,11 @@ from lightfed.local.proximal import ProximalTerm
 from lightfed.local.relative_progress import RelativeProgressRule
 from lightfed.local.sharpness import SharpnessAware
 
-__all__ = ["GradientCorrection", "LocalRule", "MomentumCorrection", "ProximalTerm", "RelativeProgressRule", "SharpnessAware"]
+__all__ = [
+    "GradientCorrection",
+    "LocalRule",
+    "MomentumCorrection",
+    "ProximalTerm",
+    "RelativeProgressRule",
+    "SharpnessAware",
+]

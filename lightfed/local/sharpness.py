@@ -20,7 +20,9 @@ class SharpnessAware(LocalRule):
 
     def start(self, params: Tensor, context: LocalContext) -> None:
         if context.scales_gradients:
-            raise ConfigError("sharpness-aware steps need unscaled gradients: use trainer.precision 32-true or bf16-mixed")
+            raise ConfigError(
+                "sharpness-aware steps need unscaled gradients: use trainer.precision 32-true or bf16-mixed"
+            )
         self.context = context
         self._saved = torch.empty_like(params)
 

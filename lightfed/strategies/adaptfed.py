@@ -69,8 +69,16 @@ class AdaptFed(FedAvg):
             raise ConfigError(f"strategy.rp_max must be > 0, got {rp_max}")
         if lr_bounds is not None and not 0 < lr_bounds[0] <= lr_bounds[1]:
             raise ConfigError(f"strategy.lr_bounds must be [low, high] with 0 < low <= high, got {list(lr_bounds)}")
-        self.settings: dict[str, Any] = {"beta": beta, "window": window, "form": rp_form, "rp_max": rp_max, "bounds": lr_bounds, "rho": rho,
-                             "adaptive": adaptive, "eta": eta}
+        self.settings: dict[str, Any] = {
+            "beta": beta,
+            "window": window,
+            "form": rp_form,
+            "rp_max": rp_max,
+            "bounds": lr_bounds,
+            "rho": rho,
+            "adaptive": adaptive,
+            "eta": eta,
+        }
         RelativeProgressRule(0, [], None, None, **self.settings)  # refuses bad SAM settings now
         self.loss_change = loss_change
 

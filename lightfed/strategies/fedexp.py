@@ -40,7 +40,9 @@ class FedExP(FedAvg):
     def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
         count = float(sums["weight"])
         mean_delta = sums["delta"] / count
-        self.last_server_lr = fedexp_server_lr(float(sums["sq_norms"]), float(mean_delta.square().sum()), count, self.eps)
+        self.last_server_lr = fedexp_server_lr(
+            float(sums["sq_norms"]), float(mean_delta.square().sum()), count, self.eps
+        )
         return params + self.last_server_lr * mean_delta.to(params.dtype)
 
     def metrics(self) -> dict[str, float]:

@@ -10,7 +10,9 @@ from lightfed.core.sums import Sums
 from lightfed.strategies.fedavg import FedAvg
 
 
-def fednova_step(params: Tensor, normalised_sum: Tensor, weighted_time: float, weight_sum: float, server_lr: float) -> Tensor:
+def fednova_step(
+    params: Tensor, normalised_sum: Tensor, weighted_time: float, weight_sum: float, server_lr: float
+) -> Tensor:
     """x + server_lr * tau_eff * sum_i p_i delta_i / T_i, with tau_eff = sum_i p_i T_i and p_i = w_i / sum w."""
     tau_eff = weighted_time / weight_sum
     return params + server_lr * tau_eff * (normalised_sum / weight_sum).to(params.dtype)

@@ -39,7 +39,9 @@ def check_requirements(
     if not isinstance(strategy, (SumsStrategy, ShardedStrategy, AsyncStrategy)):
         raise ConfigError(f"{name} has no server path: subclass SumsStrategy, ShardedStrategy or AsyncStrategy")
     if isinstance(strategy, AsyncStrategy) and not asynchronous:
-        raise ConfigError(f"{name} is asynchronous: add an `asynchronous:` section (e.g. concurrency: 20) to the config")
+        raise ConfigError(
+            f"{name} is asynchronous: add an `asynchronous:` section (e.g. concurrency: 20) to the config"
+        )
     if asynchronous and not isinstance(strategy, AsyncStrategy):
         raise ConfigError(f"{name} is synchronous; with `asynchronous:` use {ASYNCHRONOUS}")
     if asynchronous and privacy is not None:

@@ -32,7 +32,9 @@ class ShardedRound:
     staleness: Tensor  # [clients], float64
     sums: Mapping[str, Tensor]  # the strategy's own sums over the round (``sum_sizes``), reduced
     all_reduce: Callable[[Tensor, str], Tensor]  # (tensor, "sum" | "max" | "min") over every process's slice
-    reports: Mapping[str, Tensor] = field(default_factory=dict)  # report_scalars [clients], report_vectors [clients, slice]
+    reports: Mapping[str, Tensor] = field(
+        default_factory=dict
+    )  # report_scalars [clients], report_vectors [clients, slice]
 
 
 class ShardedStrategy(Strategy, ABC):
@@ -64,7 +66,9 @@ class ShardedStrategy(Strategy, ABC):
     def client_report(self, update: ClientUpdate) -> Mapping[str, float | Tensor]:
         """On the process that trained the client: its ``report_scalars`` and ``report_vectors`` (one it does not
         report arrives as zeros). Default: taken from ``update.report``."""
-        return {name: update.report[name] for name in (*self.report_scalars, *self.report_vectors) if name in update.report}
+        return {
+            name: update.report[name] for name in (*self.report_scalars, *self.report_vectors) if name in update.report
+        }
 
     def sum_sizes(self) -> dict[str, int]:
         """Sums besides the sharded deltas. Default: none."""

@@ -9,7 +9,6 @@ from lightning.fabric import Fabric
 from torch.utils.data import TensorDataset
 
 from lightfed.core.client import ClientTrainer
-from lightfed.core.client_states import ClientStates
 from lightfed.core.messages import ClientPlan
 from lightfed.data import DatasetSource, Digits, IIDPartitioner, MapDataset, NaturalIdPartitioner, TensorSplits
 from lightfed.data.module import FederatedDataModule
@@ -177,7 +176,7 @@ def test_dp_sgd_reads_the_same_poisson_batches_from_a_map_dataset_as_from_tensor
         data = FederatedDataModule(source, IIDPartitioner(1), batch_size=4)  # sample rate 1/3
         data.setup(seed=0, device=CPU)
         privacy = DPSGD(noise_multiplier=0.0, max_grad_norm=0.5)
-        privacy.setup(data, ClientStates(), clients_per_round=1, planned=lambda: [])
+        privacy.setup(data, clients_per_round=1, planned=lambda: [])
         model = MLP(in_features=5, num_classes=3, hidden=[], optimizer=partial(torch.optim.SGD, lr=0.5))
         client = ClientTrainer(Fabric(accelerator="cpu", devices=1), model, data, privacy)
         update = client.train(ClientPlan(client_id=0, round=0, seed=3, steps=6), torch.zeros(18), torch.zeros(0))

@@ -75,7 +75,8 @@ class FederatedTrainer(TrainerBase):
             engine.workers.close()
         engine.workers.call("on_fit_end")
         if not self.stop_requested:  # a run stopped to be resumed reports when it ends
-            self.final_report = final_report(evaluation, self.round, self.params, self.buffers, self.best)
+            evaluated = engine.strategy.evaluated(self.params)
+            self.final_report = final_report(evaluation, self.round, evaluated, self.buffers, self.best)
             self.output.report(self.final_report)
         self.fabric.call("on_fit_end", trainer=self, metrics=self.last_metrics)
         self.output.finish(self.last_metrics)
@@ -104,16 +105,17 @@ class FederatedTrainer(TrainerBase):
         if result.stop:  # a process was asked to stop (a signal): every process stops after this round
             self.preemption.requested.set()
             self.should_stop = True
+        evaluated = engine.strategy.evaluated(self.params)  # the weights evaluated (self.params: the iterate)
         if self.due(self.eval_interval) and evaluation.client.data.has_validation:  # evaluate
-            validation = evaluation.global_model("validation_step", self.params, self.buffers)
-            self.best.update(self.round, validation, self.params, self.buffers)
+            validation = evaluation.global_model("validation_step", evaluated, self.buffers)
+            self.best.update(self.round, validation, evaluated, self.buffers)
             self.fabric.call("on_evaluation_end", trainer=self, metrics=validation)
             metrics.update(validation)
         metrics["round/time_s"] = time.perf_counter() - began
         if self.privacy is not None:
             metrics.update(self.privacy.metrics(self.fabric))
         if self.client_eval_interval and self.due(self.client_eval_interval):
-            values = evaluation.clients(self.params, self.buffers, self.monitor)
+            values = evaluation.clients(evaluated, self.buffers, self.monitor)
             self.output.log_histogram(f"clients/{self.monitor}", values, self.round)
             metrics.update(spread(values, f"clients/{self.monitor}"))
         self.last_metrics = metrics

@@ -58,6 +58,11 @@ class Strategy:
         Default: unchanged."""
         return plan
 
+    def evaluated(self, params: Tensor) -> Tensor:
+        """The weights the run evaluates (validation, test, best round) when the global model is ``params``.
+        Default: ``params``; FedExP can evaluate the mean of its last two iterates and continue from the last."""
+        return params
+
     def metrics(self) -> dict[str, float]:
         """Scalars to log after each round."""
         return {}

@@ -1,6 +1,7 @@
 """FedNova (Wang et al. 2020): normalised averaging that removes the objective inconsistency of unequal local work."""
 
 from collections.abc import Mapping
+from typing import Literal
 
 from torch import Tensor
 
@@ -27,13 +28,32 @@ class FedNova(FedAvg):
 
     requirements = Requirements(plain_sgd=True)  # its normalisation counts steps of length lr
 
+    def __init__(
+        self,
+        server_lr: float = 1.0,
+        weighting: Literal["examples", "uniform"] = "examples",
+        normalise_by: Literal["local_time", "steps"] = "local_time",
+    ) -> None:
+        """
+        Args:
+            server_lr: Scale of the normalised average applied to the global model.
+            weighting: p_i proportional to the client's examples, or uniform.
+            normalise_by: T_i is the sum of the client's step sizes (the paper's a_i) or its number of steps (the
+                released code); they differ when clients' learning rates differ.
+        """
+        super().__init__(server_lr=server_lr, weighting=weighting)
+        self.normalise_by = normalise_by
+
+    def normaliser(self, update: ClientUpdate) -> float:
+        return update.local_time if self.normalise_by == "local_time" else float(update.num_steps)
+
     def sum_sizes(self) -> dict[str, int]:
         return {"normalised": self.num_params, "time": 1, "weight": 1}
 
     def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
-        weight = self.client_weight(update)
-        sums.add("normalised", update.delta, weight=weight / update.local_time)
-        sums.add("time", update.local_time, weight=weight)
+        weight, normaliser = self.client_weight(update), self.normaliser(update)
+        sums.add("normalised", update.delta, weight=weight / normaliser)
+        sums.add("time", normaliser, weight=weight)
         sums.add("weight", weight)
 
     def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:

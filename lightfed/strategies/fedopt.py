@@ -1,7 +1,8 @@
 """FedOpt (Reddi et al. 2021, Algorithm 2): FedAdagrad, FedAdam and FedYogi, adaptive server optimisers."""
 
+import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -24,38 +25,63 @@ def yogi_second_moment(v: Tensor, delta: Tensor, beta2: float) -> None:
     v.sub_((1 - beta2) * square * torch.sign(v - square))
 
 
+def bias_corrected_lr(server_lr: float, beta1: float, beta2: float, step: int) -> float:
+    """Adam's eta sqrt(1 - b2^t) / (1 - b1^t) at step t >= 1 (Kingma and Ba 2014)."""
+    return server_lr * math.sqrt(1 - beta2**step) / (1 - beta1**step)
+
+
 class FedOpt(FedAvg):
     """m <- b1 m + (1 - b1) D;  v <- (rule of the subclass);  x <- x + eta m / (sqrt(v) + tau),
-    with D the uniform mean of the client deltas, m_0 = 0 and v_0 = tau^2 (no bias correction, as in the paper)."""
+    with D the uniform mean of the client deltas, m_0 = 0 and v_0 = tau^2 (no bias correction, as in the paper).
+
+    The options give the released TFF code (``weighting="examples"``) and Flower's FedAdam (``weighting="examples"``,
+    ``bias_correction=True``, ``initial_v="zero"``); see docs/corrections/baselines.md.
+    """
 
     second_moment = staticmethod(adam_second_moment)
 
-    def __init__(self, server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3) -> None:
+    def __init__(
+        self,
+        server_lr: float = 0.01,
+        beta1: float = 0.9,
+        beta2: float = 0.99,
+        tau: float = 1e-3,
+        weighting: Literal["uniform", "examples"] = "uniform",
+        bias_correction: bool = False,
+        initial_v: Literal["tau_squared", "zero"] = "tau_squared",
+    ) -> None:
         """
         Args:
             server_lr: Server learning rate eta.
             beta1: First-moment decay.
             beta2: Second-moment decay (unused by FedAdagrad).
-            tau: Adaptivity: added to sqrt(v); v starts at tau^2.
+            tau: Adaptivity: added to sqrt(v).
+            weighting: D is the uniform mean of the deltas (the paper), or weighted by examples (its TFF code, Flower).
+            bias_correction: Scale eta by sqrt(1 - b2^t) / (1 - b1^t) at the t-th aggregation (Flower's FedAdam).
+            initial_v: v_0 = tau^2 (the paper) or 0 (Flower).
         """
-        super().__init__(server_lr=server_lr, weighting="uniform")
+        super().__init__(server_lr=server_lr, weighting=weighting)
         for name, value in [("beta1", beta1), ("beta2", beta2)]:
             if not 0 <= value < 1:
                 raise ConfigError(f"strategy.{name} must be in [0, 1), got {value}")
         if tau <= 0:
             raise ConfigError(f"strategy.tau must be > 0, got {tau}")
         self.beta1, self.beta2, self.tau = beta1, beta2, tau
+        self.bias_correction, self.initial_v = bias_correction, initial_v
 
     def setup(self, context: ServerContext) -> None:
         super().setup(context)
         self.m = torch.zeros_like(context.params)
-        self.v = torch.full_like(context.params, self.tau**2)
+        self.v = torch.full_like(context.params, self.tau**2 if self.initial_v == "tau_squared" else 0.0)
 
     def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
         delta = (sums["delta"] / sums["weight"]).to(params.dtype)
         self.m.mul_(self.beta1).add_(delta, alpha=1 - self.beta1)
         self.second_moment(self.v, delta, self.beta2)
-        return params + self.server_lr * self.m / (self.v.sqrt() + self.tau)
+        lr = self.server_lr
+        if self.bias_correction:
+            lr = bias_corrected_lr(self.server_lr, self.beta1, self.beta2, round + 1)
+        return params + lr * self.m / (self.v.sqrt() + self.tau)
 
     def state_dict(self) -> dict[str, Any]:
         return {"m": self.m, "v": self.v}

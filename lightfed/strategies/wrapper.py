@@ -35,6 +35,9 @@ class StrategyWrapper(Strategy):
     def configure_client(self, plan: ClientPlan, received: Mapping[str, Tensor] = NOTHING) -> ClientPlan:
         return self.inner.configure_client(plan, received)
 
+    def evaluated(self, params: Tensor) -> Tensor:
+        return self.inner.evaluated(params)
+
     def metrics(self) -> dict[str, float]:
         return self.inner.metrics()
 

@@ -35,7 +35,7 @@ class FedOpt(FedAvg):
     with D the uniform mean of the client deltas, m_0 = 0 and v_0 = tau^2 (no bias correction, as in the paper).
 
     The options give the released TFF code (``weighting="examples"``) and Flower's FedAdam (``weighting="examples"``,
-    ``bias_correction=True``, ``initial_v="zero"``); see docs/corrections/baselines.md.
+    ``bias_correction="flower"``, ``initial_v="zero"``); see docs/corrections/baselines.md.
     """
 
     second_moment = staticmethod(adam_second_moment)
@@ -47,7 +47,7 @@ class FedOpt(FedAvg):
         beta2: float = 0.99,
         tau: float = 1e-3,
         weighting: Literal["uniform", "examples"] = "uniform",
-        bias_correction: bool = False,
+        bias_correction: Literal["none", "adam", "flower"] = "none",
         initial_v: Literal["tau_squared", "zero"] = "tau_squared",
     ) -> None:
         """
@@ -57,7 +57,8 @@ class FedOpt(FedAvg):
             beta2: Second-moment decay (unused by FedAdagrad).
             tau: Adaptivity: added to sqrt(v).
             weighting: D is the uniform mean of the deltas (the paper), or weighted by examples (its TFF code, Flower).
-            bias_correction: Scale eta by sqrt(1 - b2^t) / (1 - b1^t) at the t-th aggregation (Flower's FedAdam).
+            bias_correction: Scale eta by sqrt(1 - b2^t) / (1 - b1^t): "adam" at the t-th aggregation (Kingma and Ba's
+                t = 1 first), "flower" one step later (Flower's FedAdam: t = server_round + 1, its rounds from 1).
             initial_v: v_0 = tau^2 (the paper) or 0 (Flower).
         """
         super().__init__(server_lr=server_lr, weighting=weighting)
@@ -79,8 +80,9 @@ class FedOpt(FedAvg):
         self.m.mul_(self.beta1).add_(delta, alpha=1 - self.beta1)
         self.second_moment(self.v, delta, self.beta2)
         lr = self.server_lr
-        if self.bias_correction:
-            lr = bias_corrected_lr(self.server_lr, self.beta1, self.beta2, round + 1)
+        if self.bias_correction != "none":
+            step = round + (1 if self.bias_correction == "adam" else 2)
+            lr = bias_corrected_lr(self.server_lr, self.beta1, self.beta2, step)
         return params + lr * self.m / (self.v.sqrt() + self.tau)
 
     def state_dict(self) -> dict[str, Any]:

@@ -63,12 +63,15 @@ def test_fedadam_bias_correction():
     # eta_t = sqrt(1 - 0) / (1 - 1/2) = 2, step 2 [1/3, 2/5, 0]. Round 1 (t = 2): m = [1.5, 3, 0], eta_t = 1 / (3/4),
     # step 4/3 [1.5/3, 3/5, 0] = [2/3, 4/5, 0] again.
     updates = [_update(0, [2.0, 4.0, 0.0]), _update(1, [2.0, 4.0, 0.0])]
-    strategy = _ready(FedAdam(server_lr=1.0, beta1=0.5, beta2=0.0, tau=1.0, bias_correction=True, initial_v="zero"))
+    strategy = _ready(FedAdam(server_lr=1.0, beta1=0.5, beta2=0.0, tau=1.0, bias_correction="adam", initial_v="zero"))
     x1 = _round(strategy, updates, round=0)
     torch.testing.assert_close(x1, X + torch.tensor([2 / 3, 4 / 5, 0.0]))
     torch.testing.assert_close(_round(strategy, updates, params=x1, round=1), x1 + torch.tensor([2 / 3, 4 / 5, 0.0]))
     plain = _ready(FedAdam(server_lr=1.0, beta1=0.5, beta2=0.0, tau=1.0, initial_v="zero"))
     torch.testing.assert_close(_round(plain, updates), X + torch.tensor([1 / 3, 2 / 5, 0.0]))
+    # Flower's t is one later: round 0 has t = 2, eta_t = 1 / (3/4), step 4/3 [1/3, 2/5, 0] = [4/9, 8/15, 0].
+    flower = _ready(FedAdam(server_lr=1.0, beta1=0.5, beta2=0.0, tau=1.0, bias_correction="flower", initial_v="zero"))
+    torch.testing.assert_close(_round(flower, updates, round=0), X + torch.tensor([4 / 9, 8 / 15, 0.0]))
 
 
 # FedNova

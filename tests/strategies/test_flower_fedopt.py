@@ -45,12 +45,11 @@ def _flower_round(strategy, params, deltas, server_round):
 
 @pytest.mark.parametrize(
     ("lightfed_class", "flower_class", "bias_correction", "beta1"),
-    [(FedAdam, "FedAdam", True, 0.9), (FedYogi, "FedYogi", False, 0.9), (FedAdagrad, "FedAdagrad", False, 0.0)],
+    [(FedAdam, "FedAdam", "flower", 0.9), (FedYogi, "FedYogi", "none", 0.9), (FedAdagrad, "FedAdagrad", "none", 0.0)],
 )
 def test_flower_compatible_settings_give_flowers_weights(lightfed_class, flower_class, bias_correction, beta1):
-    """Flower's FedAdam corrects with t = server_round + 1: it is handed lightfed's 0-based round, so that both use
-    Kingma and Ba's t = 1 at the first aggregation (in a Flower run server_round starts at 1, one step later).
-    Flower's FedAdagrad has no first moment (beta1 = 0)."""
+    """As in a Flower run, server_round counts from 1 (Flower's FedAdam corrects with t = server_round + 1, which
+    ``bias_correction="flower"`` follows). Flower's FedAdagrad has no first moment (beta1 = 0)."""
     settings = {**SETTINGS, "beta1": beta1}
     ours = lightfed_class(**settings, weighting="examples", bias_correction=bias_correction, initial_v="zero")
     ours.setup(ServerContext(X, num_clients=2))
@@ -63,7 +62,7 @@ def test_flower_compatible_settings_give_flowers_weights(lightfed_class, flower_
     )
     params = X
     for round, deltas in enumerate(DELTAS):
-        theirs = _flower_round(flower, params, deltas, server_round=round)
+        theirs = _flower_round(flower, params, deltas, server_round=round + 1)
         params = _lightfed_round(ours, params, deltas, round)
         np.testing.assert_allclose(params.numpy(), theirs, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(params, X, atol=1e-2)  # the three rounds moved the weights

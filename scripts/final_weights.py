@@ -27,6 +27,7 @@ CASES = {
     "sync (FedAdam)": ["-c", "configs/digits/base.yaml", "-c", "configs/digits/fedadam.yaml", "--trainer.rounds", "3"],
     "async (FedBuff)": [
         "-c", "configs/async/digits/base.yaml", "-c", "configs/async/digits/fedbuff.yaml", "--trainer.rounds", "6",
+        "--strategy.init_args.staleness_weighting", "false",  # the config's setting before the baselines' options
     ],
     "DP (FedAvg + DP-SGD)": [
         "-c", "configs/digits/base.yaml", "-c", "configs/digits/fedavg.yaml", "-c", "configs/privacy/dp-sgd.yaml",

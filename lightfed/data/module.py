@@ -87,29 +87,11 @@ class FederatedDataModule:
         eval_indices = client_val if self.client_val_fraction > 0 else indices
         self.device = device
         self.num_classes = splits.num_classes
+        common = (indices, val_indices, eval_indices, self.batch_size, self.eval_batch_size, device)
         if isinstance(splits, TensorSplits):
-            self._batches = TensorBatches(
-                splits,
-                indices,
-                val_indices,
-                eval_indices,
-                self.batch_size,
-                self.eval_batch_size,
-                device,
-                self.on_device,
-            )
+            self._batches = TensorBatches(splits, *common, self.on_device)
         else:
-            self._batches = LoaderBatches(
-                splits,
-                indices,
-                val_indices,
-                eval_indices,
-                self.batch_size,
-                self.eval_batch_size,
-                device,
-                self.num_workers,
-                self.pin_memory,
-            )
+            self._batches = LoaderBatches(splits, *common, self.num_workers, self.pin_memory)
         self._client_indices = self._source.client_indices
 
     def _partition(

@@ -223,9 +223,8 @@ class FedECADO(ShardedStrategy):
         on_host = self.state_device == "cpu"
         device, pinned = ("cpu", params.is_cuda) if on_host else (params.device, False)
         self.client_states = ShardedClientStates(self.shard, params.numel(), device, pin_memory=pinned)
-        self.total_current = torch.zeros_like(
-            params[self.shard]
-        )  # this process's slice of every client's current, summed
+        # this process's slice of every client's current, summed
+        self.total_current = torch.zeros_like(params[self.shard])
         self.step: float | None = None
         self.time = 0.0
         self._metrics: dict[str, float] = {}

@@ -32,9 +32,8 @@ class ShardedRound:
     staleness: Tensor  # [clients], float64
     sums: Mapping[str, Tensor]  # the strategy's own sums over the round (``sum_sizes``), reduced
     all_reduce: Callable[[Tensor, str], Tensor]  # (tensor, "sum" | "max" | "min") over every process's slice
-    reports: Mapping[str, Tensor] = field(
-        default_factory=dict
-    )  # report_scalars [clients], report_vectors [clients, slice]
+    # report_scalars [clients], report_vectors [clients, slice]
+    reports: Mapping[str, Tensor] = field(default_factory=dict)
 
 
 class ShardedStrategy(Strategy, ABC):

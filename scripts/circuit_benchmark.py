@@ -251,7 +251,7 @@ def client_state_bytes(strategy) -> tuple[int, int]:
 
 def run_worker(args: argparse.Namespace) -> None:
     """One run of one strategy; every process prints its result line."""
-    set_threads(args.threads or max(1, available_cores() // args.devices[0]))
+    set_threads(threads_per_process(args))  # a worker has one --devices value
     import torch
 
     from lightfed import Callback, FederatedTrainer

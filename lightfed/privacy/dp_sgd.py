@@ -4,10 +4,10 @@ client kept across rounds in the mechanism's own per-client store (and in checkp
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Iterator
 from operator import itemgetter
 from typing import TYPE_CHECKING, Literal, cast
+from weakref import WeakKeyDictionary
 
 import torch
 from lightning import LightningModule
@@ -15,7 +15,7 @@ from lightning.fabric import Fabric
 from lightning.fabric.utilities.apply_func import apply_to_collection
 from lightning.pytorch.utilities.data import extract_batch_size
 from torch import Tensor, nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
 from lightfed.core.local_context import LocalContext
 from lightfed.core.local_session import LocalSession
@@ -88,6 +88,7 @@ class DPSGD(ClientPrivacy):
         max_physical_batch_size: int | None = None,
         convert_batchnorm: bool = False,
         secure_mode: bool = False,
+        grad_sample_mode: Literal["hooks", "functorch"] = "hooks",
     ) -> None:
         """
         Args:
@@ -102,6 +103,8 @@ class DPSGD(ClientPrivacy):
                 clipped per-example gradients accumulated before the noise (as Opacus' BatchMemoryManager does).
             convert_batchnorm: Replace BatchNorm by GroupNorm (Opacus' ModuleValidator fixers) instead of refusing.
             secure_mode: Opacus' cryptographically safe noise (slower).
+            grad_sample_mode: How Opacus computes per-example gradients: "hooks" (its per-layer formulas) or
+                "functorch" (vmap of every layer's gradient); see docs/guides/performance.md.
         """
         if noise_multiplier is None and target_epsilon is None:
             raise ConfigError("trainer.privacy needs noise_multiplier or target_epsilon (or both)")
@@ -123,6 +126,8 @@ class DPSGD(ClientPrivacy):
         self.max_physical_batch_size = max_physical_batch_size
         self.convert_batchnorm = convert_batchnorm
         self.secure_mode = secure_mode
+        self.grad_sample_mode = grad_sample_mode
+        self._private: WeakKeyDictionary[nn.Module, PrivateTraining] = WeakKeyDictionary()
         self.limits_budget = target_epsilon is not None
         self._planned_steps: dict[int, int] | None = None
         self._step_noise: dict[int, float] = {}  # budget mode: each client's noise per step
@@ -215,17 +220,49 @@ class DPSGD(ClientPrivacy):
     def session(self, context: LocalContext, plan: ClientPlan, generator: torch.Generator) -> LocalSession:
         return DPSGDSession(self, context, plan, generator)
 
+    def private_training(self, context: LocalContext) -> PrivateTraining:
+        """The private module and optimizer of the client trainer of ``context``, made on its first client."""
+        if context.module not in self._private:
+            self._private[context.module] = PrivateTraining(self, context)
+        return self._private[context.module]
+
     def save(self, client_id: int, accountant: IAccountant) -> None:
         self.client_states.set(client_id, STATE, accountant_state(accountant))
         self._epsilons[client_id] = self._spent(accountant)
 
 
+class PrivateTraining:
+    """One client trainer's module and optimizer made private once (Opacus' grad-sample hooks and ``DPOptimizer``, as
+    ``make_private`` builds them) and reused by every client it trains; the hooks are off between clients."""
+
+    def __init__(self, privacy: DPSGD, context: LocalContext) -> None:
+        from opacus import PrivacyEngine
+        from opacus.grad_sample.utils import prepare_module
+        from opacus.optimizers import get_optimizer_class
+
+        self.hooks = prepare_module(context.module, privacy.grad_sample_mode, wrap_model=False)
+        self.hooks.forbid_grad_accumulation()  # Poisson batches are never accumulated
+        self.hooks.disable_hooks()
+        # secure mode: the sampling and the noise come from Opacus' cryptographically safe generator
+        self.generator = PrivacyEngine(secure_mode=True).secure_rng if privacy.secure_mode else None
+        optimizer_class = get_optimizer_class(clipping="flat", distributed=False, grad_sample_mode="hooks")
+        self.optimizer = optimizer_class(
+            context.optimizer,
+            noise_multiplier=0.0,  # each client's, set by its session
+            max_grad_norm=privacy.max_grad_norm,
+            expected_batch_size=1,
+            generator=self.generator,
+            secure_mode=privacy.secure_mode,
+        )
+
+
 class DPSGDSession(LocalSession):
-    """One client's DP-SGD: ``make_private`` around the live module and the client's torch optimizer for one round;
-    each physical chunk's plain gradient comes from ``LocalSession.gradient``."""
+    """One client's DP-SGD on the client trainer's ``PrivateTraining``: its own accountant, noise and Poisson sampling
+    (Opacus' ``UniformWithReplacementSampler``); each physical chunk's plain gradient comes from
+    ``LocalSession.gradient``."""
 
     def __init__(self, privacy: DPSGD, context: LocalContext, plan: ClientPlan, generator: torch.Generator) -> None:
-        from opacus import PrivacyEngine
+        from opacus.data_loader import DPDataLoader
 
         super().__init__(context, plan, generator)
         self.privacy = privacy
@@ -233,27 +270,15 @@ class DPSGDSession(LocalSession):
         self.releases_per_step = gradients_per_step(plan)
         self.noise = privacy.release_noise(client_id, self.releases_per_step)
         self.sample_rate, _ = privacy.schedule(client_id)
-        data = context.data
-        positions = TensorDataset(torch.arange(data.client_size(client_id)))
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Secure RNG turned off")
-            engine = PrivacyEngine(accountant=privacy.accountant, secure_mode=privacy.secure_mode)
-        engine.accountant = load_accountant(privacy.accountant, privacy.client_states.get(client_id, STATE))
-        self.hooks, self.optimizer, self.loader = engine.make_private(
-            module=context.module,
-            optimizer=context.optimizer,
-            data_loader=DataLoader(positions, batch_size=data.batch_size, generator=generator),
-            noise_multiplier=self.noise,
-            max_grad_norm=privacy.max_grad_norm,
-            poisson_sampling=True,
-            wrap_model=False,
-        )
-        self.accountant = engine.accountant
-        self.optimizer.attach_step_hook(self._count_release)  # accounted per step in before_step
+        private = privacy.private_training(context)
+        self.hooks, self.optimizer = private.hooks, private.optimizer
+        positions = TensorDataset(torch.arange(context.data.client_size(client_id)))
+        self.loader = DPDataLoader(positions, sample_rate=self.sample_rate, generator=private.generator or generator)
+        self.optimizer.noise_multiplier = self.noise
+        self.optimizer.expected_batch_size = int(len(positions) * (1 / len(self.loader)))  # as make_private sets it
+        self.accountant = load_accountant(privacy.accountant, privacy.client_states.get(client_id, STATE))
         self.releases = 0
-
-    def _count_release(self, optimizer) -> None:
-        self.releases += 1
+        self.hooks.enable_hooks()
 
     def batches(self) -> Iterator[Batch]:
         steps, taken = self.plan.steps, 0
@@ -284,6 +309,7 @@ class DPSGDSession(LocalSession):
                 if not self.optimizer.pre_step():
                     self.optimizer.zero_grad(set_to_none=True)  # keeps the accumulated clipped sum
             loss /= size
+        self.releases += 1
         private = [p.grad for p in self.optimizer.params]
         self.optimizer.zero_grad(set_to_none=True)
         self.context.flat.zero_grad()  # the flat gradient views are the parameters' .grad again
@@ -301,5 +327,5 @@ class DPSGDSession(LocalSession):
         self.releases = 0
 
     def finish(self) -> None:
-        self.hooks.cleanup()
+        self.hooks.disable_hooks()
         self.privacy.save(self.plan.client_id, self.accountant)

@@ -10,7 +10,7 @@ from lightfed.core.checkpoint import kept_checkpoint, restore_rng_states
 from lightfed.core.client_states import ProcessStores
 from lightfed.core.client_workers import ClientWorkers
 from lightfed.core.engine import RoundEngine
-from lightfed.core.evaluation import BestRound, Evaluation, spread
+from lightfed.core.evaluation import BestRound, ClientEvaluation, Evaluation, check_client_evaluation, spread
 from lightfed.core.final_report import final_report
 from lightfed.core.process_states import FOLDER as PROCESS_STATES
 from lightfed.core.process_states import load_process_states, prune, save_process_states
@@ -21,6 +21,7 @@ from lightfed.core.run_state import RunState
 from lightfed.core.trainer_base import TrainerBase
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import DivergenceError
+from lightfed.personalization.personalized import personalization_of
 from lightfed.privacy.base import BudgetReached
 from lightfed.strategies.base import ServerContext, Strategy
 from lightfed.strategies.requirements import check_requirements, run_requirements
@@ -115,9 +116,10 @@ class FederatedTrainer(TrainerBase):
         if self.privacy is not None:
             metrics.update(self.privacy.metrics(self.fabric))
         if self.client_eval_interval and self.due(self.client_eval_interval):
-            values = evaluation.clients(evaluated, self.buffers, self.monitor)
-            self.output.log_histogram(f"clients/{self.monitor}", values, self.round)
-            metrics.update(spread(values, f"clients/{self.monitor}"))
+            seen = {plan.client_id for plan in source.planned(self.round)}
+            for name, values in evaluation.clients(self.round, evaluated, self.buffers, self.monitor, seen).items():
+                self.output.log_histogram(name, values, self.round)
+                metrics.update(spread(values, name))
         self.last_metrics = metrics
         self.fabric.call("on_round_end", trainer=self, round=round, metrics=metrics)
         if self.should_stop or self.due(self.checkpoint_interval):  # checkpoint, then log what it holds
@@ -148,7 +150,19 @@ class FederatedTrainer(TrainerBase):
             self.privacy.setup(data, self.clients_per_round, partial(source.planned, self.rounds))
         self.round, self.should_stop, self.last_metrics, self._process_states = 0, False, {}, None
         self.best = BestRound(self.monitor)
-        return engine, source, Evaluation(self.fabric, workers.clients[0])
+        personal = personalization_of(strategy)
+        if personal is not None:
+            personal.bind(workers.clients[0].module, data)
+        settings = ClientEvaluation(
+            None if personal is None else personal.personal_model,
+            self.client_eval_finetune_steps,
+            self.client_eval_clients,
+            self.seed,
+        )
+        check_client_evaluation(
+            settings, self.privacy, self.unseen_clients, self.clients_per_round, data.num_clients, self.asynchronous
+        )
+        return engine, source, Evaluation(self.fabric, workers.clients[0], settings)
 
     def _checkpoint(self, engine: RoundEngine, source: SampledRounds) -> None:
         """Writes what each process alone holds (its clients' states, its slices) in its own file, then ``last.ckpt``
@@ -185,4 +199,4 @@ class FederatedTrainer(TrainerBase):
 
     def _rounds(self, data: FederatedDataModule, strategy: Strategy) -> SampledRounds:
         """Which clients train in each round, from what."""
-        return SampledRounds(self.seed, data.num_clients, self.clients_per_round, self.local_work)
+        return SampledRounds(self.seed, data.num_clients - self.unseen_clients, self.clients_per_round, self.local_work)

@@ -168,6 +168,16 @@ class ClientTrainer:
             report={} if rule is None else rule.report(),
         )
 
+    def fine_tuned(self, plan: ClientPlan, params: Tensor, buffers: Tensor) -> tuple[Tensor, Tensor]:
+        """The weights after training ``plan`` from ``params``/``buffers``, keeping nothing the module logs (evaluation
+        after fine-tuning)."""
+        logged, self.logged = self.logged, LoggedValues()
+        try:
+            update = self.train(plan, params, buffers)
+        finally:
+            self.logged = logged
+        return params + update.delta, update.buffers.clone()
+
     @property
     def scales_gradients(self) -> bool:
         """Whether gradients are loss-scaled (16-bit mixed precision) until the optimizer step unscales them."""

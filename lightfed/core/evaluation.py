@@ -2,7 +2,8 @@
 the test set or each client's data, and the round with the best validation metric."""
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,9 @@ from torch import Tensor
 from lightfed.core.client import ClientTrainer
 from lightfed.core.fingerprint import check_fingerprint
 from lightfed.core.logged_values import LoggedValues
+from lightfed.core.messages import ClientPlan
 from lightfed.core.run_state import RunState
+from lightfed.core.seeding import derived_rng, derived_seed
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 
@@ -49,12 +52,38 @@ def evaluation_pass(
     return logged
 
 
+PersonalModel = Callable[[int, Tensor, Tensor], tuple[Tensor, Tensor] | None]
+VARIANTS = ("global", "personal", "finetuned")
+FINETUNE, EVALUATED = 4, 5  # random streams (``lightfed.core.seeding``): fine-tuning steps, the evaluated clients
+
+
+@dataclass(frozen=True)
+class ClientEvaluation:
+    """What per-client evaluation covers: ``clients`` of them (a fixed subset drawn from ``seed``; None: all), each
+    also with its ``personal`` model (client id, global weights -> its weights, or None) and after ``finetune_steps``
+    local steps from the global model (0: not)."""
+
+    personal: PersonalModel | None = None
+    finetune_steps: int = 0
+    clients: int | None = None
+    seed: int = 0
+
+    def evaluated(self, num_clients: int) -> list[int]:
+        """The evaluated clients, in increasing id order: the same every round and on every process."""
+        if self.clients is None or self.clients >= num_clients:
+            return list(range(num_clients))
+        return sorted(
+            int(c) for c in derived_rng(self.seed, EVALUATED).choice(num_clients, self.clients, replace=False)
+        )
+
+
 class Evaluation:
     """The global model's evaluations on ``client``'s live module, every process its share of the batches, the results
     reduced over all processes (collective calls)."""
 
-    def __init__(self, fabric: Fabric, client: ClientTrainer) -> None:
+    def __init__(self, fabric: Fabric, client: ClientTrainer, settings: "ClientEvaluation | None" = None) -> None:
         self.fabric, self.client = fabric, client
+        self.settings = ClientEvaluation() if settings is None else settings
 
     def global_model(self, step: str, params: Tensor, buffers: Tensor) -> dict[str, float]:
         """``params``/``buffers`` on this process's share of the validation split with ``validation_step``, or of the
@@ -65,18 +94,52 @@ class Evaluation:
             self.fabric, self.client.module
         )
 
-    def clients(self, params: Tensor, buffers: Tensor, monitor: str) -> np.ndarray:
-        """``monitor`` of ``validation_step`` on each client's data (clients split across processes): its held-out
-        share with ``data.client_val_fraction`` > 0, else the examples it trains on."""
-        fabric, data = self.fabric, self.client.data
-        values = torch.zeros(data.num_clients, dtype=torch.float64, device=fabric.device)
-        for client_id in range(fabric.global_rank, data.num_clients, fabric.world_size):
-            batches = data.client_eval_batches(client_id)
-            result = evaluation_pass(fabric, self.client, params, buffers, "validation_step", batches).compute()
-            if monitor not in result:
-                raise ConfigError(f"per-client evaluation needs validation_step to log {monitor!r} (trainer.monitor)")
-            values[client_id] = result[monitor]
-        return torch.as_tensor(fabric.all_reduce(values, reduce_op="sum")).cpu().numpy()
+    def clients(
+        self, round: int, params: Tensor, buffers: Tensor, monitor: str, seen: set[int]
+    ) -> dict[str, np.ndarray]:
+        """``monitor`` of ``validation_step`` on each evaluated client's data (its held-out share with
+        ``data.client_val_fraction`` > 0, else the examples it trains on), clients split across processes as they train
+        (client i on process i % world size); ``seen``: the clients sampled for training so far. By name, the values of:
+
+        - ``clients/<monitor>``: the global model, every evaluated client;
+        - ``clients/personal/<monitor>``: each client's personal model (``personal``), the clients that have one;
+        - ``clients/finetuned/<monitor>``: the global model after ``finetune_steps`` local steps, seen clients;
+        - ``clients/unseen/<monitor>`` and ``clients/unseen/finetuned/<monitor>``: the same, clients never sampled.
+
+        A name with no client is left out."""
+        fabric, data, settings = self.fabric, self.client.data, self.settings
+        values = torch.full((len(VARIANTS), data.num_clients), math.nan, dtype=torch.float64, device=fabric.device)
+        for client_id in settings.evaluated(data.num_clients):
+            if client_id % fabric.world_size != fabric.global_rank:
+                continue
+            values[0, client_id] = self._client_value(client_id, params, buffers, monitor)
+            personal = None if settings.personal is None else settings.personal(client_id, params, buffers)
+            if personal is not None:
+                values[1, client_id] = self._client_value(client_id, *personal, monitor)
+            if settings.finetune_steps:
+                seed = derived_seed(settings.seed, FINETUNE, round, client_id)
+                plan = ClientPlan(client_id, round, seed, steps=settings.finetune_steps)
+                tuned = self.client.fine_tuned(plan, params, buffers)
+                values[2, client_id] = self._client_value(client_id, *tuned, monitor)
+        both = torch.cat([(~values.isnan()).double(), values.nan_to_num(0.0)])
+        reduced = torch.as_tensor(fabric.all_reduce(both, reduce_op="sum")).cpu().numpy()
+        present, reduced = reduced[: len(VARIANTS)] > 0, reduced[len(VARIANTS) :]
+        was_seen = np.isin(np.arange(data.num_clients), sorted(seen))
+        chosen = {
+            "clients": (0, present[0]),
+            "clients/personal": (1, present[1]),
+            "clients/finetuned": (2, present[2] & was_seen),
+            "clients/unseen": (0, present[0] & ~was_seen),
+            "clients/unseen/finetuned": (2, present[2] & ~was_seen),
+        }
+        return {f"{name}/{monitor}": reduced[row, mask] for name, (row, mask) in chosen.items() if mask.any()}
+
+    def _client_value(self, client_id: int, params: Tensor, buffers: Tensor, monitor: str) -> float:
+        batches = self.client.data.client_eval_batches(client_id)
+        result = evaluation_pass(self.fabric, self.client, params, buffers, "validation_step", batches).compute()
+        if monitor not in result:
+            raise ConfigError(f"per-client evaluation needs validation_step to log {monitor!r} (trainer.monitor)")
+        return result[monitor]
 
 
 def evaluate_checkpoint(
@@ -148,3 +211,26 @@ class BestRound:
             return
         self.round, self.value = state["round"], state["value"]
         self.params, self.buffers = state["params"].to(device), state["buffers"].to(device)
+
+
+def check_client_evaluation(
+    settings: ClientEvaluation,
+    privacy: object,
+    unseen_clients: int,
+    clients_per_round: int,
+    num_clients: int,
+    asynchronous: bool,
+) -> None:
+    """Refuses per-client evaluation settings the run cannot honour, in one line."""
+    if unseen_clients and asynchronous:
+        raise ConfigError("trainer.unseen_clients is not supported with `asynchronous:` yet: set it to 0")
+    if settings.finetune_steps and privacy is not None:
+        raise ConfigError(
+            "trainer.client_eval_finetune_steps would train on clients' data outside trainer.privacy's accounting: "
+            "set it to 0 with privacy"
+        )
+    if unseen_clients and clients_per_round > num_clients - unseen_clients:
+        raise ConfigError(
+            f"trainer.unseen_clients {unseen_clients} leaves {num_clients - unseen_clients} of {num_clients} clients "
+            f"to train, fewer than trainer.clients_per_round {clients_per_round}"
+        )

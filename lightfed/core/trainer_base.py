@@ -50,6 +50,9 @@ class TrainerBase:
         redraw_local_work: bool = False,
         eval_interval: int = 1,
         client_eval_interval: int = 0,
+        client_eval_clients: int | None = None,
+        client_eval_finetune_steps: int = 0,
+        unseen_clients: int = 0,
         checkpoint_interval: int = 1,
         monitor: str = "val_acc",
         seed: int = 0,
@@ -89,7 +92,14 @@ class TrainerBase:
             eval_interval: Evaluate the global model on the validation split every this many rounds (and at the end).
             client_eval_interval: Evaluate the global model on every client's own data every this many rounds
                 (0: never); logs the distribution over clients of ``monitor`` (``clients/<monitor>_{mean,std,min,
-                p10}``; TensorBoard also gets the histogram ``clients/<monitor>``).
+                p10}``; TensorBoard also gets the histogram ``clients/<monitor>``); with a personalization strategy
+                also each client's personal model (``clients/personal/<monitor>_*``), and apart the clients never
+                sampled for training (``clients/unseen/<monitor>_*``). See docs/guides/personalization.md.
+            client_eval_clients: Evaluate only this many clients, a fixed subset drawn from the seed (null: all).
+            client_eval_finetune_steps: Also evaluate each client after this many local steps of the global model on
+                its own data (``clients/finetuned/<monitor>_*``; FedAvg + fine-tuning); 0: not.
+            unseen_clients: The last this many clients never train (the server samples the others), so that
+                per-client evaluation reports clients unseen in training.
             checkpoint_interval: Write ``last.ckpt`` every this many rounds (and at the end, and before a stop).
             monitor: Logged metric shown in the progress bar and used for per-client evaluation; the final report
                 takes the test metrics of the round where this validation metric was best (lowest for a loss).
@@ -131,6 +141,9 @@ class TrainerBase:
             clients_per_round=(clients_per_round, 1),
             eval_interval=(eval_interval, 1),
             client_eval_interval=(client_eval_interval, 0),
+            client_eval_clients=(1 if client_eval_clients is None else client_eval_clients, 1),
+            client_eval_finetune_steps=(client_eval_finetune_steps, 0),
+            unseen_clients=(unseen_clients, 0),
             checkpoint_interval=(checkpoint_interval, 1),
             collective_timeout=(collective_timeout, 1),
         )
@@ -148,6 +161,8 @@ class TrainerBase:
             client_eval_interval,
             checkpoint_interval,
         )
+        self.client_eval_clients, self.client_eval_finetune_steps = client_eval_clients, client_eval_finetune_steps
+        self.unseen_clients = unseen_clients
         self.monitor, self.version, self.check_replicas, self.precision = monitor, version, check_replicas, precision
         self.client_settings = dict(
             privacy=privacy,

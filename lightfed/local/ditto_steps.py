@@ -1,0 +1,90 @@
+"""Ditto's personal update (Li et al. 2021): the client's own model trained on its data, pulled toward the global one."""
+
+from collections.abc import Mapping
+from typing import Any, cast
+
+import torch
+from torch import Tensor
+
+from lightfed.core.local_context import LocalContext
+from lightfed.core.logged_values import LoggedValues
+from lightfed.core.requirements import Requirements
+from lightfed.errors import ConfigError
+from lightfed.local.base import LocalRule
+
+
+class DittoSteps(LocalRule):
+    """Before the client's local training of the global model (left to ``inner``, the strategy's own rule, or plain
+    steps), runs Ditto's personal steps on its personal model v (the global model ``w`` when it has none):
+
+        v <- v - lr (grad F(v) + lam (v - w))
+
+    over the client's batches (``epochs`` passes or ``steps`` batches, shuffled with ``seed``), with the plain gradient
+    of ``training_step`` (nothing the module logs is kept). Reports v and the buffers it ends with as ``personal`` and
+    ``personal_buffers``. ``lr`` None: the client's learning rate this round."""
+
+    def __init__(
+        self,
+        client_id: int,
+        personal: Tensor | None,
+        personal_buffers: Tensor | None,
+        lam: float,
+        seed: int,
+        epochs: int | None,
+        steps: int | None,
+        lr: float | None = None,
+        inner: LocalRule | None = None,
+    ) -> None:
+        self.client_id, self.personal, self.personal_buffers, self.lam = client_id, personal, personal_buffers, lam
+        self.seed, self.epochs, self.steps, self.lr, self.inner = seed, epochs, steps, lr, inner
+        self.takes_step = inner is not None and inner.takes_step
+        self.gradients_per_step = 1 if inner is None else inner.gradients_per_step
+
+    @property
+    def requirements(self) -> Requirements:  # type: ignore[override]
+        return self.inner.requirements if self.inner is not None else Requirements()
+
+    def start(self, params: Tensor, context: LocalContext) -> None:
+        if context.scales_gradients:
+            raise ConfigError(
+                "Ditto's personal steps need unscaled gradients: use trainer.precision 32-true or bf16-mixed"
+            )
+        flat, module = context.flat, context.module
+        start_buffers = flat.buffers.clone()
+        lr = context.lr if self.lr is None else self.lr
+        with torch.no_grad():
+            flat.params.copy_(params if self.personal is None else self.personal.to(params.device))
+            if self.personal_buffers is not None and self.personal_buffers.numel() == flat.buffers.numel():
+                flat.buffers.copy_(self.personal_buffers.to(flat.buffers.device))
+        torch.default_generator.manual_seed(self.seed)  # the client's own training re-seeds it afterwards
+        generator = torch.Generator().manual_seed(self.seed)
+        with LoggedValues().attached(module):
+            for batch_idx, batch in enumerate(
+                context.data.client_batches(self.client_id, generator, self.epochs, self.steps)
+            ):
+                with context.autocast():
+                    output = module.training_step(batch, batch_idx)
+                loss = cast(Tensor, output["loss"] if isinstance(output, Mapping) else output)
+                flat.zero_grad()
+                context.backward(loss)
+                with torch.no_grad():
+                    step = flat.grads.add(flat.params - params, alpha=self.lam)
+                    flat.params.sub_(step, alpha=lr)
+        self.report_values = {"personal": flat.params.clone(), "personal_buffers": flat.buffers.clone()}
+        with torch.no_grad():
+            flat.params.copy_(params)
+            flat.buffers.copy_(start_buffers)
+        flat.zero_grad()
+        if self.inner is not None:
+            self.inner.start(params, context)
+
+    def adjust(self, grad: Tensor, params: Tensor) -> None:
+        if self.inner is not None:
+            self.inner.adjust(grad, params)
+
+    def observe(self, grad: Tensor) -> None:
+        if self.inner is not None:
+            self.inner.observe(grad)
+
+    def report(self) -> dict[str, Any]:
+        return {**(self.inner.report() if self.inner is not None else {}), **self.report_values}

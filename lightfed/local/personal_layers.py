@@ -1,0 +1,60 @@
+"""A client's own layers (FedPer, FedRep, FedBN): loaded from its store before local training, reported after it."""
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lightfed.core.local_context import LocalContext
+from lightfed.core.requirements import Requirements
+from lightfed.local.base import LocalRule
+
+
+class PersonalLayers(LocalRule):
+    """Before the first step, writes the client's own values of its personal coordinates (``params_mask``,
+    ``buffers_mask``) into the live module (none yet: it keeps the global model's); reports their values after the last
+    step as ``personal`` and ``personal_buffers``. ``inner``: the strategy's own rule, which it runs unchanged (started
+    from the model the client starts from)."""
+
+    def __init__(
+        self,
+        params_mask: Tensor,
+        buffers_mask: Tensor,
+        personal: Tensor | None,
+        personal_buffers: Tensor | None,
+        inner: LocalRule | None = None,
+    ) -> None:
+        self.params_mask, self.buffers_mask = params_mask, buffers_mask
+        self.personal, self.personal_buffers, self.inner = personal, personal_buffers, inner
+        self.takes_step = inner is not None and inner.takes_step
+        self.gradients_per_step = 1 if inner is None else inner.gradients_per_step
+
+    @property
+    def requirements(self) -> Requirements:  # type: ignore[override]
+        return self.inner.requirements if self.inner is not None else Requirements()
+
+    def start(self, params: Tensor, context: LocalContext) -> None:
+        self.flat = flat = context.flat
+        with torch.no_grad():
+            if self.personal is not None:
+                flat.params[self.params_mask.to(flat.params.device)] = self.personal.to(flat.params.device)
+            if self.personal_buffers is not None:
+                flat.buffers[self.buffers_mask.to(flat.buffers.device)] = self.personal_buffers.to(flat.buffers.device)
+        if self.inner is not None:
+            self.inner.start(flat.params.clone(), context)
+
+    def adjust(self, grad: Tensor, params: Tensor) -> None:
+        if self.inner is not None:
+            self.inner.adjust(grad, params)
+
+    def observe(self, grad: Tensor) -> None:
+        if self.inner is not None:
+            self.inner.observe(grad)
+
+    def report(self) -> dict[str, Any]:
+        flat = self.flat
+        return {
+            **(self.inner.report() if self.inner is not None else {}),
+            "personal": flat.params[self.params_mask.to(flat.params.device)].clone(),
+            "personal_buffers": flat.buffers[self.buffers_mask.to(flat.buffers.device)].clone(),
+        }

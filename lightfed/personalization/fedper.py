@@ -1,0 +1,82 @@
+"""FedPer (Arivazhagan et al. 2019): the personal layers (a head) stay on each client; the rest is federated."""
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from lightning import LightningModule
+from torch import Tensor
+
+from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.sums import Sums
+from lightfed.data.module import FederatedDataModule
+from lightfed.local.base import LocalRule
+from lightfed.local.personal_layers import PersonalLayers
+from lightfed.personalization.personal_coordinates import PersonalCoordinates, declared_patterns, matching
+from lightfed.personalization.personalized import PERSONAL, PERSONAL_BUFFERS, Personalized
+from lightfed.strategies.base import NOTHING, Strategy
+
+
+class FedPer(Personalized):
+    """Clients train all layers jointly from the global body and their own personal layers; the server aggregates the
+    body only (the personal coordinates of every delta are zeroed, the global model's copy of them never changes).
+    A client's personal model is the global body with its own personal layers; one that has not trained yet uses the
+    global model's (initial) ones.
+
+    The personal layers are the parameters (and buffers) whose names match ``personal`` (``fnmatch`` patterns over
+    ``named_parameters()`` of the model, e.g. ``["net.7.*"]``), or else the model's ``personal_parameters`` attribute.
+    """
+
+    method = "FedPer"
+
+    def __init__(self, strategy: Strategy, personal: list[str] | None = None) -> None:
+        """
+        Args:
+            strategy: The strategy that aggregates the shared layers (sums path: FedAvg, FedProx, FedAdam, ...).
+            personal: Name patterns of the personal parameters, e.g. ``["net.7.*"]``; null: the model's
+                ``personal_parameters`` attribute.
+        """
+        super().__init__(strategy)
+        self.personal = personal
+
+    def bind(self, module: LightningModule, data: FederatedDataModule) -> None:
+        self.coordinates = self.personal_coordinates(module)
+
+    def personal_coordinates(self, module: LightningModule) -> PersonalCoordinates:
+        return matching(module, declared_patterns(module, self.personal, self.method), self.method)
+
+    def configure_client(self, plan: ClientPlan, received: Mapping[str, Tensor] = NOTHING) -> ClientPlan:
+        plan = self.inner.configure_client(plan, received)
+        return replace(plan, rule=self.rule(plan))
+
+    def rule(self, plan: ClientPlan) -> LocalRule:
+        """The client's rule: its own layers loaded before training, around the inner strategy's rule."""
+        states, coordinates = self.client_states, self.coordinates
+        return PersonalLayers(
+            coordinates.params,
+            coordinates.buffers,
+            states.get(plan.client_id, PERSONAL),
+            states.get(plan.client_id, PERSONAL_BUFFERS),
+            plan.rule,
+        )
+
+    def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
+        mask = self.coordinates.params.to(update.delta.device)
+        super().accumulate(sums, replace(update, delta=update.delta.masked_fill(mask, 0.0)))
+
+    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
+        mask = self.coordinates.params.to(params.device)
+        kept = params[mask]
+        new = super().aggregate(params, sums, round)
+        new[mask] = kept
+        return new
+
+    def personal_model(self, client_id: int, params: Tensor, buffers: Tensor) -> tuple[Tensor, Tensor] | None:
+        personal = self.client_states.get(client_id, PERSONAL)
+        if personal is None:
+            return None
+        mixed, mixed_buffers = params.clone(), buffers.clone()
+        mixed[self.coordinates.params.to(params.device)] = personal.to(params.device)
+        kept = self.client_states.get(client_id, PERSONAL_BUFFERS)
+        if kept is not None:
+            mixed_buffers[self.coordinates.buffers.to(buffers.device)] = kept.to(buffers.device)
+        return mixed, mixed_buffers

@@ -7,7 +7,9 @@ from lightfed.strategies.adamasfl import AdaMasFL
 from lightfed.strategies.adaptfed import AdaptFed
 from lightfed.strategies.async_base import AsyncSetting, AsyncStrategy
 from lightfed.strategies.base import ServerContext, Strategy, SumsStrategy
+from lightfed.strategies.bulyan import Bulyan
 from lightfed.strategies.ca2fl import CA2FL
+from lightfed.strategies.centered_clipping import CenteredClipping
 from lightfed.strategies.fadas import FADAS
 from lightfed.strategies.fedavg import FedAvg, fedavg_step
 from lightfed.strategies.fedavgm import FedAvgM
@@ -17,6 +19,8 @@ from lightfed.strategies.fednova import FedNova
 from lightfed.strategies.fedopt import FedAdagrad, FedAdam, FedOpt, FedYogi
 from lightfed.strategies.fedprox import FedProx
 from lightfed.strategies.fedsam import FedASAM, FedSAM
+from lightfed.strategies.geometric_median import GeometricMedian
+from lightfed.strategies.krum import Krum, MultiKrum
 from lightfed.strategies.masfl import MasFL
 from lightfed.strategies.norm_bounding import NormBounding
 from lightfed.strategies.robust import CoordinateMedian, TrimmedMean
@@ -32,6 +36,8 @@ __all__ = [
     "AdaptiveFedECADO",
     "AsyncSetting",
     "AsyncStrategy",
+    "Bulyan",
+    "CenteredClipping",
     "CoordinateMedian",
     "FedASAM",
     "FedAdagrad",
@@ -46,7 +52,10 @@ __all__ = [
     "FedProx",
     "FedSAM",
     "FedYogi",
+    "GeometricMedian",
+    "Krum",
     "MasFL",
+    "MultiKrum",
     "NormBounding",
     "Scaffold",
     "ServerContext",

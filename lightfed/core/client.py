@@ -11,6 +11,7 @@ from lightning.pytorch.utilities.data import extract_batch_size
 from torch import Tensor
 from torch.optim import Optimizer
 
+from lightfed.attacks.base import Attack
 from lightfed.core.flat import FlatModule
 from lightfed.core.local_context import LocalContext
 from lightfed.core.local_session import LocalSession
@@ -50,6 +51,7 @@ class ClientTrainer:
     The module's hooks run at the matching points of a client's training (the table in docs/guides/model-and-data.md)
     and ``self.trainer`` is a ``TrainerView``. ``lr_schedule`` scales each round's learning rate; ``gradient_clip_val``
     clips each step's final gradient (after the rule and privacy, before the optimizer step) by its norm or by value.
+    An ``attack`` changes the batches and the update of its malicious clients.
     """
 
     def __init__(
@@ -62,8 +64,9 @@ class ClientTrainer:
         rounds: int = 1,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str = "norm",
+        attack: Attack | None = None,
     ) -> None:
-        self.fabric = fabric
+        self.fabric, self.attack = fabric, attack
         self.lr_schedule, self.rounds = lr_schedule, rounds
         self.gradient_clip_val, self.gradient_clip_algorithm = gradient_clip_val, gradient_clip_algorithm
         self.view = TrainerView(fabric)
@@ -129,7 +132,8 @@ class ClientTrainer:
         view._enter("train", plan.round, plan.client_id)
         with self.logged.attached(module):
             module.on_train_start()
-            for batch in session.batches():
+            batches = session.batches() if self.attack is None else self.attack.batches(session.batches(), plan)
+            for batch in batches:
                 if steps % per_epoch == 0:
                     view._epoch = steps // per_epoch
                     module.on_train_epoch_start()
@@ -157,6 +161,8 @@ class ClientTrainer:
         session.finish()
         view._enter("")
         torch.sub(self.flat.params, params, out=self.delta)
+        if self.attack is not None:
+            self.attack.update(self.delta, plan)
         return ClientUpdate(
             client_id=plan.client_id,
             delta=self.delta,

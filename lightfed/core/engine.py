@@ -13,6 +13,7 @@ import torch
 from lightning.fabric import Fabric
 from torch import Tensor
 
+from lightfed.attacks.collusion import HeldUpdates
 from lightfed.core.client import ClientTrainer
 from lightfed.core.client_workers import ClientWorkers
 from lightfed.core.messages import ClientPlan
@@ -79,7 +80,7 @@ class RoundEngine:
         def all_reduce(tensor: Tensor, op: str) -> Tensor:
             return cast(Tensor, fabric.all_reduce(tensor, reduce_op=op))
 
-        self.path = server_path(strategy, self.shards, clients_per_round, all_reduce)
+        self.path, self.all_reduce = server_path(strategy, self.shards, clients_per_round, all_reduce), all_reduce
         buffers = client.flat.buffers.numel()
         sizes = {
             **self.path.sum_sizes(),
@@ -128,12 +129,14 @@ class RoundEngine:
         for worker_sums in self._worker_sums:
             worker_sums.zero_()
         path.begin(layout, params)
+        held = HeldUpdates(self.client.attack, layout.client_ids, params)  # a colluding attack's stage
 
         def train(worker: int, client: ClientTrainer, index: int) -> None:
             job, sums = mine[index], self._worker_sums[worker]
             update = client.train(plans[index], job.params, job.buffers)
             with self._lock:
-                path.add(sums, index, update, job.staleness)
+                if not held.takes(index, update):
+                    path.add(sums, index, update, job.staleness)
                 sums.add("_buffers", update.buffers, weight=update.num_examples)
                 sums.add("_examples", update.num_examples)
                 sums.add("_train_loss", update.train_loss)
@@ -141,6 +144,8 @@ class RoundEngine:
                 self.fabric.call("on_client_end", trainer=self.trainer, update=update)
 
         self.workers.run(len(mine), train)
+        for index, update in held.released(self.all_reduce):
+            path.add(sums, index, update, mine[index].staleness)
         for worker_sums in self._worker_sums[1 : self.workers.count]:
             sums.buffer.add_(worker_sums.buffer)
         sums.add("_stop", float(stop_requested is not None and stop_requested.is_set()))

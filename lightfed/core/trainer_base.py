@@ -9,6 +9,7 @@ from lightning.fabric.loggers import Logger
 from torch import Tensor
 
 from lightfed.adapters import set_collective_timeout
+from lightfed.attacks.base import Attack
 from lightfed.callbacks import Callback, ProgressBar
 from lightfed.core import run_checks
 from lightfed.core.checkpoint import LAST, rng_states
@@ -66,6 +67,7 @@ class TrainerBase:
         gradient_clip_algorithm: str = "norm",
         clients_in_parallel: int | str = "auto",
         privacy: ClientPrivacy | None = None,
+        attack: Attack | None = None,
         callbacks: list[Callback] | None = None,
         logger: bool | Logger | list[Logger] = True,
     ) -> None:
@@ -125,6 +127,8 @@ class TrainerBase:
                 (dropout): "auto" then trains one client at a time.
             privacy: Differential privacy of the clients' local training, e.g. ``lightfed.privacy.DPSGD`` (Opacus
                 DP-SGD with one accountant per client); logs ``privacy/epsilon_max`` and ``privacy/epsilon_mean``.
+            attack: A simulated attack by a fraction of the clients, e.g. ``lightfed.attacks.SignFlipping``
+                (docs/guides/robustness.md); null: every client is benign.
             callbacks: More callbacks (``lightfed.callbacks.Callback``), called in this order, before the progress bar.
             logger: Where the per-round metrics go: true for TensorBoard in the run folder, false for none, or
                 logger instances (``lightning.fabric.loggers``). ``metrics.jsonl`` is written in the run folder
@@ -148,7 +152,8 @@ class TrainerBase:
             collective_timeout=(collective_timeout, 1),
         )
         self.local_work = LocalWork(local_epochs, local_steps, local_lr, redraw_local_work)
-        everything = [*(callbacks or []), *([ProgressBar()] if progress_bar else [])]
+        attacking = [] if attack is None else attack.callbacks()
+        everything = [*(callbacks or []), *attacking, *([ProgressBar()] if progress_bar else [])]
         self.fabric = build_fabric(accelerator, devices, num_nodes, precision, everything, collective_timeout)
         self.collective_timeout, self.rounds, self.clients_per_round, self.seed = (
             collective_timeout,
@@ -170,8 +175,10 @@ class TrainerBase:
             rounds=rounds,
             gradient_clip_val=gradient_clip_val,
             gradient_clip_algorithm=gradient_clip_algorithm,
+            attack=attack,
         )
         self.clients_in_parallel, self.privacy, self.lr_schedule = clients_in_parallel, privacy, lr_schedule
+        self.attack = attack
         self.output = RunOutput(self.fabric, Path(root_dir) / name, logger)
         self.preemption = Preemption()
         self.round = 0  # rounds done
@@ -216,6 +223,8 @@ class TrainerBase:
             self.fabric.launch()
             self._launched = True
         data.setup(self.seed, self.fabric.device)
+        if self.attack is not None:
+            self.attack.setup(data.num_clients, self.seed)
 
     def _checked(
         self,

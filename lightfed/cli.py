@@ -80,6 +80,18 @@ def _user_error(error: BaseException | None) -> LightfedError | None:
 def _parse_error_line(error: ArgumentError) -> str:
     """jsonargparse's message in one line; for a class path that does not import, only the reason."""
     message = " ".join(str(error).split())
+    if re.search(r"does not accept option 'data\.(class_path|init_args)", message):
+        return (
+            "data is lightfed's FederatedDataModule: name your LightningDataModule or dataset under data.dataset "
+            "(data: {dataset: {class_path: my.DataModule}, partitioner: ...})"
+        )
+    neither = re.search(
+        r"Parser key \"data\.dataset\".*subclass of DatasetSource.*subclass of LightningDataModule.*"
+        r"Given value: (\S+)",
+        message,
+    )
+    if neither:
+        return f"data.dataset: {neither.group(1)} is neither a lightfed DatasetSource nor a LightningDataModule"
     unknown_class = re.search(r"^(Parser key \S+ )?.*Problem with given class_path ('[^']+'): (.*?)( - |$)", message)
     if unknown_class:
         key, path, reason = unknown_class.group(1) or "", unknown_class.group(2), unknown_class.group(3)

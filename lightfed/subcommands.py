@@ -1,6 +1,7 @@
 """The ``fit``, ``validate`` and ``test`` subcommands: their parser (LightningCLI's conventions on jsonargparse) and
 ``run``, which builds a config's components and runs one."""
 
+import os
 import sys
 
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
@@ -65,6 +66,7 @@ def run(argv: list[str] | None = None, fork: bool = False) -> dict[str, float]:
     """Parses ``argv``, builds the components and runs the subcommand; returns its metrics. ``fork``: start the
     other processes of a multi-process CPU run by forking this one (the command line does; ``launcher.start``)."""
     parser, parsers = build_parser()
+    _add_import_paths(sys.argv[1:] if argv is None else argv)
     try:
         config = parser.parse_args(argv)
     except UnicodeDecodeError as error:  # jsonargparse reads a config file as UTF-8 text
@@ -107,6 +109,16 @@ def run(argv: list[str] | None = None, fork: bool = False) -> dict[str, float]:
     else:
         trainer.fabric.print(f"evaluated: {trainer.log_dir or 'the initial model (no --ckpt_path)'}")
     return metrics
+
+
+def _add_import_paths(argv: list[str]) -> None:
+    """The working folder and each ``--config`` file's folder on the import path (after the installed packages), so
+    that a config names the user's modules as a LightningCLI script beside them would."""
+    configs = [value for option, value in zip(argv, argv[1:], strict=False) if option in ("-c", "--config")]
+    configs += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
+    for folder in [os.getcwd(), *(os.path.dirname(os.path.abspath(config)) for config in configs)]:
+        if folder not in sys.path:
+            sys.path.append(folder)
 
 
 def _raise_logger_error(loggers: object) -> None:

@@ -147,3 +147,64 @@ def test_scaffold_resumes_on_two_processes_and_on_one_from_the_per_process_files
     assert (on_one["params"] - straight["params"]).abs().max() <= 1e-5
     assert on_one["client_states"].keys() == straight["client_states"].keys()
     assert all((s["c"] - on_one["client_states"][i]["c"]).abs().max() <= 1e-5 for i, s in straight["client_states"].items())
+
+
+BLOBS_MODULE = '''
+import lightning as L, torch
+from torch.utils.data import DataLoader, TensorDataset
+
+class {name}(L.LightningDataModule):
+    def setup(self, stage):
+        generator = torch.Generator().manual_seed(0)
+        y = torch.randint(0, 3, (300,), generator=generator)
+        x = torch.randn(300, 1, 8, 8, generator=generator) + y.view(-1, 1, 1, 1)
+        self.train, self.test = TensorDataset(x[:240], y[:240]), TensorDataset(x[240:], y[240:])
+
+    def train_dataloader(self):
+        return DataLoader(self.train, batch_size=16)
+
+    def test_dataloader(self):
+        return DataLoader(self.test, batch_size=16)
+'''
+
+
+def test_a_datamodule_beside_the_config_file_is_found_and_split_by_label(tmp_path, monkeypatch):
+    """The config file's folder is on the import path (as a LightningCLI script's is), without PYTHONPATH."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "blobs_beside_config.py").write_text(BLOBS_MODULE.format(name="Blobs"))
+    (project / "blobs.yaml").write_text(
+        "trainer: {accelerator: cpu, rounds: 2, clients_per_round: 4, local_steps: 3, local_epochs: null}\n"
+        "model: {class_path: lightfed.models.SmallCNN, init_args: {num_classes: 3}}\n"
+        "data:\n  dataset: {class_path: blobs_beside_config.Blobs}\n"
+        "  partitioner: {class_path: lightfed.data.DirichletPartitioner, init_args: {num_clients: 4, alpha: 0.5}}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    metrics = run(["fit", "--config", str(project / "blobs.yaml"), "--trainer.root_dir", str(tmp_path / "runs"),
+                   "--trainer.progress_bar", "false"])
+    assert metrics["round/clients"] == 4 and metrics["val_acc"] > 0.4  # 3 classes a unit apart
+
+
+def test_a_datamodule_in_the_working_folder_is_found_from_the_command_line(tmp_path, monkeypatch, capsys):
+    (tmp_path / "blobs_in_cwd.py").write_text(BLOBS_MODULE.format(name="Blobs"))
+    monkeypatch.chdir(tmp_path)
+    printed = _printed_config(capsys, "--data.dataset", "blobs_in_cwd.Blobs")
+    assert "class_path: blobs_in_cwd.Blobs" in printed
+
+
+def test_a_datamodule_at_the_top_of_data_is_refused_with_where_it_goes(tmp_path, capsys):
+    config = tmp_path / "top.yaml"
+    config.write_text("data:\n  class_path: tests.data.user_datamodules.BlobsDataModule\n")
+    with pytest.raises(SystemExit) as exit:
+        main(["fit", "--config", str(config)])
+    assert exit.value.code == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "data.dataset" in error and "dataset: {class_path: " in error
+
+
+def test_a_class_that_is_no_dataset_is_refused_with_what_data_dataset_takes(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["fit", "--data.dataset", "torch.nn.Linear"])
+    assert exit.value.code == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "torch.nn.Linear is neither a lightfed DatasetSource nor a LightningDataModule" in error

@@ -12,6 +12,7 @@ from lightfed.data.datasets import (
     Synthetic,
     TensorSplits,
 )
+from lightfed.data.lightning_datamodule import DataModuleSource
 from lightfed.data.map_dataset import MapDataset
 from lightfed.data.markov_text import MarkovText
 from lightfed.data.next_token_dataset import NextTokenDataset
@@ -31,6 +32,7 @@ __all__ = [
     "MNIST",
     "Augmentation",
     "BalancedDirichletPartitioner",
+    "DataModuleSource",
     "DatasetSource",
     "DatasetSplits",
     "Digits",

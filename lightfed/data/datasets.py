@@ -40,7 +40,10 @@ class TensorSplits:
 
 @dataclass(frozen=True)
 class DatasetSplits:
-    """Map-style datasets read on demand; the training labels (for partitioners) and client ids when known."""
+    """Map-style datasets read on demand; the training labels (for partitioners) and client ids when known.
+
+    `val_indices`: the examples of `train` that are the dataset's own validation set (never given to a client).
+    """
 
     train: Dataset
     test: Dataset
@@ -48,6 +51,7 @@ class DatasetSplits:
     train_labels: np.ndarray | None = None
     train_client_ids: np.ndarray | None = None
     client_indices: list[np.ndarray] | None = None
+    val_indices: np.ndarray | None = None
 
     @property
     def num_train(self) -> int:

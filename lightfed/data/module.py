@@ -5,10 +5,12 @@ from typing import cast
 
 import numpy as np
 import torch
+from lightning import LightningDataModule
 from torch import Tensor
 
 from lightfed.data.augmentation import Augmentation
 from lightfed.data.datasets import DatasetSource, DatasetSplits, Digits, TensorSplits
+from lightfed.data.lightning_datamodule import DataModuleSource
 from lightfed.data.loader_batches import LoaderBatches
 from lightfed.data.partitioners import Partitioner
 from lightfed.data.tensor_batches import Batch, TensorBatches
@@ -26,7 +28,7 @@ class FederatedDataModule:
 
     def __init__(
         self,
-        dataset: DatasetSource | None = None,
+        dataset: DatasetSource | LightningDataModule | None = None,
         partitioner: Partitioner | None = None,
         batch_size: int = 32,
         eval_batch_size: int = 512,
@@ -39,7 +41,8 @@ class FederatedDataModule:
     ) -> None:
         """
         Args:
-            dataset: Where the examples come from; null: a new ``Digits()`` (scikit-learn's digits, embedded).
+            dataset: Where the examples come from: a dataset source or a ``LightningDataModule`` (read through
+                ``DataModuleSource``); null: a new ``Digits()`` (scikit-learn's digits, embedded).
             partitioner: How the training examples are split across clients; leave unset for naturally federated
                 datasets (e.g. Synthetic).
             batch_size: Local training batch size.
@@ -63,6 +66,8 @@ class FederatedDataModule:
             raise ConfigError(f"data.num_workers must be >= 0, got {num_workers}")
         check_fraction("val_fraction", val_fraction)
         check_fraction("client_val_fraction", client_val_fraction)
+        if isinstance(dataset, LightningDataModule):
+            dataset = DataModuleSource(dataset)
         self.dataset = Digits() if dataset is None else dataset
         self.partitioner = partitioner
         self.batch_size = batch_size
@@ -109,8 +114,14 @@ class FederatedDataModule:
             if self.partitioner is None:
                 raise ConfigError(f"{name} needs data.partitioner (e.g. lightfed.data.DirichletPartitioner)")
             size = splits.num_train
-            val = held_out(size, held_count(size, self.val_fraction), rng, client_ids, labels)
-            pool = np.delete(np.arange(size), val)
+            if isinstance(splits, DatasetSplits) and splits.val_indices is not None:  # the dataset's own
+                val = splits.val_indices if self.val_fraction > 0 else np.empty(0, dtype=np.int64)
+                pool = np.setdiff1d(np.arange(size), splits.val_indices)
+            else:
+                val = held_out(size, held_count(size, self.val_fraction), rng, client_ids, labels)
+                pool = np.delete(np.arange(size), val)
+            if labels is None and not self.partitioner.needs_labels:
+                labels = np.zeros(size, dtype=np.int64)
             parts = self.partitioner.partition(  # refuses empties
                 None if labels is None else labels[pool], seed, None if client_ids is None else client_ids[pool]
             )

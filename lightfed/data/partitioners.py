@@ -17,6 +17,8 @@ def _check_alpha_and_min_size(alpha: float, min_size: int = 1) -> None:
 class Partitioner(ABC):
     """Splits example indices across clients, deterministically from a seed."""
 
+    needs_labels = True  # False: splits any examples, labelled or not (the labels it is given are all 0)
+
     def __init__(self, num_clients: int) -> None:
         """
         Args:
@@ -34,7 +36,7 @@ class Partitioner(ABC):
         if labels is None:
             raise ConfigError(
                 f"{type(self).__name__} splits by label but the dataset has none; "
-                "give MapDataset targets or a dataset with a targets attribute"
+                "give MapDataset targets, a dataset with a targets attribute, or DataModuleSource a label_key"
             )
         parts = self.split(np.asarray(labels), seed)
         for k, part in enumerate(parts):
@@ -52,6 +54,8 @@ class Partitioner(ABC):
 
 class IIDPartitioner(Partitioner):
     """Uniformly random split into near-equal parts."""
+
+    needs_labels = False
 
     def split(self, labels: np.ndarray, seed: int) -> list[np.ndarray]:
         """Shuffle all indices and cut them into `num_clients` parts whose sizes differ by at most 1."""
@@ -147,6 +151,8 @@ class QuantitySkewPartitioner(Partitioner):
     Every client gets `min_size` examples and a Dir(alpha) share of the rest, cut from one shuffled order, so each
     client's labels follow the dataset's. Smaller alpha means more unequal sizes.
     """
+
+    needs_labels = False
 
     def __init__(self, num_clients: int, alpha: float = 0.5, min_size: int = 10) -> None:
         """

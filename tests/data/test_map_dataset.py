@@ -10,7 +10,7 @@ from torch.utils.data import TensorDataset
 
 from lightfed.core.client import ClientTrainer
 from lightfed.core.messages import ClientPlan
-from lightfed.data import DatasetSource, Digits, IIDPartitioner, MapDataset, NaturalIdPartitioner, TensorSplits
+from lightfed.data import DatasetSource, Digits, DirichletPartitioner, IIDPartitioner, MapDataset, NaturalIdPartitioner, TensorSplits
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.models import MLP
@@ -104,8 +104,9 @@ def test_a_subset_reads_those_positions_and_an_empty_one_keeps_the_shapes(folder
 def test_labels_come_from_targets_or_the_datasets_attribute():
     images, labels = torch.zeros(6, 1, 2, 2), torch.tensor([0, 1, 2, 0, 1, 2])
     unlabelled = TensorDataset(images, labels)  # no targets attribute
-    with pytest.raises(ConfigError, match="IIDPartitioner splits by label but the dataset has none"):
-        FederatedDataModule(MapDataset(unlabelled, unlabelled), IIDPartitioner(2)).setup(0, CPU)
+    with pytest.raises(ConfigError, match="DirichletPartitioner splits by label but the dataset has none"):
+        FederatedDataModule(MapDataset(unlabelled, unlabelled), DirichletPartitioner(2, min_size=1)).setup(0, CPU)
+    FederatedDataModule(MapDataset(unlabelled, unlabelled), IIDPartitioner(2)).setup(0, CPU)  # needs no labels
     with pytest.raises(ConfigError, match="MapDataset targets has 5 entries for 6 training examples"):
         MapDataset(unlabelled, unlabelled, targets=[0] * 5).load(0)
     data = FederatedDataModule(MapDataset(unlabelled, unlabelled, targets=labels.tolist()), IIDPartitioner(2))

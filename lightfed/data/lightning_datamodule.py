@@ -1,0 +1,164 @@
+"""A LightningDataModule as a dataset source: its train, validation and test datasets, split across clients."""
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from lightning import LightningDataModule
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
+
+from lightfed.data.datasets import DatasetSource, DatasetSplits, size
+from lightfed.errors import ConfigError
+
+LABEL_NAMES = ("label", "labels", "target", "targets", "y")  # where a dict example's label is found by name
+
+
+class DataModuleSource(DatasetSource):
+    """A ``LightningDataModule``: lightfed calls ``prepare_data`` and ``setup`` and reads the datasets of its
+    ``train_dataloader``, ``val_dataloader`` and ``test_dataloader`` (with their transforms).
+
+    The training dataset is split across clients; the validation dataset, where the module has one, is the validation
+    split (else ``data.val_fraction`` of the training examples is held out); the test dataset (else the validation
+    dataset) is the central test set. Label-based partitioners read the training labels from ``label_key``, else a
+    ``targets`` or ``labels`` attribute of the dataset (through ``Subset`` and ``ConcatDataset``), else one pass over
+    the examples (their second element, or a dict's ``label``), done once. ``data.dataset`` may name the module itself;
+    this class is for ``label_key``, ``find_labels`` and ``num_classes``.
+    """
+
+    def __init__(
+        self,
+        datamodule: LightningDataModule,
+        label_key: int | str | Callable[[Any], Any] | None = None,
+        find_labels: bool = True,
+        num_classes: int | None = None,
+    ) -> None:
+        """
+        Args:
+            datamodule: The module whose datasets are read.
+            label_key: Where an example holds its label: a position (tuple examples), a key (dict examples) or a
+                function of the example; null: a ``targets``/``labels`` attribute, else found by one pass.
+            find_labels: Read the examples once to find their labels when no attribute gives them (false: no
+                labels, e.g. for ``IIDPartitioner`` on a dataset whose examples are slow to read).
+            num_classes: Number of classes; null: the module's ``num_classes`` attribute, else the largest label + 1.
+        """
+        self.datamodule = datamodule
+        self.label_key = label_key
+        self.find_labels = find_labels
+        self.num_classes = num_classes
+        self._splits: DatasetSplits | None = None
+
+    @property
+    def name(self) -> str:
+        return type(self.datamodule).__name__
+
+    def load(self, seed: int) -> DatasetSplits:
+        """The module's datasets, prepared and set up once; ``seed`` is unused (the module seeds its own splits)."""
+        if self._splits is None:
+            self._splits = self._read()
+        return self._splits
+
+    def _read(self) -> DatasetSplits:
+        module = self.datamodule
+        module.prepare_data()
+        module.setup("fit")
+        train = self._dataset("train_dataloader")
+        if train is None:
+            raise ConfigError(f"{self.name} has no train_dataloader; define one that returns a DataLoader")
+        val = self._dataset("val_dataloader")
+        module.setup("test")
+        test = self._dataset("test_dataloader")
+        if test is None:
+            if val is None:
+                raise ConfigError(
+                    f"{self.name} has neither test_dataloader nor val_dataloader; define one for the test set"
+                )
+            test, val = val, None
+        labels = self._labels(train)
+        val_indices = None
+        if val is not None:
+            val_indices = np.arange(size(train), size(train) + size(val))
+            if labels is not None:  # the validation examples are never partitioned: no pass reads their labels
+                labels = np.concatenate([labels, np.full(size(val), -1)])
+            train = ConcatDataset([train, val])
+        client_ids = _attribute(train, ("client_ids",))
+        num_classes = self.num_classes or getattr(module, "num_classes", None)
+        if not isinstance(num_classes, int):
+            num_classes = int(labels.max()) + 1 if labels is not None and len(labels) else 0
+        return DatasetSplits(train, test, num_classes, labels, client_ids, val_indices=val_indices)
+
+    def _dataset(self, hook: str) -> Dataset | None:
+        """The dataset of the module's ``hook`` DataLoader; None where the module does not define the hook."""
+        try:
+            loader = getattr(self.datamodule, hook)()
+        except MisconfigurationException:  # LightningDataModule's own hook: "must be implemented"
+            return None
+        if not isinstance(loader, DataLoader):
+            raise ConfigError(f"{self.name}.{hook} must return one DataLoader, got {type(loader).__name__}")
+        return loader.dataset
+
+    def _labels(self, dataset: Dataset) -> np.ndarray | None:
+        """One label per example: from ``label_key``, an attribute, or one pass; None where none gives them."""
+        if self.label_key is None:
+            labels = _attribute(dataset, ("targets", "labels"))
+            if labels is not None or not self.find_labels:
+                return labels
+            try:
+                return _as_labels([_found_label(dataset[i]) for i in range(size(dataset))])
+            except (LookupError, TypeError, ValueError):
+                return None
+        key = self.label_key
+        try:
+            return _as_labels([key(dataset[i]) if callable(key) else dataset[i][key] for i in range(size(dataset))])
+        except (LookupError, TypeError, ValueError) as error:
+            raise ConfigError(
+                f"label_key {key!r} does not give the labels of {self.name}'s examples ({error}); "
+                "name the position or key that holds each example's label"
+            ) from None
+
+
+def _attribute(dataset: Dataset, names: Sequence[str]) -> np.ndarray | None:
+    """The first of the attributes ``names`` the dataset has (through ``Subset`` and ``ConcatDataset``), one entry per
+    example; None where it has none."""
+    if isinstance(dataset, Subset):
+        values = _attribute(dataset.dataset, names)
+        return None if values is None else values[np.asarray(dataset.indices)]
+    if isinstance(dataset, ConcatDataset):
+        parts = [_attribute(part, names) for part in dataset.datasets]
+        return None if any(part is None for part in parts) else np.concatenate(parts)  # type: ignore[arg-type]
+    for name in names:
+        values = getattr(dataset, name, None)
+        if values is not None and not callable(values):
+            values = np.asarray(values.numpy() if isinstance(values, torch.Tensor) else values)
+            if values.ndim == 1 and len(values) == size(dataset):
+                return values
+    return None
+
+
+def _found_label(example: Any) -> Any:
+    """An example's label by convention: the second element of a tuple, a dict's ``label`` (or a similar name)."""
+    if isinstance(example, dict):
+        for name in LABEL_NAMES:
+            if name in example:
+                return example[name]
+        raise KeyError("a dict example has none of the keys " + ", ".join(LABEL_NAMES))
+    if isinstance(example, (tuple, list)) and len(example) >= 2:
+        return example[1]
+    raise TypeError("the example is neither a tuple (input, label) nor a dict with a label")
+
+
+def _as_labels(values: list[Any]) -> np.ndarray:
+    """Scalar labels as an int64 array (anything but an integer scalar is refused with ValueError)."""
+    labels = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 1 or value.is_floating_point():
+                raise ValueError(f"a label is a tensor of shape {tuple(value.shape)} ({value.dtype})")
+            value = value.item()
+        if isinstance(value, np.generic):
+            value = value.item()
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"a label is {type(value).__name__}, not an integer")
+        labels.append(value)
+    return np.asarray(labels, dtype=np.int64)

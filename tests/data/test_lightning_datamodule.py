@@ -1,0 +1,84 @@
+"""A LightningDataModule as a dataset source: its datasets, transforms and labels, split across clients."""
+
+import numpy as np
+import pytest
+import torch
+
+from lightfed.data import DataModuleSource, DirichletPartitioner, IIDPartitioner
+from lightfed.data.module import FederatedDataModule
+from lightfed.errors import ConfigError
+from lightfed.models import SmallCNN
+from lightfed.strategies import FedAvg
+from tests.conftest import small_trainer
+from tests.data.user_datamodules import BlobsDataModule, DictBlobs, FakeImages
+
+CPU = torch.device("cpu")
+
+
+def test_fakedata_in_a_user_datamodule_trains_with_a_dirichlet_split(tmp_path):
+    """FakeData has no targets attribute: its labels come from one pass over the examples."""
+    data = FederatedDataModule(FakeImages(), DirichletPartitioner(4, alpha=0.5, min_size=5), batch_size=8)
+    data.setup(seed=0, device=CPU)
+    train = data.dataset.load(0).train  # the random_split Subset of FakeData, as the module built it
+    labels = np.array([int(train[i][1]) for i in range(len(train))])
+    held = set(data.val_indices.tolist())
+    clients = [data._client_indices[k].numpy() for k in range(4)]
+    assert sorted(np.concatenate(clients).tolist() + sorted(held)) == list(range(len(train)))
+    assert [len(set(labels[c])) for c in clients] != [4] * 4 or len({len(c) for c in clients}) > 1  # skewed
+    x, y = next(data.client_batches(0, torch.Generator().manual_seed(0), epochs=1))
+    assert x.shape == (8, 1, 8, 8) and x.dtype == torch.float32 and 0 <= x.min() and x.max() <= 1  # ToTensor kept
+    model = SmallCNN(num_classes=4, in_channels=1)
+    metrics = small_trainer(tmp_path, rounds=2, clients_per_round=4).fit(model, data, FedAvg())
+    assert np.isfinite(metrics["val_loss"]) and metrics["round/clients"] == 4
+
+
+def test_the_labels_found_by_one_pass_are_the_datasets_and_are_read_once():
+    source = DataModuleSource(FakeImages(size=40))
+    splits = source.load(0)
+    assert splits.train_labels.tolist() == [int(splits.train[i][1]) for i in range(36)]
+    assert source.load(0).train_labels is splits.train_labels  # cached: no second pass
+
+
+def test_prepare_data_and_setup_run_and_the_modules_validation_set_is_the_validation_split():
+    module = BlobsDataModule()
+    data = FederatedDataModule(module, IIDPartitioner(4), val_fraction=0.1)
+    data.setup(seed=0, device=CPU)
+    assert module.calls[:2] == ["prepare_data", "setup:fit"]
+    assert data.val_indices.tolist() == list(range(240, 270))  # its 30 validation examples, after the 240
+    assert sum(data.client_size(k) for k in range(4)) == 240  # every training example goes to a client
+    x, y = next(data.val_batches())
+    assert torch.equal(y, module.val.tensors[1])
+    test_y = torch.cat([batch[1] for batch in data.test_batches()])
+    assert torch.equal(test_y, module.test.tensors[1])
+
+
+def test_without_a_validation_set_the_share_is_held_out_from_the_training_set():
+    data = FederatedDataModule(BlobsDataModule(with_val=False), IIDPartitioner(4), val_fraction=0.1)
+    data.setup(seed=0, device=CPU)
+    assert len(data.val_indices) == 24 and int(data.val_indices.max()) < 240
+
+
+def test_dict_examples_take_their_label_from_label_key():
+    """The module's 30 validation examples follow its 240 training ones, their labels never read (-1)."""
+    labels = DataModuleSource(DictBlobs(), label_key="label").load(0).train_labels
+    assert labels.tolist() == _blobs_labels() + [-1] * 30
+    assert DataModuleSource(DictBlobs()).load(0).train_labels.tolist() == _blobs_labels() + [-1] * 30  # by name
+    by_callable = DataModuleSource(DictBlobs(), label_key=lambda example: 2 - int(example["label"])).load(0)
+    assert by_callable.train_labels[:240].tolist() == [2 - label for label in _blobs_labels()]
+
+
+def _blobs_labels() -> list[int]:
+    module = BlobsDataModule()
+    module.setup("fit")
+    return module.train.tensors[1].tolist()
+
+
+def test_a_dataset_without_labels_splits_iid_and_is_refused_by_a_label_partitioner():
+    source = DataModuleSource(DictBlobs(), label_key="missing")
+    with pytest.raises(ConfigError, match=r"label_key 'missing'.*DictBlobs"):
+        source.load(0)
+    unlabelled = DataModuleSource(DictBlobs(), label_key=None, find_labels=False)
+    assert unlabelled.load(0).train_labels is None
+    FederatedDataModule(unlabelled, IIDPartitioner(2)).setup(seed=0, device=CPU)
+    with pytest.raises(ConfigError, match=r"DirichletPartitioner splits by label.*label_key"):
+        FederatedDataModule(unlabelled, DirichletPartitioner(2)).setup(seed=0, device=CPU)

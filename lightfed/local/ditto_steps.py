@@ -56,6 +56,7 @@ class DittoSteps(LocalRule):
             flat.params.copy_(params if self.personal is None else self.personal.to(params.device))
             if self.personal_buffers is not None and self.personal_buffers.numel() == flat.buffers.numel():
                 flat.buffers.copy_(self.personal_buffers.to(flat.buffers.device))
+        module.train()  # an evaluation may have left it in eval mode
         torch.default_generator.manual_seed(self.seed)  # the client's own training re-seeds it afterwards
         generator = torch.Generator().manual_seed(self.seed)
         with LoggedValues().attached(module):

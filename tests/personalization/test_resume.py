@@ -1,0 +1,62 @@
+"""Personal weights live in the per-client store: saved per process and restored bit for bit on resume, on one process
+and on two, and from two processes' files onto one."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightfed.cli import run
+from lightfed.core.process_states import saved_client_states
+from tests.conftest import fit_in_subprocess
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ["--config", str(ROOT / "configs" / "digits" / "base.yaml"),
+           "--config", str(ROOT / "configs" / "personalization" / "base.yaml")]
+TINY = ["--trainer.clients_per_round", "4", "--trainer.local_epochs", "null", "--trainer.local_steps", "2",
+        "--trainer.client_eval_interval", "0", "--trainer.unseen_clients", "0", "--trainer.name", "run",
+        "--model.init_args.width", "4", "--data.partitioner.init_args.num_clients", "8", "--trainer.progress_bar",
+        "false"]
+
+
+def _fit(root: Path, method: str, devices: int, rounds: int, *extra: str) -> dict:
+    """The last checkpoint of a run of ``rounds`` rounds, with every client's saved state."""
+    options = [*CONFIGS, "--config", str(ROOT / "configs" / "personalization" / f"{method}.yaml"), *TINY,
+               "--trainer.rounds", str(rounds), *extra]
+    if devices == 1:
+        run(["fit", *options, "--trainer.root_dir", str(root)])
+    else:
+        root.mkdir(parents=True, exist_ok=True)
+        fit_in_subprocess(options[1], root, devices, *options[2:])
+    path = root / "run" / "version_0" / "checkpoints" / "last.ckpt"
+    return {**torch.load(path, weights_only=False), "client_states": saved_client_states(path)}
+
+
+def _same(a: dict, b: dict) -> bool:
+    states = a["client_states"]
+    return (
+        torch.equal(a["params"], b["params"])
+        and states.keys() == b["client_states"].keys()
+        and all(torch.equal(v, b["client_states"][i][k]) for i, s in states.items() for k, v in s.items())
+    )
+
+
+@pytest.mark.parametrize("method", ["fedbn", "ditto"])
+def test_personal_weights_survive_a_resume_on_one_process(tmp_path, method):
+    straight = _fit(tmp_path / "straight", method, 1, 3)
+    assert straight["client_states"] and all("personal" in s for s in straight["client_states"].values())
+    _fit(tmp_path / "cut", method, 1, 2)
+    assert _same(_fit(tmp_path / "cut", method, 1, 3, "--ckpt_path", "last"), straight)
+
+
+def test_fedbn_personal_weights_survive_a_resume_on_two_processes_and_from_two_onto_one(tmp_path):
+    straight = _fit(tmp_path / "straight", "fedbn", 2, 3)
+    folder = tmp_path / "straight" / "run" / "version_0" / "checkpoints" / "process_states" / "round_3"
+    for rank in range(2):
+        held = torch.load(folder / f"process_{rank}_of_2.pt", weights_only=False)["clients"]
+        assert held and all(client_id % 2 == rank and "personal_buffers" in s for client_id, s in held.items())
+    _fit(tmp_path / "cut", "fedbn", 2, 2)
+    shutil.copytree(tmp_path / "cut", tmp_path / "cut_to_one")
+    assert _same(_fit(tmp_path / "cut", "fedbn", 2, 3, "--ckpt_path", "last"), straight)
+    assert _same(_fit(tmp_path / "cut_to_one", "fedbn", 1, 3, "--ckpt_path", "last"), straight)

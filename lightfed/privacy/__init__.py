@@ -3,5 +3,6 @@
 from lightfed.privacy.base import ClientPrivacy
 from lightfed.privacy.clipped_noise import ClippedGaussianNoise
 from lightfed.privacy.dp_sgd import DPSGD
+from lightfed.privacy.secure_aggregation import SecureAggregation
 
-__all__ = ["DPSGD", "ClientPrivacy", "ClippedGaussianNoise"]
+__all__ = ["DPSGD", "ClientPrivacy", "ClippedGaussianNoise", "SecureAggregation"]

@@ -208,3 +208,30 @@ def test_a_class_that_is_no_dataset_is_refused_with_what_data_dataset_takes(caps
     assert exit.value.code == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "torch.nn.Linear is neither a lightfed DatasetSource nor a LightningDataModule" in error
+
+
+def _readme_own_model_and_data() -> tuple[str, str]:
+    section = (ROOT / "README.md").read_text().split("## Your own model and data")[1].split("\n## ")[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    return code, re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_readmes_own_model_and_data_train_to_the_same_weights_on_one_and_two_processes(tmp_path):
+    """The README's mine.py and mine.yaml, run by the lightfed command in their folder (no PYTHONPATH)."""
+    code, config = _readme_own_model_and_data()
+    assert len(config.splitlines()) <= 10
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"} | {"OMP_NUM_THREADS": "1"}
+    runs = []
+    for devices in (1, 2):
+        project = tmp_path / f"devices{devices}"
+        project.mkdir()
+        (project / "mine.py").write_text(code)
+        (project / "mine.yaml").write_text(config)
+        subprocess.run([str(Path(sys.executable).parent / "lightfed"), "fit", "--config", "mine.yaml",
+                        "--trainer.devices", str(devices), "--trainer.progress_bar", "false"],
+                       cwd=project, env=env, check=True, capture_output=True, timeout=600)
+        runs.append(project / "runs" / "mine" / "version_0")
+    one, two = (torch.load(run / "checkpoints" / "last.ckpt", weights_only=False) for run in runs)
+    assert one["round"] == two["round"] == 5 and torch.equal(one["params"], two["params"])
+    final = json.loads((runs[0] / "metrics.jsonl").read_text().splitlines()[-1])
+    assert final["test_acc"] > 0.8  # three blobs 3 apart in 2 dimensions

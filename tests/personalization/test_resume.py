@@ -42,7 +42,7 @@ def _same(a: dict, b: dict) -> bool:
     )
 
 
-@pytest.mark.parametrize("method", ["fedbn", "ditto"])
+@pytest.mark.parametrize("method", ["ditto"])  # (FedBN on one process: resumed from two processes' files below)
 def test_personal_weights_survive_a_resume_on_one_process(tmp_path, method):
     straight = _fit(tmp_path / "straight", method, 1, 3)
     assert straight["client_states"] and all("personal" in s for s in straight["client_states"].values())

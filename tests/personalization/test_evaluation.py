@@ -1,0 +1,74 @@
+"""Per-client evaluation (global, personal, fine-tuned, unseen clients) gives the numbers of a direct computation."""
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from lightfed.core.evaluation import EVALUATED, FINETUNE, ClientEvaluation
+from lightfed.core.seeding import derived_seed, sample_clients
+from lightfed.personalization import FedPer
+from lightfed.strategies import FedAvg
+from tests.conftest import small_trainer
+from tests.personalization.conftest import linear_net, pathological_data
+
+LR, STEPS, ROUNDS = 0.1, 2, 2
+
+
+def _accuracy(w: torch.Tensor, batches) -> float:
+    """Fraction of the batches' examples a linear model with flat weights ``w`` classifies right."""
+    weight, bias = w[:640].view(10, 64), w[640:]
+    right = total = 0
+    for x, y in batches:
+        right += int(((x.flatten(1) @ weight.T + bias).argmax(1) == y).sum())
+        total += len(y)
+    return right / total
+
+
+def _fine_tuned(w: torch.Tensor, data, client_id: int, round: int) -> torch.Tensor:
+    """``STEPS`` plain SGD steps on the client's shuffled batches, from the stream evaluation draws them from."""
+    generator = torch.Generator().manual_seed(derived_seed(0, FINETUNE, round, client_id))
+    for x, y in data.client_batches(client_id, generator, None, STEPS):
+        w = w.clone().requires_grad_(True)
+        weight, bias = w[:640].view(10, 64), w[640:]
+        w = (w - LR * torch.autograd.grad(F.cross_entropy(x.flatten(1) @ weight.T + bias, y), w)[0]).detach()
+    return w
+
+
+def _spread(values: list[float]) -> tuple[float, float, float]:
+    return float(np.mean(values)), float(np.percentile(values, 10)), float(np.std(values))
+
+
+def test_per_client_metrics_match_a_direct_computation(tmp_path):
+    data, strategy = pathological_data(8, client_val_fraction=0.3), FedPer(FedAvg(), personal=["net.1.bias"])  # a personal bias
+    trainer = small_trainer(tmp_path, rounds=ROUNDS, client_eval_interval=ROUNDS, client_eval_finetune_steps=STEPS,
+                            unseen_clients=2, clients_per_round=3, clients_in_parallel=1)
+    metrics = trainer.fit(linear_net(LR), data, strategy)
+    seen = {c for r in range(ROUNDS) for c in sample_clients(0, r, 6, 3)}
+    assert len(seen) < 6  # some clients of the training population have not trained yet: no personal model
+    params, head = trainer.params, strategy.coordinates.params
+    expected: dict[str, list[float]] = {"clients": [], "clients/personal": [], "clients/finetuned": [],
+                                        "clients/unseen": [], "clients/unseen/finetuned": []}
+    for c in range(8):
+        batches = list(data.client_eval_batches(c))
+        tuned = _accuracy(_fine_tuned(params, data, c, ROUNDS), batches)
+        expected["clients"].append(_accuracy(params, batches))
+        if c in seen:
+            personal = params.clone()
+            personal[head] = strategy.client_states.get(c, "personal")
+            expected["clients/personal"].append(_accuracy(personal, batches))
+            expected["clients/finetuned"].append(tuned)
+        else:
+            expected["clients/unseen"].append(_accuracy(params, batches))
+            expected["clients/unseen/finetuned"].append(tuned)
+    for name, values in expected.items():
+        mean, p10, std = _spread(values)
+        logged = [metrics[f"{name}/val_acc_{key}"] for key in ("mean", "p10", "std")]
+        assert np.allclose(logged, [mean, p10, std], rtol=0, atol=1e-6), name  # torchmetrics' accuracy is float32
+    assert len(expected["clients/unseen"]) == 2 + 6 - len(seen)
+
+
+def test_a_client_subset_is_fixed_by_the_seed_and_sorted():
+    chosen = ClientEvaluation(clients=5, seed=3).evaluated(20)
+    assert chosen == ClientEvaluation(clients=5, seed=3).evaluated(20) == sorted(chosen) and len(set(chosen)) == 5
+    assert ClientEvaluation(clients=5, seed=4).evaluated(20) != chosen
+    assert ClientEvaluation(clients=30).evaluated(20) == list(range(20)) and EVALUATED != FINETUNE

@@ -8,8 +8,9 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from lightfed.core.process_states import Read
+from lightfed.core.process_states import LINKED, Read
 from lightfed.core.sharding import CoordinateShards
+from lightfed.errors import ConfigError
 
 State = dict[int, dict[str, Tensor]]
 ReadPart = Callable[[int], Any]  # process rank -> what one store of that process wrote
@@ -91,7 +92,7 @@ class ClientStates:
             for name, value in values.items():
                 self.set(client_id, name, value)
 
-    def process_state(self) -> State:
+    def process_state(self) -> Any:
         """What this process writes into its checkpoint file: its clients' states."""
         return self.state_dict()
 
@@ -99,6 +100,8 @@ class ClientStates:
         """Keeps this process's clients from the files ``saved_world`` processes wrote: only its own file when the
         number of processes is unchanged, every file's clients ``i % world == rank`` otherwise."""
         files = [rank] if saved_world == world else range(saved_world)
+        if any(LINKED in read(r) for r in files):
+            raise ConfigError("the checkpoint holds its client states on disk; resume with client_states: disk")
         self.load_state_dict({i: s for r in files for i, s in read(r).items() if i % world == rank})
 
 

@@ -14,6 +14,7 @@ from lightfed.core.checkpoint_files import UnreadableFile, file_checksum, read_f
 from lightfed.errors import ConfigError
 
 FOLDER = "process_states"
+LINKED = "linked_segments"  # a store's entry that names files beside its process file instead of holding tensors
 
 Read = Callable[[int], dict[str, Any]]  # process rank -> what that process wrote
 
@@ -26,8 +27,16 @@ def write_process_state(folder: Path, rank: int, world: int, state: dict[str, An
     """Writes this process's ``state`` into ``folder`` atomically (through a temporary file); returns the file's
     checksum, for the checkpoint that names the file."""
     path = folder / file_name(rank, world)
-    write_file(path, state)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = {key: _linked(value, folder, f"{key}_{rank}_of_{world}") for key, value in state.items()}
+    write_file(path, written)
     return file_checksum(path)
+
+
+def _linked(value: Any, folder: Path, prefix: str) -> Any:
+    """What the process file holds of a store's ``process_state``: a store on disk
+    (``lightfed.core.disk_client_states``) links its files into ``folder`` and gives their names and checksums."""
+    return value.write_segments(folder, prefix) if hasattr(value, "write_segments") else value
 
 
 def gather_checksums(fabric: Fabric, checksum: str) -> list[str]:
@@ -75,9 +84,26 @@ def process_files_problem(root: Path, saved: dict[str, Any]) -> str | None:
         if file_checksum(path) != checksum:
             return f"its process state file {path} does not match its checksum: it changed after it was written"
         try:
-            read_file(path, mmap=True)  # only the structure is read: the tensors stay on disk until used
+            state = read_file(path, mmap=True)  # only the structure is read: the tensors stay on disk until used
         except UnreadableFile as error:
             return f"its process state file {path}: {error}"
+        problem = linked_files_problem(folder, state)
+        if problem is not None:
+            return problem
+    return None
+
+
+def linked_files_problem(folder: Path, state: Any) -> str | None:
+    """What is wrong with the files a process file's stores link (``LINKED`` entries), None when each is there with
+    its checksum."""
+    for value in state.values() if isinstance(state, dict) else ():
+        for entry in value.get(LINKED, []) if isinstance(value, dict) else []:
+            for key in ("data", "index"):
+                path = folder / entry[key]
+                if not path.is_file():
+                    return f"its client state file {path} is missing"
+                if file_checksum(path) != entry["sha256" if key == "data" else "index_sha256"]:
+                    return f"its client state file {path} does not match its checksum: it changed after it was written"
     return None
 
 
@@ -89,12 +115,14 @@ def reader(folder: Path, world: int) -> Read:
     def read(rank: int) -> dict[str, Any]:
         path = folder / file_name(rank, world)
         try:
-            return read_file(path, mmap=True)
+            state = read_file(path, mmap=True)
         except UnreadableFile as error:
             raise ConfigError(
                 f"process state file {path} cannot be read ({error}); resume from another checkpoint or start without "
                 "--ckpt_path"
             ) from None
+        linked = (key for key, value in state.items() if isinstance(value, dict) and LINKED in value)
+        return {**state, **{key: {**state[key], "folder": str(folder)} for key in linked}}  # where its files are
 
     return read
 
@@ -116,6 +144,12 @@ def saved_client_states(checkpoint: Path) -> dict[int, dict[str, torch.Tensor]]:
         raise ConfigError(f"checkpoint {checkpoint}: {problem}")
     read = reader(checkpoint.parent / FOLDER / saved["folder"], saved["world_size"])
     files = [read(rank) for rank in range(saved["world_size"])]
+    if LINKED in files[0]["clients"]:  # each process held its clients' states on disk
+        from lightfed.core.disk_client_states import DiskClientStates  # it builds on this module
+
+        store = DiskClientStates()
+        store.load_process_states(lambda rank: read(rank)["clients"], saved["world_size"], rank=0, world=1)
+        return store.state_dict()
     if "server" not in files[0]:  # each process held whole vectors of its own clients
         return {i: s for file in files for i, s in file["clients"].items()}
     return {  # each process held its slice of every client's vectors

@@ -116,7 +116,13 @@ class Synthetic(DatasetSource):
     client sizes are int(lognormal(4, 2)) + 50. With `iid`, all clients share W, b ~ N(0, 1)
     and the mean v ~ N(0, 1), and alpha and beta are unused. As in the original, u_k adds the
     same amount to every logit, so alpha leaves the labels unchanged; beta drives the skew.
+
+    With ``client_size`` every client holds that many examples, drawn in float32 (torch's generator) for blocks of
+    clients at once
+    (millions of clients in seconds; numbers of their own, not those of the FedProx-sized clients of the same seed).
     """
+
+    BLOCK = 1 << 22  # values (clients x client_size x dim) drawn at once with client_size
 
     def __init__(
         self,
@@ -127,6 +133,7 @@ class Synthetic(DatasetSource):
         num_classes: int = 10,
         test_fraction: float = 0.2,
         iid: bool = False,
+        client_size: int | None = None,
     ) -> None:
         """
         Args:
@@ -137,6 +144,8 @@ class Synthetic(DatasetSource):
             num_classes: Number of classes.
             test_fraction: Share of each client's examples that goes to the central test set.
             iid: Give every client the same model and input distribution.
+            client_size: Examples of every client (training and test share), drawn in float32 by blocks of clients;
+                null: FedProx's sizes, int(lognormal(4, 2)) + 50, drawn client by client.
         """
         if alpha < 0 or beta < 0:
             raise ConfigError(f"alpha and beta must be >= 0, got alpha={alpha}, beta={beta}")
@@ -146,7 +155,10 @@ class Synthetic(DatasetSource):
             raise ConfigError(f"dim must be >= 1, got {dim}")
         if num_classes < 2:
             raise ConfigError(f"num_classes must be >= 2, got {num_classes}")
+        if client_size is not None and client_size < 2:
+            raise ConfigError(f"client_size must be >= 2 (a training and a test example) or null, got {client_size}")
         _check_fraction(test_fraction)
+        self.client_size = client_size
         self.alpha = alpha
         self.beta = beta
         self.num_clients = num_clients
@@ -157,32 +169,41 @@ class Synthetic(DatasetSource):
 
     def load(self, seed: int) -> TensorSplits:
         """Features (N, dim); `client_indices` holds each client's rows of `train_x`."""
+        if self.client_size is not None:
+            return self._load_blocks(seed, self.client_size)
         rng = np.random.default_rng(seed)
         sizes = rng.lognormal(4, 2, self.num_clients).astype(int) + 50
         std_x = np.arange(1, self.dim + 1) ** -0.6  # sqrt of Sigma_jj = j^-1.2
         shared = self._client_model(rng, 0.0, 0.0) if self.iid else None
-        train_x, train_y, test_x, test_y, client_indices = [], [], [], [], []
-        start = 0
-        for size in sizes:
+        num_tests = [self._num_test(size) for size in sizes]
+        splits = _EmptySplits(int(sizes.sum()) - sum(num_tests), sum(num_tests), self.dim, self.num_classes)
+        for size, num_test in zip(sizes, num_tests, strict=True):  # float64 draws go straight into float32 storage
             w, b, v = shared if shared is not None else self._client_model(rng, self.alpha, self.beta)
             x = v + rng.standard_normal((size, self.dim)) * std_x
-            y = np.argmax(x @ w + b, axis=1)  # argmax of softmax(logits) is argmax of logits
-            num_test = min(size - 1, max(1, round(size * self.test_fraction)))
-            num_train = size - num_test
-            train_x.append(x[:num_train])
-            train_y.append(y[:num_train])
-            test_x.append(x[num_train:])
-            test_y.append(y[num_train:])
-            client_indices.append(np.arange(start, start + num_train, dtype=np.int64))
-            start += num_train
-        return TensorSplits(
-            train_x=torch.from_numpy(np.concatenate(train_x).astype(np.float32)),
-            train_y=torch.from_numpy(np.concatenate(train_y).astype(np.int64)),
-            test_x=torch.from_numpy(np.concatenate(test_x).astype(np.float32)),
-            test_y=torch.from_numpy(np.concatenate(test_y).astype(np.int64)),
-            num_classes=self.num_classes,
-            client_indices=client_indices,
+            splits.append(x[None], np.argmax(x @ w + b, axis=1)[None], size - num_test)  # argmax of softmax(logits)
+        return splits.done()
+
+    def _num_test(self, size: int) -> int:
+        return min(size - 1, max(1, round(size * self.test_fraction)))
+
+    def _load_blocks(self, seed: int, size: int) -> TensorSplits:
+        """Every client ``size`` examples, drawn in float32 (torch's generator) for blocks of clients of about
+        ``BLOCK`` values each."""
+        generator = torch.Generator().manual_seed(seed)
+        std_x = torch.arange(1, self.dim + 1, dtype=torch.float32) ** -0.6
+        num_test = self._num_test(size)
+        splits = _EmptySplits(
+            self.num_clients * (size - num_test), self.num_clients * num_test, self.dim, self.num_classes
         )
+        shared = self._client_models(generator, 1, 0.0, 0.0) if self.iid else None
+        block = max(1, self.BLOCK // (size * self.dim))
+        for start in range(0, self.num_clients, block):
+            m = min(block, self.num_clients - start)
+            w, b, v = shared if shared is not None else self._client_models(generator, m, self.alpha, self.beta)
+            x = v[:, None, :] + torch.randn((m, size, self.dim), generator=generator) * std_x
+            y = torch.argmax(torch.matmul(x, w) + b[:, None, :], dim=2)  # argmax of softmax(logits) is of logits
+            splits.append(x.numpy(), y.numpy(), size - num_test)
+        return splits.done()
 
     def _client_model(
         self, rng: np.random.Generator, alpha: float, beta: float
@@ -193,6 +214,50 @@ class Synthetic(DatasetSource):
         b = rng.normal(u, 1, self.num_classes)
         v = rng.normal(rng.normal(0, beta), 1, self.dim)
         return w, b, v
+
+    def _client_models(
+        self, generator: torch.Generator, m: int, alpha: float, beta: float
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Draw ``m`` clients' W (m, dim, classes), b (m, classes) and input means v (m, dim) in float32."""
+        u = torch.randn((m, 1), generator=generator) * alpha
+        w = u[:, :, None] + torch.randn((m, self.dim, self.num_classes), generator=generator)
+        b = u + torch.randn((m, self.num_classes), generator=generator)
+        v = torch.randn((m, 1), generator=generator) * beta + torch.randn((m, self.dim), generator=generator)
+        return w, b, v
+
+
+class _EmptySplits:
+    """The float32 and int64 storage of a generated dataset, filled client by client: each client's first
+    ``num_train`` examples train, the rest join the central test set."""
+
+    def __init__(self, num_train: int, num_test: int, dim: int, num_classes: int) -> None:
+        self.train_x, self.train_y = np.empty((num_train, dim), np.float32), np.empty(num_train, np.int64)
+        self.test_x, self.test_y = np.empty((num_test, dim), np.float32), np.empty(num_test, np.int64)
+        self.num_classes, self.train_at, self.test_at = num_classes, 0, 0
+        self.client_starts: list[int] = []
+
+    def append(self, x: np.ndarray, y: np.ndarray, num_train: int) -> None:
+        """Clients of as many examples each: ``x`` (clients, examples, dim), ``y`` (clients, examples)."""
+        m, size = y.shape
+        train = slice(self.train_at, self.train_at + m * num_train)
+        test = slice(self.test_at, self.test_at + m * (size - num_train))
+        self.train_x[train] = x[:, :num_train].reshape(-1, x.shape[2])
+        self.train_y[train] = y[:, :num_train].reshape(-1)
+        self.test_x[test] = x[:, num_train:].reshape(-1, x.shape[2])
+        self.test_y[test] = y[:, num_train:].reshape(-1)
+        self.client_starts.extend(range(self.train_at, train.stop, num_train))
+        self.train_at, self.test_at = train.stop, test.stop
+
+    def done(self) -> TensorSplits:
+        rows = np.arange(self.train_at, dtype=np.int64)
+        return TensorSplits(
+            train_x=torch.from_numpy(self.train_x),
+            train_y=torch.from_numpy(self.train_y),
+            test_x=torch.from_numpy(self.test_x),
+            test_y=torch.from_numpy(self.test_y),
+            num_classes=self.num_classes,
+            client_indices=np.split(rows, self.client_starts[1:]),  # views of one array
+        )
 
 
 class _TorchvisionSource(DatasetSource):

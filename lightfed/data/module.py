@@ -10,6 +10,7 @@ from torch import Tensor
 
 from lightfed.data.augmentation import Augmentation
 from lightfed.data.datasets import DatasetSource, DatasetSplits, Digits, TensorSplits
+from lightfed.data.evaluated_sample import EVAL_EXAMPLES, evaluated_sample
 from lightfed.data.lightning_datamodule import DataModuleSource
 from lightfed.data.loader_batches import LoaderBatches
 from lightfed.data.partitioners import Partitioner
@@ -38,6 +39,7 @@ class FederatedDataModule:
         pin_memory: bool = False,
         val_fraction: float = 0.1,
         client_val_fraction: float = 0.0,
+        eval_examples: int | None = EVAL_EXAMPLES,
     ) -> None:
         """
         Args:
@@ -57,6 +59,10 @@ class FederatedDataModule:
                 split and no ``val_*`` metrics.
             client_val_fraction: Share of each client's examples held out from its training for per-client evaluation
                 (``trainer.client_eval_interval``); 0: per-client evaluation reads the client's training examples.
+            eval_examples: The most examples of the validation split and of the test set that central evaluation
+                reads: a larger one is evaluated on a fixed sample of this many of its examples, drawn from the seed
+                (the rest stay out of training all the same), so that its cost does not grow with the population;
+                setup prints which; null: all of them.
         """
         if batch_size < 1 or eval_batch_size < 1:
             raise ConfigError(
@@ -66,6 +72,8 @@ class FederatedDataModule:
             raise ConfigError(f"data.num_workers must be >= 0, got {num_workers}")
         check_fraction("val_fraction", val_fraction)
         check_fraction("client_val_fraction", client_val_fraction)
+        if eval_examples is not None and eval_examples < 1:
+            raise ConfigError(f"data.eval_examples must be >= 1 or null, got {eval_examples}")
         if isinstance(dataset, LightningDataModule):
             dataset = DataModuleSource(dataset)
         self.dataset = Digits() if dataset is None else dataset
@@ -78,6 +86,7 @@ class FederatedDataModule:
         self.pin_memory = pin_memory
         self.val_fraction = val_fraction
         self.client_val_fraction = client_val_fraction
+        self.eval_examples = eval_examples
         self.num_classes = 0
         self._batches: TensorBatches | LoaderBatches | None = None
         self._client_indices: list[Tensor] = []
@@ -88,8 +97,11 @@ class FederatedDataModule:
         splits = self.dataset.load(seed)
         rng = np.random.default_rng([seed, VALIDATION_STREAM])
         indices, val_indices = self._partition(splits, seed, rng)
-        indices, client_val = split_each(indices, self.client_val_fraction, rng, splits.train_labels)
-        eval_indices = client_val if self.client_val_fraction > 0 else indices
+        if self.client_val_fraction > 0:
+            indices, eval_indices = split_each(indices, self.client_val_fraction, rng, splits.train_labels)
+        else:  # what split_each gives for 0, without its loop over the clients
+            eval_indices = indices = [np.asarray(client, dtype=np.int64) for client in indices]
+        splits, val_indices = evaluated_sample(splits, val_indices, self.eval_examples, seed)
         self.device = device
         self.num_classes = splits.num_classes
         common = (indices, val_indices, eval_indices, self.batch_size, self.eval_batch_size, device)

@@ -7,9 +7,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lightfed.core.disk_client_states import DiskClientStates
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.requirements import Requirements
 from lightfed.core.sums import Sums
+from lightfed.errors import ConfigError
 from lightfed.local import GradientCorrection
 from lightfed.strategies.base import NOTHING, ServerContext
 from lightfed.strategies.fedavg import FedAvg
@@ -19,20 +21,34 @@ class Scaffold(FedAvg):
     """Clients step along g + c - c_i; then c_i+ = c_i - c + (x - y_i) / T_i (T_i: sum of step sizes, K lr for SGD).
     Server: x <- x + eta_g mean(y_i - x), c <- c + sum(c_i+ - c_i) / N.
 
-    Memory: one control variate c_i per client that has trained (N x d floats on the CPU over a run).
+    Memory: one control variate c_i per client that has trained (N x d floats on the CPU over a run), or on disk
+    with ``client_states: disk`` (``lightfed.core.disk_client_states``).
     """
 
     requirements = Requirements(client_state=True, plain_sgd=True)  # its control variates are (x - y_i) / (K lr)
 
-    def __init__(self, server_lr: float = 1.0) -> None:
+    def __init__(
+        self, server_lr: float = 1.0, client_states: str = "memory", client_states_folder: str | None = None
+    ) -> None:
         """
         Args:
             server_lr: Global step size eta_g.
+            client_states: Where the control variates live: "memory" (each process holds its clients'; a checkpoint
+                rewrites them all) or "disk" (files read for the clients of a round and written for those only; a
+                checkpoint writes only the clients trained since the last one; for populations whose N x d floats do
+                not fit in memory). The weights are the same either way.
+            client_states_folder: With "disk", where each process keeps its files (null: a new temporary folder); on
+                the file system of the run folder, a checkpoint links them instead of copying them.
         """
+        if client_states not in ("memory", "disk"):
+            raise ConfigError(f'strategy.client_states must be "memory" or "disk", got {client_states!r}')
         super().__init__(server_lr=server_lr, weighting="uniform")
+        self.on_disk, self.client_states_folder = client_states == "disk", client_states_folder
 
     def setup(self, context: ServerContext) -> None:
         super().setup(context)
+        if self.on_disk:
+            self.client_states = DiskClientStates(self.client_states_folder)
         self.c = torch.zeros_like(context.params)
 
     def _client_variate(self, client_id: int) -> Tensor:

@@ -1,0 +1,231 @@
+"""Per-client state on disk: an append-only log of segment files per process, read for the clients of a round and
+written only for the clients that changed; a checkpoint links the segments (no copy) and names them with their
+checksums, so its cost follows the clients trained since the last one, not the population."""
+
+import hashlib
+import os
+import shutil
+import tempfile
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from lightfed.core.checkpoint_files import file_checksum, read_file, write_file
+from lightfed.core.client_states import ClientStates, ReadPart, State
+from lightfed.core.process_states import LINKED
+from lightfed.errors import ConfigError
+
+MAX_SEGMENTS = 32  # more live segments than this: the next checkpoint first copies the live records into a new one
+
+
+class Record(NamedTuple):
+    """Where one client's named tensor lies: in segment ``segment`` at byte ``offset``."""
+
+    segment: int
+    offset: int
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return torch.Size(self.shape).numel() * _dtype(self.dtype).itemsize
+
+
+@dataclass
+class Segment:
+    """One file of the log: appended to while it is the journal, never changed once a checkpoint has sealed it."""
+
+    path: Path
+    records: dict[int, dict[str, tuple[int, str, tuple[int, ...]]]] = field(default_factory=dict)
+    digest: Any = field(default_factory=hashlib.sha256)
+    size: int = 0
+    sha256: str | None = None  # set when sealed
+    index_path: Path | None = None  # its records, written when sealed
+
+
+class DiskClientStates(ClientStates):
+    """Named tensors per client in an append-only log of files under ``folder`` (a new temporary folder when None;
+    put it on the file system of the run folder, so that a checkpoint links its files instead of copying them).
+
+    ``get`` reads one tensor from its file (memory: only the tensors in use), ``set`` appends one; a checkpoint seals
+    the file written since the last one and links every file that still holds a live tensor beside the process file,
+    with its SHA-256. Resumable on any number of processes, like ``ClientStates``.
+    """
+
+    def __init__(self, folder: str | Path | None = None) -> None:
+        super().__init__()
+        root = Path(tempfile.gettempdir() if folder is None else folder)
+        root.mkdir(parents=True, exist_ok=True)
+        self.folder = Path(tempfile.mkdtemp(prefix="client-states-", dir=root))
+        weakref.finalize(self, shutil.rmtree, self.folder, True)  # linked checkpoint files stay
+        self._where: dict[int, dict[str, Record]] = {}
+        self._segments: dict[int, Segment] = {}
+        self._journal: int | None = None  # the segment that ``set`` appends to
+        self._next = 0
+
+    def get(self, client_id: int, name: str) -> Tensor | None:
+        record = self._where.get(client_id, {}).get(name)
+        if record is None:
+            return None
+        with open(self._segments[record.segment].path, "rb") as file:
+            data = os.pread(file.fileno(), record.nbytes, record.offset)
+        if len(data) != record.nbytes:
+            raise ConfigError(
+                f"client state file {self._segments[record.segment].path} is truncated; resume from a checkpoint"
+            )
+        value = (
+            torch.frombuffer(bytearray(data), dtype=_dtype(record.dtype))
+            if data
+            else torch.empty(0, dtype=_dtype(record.dtype))
+        )
+        return value.reshape(record.shape)
+
+    def set(self, client_id: int, name: str, value: Tensor) -> None:
+        data = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        if self._journal is None:
+            self._journal = self._new_segment(self.folder / f"segment_{self._next}.bin")
+        segment = self._segments[self._journal]
+        with open(segment.path, "ab") as file:
+            file.write(data)
+        record = Record(self._journal, segment.size, str(value.dtype).removeprefix("torch."), tuple(value.shape))
+        segment.digest.update(data)
+        segment.size += len(data)
+        segment.records.setdefault(client_id, {})[name] = record[1:]
+        self._where.setdefault(client_id, {})[name] = record
+
+    def overwrite(self, client_id: int, name: str, value: Tensor) -> None:
+        self.set(client_id, name, value)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def state_dict(self) -> State:
+        """Every client's tensors, read into memory (to inspect a small run)."""
+        return {i: {name: self._read(i, name) for name in names} for i, names in self._where.items()}
+
+    def load_state_dict(self, state: State) -> None:
+        self._forget()
+        for client_id, values in state.items():
+            for name, value in values.items():
+                self.set(client_id, name, value)
+
+    def process_state(self) -> "DiskClientStates":
+        """Itself: ``lightfed.core.process_states`` has it ``write_segments`` beside the process file."""
+        return self
+
+    def __bool__(self) -> bool:
+        return bool(self._where)
+
+    def write_segments(self, folder: Path, prefix: str) -> dict[str, Any]:
+        """Seals the journal and links every segment that holds a live tensor into ``folder`` (a copy across file
+        systems); returns what the process file holds in their place: their names and checksums, in log order."""
+        if len(self._live()) > MAX_SEGMENTS:
+            self._compact()
+        if self._journal is not None:
+            self._seal(self._journal)
+            self._journal = None
+        live = self._live()
+        for number in list(self._segments):
+            if number not in live:  # every tensor it holds was written again later
+                self._drop(number)
+        linked = []
+        for number in sorted(live):
+            segment = self._segments[number]
+            assert segment.index_path is not None and segment.sha256 is not None
+            index_sha256 = file_checksum(segment.index_path)
+            name = f"{prefix}_{segment.sha256[:16]}_{index_sha256[:16]}"  # by content: a name never changes meaning
+            data, index = folder / f"{name}.bin", folder / f"{name}.index.pt"
+            _link(segment.path, data)
+            _link(segment.index_path, index)
+            if segment.path.parent == self.folder:  # the checkpoint's name keeps it
+                segment.path.unlink()
+                segment.index_path.unlink()
+            segment.path, segment.index_path = data, index  # the newest checkpoint's names outlive older ones'
+            linked.append(
+                {"data": data.name, "index": index.name, "sha256": segment.sha256, "index_sha256": index_sha256}
+            )
+        return {LINKED: linked}
+
+    def load_process_states(self, read: ReadPart, saved_world: int, rank: int, world: int) -> None:
+        """This process's clients (``i % world == rank``) from the segments the process files name (only its own
+        file when the number of processes is unchanged); reads the indices, not the tensors."""
+        self._forget()
+        for saved_rank in [rank] if saved_world == world else range(saved_world):
+            saved = read(saved_rank)
+            if LINKED not in saved:
+                raise ConfigError(
+                    "the checkpoint holds client states in memory form; resume with client_states: memory"
+                )
+            for entry in saved[LINKED]:
+                number = self._new_segment(Path(saved["folder"]) / entry["data"])
+                segment = self._segments[number]
+                segment.sha256, segment.index_path = entry["sha256"], Path(saved["folder"]) / entry["index"]
+                segment.records = read_file(segment.index_path)
+                for client_id, records in segment.records.items():
+                    if client_id % world == rank:
+                        where = self._where.setdefault(client_id, {})
+                        where.update({name: Record(number, *record) for name, record in records.items()})
+        for number in set(self._segments) - self._live():
+            self._drop(number)
+
+    def _read(self, client_id: int, name: str) -> Tensor:
+        value = self.get(client_id, name)
+        assert value is not None
+        return value
+
+    def _new_segment(self, path: Path) -> int:
+        number, self._next = self._next, self._next + 1
+        self._segments[number] = Segment(path)
+        return number
+
+    def _live(self) -> frozenset[int]:
+        return frozenset(record.segment for records in self._where.values() for record in records.values())
+
+    def _seal(self, number: int) -> None:
+        """Makes the journal durable and immutable, with its index file and checksum."""
+        segment = self._segments[number]
+        with open(segment.path, "ab") as file:
+            os.fsync(file.fileno())
+        segment.sha256 = segment.digest.hexdigest()
+        segment.index_path = segment.path.with_suffix(".index.pt")
+        write_file(segment.index_path, segment.records)
+
+    def _compact(self) -> None:
+        """Appends every live tensor outside the journal to it: the older segments then hold no live tensor."""
+        for client_id, records in list(self._where.items()):
+            for name, record in list(records.items()):
+                if record.segment != self._journal:
+                    self.set(client_id, name, self._read(client_id, name))
+
+    def _drop(self, number: int) -> None:
+        """Forgets a segment; its file is removed when it is this store's own (a checkpoint's link stays)."""
+        segment = self._segments.pop(number)
+        for path in (segment.path, segment.index_path):
+            if path is not None and path.parent == self.folder:
+                path.unlink(missing_ok=True)
+
+    def _forget(self) -> None:
+        for number in list(self._segments):
+            self._drop(number)
+        self._where, self._journal = {}, None
+
+
+def _dtype(name: str) -> torch.dtype:
+    dtype = getattr(torch, name)
+    assert isinstance(dtype, torch.dtype)
+    return dtype
+
+
+def _link(source: Path, target: Path) -> None:
+    """``target`` becomes another name of ``source`` (a copy when they are on different file systems), unless a file
+    of that name (named by its content) is there already."""
+    if target.exists():
+        return
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)

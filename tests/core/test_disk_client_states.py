@@ -1,0 +1,162 @@
+"""The disk store of per-client state: the same values as the in-memory store, checkpoints that write only the
+clients that changed (the rest are links to files already written), verified by checksums, resumable on any number
+of processes, and a state larger than the process's memory limit."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import lightfed.core.disk_client_states as disk
+from lightfed.core.client_states import ClientStates
+from lightfed.core.disk_client_states import DiskClientStates
+from lightfed.core.process_states import process_files_problem, prune, reader, write_process_state
+from lightfed.errors import ConfigError
+
+VALUES = {
+    "c": torch.arange(6.0).reshape(2, 3),
+    "history": torch.tensor([0.5, 0.25], dtype=torch.float64),
+    "round": torch.tensor(7),
+    "empty": torch.empty(0),
+    "mask": torch.tensor([True, False]),
+}
+
+
+def _store(folder: Path, clients, world: int = 1, rank: int = 0) -> DiskClientStates:
+    states = DiskClientStates(folder / "work")
+    for client_id in clients:
+        if client_id % world == rank:
+            states.set(client_id, "c", torch.full((4,), float(client_id)))
+    return states
+
+
+def _checkpoint(root: Path, name: str, stores: list[DiskClientStates]) -> Path:
+    """What the trainer does at a checkpoint: each process writes its file into ``root/name``; older folders but
+    the previous one go."""
+    for rank, store in enumerate(stores):
+        write_process_state(root / name, rank, len(stores), {"clients": store.process_state()})
+    kept = sorted(root.iterdir(), key=lambda path: path.stat().st_mtime)[-2:]
+    prune(root, {path.name for path in kept})
+    return root / name
+
+
+def test_it_gives_back_what_the_in_memory_store_gives_back(tmp_path):
+    on_disk, in_memory = DiskClientStates(tmp_path), ClientStates()
+    for store in (on_disk, in_memory):
+        for name, value in VALUES.items():
+            store.set(3, name, value)
+        store.overwrite(3, "c", VALUES["c"] * 2)  # the latest value wins
+    for name in VALUES:
+        assert torch.equal(on_disk.get(3, name), in_memory.get(3, name))
+        assert on_disk.get(3, name).dtype == in_memory.get(3, name).dtype
+    assert on_disk.get(3, "missing") is None and on_disk.get(4, "c") is None
+    assert len(on_disk) == 1 and on_disk.state_dict().keys() == {3}
+
+
+def test_a_checkpoint_writes_only_the_clients_trained_since_the_last_one(tmp_path):
+    store = _store(tmp_path, range(100))
+    first = _checkpoint(tmp_path / "states", "round_1", [store])
+    for client_id in (3, 50):  # two clients train again
+        store.set(client_id, "c", torch.full((4,), -1.0))
+    second = _checkpoint(tmp_path / "states", "round_2", [store])
+    new = [path for path in second.glob("*.bin") if not any(path.samefile(old) for old in first.glob("*.bin"))]
+    assert [path.stat().st_size for path in new] == [2 * 4 * 4]  # 2 clients x 4 float32: the only data written
+    assert sum(path.stat().st_nlink > 1 for path in second.glob("*.bin")) == 1  # the first segment: a link
+    resumed = DiskClientStates(tmp_path / "other")
+    resumed.load_process_states(lambda rank: reader(second, 1)(rank)["clients"], 1, 0, 1)
+    assert torch.equal(resumed.get(50, "c"), torch.full((4,), -1.0))
+    assert torch.equal(resumed.get(51, "c"), torch.full((4,), 51.0))
+
+
+def test_it_reads_on_after_the_checkpoints_its_files_came_from_are_pruned(tmp_path):
+    store = _store(tmp_path, range(10))
+    _checkpoint(tmp_path / "states", "round_1", [store])
+    store.set(1, "c", torch.zeros(4))
+    _checkpoint(tmp_path / "states", "round_2", [store])
+    _checkpoint(tmp_path / "states", "round_3", [store])  # round_1 is pruned
+    assert not (tmp_path / "states" / "round_1").exists()
+    assert torch.equal(store.get(9, "c"), torch.full((4,), 9.0)) and torch.equal(store.get(1, "c"), torch.zeros(4))
+    assert not list((tmp_path / "work").glob("*/*.bin"))  # its sealed files live in the newest checkpoint only
+
+
+@pytest.mark.parametrize("world", [1, 3])
+def test_it_resumes_on_another_number_of_processes(tmp_path, world):
+    saved = _checkpoint(tmp_path / "states", "round_1", [_store(tmp_path, range(11), 2, rank) for rank in range(2)])
+    for rank in range(world):
+        loaded = DiskClientStates(tmp_path / "other")
+        loaded.load_process_states(lambda r: reader(saved, 2)(r)["clients"], 2, rank, world)
+        assert loaded.state_dict().keys() == set(range(rank, 11, world))
+        assert all(torch.equal(loaded.get(i, "c"), torch.full((4,), float(i))) for i in range(rank, 11, world))
+
+
+def test_a_changed_file_fails_its_checksum(tmp_path):
+    saved = _checkpoint(tmp_path / "states", "round_1", [_store(tmp_path, range(5))])
+    files = {"folder": saved.name, "world_size": 1, "sha256": [_sha(saved / "process_0_of_1.pt")]}
+    assert process_files_problem(saved.parent, files) is None
+    segment = next(saved.glob("*.bin"))
+    segment.write_bytes(segment.read_bytes()[:-4] + b"\0\0\0\0")
+    assert "does not match its checksum" in process_files_problem(saved.parent, files)
+    segment.unlink()
+    assert "is missing" in process_files_problem(saved.parent, files)
+
+
+def test_the_in_memory_store_refuses_a_checkpoint_on_disk_in_one_line(tmp_path):
+    saved = _checkpoint(tmp_path / "states", "round_1", [_store(tmp_path, range(5))])
+    with pytest.raises(ConfigError, match="client_states: disk"):
+        ClientStates().load_process_states(lambda r: reader(saved, 1)(r)["clients"], 1, 0, 1)
+
+
+def test_many_segments_are_compacted_into_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(disk, "MAX_SEGMENTS", 2)
+    store = _store(tmp_path, range(6))
+    for round in range(1, 5):
+        store.set(round, "c", torch.full((4,), 100.0 + round))
+        saved = _checkpoint(tmp_path / "states", f"round_{round}", [store])
+    assert len(list(saved.glob("*.bin"))) <= 3
+    expected = {i: 100.0 + i if 1 <= i <= 4 else float(i) for i in range(6)}
+    assert all(torch.equal(store.get(i, "c"), torch.full((4,), value)) for i, value in expected.items())
+
+
+def _sha(path: Path) -> str:
+    from lightfed.core.checkpoint_files import file_checksum
+
+    return file_checksum(path)
+
+
+def test_a_state_larger_than_the_memory_limit_works(tmp_path):
+    """128 MB of client state under an address-space limit of 64 MB above what the process has mapped."""
+    script = textwrap.dedent(
+        f"""
+        import resource
+        from pathlib import Path
+
+        import torch
+        from lightfed.core.disk_client_states import DiskClientStates
+        from lightfed.core.process_states import reader, write_process_state
+
+        def mapped():
+            return int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+
+        resource.setrlimit(resource.RLIMIT_AS, (mapped() + (64 << 20), resource.RLIM_INFINITY))
+        try:
+            torch.empty(32 << 20)  # 128 MB: more than the limit leaves
+            raise SystemExit("the limit does not hold")
+        except RuntimeError:
+            pass
+        store = DiskClientStates({str(tmp_path)!r})
+        for client in range(32):
+            store.set(client, "c", torch.full((1 << 20,), float(client)))  # 4 MB each
+        write_process_state(Path({str(tmp_path / "round_1")!r}), 0, 1, {{"clients": store.process_state()}})
+        loaded = DiskClientStates({str(tmp_path)!r})
+        loaded.load_process_states(lambda r: reader(Path({str(tmp_path / "round_1")!r}), 1)(r)["clients"], 1, 0, 1)
+        assert all(loaded.get(client, "c")[-1] == client for client in range(32))
+        print("ok")
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.stdout.strip() == "ok", result.stderr[-2000:]

@@ -5,7 +5,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from lightfed.experiments.execution import divergence_marker
-from lightfed.experiments.markdown import render_table, render_usable
+from lightfed.experiments.markdown import render_pivot, render_table, render_usable
 from lightfed.experiments.plan import Run, setting_label
 from lightfed.experiments.plot import plot_curves
 from lightfed.experiments.run_logs import best_round_test_value, read_log
@@ -52,9 +52,11 @@ def collect(
     target: float | None,
     mode: str,
     usable: float | None = None,
+    pivot: str | None = None,
 ) -> list[Run]:
-    """Reads every planned run's logs and writes table.md, accuracy.png and results.json; returns the runs still to
-    run (neither finished nor diverged)."""
+    """Reads every planned run's logs and writes table.md (with ``pivot``, also the final metric with one column per
+    value of that swept key), accuracy.png and results.json; returns the runs still to run (neither finished nor
+    diverged)."""
     results = [run_record(run, rounds, out / "runs", metric, target, mode) for run in runs]
     unfinished = [
         run for run, record in zip(runs, results, strict=True) if record["status"] in ("unfinished", "missing")
@@ -68,6 +70,8 @@ def collect(
         if finished:
             curves[curve_label(stem, label, groups)] = [r["history"] for r in finished]
     table = render_table(rows, metric, target, mode)
+    if pivot is not None:
+        table += "\n" + render_pivot(rows, {run.group: run.setting for run in runs}, pivot, metric)
     summary: dict[str, object] = {"metric": metric, "mode": mode, "target": target, "rows": rows, "runs": results}
     if usable is not None:
         best, rates = usable_rates(results, usable)

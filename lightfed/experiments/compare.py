@@ -9,6 +9,7 @@ Outputs::
     OUT/table.md       one row per (config, setting): final and best (validation) metric over seeds, the test metric at
                        each run's best round, rounds to --target, time;
                        with --usable F also each config's share of runs whose final metric reaches F x the best run's
+                       with --pivot KEY also the final metric with one column per value of the --grid key KEY
     OUT/accuracy.png   metric versus round, mean over seeds, shaded min-max, one line per (config, setting)
     OUT/results.json   every planned run: config, setting, seed, argv, status, final, best, rounds to target, history,
                        its final record (test metrics) and the test metric at its best round
@@ -26,6 +27,10 @@ Examples::
         --configs configs/digits/fedadam.yaml configs/digits/adaptive_fedecado.yaml \\
         --random fedadam:strategy.init_args.server_lr=uniform:0:1 \\
         --random adaptive_fedecado:strategy.init_args.tolerance=loguniform:1e-4:1 --samples 10 --usable 0.8
+    # a robustness table: aggregators x attacks, one column per fraction of malicious clients
+    lightfed compare --base configs/robust/base.yaml --configs configs/robust/fedavg.yaml configs/robust/krum.yaml \\
+        --grid trainer.attack=lightfed.attacks.SignFlipping,lightfed.attacks.LittleIsEnough \\
+        --grid trainer.attack.init_args.fraction=0,0.1,0.2,0.3 --pivot trainer.attack.init_args.fraction
     # a SLURM array: one run per task, then one job that gathers the table and the plot
     lightfed compare ARGS --list | wc -l                       # how many tasks
     lightfed compare ARGS --task-index $SLURM_ARRAY_TASK_ID
@@ -64,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--random", action="append", default=[], metavar="KEY=DIST", help=f"sample from {usage(RANDOM_KINDS)}"
     )
+    parser.add_argument(
+        "--pivot", metavar="KEY", help="also tabulate the final metric with one column per value of this --grid key"
+    )
     parser.add_argument("--samples", type=int, help="how many --random settings to draw")
     parser.add_argument("--sweep-seed", type=int, default=0, help="seed of the --random draws (default: 0)")
     parser.add_argument(
@@ -99,6 +107,8 @@ def plan_from_args(args: argparse.Namespace) -> list[Run]:
             raise SpecError(f"{key} is given twice in --set")
         fixed[key] = value
     grid, randoms = [parse_grid(s) for s in args.grid], [parse_random(s) for s in args.random]
+    if args.pivot is not None and args.pivot not in [key for key, _ in grid]:
+        raise SpecError(f"--pivot {args.pivot}: not a --grid key ({', '.join(key for key, _ in grid) or 'no --grid'})")
     if randoms and not args.samples:
         raise SpecError("--random needs --samples K (how many settings to draw)")
     if args.samples is not None and (not randoms or args.samples < 1):
@@ -144,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             ok = execute_all(runs, args.metric, out / "runs", args.workers)
-        unfinished = collect(runs, rounds, out, args.metric, args.target, mode, args.usable)
+        unfinished = collect(runs, rounds, out, args.metric, args.target, mode, args.usable, args.pivot)
     except SpecError as error:
         parser.error(str(error))
     except KeyboardInterrupt:  # each run in flight stops after its round, with its checkpoint

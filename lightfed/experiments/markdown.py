@@ -1,6 +1,8 @@
 """The Markdown tables of a comparison: one row per (config, setting), and each config's usable runs."""
 
+from lightfed.experiments.plan import setting_label, short_key
 from lightfed.experiments.run_logs import metric_on_test_set
+from lightfed.experiments.sweep_specs import Setting
 
 
 def format_rounds(row: dict) -> str:
@@ -9,14 +11,15 @@ def format_rounds(row: dict) -> str:
     return f"{round(row['rounds_to_target_mean'], 1):g} ({row['reached']}/{row['finished']})"
 
 
+def mean_std(mean: float | None, std: float | None, n: int) -> str:
+    return "—" if mean is None else f"{mean:.4f}" + (f" ± {std:.4f}" if n > 1 else "")
+
+
 def render_table(rows: list[dict], metric: str, target: float | None, mode: str = "max") -> str:
     """Markdown table, one row per (config, setting); a row holds ``config``, ``setting`` and summarise_group's keys."""
 
     def cell(text: object) -> str:
         return str(text).replace("|", "\\|")
-
-    def mean_std(mean: float | None, std: float | None, n: int) -> str:
-        return "—" if mean is None else f"{mean:.4f}" + (f" ± {std:.4f}" if n > 1 else "")
 
     test = metric_on_test_set(metric)
     header = ["config", "setting", "runs", f"final {metric}", f"best {metric}"]
@@ -70,3 +73,21 @@ def render_usable(best: float | None, rates: dict[str, dict], metric: str, fract
         "\n".join(lines) + f"\n\nusable: final {metric} >= {fraction:g} x the best final {metric} of all finished "
         f"runs ({reference}); a run whose weights became NaN/Inf counts as diverged, not usable.\n"
     )
+
+
+def render_pivot(rows: list[dict], settings: dict[tuple[str, str], Setting], key: str, metric: str) -> str:
+    """The final ``metric`` (mean ± std over seeds) with one column per value of the swept ``key`` and one row per
+    config and its other settings (``settings``: each row's (config, setting label) -> its setting)."""
+    values = list(dict.fromkeys(setting[key] for setting in settings.values() if key in setting))
+    table: dict[tuple[str, str], dict[str, str]] = {}
+    for row in rows:
+        setting = settings[row["config"], row["setting"]]
+        rest = setting_label({k: v for k, v in setting.items() if k != key})
+        cell = mean_std(row["final_mean"], row["final_std"], row["finished"])
+        table.setdefault((row["config"], rest), {})[setting.get(key, "")] = cell
+    header = ["config", "setting", *(f"{short_key(key)}={value}" for value in values)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for (config, rest), cells in table.items():
+        line = [config, rest, *(cells.get(value, "—") for value in values)]
+        lines.append("| " + " | ".join(text.replace("|", "\\|") for text in line) + " |")
+    return "\n".join(lines) + f"\n\nfinal {metric} by {short_key(key)}: mean ± std over the finished runs.\n"

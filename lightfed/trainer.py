@@ -141,7 +141,8 @@ class FederatedTrainer(TrainerBase):
         self.buffers = self.fabric.broadcast(workers.clients[0].flat.buffers.clone())
         source = self._rounds(data, strategy)
         self.strategy, self.source = strategy, source
-        strategy.setup(ServerContext(self.params, data.num_clients, self.fabric.world_size, self.fabric.global_rank))
+        world, rank = self.fabric.world_size, self.fabric.global_rank
+        strategy.setup(ServerContext(self.params, data.num_clients, world, rank, self.clients_per_round, self.seed))
         fixed = run_requirements(strategy, self.privacy).client_state  # client i trains on process i % world size
         self.engine = engine = RoundEngine(
             self.fabric, workers, strategy, self.clients_per_round, fixed, self.check_replicas, self, self.privacy

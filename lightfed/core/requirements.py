@@ -1,6 +1,26 @@
 """What a strategy, a client's local rule or a privacy mechanism needs of the run, declared as data."""
 
 from dataclasses import dataclass
+from typing import Literal
+
+Origin = Literal["size", "gradients", "data"]
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A value clients send besides their delta and counts (a key of ``ClientUpdate.report``), by what it is
+    computed from:
+
+    - "size": only the client's number of examples and its plan (public, as FedAvg's example weights are);
+    - "gradients": only the gradients of its local steps (under ``trainer.privacy``, post-processing of what the
+      mechanism releases and accounts);
+    - "data": its data, in a way ``trainer.privacy`` does not account for (a run with an accounting mechanism
+      refuses it, naming ``removed_by``).
+    """
+
+    name: str
+    origin: Origin
+    removed_by: str = ""  # the setting that stops clients sending it ("": none does)
 
 
 @dataclass(frozen=True)
@@ -14,7 +34,8 @@ class Requirements:
     plain_sgd: bool = False  # assumes local steps x <- x - lr g: the model's optimizer is SGD with momentum 0
     no_weight_decay: bool = False  # sets the whole local direction: the optimizer's weight_decay is 0
     chooses_client_steps: bool = False  # its local rule sets every step size itself (no trainer.lr_schedule)
-    sends: frozenset[str] = frozenset()  # what clients send besides their delta and counts (``ClientUpdate.report``)
+    sends: frozenset[Sent] = frozenset()  # what clients send besides their delta and counts (``ClientUpdate.report``)
+    reads_each_update: bool = False  # its aggregate needs each client's update, not only the sum of their deltas
 
     def __or__(self, other: "Requirements") -> "Requirements":
         return Requirements(
@@ -23,4 +44,14 @@ class Requirements:
             no_weight_decay=self.no_weight_decay or other.no_weight_decay,
             chooses_client_steps=self.chooses_client_steps or other.chooses_client_steps,
             sends=self.sends | other.sends,
+            reads_each_update=self.reads_each_update or other.reads_each_update,
         )
+
+    @property
+    def sent_names(self) -> frozenset[str]:
+        """The names of what clients send."""
+        return frozenset(sent.name for sent in self.sends)
+
+    def unaccounted(self) -> list[Sent]:
+        """What clients send computed from their data outside a privacy mechanism's accounting, by name."""
+        return sorted((sent for sent in self.sends if sent.origin == "data"), key=lambda sent: sent.name)

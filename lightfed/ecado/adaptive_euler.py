@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
-from lightfed.core.requirements import Requirements
+from lightfed.core.requirements import Requirements, Sent
 from lightfed.ecado.circuit import ErrorNorm
 from lightfed.ecado.curvature import client_hessian_diagonal
 from lightfed.ecado.max_abs import max_abs
@@ -51,8 +51,9 @@ class AdaptiveEuler(LocalRule):
 
     requirements = Requirements(
         chooses_client_steps=True,
-        sends=frozenset(
-            {"window", "weight", "steps", "max_lte", "rejected", "forced", "passivity_bound", "curvature", "decay"}
+        sends=frozenset(  # its error control picks steps, and how many private gradients to evaluate, from the data
+            {Sent(name, "data") for name in ("window", "steps", "max_lte", "rejected", "forced", "passivity_bound")}
+            | {Sent("weight", "size"), Sent("curvature", "data"), Sent("decay", "data")}
         ),
     )
     takes_step = True

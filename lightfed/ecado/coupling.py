@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
-from lightfed.core.requirements import Requirements
+from lightfed.core.requirements import Requirements, Sent
 from lightfed.ecado.curvature import client_hessian_diagonal
 from lightfed.ecado.speed_decay import SpeedDecay
 from lightfed.local.correction import GradientCorrection
@@ -27,7 +27,15 @@ class CouplingCurrent(GradientCorrection):
     ``track_decay`` it also reports how its speed decayed over the window (``decay``, see ``SpeedDecay``).
     """
 
-    requirements = Requirements(sends=frozenset({"time_scale", "curvature", "decay"}))
+    requirements = Requirements(
+        sends=frozenset(
+            {
+                Sent("time_scale", "size"),
+                Sent("curvature", "data", removed_by="strategy.curvature: none"),
+                Sent("decay", "gradients"),
+            }
+        )
+    )
 
     def __init__(
         self,

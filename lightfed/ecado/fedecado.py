@@ -17,6 +17,7 @@ from torch import Tensor
 
 from lightfed.core.client_states import ShardedClientStates
 from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.requirements import Requirements
 from lightfed.core.sharding import CoordinateSums
 from lightfed.core.workspace import Workspace
 from lightfed.ecado.circuit import (
@@ -109,7 +110,6 @@ class FedECADO(ShardedStrategy):
     the accelerator each round. Clients also receive their whole I_i^k, a second model-sized download.
     """
 
-    requirements = CouplingCurrent.requirements
     report_scalars: tuple[str, ...] = ("time_scale", "curvature_mean")
     window_end = "max"
 
@@ -192,6 +192,14 @@ class FedECADO(ShardedStrategy):
         self.curvature = curvature
         self.coupling = coupling
         self.report_vectors = ("curvature",) if curvature == "diagonal" else ()
+
+    @property
+    def requirements(self) -> Requirements:  # type: ignore[override]
+        """``CouplingCurrent``'s, less what these options keep clients from sending (curvature, decay)."""
+        kept = {"time_scale", *(() if self.curvature == "none" else ("curvature",))}
+        kept |= {"decay"} if self.beyond_window == "decay" else set()
+        declared = CouplingCurrent.requirements
+        return replace(declared, sends=frozenset(sent for sent in declared.sends if sent.name in kept))
 
     def _configure_circuit(
         self,

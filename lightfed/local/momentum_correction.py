@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
-from lightfed.core.requirements import Requirements
+from lightfed.core.requirements import Requirements, Sent
 from lightfed.local.base import LocalRule
 
 EPS = 1e-12  # guards the normalisation of a zero direction
@@ -21,7 +21,7 @@ class MomentumCorrection(LocalRule):
     variate c_i). Needs plain SGD (no momentum or weight decay): the rule is the whole update direction.
     """
 
-    requirements = Requirements(plain_sgd=True, no_weight_decay=True, sends=frozenset({"grad_mean"}))
+    requirements = Requirements(plain_sgd=True, no_weight_decay=True, sends=frozenset({Sent("grad_mean", "gradients")}))
 
     def __init__(self, beta: float, offset: Tensor | None, normalise: bool = False) -> None:
         """``offset`` None adds nothing (the warm-up, where only the raw gradients are wanted)."""

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
 from lightfed.core.logged_values import LoggedValues
-from lightfed.core.requirements import Requirements
+from lightfed.core.requirements import Requirements, Sent
 from lightfed.local.sharpness import SharpnessAware
 
 RPForm = Literal["product", "ratio"]
@@ -64,7 +64,10 @@ class RelativeProgressRule(SharpnessAware):
     gradient and from ``loss_change`` (given, e.g. the server's lagged global-loss change) or, when that is None,
     the change of this client's probe loss since then. Warm-up (no RP yet): eta_0."""
 
-    requirements = Requirements(sends=frozenset({"probe_loss", "lr", "grad_sq", "rp", "history"}))
+    requirements = Requirements(
+        sends=frozenset({Sent(name, "data") for name in ("probe_loss", "lr", "rp", "history")})
+        | {Sent("grad_sq", "gradients")}
+    )
 
     def __init__(
         self,

@@ -29,6 +29,7 @@ class ClientPrivacy(ABC):
 
     requirements = Requirements()
     limits_budget = False  # the run stops before a client would exceed its privacy budget
+    accounts = True  # reports an epsilon, which must cover everything a client sends (``Requirements.sends``)
 
     def prepare(self, module: LightningModule, precision: str) -> LightningModule:
         """Checks the model (and may convert it in place) before training; refuses 16-bit mixed precision."""

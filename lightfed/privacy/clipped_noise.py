@@ -20,6 +20,8 @@ class ClippedGaussianNoise(ClientPrivacy):
     comparable to ``DPSGD`` (see docs/corrections/adaptfed.md); it is here to reproduce the paper.
     """
 
+    accounts = False  # no epsilon: what clients send besides their gradient steps is not checked against one
+
     def __init__(self, sigma2: float = 0.01, max_grad_norm: float = 1.0, noise_scales_with_clip: bool = True) -> None:
         """
         Args:

@@ -25,6 +25,8 @@ class ServerContext:
     num_clients: int
     world_size: int = 1
     rank: int = 0
+    clients_per_round: int = 0  # clients the run samples each round (0: not given)
+    seed: int = 0  # the run's seed (``trainer.seed``), the same on every process
 
     @property
     def num_params(self) -> int:

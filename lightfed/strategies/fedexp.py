@@ -6,6 +6,7 @@ from typing import Any, Literal
 from torch import Tensor
 
 from lightfed.core.messages import ClientUpdate
+from lightfed.core.requirements import Requirements
 from lightfed.core.sums import Sums
 from lightfed.errors import ConfigError
 from lightfed.strategies.base import ServerContext
@@ -23,6 +24,8 @@ class FedExP(FedAvg):
     The options give the authors' released code (``weighting="examples"``, ``eps_times_clients=True``,
     ``eps_decay=0.998**2``, ``evaluate="average_last_two"``); see docs/corrections/baselines.md.
     """
+
+    requirements = Requirements(reads_each_update=True)  # its step size reads each client's squared delta norm
 
     def __init__(
         self,

@@ -26,7 +26,7 @@ class FedNova(FedAvg):
     T_i is the plain-SGD normaliser; with client momentum rho the paper's a_i = sum_k (1 - rho^k)/(1 - rho) differs.
     """
 
-    requirements = Requirements(plain_sgd=True)  # its normalisation counts steps of length lr
+    requirements = Requirements(plain_sgd=True, reads_each_update=True)  # normalises each delta by its steps of lr
 
     def __init__(
         self,

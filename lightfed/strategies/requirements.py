@@ -46,6 +46,8 @@ def check_requirements(
         raise ConfigError(f"{name} is synchronous; with `asynchronous:` use {ASYNCHRONOUS}")
     if asynchronous and privacy is not None:
         raise ConfigError("trainer.privacy is not supported with `asynchronous:` yet: its budgets assume rounds")
+    if privacy is not None and privacy.accounts:
+        check_accounted(name, needs)
     if needs.chooses_client_steps and lr_schedule is not None:
         raise ConfigError(f"{name} chooses its clients' step sizes itself: remove trainer.lr_schedule")
     groups = optimizer.param_groups
@@ -60,3 +62,21 @@ def check_requirements(
             f"{name} sets the whole local step direction: the model's optimizer needs weight_decay 0, got "
             f"{groups[0]['weight_decay']}"
         )
+
+
+def check_accounted(name: str, needs: Requirements) -> None:
+    """Refuses, in one line, a run whose clients send something their privacy accountant does not cover."""
+    unaccounted = needs.unaccounted()
+    if not unaccounted:
+        return
+    names = ", ".join(sent.name for sent in unaccounted)
+    options = sorted({sent.removed_by for sent in unaccounted if sent.removed_by})
+    remedy = (
+        f"set {' and '.join(options)}"
+        if all(sent.removed_by for sent in unaccounted)
+        else f"no option stops {'them' if len(unaccounted) > 1 else 'it'}: run {name} without trainer.privacy"
+    )
+    raise ConfigError(
+        f"{name}'s clients send {names} computed from their data outside trainer.privacy's accountant (no epsilon "
+        f"would cover it): {remedy}"
+    )

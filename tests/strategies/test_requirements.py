@@ -4,7 +4,7 @@ import pytest
 import torch
 from jsonargparse import ArgumentError, ArgumentParser
 
-from lightfed.core.requirements import Requirements
+from lightfed.core.requirements import Requirements, Sent
 from lightfed.ecado.adaptive_euler import AdaptiveEuler
 from lightfed.errors import ConfigError
 from lightfed.local import MomentumCorrection
@@ -41,12 +41,13 @@ def test_requirements_combine_as_the_union_of_their_needs():
 def test_what_each_strategy_declares():
     assert FedAvg().requirements == Requirements()
     assert Scaffold().requirements == Requirements(client_state=True, plain_sgd=True)
-    assert FedNova().requirements == Requirements(plain_sgd=True)
+    assert FedNova().requirements == Requirements(plain_sgd=True, reads_each_update=True)
     assert MasFL().requirements == Requirements(client_state=True, plain_sgd=True, no_weight_decay=True,
-                                                 sends=frozenset({"grad_mean"}))
+                                                 sends=frozenset({Sent("grad_mean", "gradients")}))
     assert AdaMasFL().requirements == MasFL().requirements
-    assert AdaptFed().requirements.client_state and "probe_loss" in AdaptFed().requirements.sends
-    assert FedECADO().requirements.sends == {"time_scale", "curvature", "decay"}
+    assert AdaptFed().requirements.client_state and "probe_loss" in AdaptFed().requirements.sent_names
+    assert FedECADO().requirements.sent_names == {"time_scale", "curvature"}
+    assert FedECADO(curvature="none", beyond_window="decay").requirements.sent_names == {"time_scale", "decay"}
     assert AdaptiveFedECADO().requirements == AdaptiveEuler.requirements
     assert AdaptiveFedECADO().requirements.chooses_client_steps
     assert not TrimmedMean().requirements.client_state  # sharded: clients train anywhere

@@ -1,0 +1,190 @@
+"""UserLevelDP: DP-FedAvg's clipping and noise as configured, epsilon as Opacus' accountants give it, adaptive clipping,
+the same model on 1 and 2 processes, epsilon across a resume and the budget's stop."""
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from opacus.accountants import PRVAccountant, RDPAccountant
+
+from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.sums import Sums
+from lightfed.errors import ConfigError
+from lightfed.privacy import DPSGD, UserLevelDP
+from lightfed.privacy.user_level import CLIPPED
+from lightfed.strategies import AdaptFed, FedAdam, FedAvg, FedECADO, FedExP, FedNova, Scaffold
+from lightfed.strategies.base import ServerContext
+from tests.conftest import fit_in_subprocess, small_data, small_model, small_trainer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _update(client_id, delta):
+    return ClientUpdate(client_id, torch.as_tensor(delta, dtype=torch.float32), torch.zeros(0), 10, 1, 0.1,
+                        torch.tensor(0.0))
+
+
+def _strategy(params, num_clients=4, clients_per_round=2, **settings):
+    strategy = UserLevelDP(settings.pop("inner", FedAvg()), **settings)
+    strategy.setup(ServerContext(params, num_clients, clients_per_round=clients_per_round, seed=0))
+    return strategy
+
+
+def _round(strategy, deltas, params, round=0):
+    sums = Sums(strategy.sum_sizes(), torch.device("cpu"))
+    for client_id, delta in enumerate(deltas):
+        strategy.configure_client(ClientPlan(client_id, round, seed=0, steps=1))
+        strategy.accumulate(sums, _update(client_id, delta))
+    return strategy.aggregate(params, sums, round)
+
+
+def test_each_delta_is_clipped_to_c_and_the_sum_divided_by_the_clients_per_round():
+    x = torch.tensor([1.0, 2.0, 3.0])
+    strategy = _strategy(x, noise_multiplier=0.0, clip=1.0)
+    # [3, 4, 0] (norm 5) -> [0.6, 0.8, 0]; [0.3, 0.4, 0] (norm 0.5) is kept; unweighted, over the 2 clients per round
+    new = _round(strategy, [[3.0, 4.0, 0.0], [0.3, 0.4, 0.0]], x)
+    assert torch.allclose(new, x + torch.tensor([0.45, 0.6, 0.0]))
+    assert "user_dp/epsilon" not in strategy.metrics()  # no noise: no privacy to report
+
+
+@pytest.mark.parametrize("target_quantile, count_stddev, multiplier", [
+    (None, None, 0.5),  # fixed clipping: noise_multiplier x C
+    (0.5, 0.5, (0.5**-2 - 1.0**-2) ** -0.5),  # adaptive: the update's share of the privacy, Andrew et al.
+])
+def test_the_noise_on_the_sum_has_std_noise_multiplier_times_c(target_quantile, count_stddev, multiplier):
+    d, clip = 40_000, 2.0
+    strategy = _strategy(torch.zeros(d), noise_multiplier=0.5, clip=clip, target_quantile=target_quantile,
+                         count_stddev=count_stddev)
+    assert strategy.update_std() == pytest.approx(multiplier * clip, rel=1e-12)
+    mean = _round(strategy, [torch.zeros(d), torch.zeros(d)], torch.zeros(d))  # the noise alone, over 2 clients
+    noise = mean.double() * 2
+    assert float(noise.std()) == pytest.approx(multiplier * clip, rel=0.02)  # the estimate's own error: 0.4 %
+    assert abs(float(noise.mean())) < 0.02 * multiplier * clip
+
+
+@pytest.mark.parametrize("accountant, opacus_accountant", [("rdp", RDPAccountant), ("prv", PRVAccountant)])
+def test_epsilon_after_r_rounds_is_opacus_accountant_with_the_same_rate_noise_and_steps(accountant, opacus_accountant):
+    strategy = _strategy(torch.zeros(3), num_clients=8, clients_per_round=2, noise_multiplier=1.3,
+                         accountant=accountant)
+    reference = opacus_accountant()
+    for round in range(5):
+        _round(strategy, [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], torch.zeros(3), round)
+        reference.step(noise_multiplier=1.3, sample_rate=2 / 8)
+        assert strategy.metrics()["user_dp/epsilon"] == pytest.approx(reference.get_epsilon(delta=1e-5), rel=1e-9)
+
+
+def test_adaptive_clipping_converges_to_the_target_quantile_of_the_update_norms():
+    """Update norms log-normal(0, 1): the 0.3 quantile is exp(-0.5244) = 0.592; from a clip of 0.1, 100 clients a
+    round, count noise std 5 (clients / 20)."""
+    generator = torch.Generator().manual_seed(0)
+    strategy = _strategy(torch.zeros(1), num_clients=100, clients_per_round=100, noise_multiplier=1.0, clip=0.1,
+                         target_quantile=0.3)
+    clips = []
+    for round in range(300):
+        norms = torch.randn(100, generator=generator).exp()
+        _round(strategy, [[float(n)] for n in norms], torch.zeros(1), round)
+        clips.append(strategy.metrics()["user_dp/clip"])
+    quantile = math.exp(-0.5244)
+    assert clips[0] == 0.1 and sum(clips[-100:]) / 100 == pytest.approx(quantile, rel=0.1)
+
+
+def test_poisson_sampling_draws_each_client_with_the_sample_rate_and_the_others_take_no_step():
+    strategy = _strategy(torch.zeros(2), num_clients=1000, clients_per_round=1000, noise_multiplier=0.0,
+                         sampling="poisson", sample_rate=0.1)
+    plans = [strategy.configure_client(ClientPlan(i, 0, seed=0, epochs=2)) for i in range(1000)]
+    drawn = [plan for plan in plans if plan.steps != 0]
+    assert 70 < len(drawn) < 130 and all(plan.epochs == 2 for plan in drawn)
+    sums = Sums(strategy.sum_sizes(), torch.device("cpu"))
+    for plan in plans:
+        strategy.accumulate(sums, _update(plan.client_id, [0.5, 0.0]))
+    assert float(sums[CLIPPED][0]) == 0.5 * len(drawn)  # the clients not drawn add nothing
+    assert strategy.expected == 100  # the denominator: q N, not the number drawn
+    with pytest.raises(ConfigError, match="set trainer.clients_per_round to 1000, got 10"):
+        _strategy(torch.zeros(2), num_clients=1000, clients_per_round=10, noise_multiplier=1.0, sampling="poisson",
+                  sample_rate=0.1)
+
+
+def test_distributed_noise_is_added_by_the_clients_and_sums_to_the_same_std():
+    d = 40_000
+    strategy = _strategy(torch.zeros(d), num_clients=8, clients_per_round=4, noise_multiplier=0.5, clip=2.0,
+                         noise="distributed")
+    strategy.configure_client(ClientPlan(0, 0, seed=0, steps=1))
+    share = strategy.contribution(_update(0, torch.zeros(d)))[CLIPPED]
+    assert float(share.std()) == pytest.approx(0.5 * 2.0 / 2, rel=0.02)  # std / sqrt(4 clients)
+    mean = _round(strategy, [torch.zeros(d)] * 4, torch.zeros(d))
+    assert float((mean.double() * 4).std()) == pytest.approx(0.5 * 2.0, rel=0.02)  # the server adds nothing
+
+
+def test_strategies_that_read_more_than_the_sum_of_deltas_are_refused():
+    for inner in (Scaffold(), AdaptFed(), FedNova(), FedExP()):
+        with pytest.raises(ConfigError, match=f"{type(inner).__name__} keeps per-client state or uses what each"):
+            UserLevelDP(inner, noise_multiplier=1.0)
+    with pytest.raises(ConfigError, match="FedECADO \\(sharded path\\) aggregates each client's own update"):
+        UserLevelDP(FedECADO(), noise_multiplier=1.0)
+    with pytest.raises(ConfigError, match="it must exceed noise_multiplier / 2"):
+        _strategy(torch.zeros(1), clients_per_round=10, noise_multiplier=1.0, target_quantile=0.5)  # std 10 / 20
+
+
+def test_an_inner_server_optimizer_takes_the_private_mean_as_its_pseudo_gradient():
+    x = torch.tensor([1.0, 2.0, 3.0])
+    wrapped, plain = _strategy(x, noise_multiplier=0.0, clip=1.0, inner=FedAdam(server_lr=0.1)), FedAdam(server_lr=0.1)
+    plain.setup(ServerContext(x, 4))
+    new = _round(wrapped, [[3.0, 4.0, 0.0], [0.3, 0.4, 0.0]], x)
+    sums = Sums(plain.sum_sizes(), torch.device("cpu"))
+    plain.accumulate(sums, _update(0, [0.45, 0.6, 0.0]))
+    assert torch.equal(new, plain.aggregate(x, sums, 0))
+
+
+def _fit(root, rounds, ckpt_path=None, **settings):
+    strategy = UserLevelDP(FedAvg(), noise_multiplier=1.0, clip=0.5, target_quantile=0.5, count_stddev=1.0,
+                           **settings)
+    trainer = small_trainer(root, rounds=rounds, clients_per_round=4)
+    metrics = trainer.fit(model := small_model(momentum=0.0), small_data(), strategy, ckpt_path=ckpt_path)
+    return metrics, torch.cat([p.detach().reshape(-1) for p in model.parameters()]), trainer
+
+
+def test_a_resumed_run_reports_the_same_epsilon_clip_and_weights_as_an_uninterrupted_one(tmp_path):
+    uninterrupted, weights, _ = _fit(tmp_path / "full", rounds=4)
+    _fit(tmp_path / "cut", rounds=2)
+    resumed, resumed_weights, _ = _fit(tmp_path / "cut", rounds=4, ckpt_path="last")
+    reference = RDPAccountant()
+    for _ in range(4):
+        reference.step(noise_multiplier=1.0, sample_rate=4 / 8)
+    assert uninterrupted["strategy/user_dp/epsilon"] == pytest.approx(reference.get_epsilon(1e-5), rel=1e-9)
+    for name in ("strategy/user_dp/epsilon", "strategy/user_dp/clip", "strategy/user_dp/unclipped_fraction"):
+        assert resumed[name] == uninterrupted[name]
+    assert torch.equal(resumed_weights, weights)
+
+
+def test_the_budget_stops_the_run_with_a_checkpoint_of_the_last_round_within_it(tmp_path, capsys):
+    reference = RDPAccountant()
+    epsilons = []
+    for _ in range(3):
+        reference.step(noise_multiplier=1.0, sample_rate=4 / 8)
+        epsilons.append(reference.get_epsilon(1e-5))
+    metrics, _, trainer = _fit(tmp_path, rounds=6, target_epsilon=(epsilons[1] + epsilons[2]) / 2)
+    assert metrics["strategy/user_dp/epsilon"] == pytest.approx(epsilons[1], rel=1e-9)
+    assert "round 3 would take epsilon to" in capsys.readouterr().out
+    checkpoint = torch.load(trainer.log_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    assert checkpoint["round"] == 2
+
+
+def test_one_and_two_processes_give_the_same_model(tmp_path):
+    def params(devices: int) -> torch.Tensor:
+        root = tmp_path / f"devices{devices}"
+        fit_in_subprocess(
+            ROOT / "configs" / "quickstart.yaml", root, devices, "--config", str(ROOT / "configs" / "privacy" /
+            "user-level-adaptive.yaml"), "--trainer.rounds", "3", "--trainer.local_epochs", "1",
+            "--trainer.client_eval_interval", "0", "--trainer.check_replicas", "true",
+        )
+        return torch.load(root / "quickstart" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)["params"]
+
+    assert torch.equal(params(1), params(2))
+
+
+def test_user_level_dp_combines_with_example_level_dp_sgd(tmp_path):
+    strategy = UserLevelDP(FedAvg(), noise_multiplier=1.0, clip=0.5)
+    trainer = small_trainer(tmp_path, rounds=1, clients_per_round=4, privacy=DPSGD(noise_multiplier=1.0))
+    metrics = trainer.fit(small_model(momentum=0.0), small_data(), strategy)
+    assert metrics["strategy/user_dp/epsilon"] > 0 and metrics["privacy/epsilon_max"] > 0

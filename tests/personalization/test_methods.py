@@ -12,7 +12,7 @@ from lightfed.callbacks import Callback
 from lightfed.core.flat import FlatModule
 from lightfed.local.personal_layers import PersonalLayers
 from lightfed.models.batchnorm_cnn import SmallBNCNN
-from lightfed.personalization import Ditto, FedBN, FedRep
+from lightfed.personalization import APFL, Ditto, FedBN, FedRep
 from lightfed.personalization.personal_coordinates import batchnorm_coordinates
 from lightfed.strategies import FedAvg
 from tests.conftest import small_trainer
@@ -115,3 +115,22 @@ def test_dittos_personal_model_is_the_hand_computed_one(tmp_path):
         personal, _ = strategy.personal_model(k, trainer.params, trainer.buffers)
         assert torch.allclose(personal, v2, atol=1e-6), (personal - v2).abs().max()
         assert not torch.allclose(personal, trainer.params, atol=1e-3)
+
+
+def test_apfls_personal_model_and_alpha_are_the_hand_computed_ones(tmp_path):
+    lr, alpha, alpha_lr = 0.1, 0.25, 0.5
+    data, strategy = pathological_data(2, batch_size=10_000), APFL(FedAvg(), alpha=alpha, alpha_lr=alpha_lr)
+    trainer = small_trainer(tmp_path, rounds=1, clients_per_round=1, local_steps=2, clients_in_parallel=1)
+    model = linear_net(lr)
+    w0 = torch.cat([p.detach().flatten() for p in model.parameters()])
+    trainer.fit(model, data, strategy)
+    (k,) = strategy.client_states.state_dict()
+    batch = data.client_subset(k, torch.arange(data.client_size(k)))
+    g0 = _gradient(model, w0, batch)  # step 1: v = w = w0, so the mixture is w0 and alpha does not move
+    w1, v1 = w0 - lr * g0, w0 - lr * alpha * g0
+    g = _gradient(model, alpha * v1 + (1 - alpha) * w1, batch)  # step 2: the gradient at the mixture
+    v2, alpha2 = v1 - lr * alpha * g, alpha - alpha_lr * float(torch.dot(v1 - w1, g))
+    assert torch.allclose(trainer.params, w1 - lr * _gradient(model, w1, batch), atol=1e-6)  # w: plain steps
+    assert abs(float(strategy.client_states.get(k, "alpha")) - alpha2) < 1e-6 and alpha2 != alpha
+    personal, _ = strategy.personal_model(k, trainer.params, trainer.buffers)
+    assert torch.allclose(personal, alpha2 * v2 + (1 - alpha2) * trainer.params, atol=1e-6)

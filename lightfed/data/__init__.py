@@ -12,6 +12,7 @@ from lightfed.data.datasets import (
     Synthetic,
     TensorSplits,
 )
+from lightfed.data.hugging_face import HuggingFace
 from lightfed.data.lightning_datamodule import DataModuleSource
 from lightfed.data.map_dataset import MapDataset
 from lightfed.data.markov_text import MarkovText
@@ -38,6 +39,7 @@ __all__ = [
     "Digits",
     "DirichletPartitioner",
     "FashionMNIST",
+    "HuggingFace",
     "IIDPartitioner",
     "MapDataset",
     "MarkovText",

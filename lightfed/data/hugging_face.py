@@ -1,0 +1,221 @@
+"""Any Hugging Face ``datasets`` dataset as a dataset source: a hub name, local files or a saved dataset."""
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from lightfed.data.datasets import DatasetSource, DatasetSplits
+from lightfed.data.hf_transforms import to_tensor
+from lightfed.data.validation import held_count, held_out
+from lightfed.errors import ConfigError
+
+if TYPE_CHECKING:
+    import datasets
+
+TEST_STREAM = 2  # the held-out test set's random stream, beside the partitioner's and the validation split's
+
+
+class HuggingFace(DatasetSource):
+    """A dataset ``datasets.load_dataset`` opens (a hub name where the hub is reachable; ``parquet``, ``csv``,
+    ``json``, ``imagefolder`` with ``data_files``; a folder of such files) or ``datasets.load_from_disk`` does (a
+    folder written by ``save_to_disk``), read row by row through DataLoaders.
+
+    An example is ``(inputs, label)`` with one ``inputs`` column, else a dict of the ``inputs`` columns (and the label);
+    each column goes through its ``transforms`` entry (default: ``to_tensor``: numbers, lists, images in [0, 1]), and
+    ``example_transform`` may then rebuild the whole example. ``client_id`` names the column of natural client ids
+    for ``NaturalIdPartitioner``: an id's code is its rank among the sorted ids of the train and test splits together,
+    so an id is the same client in both. Without a ``test_split``, ``test_fraction`` of the training rows is held out
+    as the test set (stratified by client id and label, from the seed). Arrow tables smaller than a quarter of the
+    available memory are read into memory; larger ones stay memory-mapped.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        name: str | None = None,
+        data_files: str | list[str] | dict[str, str | list[str]] | None = None,
+        inputs: str | list[str] = "image",
+        label: str | None = "label",
+        client_id: str | None = None,
+        transforms: dict[str, Callable[[Any], Any]] | None = None,
+        example_transform: Callable[[Any], Any] | None = None,
+        train_split: str = "train",
+        test_split: str | None = "test",
+        test_fraction: float = 0.1,
+        num_classes: int | None = None,
+        in_memory: bool | None = None,
+        revision: str | None = None,
+    ) -> None:
+        """
+        Args:
+            path: A hub dataset (``flwrlabs/femnist``), a builder with ``data_files`` (``parquet``, ``csv``,
+                ``json``, ``imagefolder``), a folder of data files, or a folder written by ``save_to_disk``.
+            name: The dataset's configuration (``load_dataset``'s ``name``).
+            data_files: The files of each split, as ``load_dataset`` takes them (``{train: a.parquet, test: b.parquet}``).
+            inputs: The input column, or several (the example is then a dict).
+            label: The label column (the partitioners' labels); null: none.
+            client_id: The column of natural client ids (a writer, a speaker); null: none.
+            transforms: Per column, a function from its value to a tensor (an import path in a config); a column not
+                named here goes through ``to_tensor``.
+            example_transform: A function of the whole example after the column transforms (e.g.
+                ``lightfed.data.hf_transforms.next_characters``).
+            train_split: The split whose rows are divided across clients.
+            test_split: The central test set's split; null or absent from the dataset: hold out ``test_fraction``.
+            test_fraction: Share of the training rows held out as the test set when there is no test split.
+            num_classes: Number of classes; null: the label column's ``ClassLabel`` count, else the largest label + 1.
+            in_memory: Read the Arrow tables into memory; null: when they take less than a quarter of the available
+                memory; false: memory-mapped.
+            revision: The hub revision (a tag, branch or commit) to read.
+        """
+        if not 0.0 < test_fraction < 1.0:
+            raise ConfigError(f"test_fraction must be between 0 and 1 (exclusive), got {test_fraction}")
+        self.path, self.name, self.data_files, self.revision = path, name, data_files, revision
+        self.inputs = [inputs] if isinstance(inputs, str) else list(inputs)
+        self.single_input = isinstance(inputs, str)
+        self.label, self.client_id = label, client_id
+        self.transforms = dict(transforms or {})
+        self.example_transform = example_transform
+        self.train_split, self.test_split, self.test_fraction = train_split, test_split, test_fraction
+        self.num_classes, self.in_memory = num_classes, in_memory
+
+    def load(self, seed: int) -> DatasetSplits:
+        """The train and test rows as map-style datasets, with their labels and natural client ids as arrays."""
+        from lightfed.data.natural_ids import natural_id_codes  # pyarrow, with datasets, only where this is used
+
+        splits = self._open()
+        if self.train_split not in splits:
+            raise ConfigError(f"{self.path} has no split {self.train_split!r} (it has {', '.join(splits)})")
+        train = splits[self.train_split]
+        missing = [c for c in [*self.inputs, self.label, self.client_id] if c and c not in train.column_names]
+        if missing:
+            raise ConfigError(
+                f"{self.path} has no column {missing[0]!r} (it has {', '.join(train.column_names)}); "
+                "set inputs, label and client_id to its columns"
+            )
+        test = splits[self.test_split] if self.test_split is not None and self.test_split in splits else None
+        if self.client_id is None:
+            ids = None
+        elif test is None or self.client_id not in test.column_names:
+            ids = natural_id_codes(_column(train, self.client_id))[0]
+        else:
+            ids = natural_id_codes(_column(train, self.client_id), _column(test, self.client_id))[0]
+        labels = None if self.label is None else _labels(train, self.label)
+        if test is None:
+            rng = np.random.default_rng([seed, TEST_STREAM])
+            test_rows = held_out(len(train), held_count(len(train), self.test_fraction), rng, ids, labels)
+            kept = np.delete(np.arange(len(train)), test_rows)
+            test, train = train.select(test_rows), train.select(kept)
+            labels = None if labels is None else labels[kept]
+            ids = None if ids is None else ids[kept]
+        return DatasetSplits(self._examples(train), self._examples(test), self._num_classes(train, labels), labels, ids)
+
+    def _open(self) -> "datasets.DatasetDict":
+        """The dataset's splits: ``load_from_disk`` for a saved dataset, ``load_dataset`` for anything else."""
+        try:
+            import datasets
+        except ImportError:
+            raise ConfigError(
+                "lightfed.data.HuggingFace needs Hugging Face datasets: pip install 'lightfed[hf]'"
+            ) from None
+        folder = Path(self.path).expanduser()
+        saved = (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()
+        files = [folder] if saved else [Path(f) for f in _file_list(self.data_files)]
+        keep_in_memory = self.in_memory if self.in_memory is not None else _fits_in_memory(files)
+        try:
+            if saved:
+                opened = datasets.load_from_disk(str(folder), keep_in_memory=keep_in_memory)
+            else:
+                opened = datasets.load_dataset(
+                    self.path, self.name, data_files=self.data_files, revision=self.revision,
+                    keep_in_memory=keep_in_memory,
+                )  # fmt: skip
+        except (FileNotFoundError, ValueError, ConnectionError) as error:
+            raise ConfigError(f"datasets could not open {self.path!r}: {' '.join(str(error).split())}") from None
+        if isinstance(opened, datasets.Dataset):
+            return datasets.DatasetDict({self.train_split: opened})
+        return opened
+
+    def _examples(self, rows: "datasets.Dataset") -> "Rows":
+        columns = [*self.inputs, *([self.label] if self.label else [])]
+        return Rows(rows.select_columns(columns), self)
+
+    def _num_classes(self, train: "datasets.Dataset", labels: np.ndarray | None) -> int:
+        feature = train.features.get(self.label) if self.label else None
+        if self.num_classes is not None:
+            return self.num_classes
+        if feature is not None and hasattr(feature, "num_classes"):
+            return int(feature.num_classes)
+        return int(labels.max()) + 1 if labels is not None and len(labels) else 0
+
+    def example(self, row: dict[str, Any]) -> Any:
+        """One row (a dict of column values) as a training example."""
+        values = {column: self.transforms.get(column, to_tensor)(row[column]) for column in row}
+        if self.single_input and self.label is not None and self.example_transform is None:
+            example: Any = (values[self.inputs[0]], values[self.label])
+        elif self.single_input and self.label is None and self.example_transform is None:
+            example = values[self.inputs[0]]
+        else:
+            example = values
+        return example if self.example_transform is None else self.example_transform(example)
+
+
+class Rows(Dataset):
+    """A ``datasets.Dataset`` read row by row (a DataLoader's batch in one columnar read), each row made an example
+    by its ``HuggingFace`` source."""
+
+    def __init__(self, rows: "datasets.Dataset", source: HuggingFace) -> None:
+        self.rows, self.source = rows, source
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.source.example(self.rows[int(index)])
+
+    def __getitems__(self, indices: list[int]) -> list[Any]:
+        batch = self.rows[list(indices)]
+        return [self.source.example({column: batch[column][i] for column in batch}) for i in range(len(indices))]
+
+
+def _column(rows: "datasets.Dataset", name: str) -> Any:
+    """A column as Arrow (no copy into Python objects), in the order of the rows."""
+    return rows.with_format("arrow")[name]
+
+
+def _labels(rows: "datasets.Dataset", name: str) -> np.ndarray:
+    """The label column as int64: integers (a ``ClassLabel``) as they are, anything else as codes of its sorted
+    values."""
+    import pyarrow as pa
+
+    from lightfed.data.natural_ids import natural_id_codes
+
+    column = _column(rows, name)
+    if pa.types.is_integer(column.type):
+        return np.asarray(column.to_numpy(), dtype=np.int64)
+    return natural_id_codes(column)[0]
+
+
+def _file_list(data_files: str | list[str] | dict[str, str | list[str]] | None) -> list[str]:
+    if data_files is None:
+        return []
+    if isinstance(data_files, str):
+        return [data_files]
+    if isinstance(data_files, dict):
+        return [file for files in data_files.values() for file in _file_list(files)]
+    return list(data_files)
+
+
+def _fits_in_memory(paths: list[Path]) -> bool:
+    """Whether local files (a folder: all its files) take less than a quarter of the available memory; False where
+    they are not local (a hub dataset) or the available memory is not known."""
+    try:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return False
+    sizes = [sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else p.stat().st_size
+             for p in paths if p.exists()]  # fmt: skip
+    return bool(sizes) and len(sizes) == len(paths) and sum(sizes) < available / 4

@@ -174,9 +174,9 @@ class SecureAggregation(SumsStrategyWrapper):
         cohort, graph, dropped = self.protocol(round)
         survivors = [u for u in cohort if u not in dropped]
         if int(sums[SUBMITTED]) != len(survivors) or int(sums[IDS]) != sum(survivors):
-            raise RuntimeError(
-                f"secure aggregation expected masked inputs from clients {survivors} in round {round + 1}; the round's "
-                "clients are not the ones the synchronous trainer samples"
+            raise ConfigError(
+                f"secure aggregation expected masked inputs from clients {survivors} in round {round + 1}: it runs "
+                "with the synchronous trainer sampling from every client (trainer.unseen_clients 0)"
             )
         masked = sums[MASKED].to(torch.int64).cpu()
         removed = unmasking(survivors, dropped, graph, self.seed, round, masked.numel(), self.modulus_bits)

@@ -10,14 +10,16 @@ from typing import Any
 import numpy as np
 import yaml
 from lightning.fabric import Fabric
-from lightning.fabric.loggers import Logger, TensorBoardLogger
+from lightning.fabric.loggers import CSVLogger, Logger, TensorBoardLogger
 
 from lightfed.adapters import tensorboard_file_writer
 from lightfed.core.final_report import logged_part, summary
-from lightfed.core.run_folder import claim_run_folder, write_run_config
+from lightfed.core.run_folder import CONFIG, claim_run_folder, write_run_config
 from lightfed.errors import ConfigError, LightfedError
 
 METRICS_FILE = "metrics.jsonl"
+CSV_FOLDER = "csv"  # a CSV logger's folder in the run folder (Lightning's CSV writer empties a folder it starts in)
+HPARAMS_FILE = "hparams.yaml"  # the config beside a Fabric CSVLogger's metrics.csv (Lightning's CSVLogger's name)
 
 
 class LoggerError(LightfedError):
@@ -63,11 +65,35 @@ def run_folder_of(checkpoint: Path) -> Path | None:
     return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
 
 
+def into_folder(logger: CSVLogger, folder: Path) -> None:
+    """Points a CSV logger (Fabric's or Lightning's, before it has written anything) at ``folder/csv``."""
+    logger._root_dir = str(folder)
+    if hasattr(logger, "_save_dir"):  # Lightning's CSVLogger reads its folder from there
+        logger._save_dir = str(folder)
+    logger._name, logger._version = "", CSV_FOLDER
+
+
+def run_loggers(folder: Path, logger: bool | Logger | list[Logger]) -> list[Logger]:
+    """The loggers of a run in ``folder``: TensorBoard there (unless ``logger`` is false), then the given ones; a
+    CSV logger without a ``version`` of its own writes into ``folder/csv``."""
+    if logger is False:
+        return []
+    given = [] if logger is True else [logger] if isinstance(logger, Logger) else list(logger)
+    for each in given:
+        if isinstance(each, CSVLogger) and each._version is None:
+            into_folder(each, folder)
+    if any(isinstance(each, TensorBoardLogger) for each in given):
+        return given
+    tensorboard = TensorBoardLogger(folder.parent.parent, folder.parent.name, folder.name, default_hp_metric=False)
+    return [tensorboard, *given]
+
+
 class RunOutput:
-    """The run folder ``<experiment>/version_<n>`` with its ``config.yaml``, the loggers (``trainer.logger``: true for
-    TensorBoard there) and ``metrics.jsonl``: one JSON line per round, ``{"round": <rounds done>, <metric>: <value>,
-    ...}``, flushed at once (a later line for a round replaces an earlier one), and the final report's line. Every
-    process calls every method; process 0 writes the files. A logger's own error is a ``LoggerError``."""
+    """The run folder ``<experiment>/version_<n>`` with its ``config.yaml``, the loggers (``trainer.logger``:
+    TensorBoard there unless false, and the given ones, which get the run's config when it starts) and
+    ``metrics.jsonl``: one JSON line per round, ``{"round": <rounds done>, <metric>: <value>, ...}``, flushed at once (a
+    later line for a round replaces an earlier one), and the final report's line. Every process calls every method;
+    process 0 writes the files. A logger's own error is a ``LoggerError``."""
 
     def __init__(self, fabric: Fabric, experiment: Path, logger: bool | Logger | list[Logger]) -> None:
         self.fabric, self.experiment, self.logger = fabric, experiment, logger
@@ -80,21 +106,32 @@ class RunOutput:
     ) -> None:
         """Fixes the run folder (the resumed run's, or a new ``version``), writes its config and builds the loggers;
         ``hparams``: what the loggers record without a ``run_config``."""
-        folder = None
+        folder, written = None, None  # the config as written, with its version
         if self.fabric.is_global_zero:
             resumed = None if resume_from is None else run_folder_of(resume_from)
             folder = resumed or claim_run_folder(self.experiment, version)
             if run_config is not None:
                 write_run_config(folder, run_config)
-        self.log_dir = self.fabric.broadcast(folder)
-        self.hparams = yaml.safe_load(run_config) if run_config is not None else hparams
-        if self.logger is True:
-            folder = self.folder
-            self.loggers = [
-                TensorBoardLogger(folder.parent.parent, folder.parent.name, folder.name, default_hp_metric=False)
-            ]
-        elif self.logger:
-            self.loggers = [self.logger] if isinstance(self.logger, Logger) else list(self.logger)
+                written = yaml.safe_load((folder / CONFIG).read_text())
+        self.log_dir, written = self.fabric.broadcast((folder, written))
+        self.hparams = hparams if written is None else written
+        self.loggers = run_loggers(self.folder, self.logger)
+        self.log_hyperparams()
+
+    def log_hyperparams(self) -> None:
+        """The run's config to every logger but TensorBoard (which takes it with the final metrics, ``finish``); for
+        Fabric's CSVLogger, which takes none, as ``hparams.yaml`` beside its ``metrics.csv`` (process 0)."""
+        for logger in self.loggers:
+            if isinstance(logger, TensorBoardLogger):
+                continue
+            with reported(logger):
+                if isinstance(logger, CSVLogger) and type(logger).log_hyperparams is CSVLogger.log_hyperparams:
+                    if self.fabric.is_global_zero:
+                        # its writer makes the folder first (it warns about one not empty)
+                        folder = Path(logger.experiment.log_dir)
+                        (folder / HPARAMS_FILE).write_text(yaml.safe_dump(self.hparams, sort_keys=False))
+                else:
+                    logger.log_hyperparams(self.hparams)
 
     @property
     def folder(self) -> Path:

@@ -1,11 +1,14 @@
-"""The job scripts in SLURM/ on a real SLURM: a single-host cluster (munged, slurmctld, slurmd on localhost) that
-this module starts in a temporary folder and stops at the end.
+"""The job scripts in SLURM/ on a real SLURM: a cluster of two nodes on this one host (munged, slurmctld, and one
+slurmd per node, each at its own port of 127.0.0.1) that this module starts in a temporary folder and stops at the end.
 
 - a 2-process job (single_node.sbatch, srun, CPU) logs once and ends with the weights of a 1-process run;
 - a job warned with SIGUSR1 (multi_node.sbatch on one node) checkpoints, requeues itself, resumes from the
   checkpoint and ends with the weights of an uninterrupted run;
 - a sweep as a job array (submit_sweep.sh) runs one compare.py run per task, a warned task resumes after its
-  requeue, and the dependent job collects the table.
+  requeue, and the dependent job collects the table;
+- a job on two nodes (multi_node.sbatch, 2 nodes x 1 process) meets at its first node, writes one per-process
+  checkpoint file from each node, is requeued mid-run with ``scontrol requeue``, resumes, and ends with the weights
+  of the same job on one node with two processes.
 
 Needs root and the Debian packages slurmctld, slurmd, slurm-client and munge (.ci/run installs them); skipped when
 they are missing. On a failure the test prints the job's output and the daemons' logs.
@@ -28,6 +31,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from lightfed.core.process_states import FOLDER
 
 REPO = Path(__file__).resolve().parents[2]
 SLURM_DIR = REPO / "SLURM"
@@ -92,6 +97,7 @@ def _tail(path: Path, lines: int = 60) -> str:
 class Cluster:
     root: Path
     env: dict[str, str]
+    nodes: list[str]
     logs: list[Path] = field(default_factory=list)
 
     def cmd(self, *args: str, timeout: float = 30, check: bool = True, env: dict | None = None) -> str:
@@ -160,8 +166,24 @@ class Cluster:
             raise
 
 
-def _write_conf(root: Path) -> Path:
+def _node_names() -> list[str]:
+    """Two nodes on this host: this host's name (the jobs' first node, where they meet: Fabric's MASTER_ADDR, so it
+    must resolve) and a second name that sorts after it; one node, ``localhost``, where the host name does not
+    resolve (SLURM cannot have a second node beside a ``localhost`` one)."""
+    host = socket.gethostname()
+    try:
+        socket.gethostbyname(host)
+    except OSError:
+        return ["localhost"]
+    return [host, f"{host}-node2"]
+
+
+def _write_conf(root: Path, nodes: list[str]) -> Path:
     cpus = max(2, os.cpu_count() or 1)  # declared CPUs: 2 tasks must fit even on a 1-core machine
+    # each node its own slurmd on 127.0.0.1 at its own port (a slurmd built without multiple-slurmd support needs
+    # distinct NodeHostnames); %n: its own spool, pid and log
+    node_lines = "\n".join(f"NodeName={name} NodeHostname={name} NodeAddr=127.0.0.1 Port={_free_port()} CPUs={cpus} "
+                            "State=UNKNOWN" for name in nodes)
     conf = root / "slurm.conf"
     conf.write_text(f"""\
 ClusterName=lightfed-test
@@ -175,11 +197,11 @@ CredType=cred/munge
 # our own munged; credentials expire in 5 s, else a requeued job waits ~2 minutes before it may start again
 AuthInfo=cred_expire=5,socket={root}/munge/munge.socket
 StateSaveLocation={root}/state
-SlurmdSpoolDir={root}/spool
+SlurmdSpoolDir={root}/spool/%n
 SlurmctldPidFile={root}/slurmctld.pid
-SlurmdPidFile={root}/slurmd.pid
+SlurmdPidFile={root}/slurmd-%n.pid
 SlurmctldLogFile={root}/log/slurmctld.log
-SlurmdLogFile={root}/log/slurmd.log
+SlurmdLogFile={root}/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 # pgid: the job's processes do not outlive a requeue (linuxproc leaked them)
@@ -198,8 +220,8 @@ MpiDefault=none
 ReturnToService=2
 SchedulerParameters=sched_interval=2,bf_interval=1
 SlurmdParameters=config_overrides
-NodeName=localhost CPUs={cpus} State=UNKNOWN
-PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+{node_lines}
+PartitionName=debug Nodes={','.join(nodes)} Default=YES MaxTime=INFINITE State=UP
 """)
     return conf
 
@@ -227,23 +249,25 @@ def cluster():
     key.chmod(0o600)
     for path in (munge, key):
         os.chown(path, munge_user.pw_uid, munge_user.pw_gid)
-    conf = _write_conf(root)
+    nodes = _node_names()
+    conf = _write_conf(root, nodes)
     path = os.pathsep.join([str(Path(sys.executable).parent), SEARCH_PATH])
     env = {**_clean_env(), "SLURM_CONF": str(conf), "PATH": path, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     logs = [root / "log" / "start.log", munge / "munged.log", root / "log" / "slurmctld.log",
-            root / "log" / "slurmd.log"]
-    c = Cluster(root, env, logs)
+            *(root / "log" / f"slurmd-{node}.log" for node in nodes)]
+    c = Cluster(root, env, nodes, logs)
     try:
         with c.diagnose():
             c.start("runuser", "-u", "munge", "--", "munged", f"--socket={munge}/munge.socket",
                     f"--key-file={key}", f"--pid-file={munge}/munged.pid", f"--log-file={munge}/munged.log",
                     f"--seed-file={munge}/munged.seed")
             c.start("slurmctld", "-f", str(conf))
-            c.start("slurmd", "-f", str(conf), "-N", "localhost")
-            deadline = time.monotonic() + 30
-            while c.cmd("sinfo", "-h", "-o", "%T", check=False).strip() != "idle":
+            for node in nodes:
+                c.start("slurmd", "-f", str(conf), "-N", node)
+            deadline = time.monotonic() + 60
+            while c.cmd("sinfo", "-h", "-N", "-o", "%T", check=False).split() != ["idle"] * len(nodes):
                 if time.monotonic() > deadline:
-                    raise AssertionError(f"the node is not idle after 30 s: {c.cmd('sinfo', check=False)}")
+                    raise AssertionError(f"the nodes are not idle after 60 s: {c.cmd('sinfo', check=False)}")
                 time.sleep(0.2)
         yield c
     finally:
@@ -255,7 +279,7 @@ def cluster():
                         break
                     c.cmd("scancel", *jobs, check=False, timeout=10)
                     time.sleep(0.5)
-        for pid_file in (root / "slurmd.pid", root / "slurmctld.pid", munge / "munged.pid"):
+        for pid_file in (*(root / f"slurmd-{node}.pid" for node in nodes), root / "slurmctld.pid", munge / "munged.pid"):
             _stop(pid_file)
         shutil.rmtree(root, ignore_errors=True)
 
@@ -422,3 +446,51 @@ def test_sweep_array_runs_one_task_per_run_resumes_a_warned_task_and_collects(cl
         results = json.loads((out / "results.json").read_text())
         assert [r["status"] for r in results["runs"]] == ["finished", "finished"]
         assert "| quickstart | defaults | 2/2 |" in (out / "table.md").read_text()
+
+
+def test_two_node_job_survives_a_requeue_and_matches_one_node_with_two_processes(cluster, tmp_path, job_env):
+    if len(cluster.nodes) < 2:
+        pytest.skip(f"one node only: this host's name {socket.gethostname()} does not resolve")
+    rounds, held = 5, 3
+    config = "configs/digits/base.yaml configs/digits/scaffold.yaml"  # SCAFFOLD: per-process checkpoint files
+    args = [*QUICK, "--trainer.rounds", str(rounds), "--trainer.clients_per_round", "4", "--trainer.local_epochs", "1"]
+    marker = tmp_path / "held"
+    hold = [{"class_path": "tests.slurm.hold.HoldUntilSignalled", "init_args": {"marker": str(marker), "round": held}}]
+    env = {**job_env, "CONFIG": " ".join(str(REPO / c) for c in config.split()), "PYTHONPATH": str(REPO)}
+    output = tmp_path / "job-%j.out"
+    one_node = cluster.sbatch("multi_node.sbatch", [*CPU_JOB, "--nodes=1", f"--output={output}"], args,
+                              env={**env, "ROOT_DIR": str(tmp_path / "one")})
+    two_nodes = cluster.sbatch(
+        "multi_node.sbatch", ["--gpus-per-node=0", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=1",
+                              f"--output={output}"],
+        [*args, "--trainer.callbacks", json.dumps(hold)], env={**env, "ROOT_DIR": str(tmp_path / "two")})
+    version = tmp_path / "two" / f"lightfed-{two_nodes}" / "version_0"
+    logs = [tmp_path / f"job-{job}.out" for job in (one_node, two_nodes)]
+    with cluster.diagnose(*logs):
+        cluster.wait_for_file(marker, two_nodes, timeout=300)
+        cluster.cmd("scontrol", "requeue", two_nodes)  # SIGTERM to every task: round 3 ends, is checkpointed, stops
+        cluster.wait(two_nodes, timeout=400)
+        cluster.wait(one_node, timeout=300)
+        _assert_completed(cluster.job(one_node))
+        info = cluster.job(two_nodes)
+        _assert_completed(info)
+        assert info["Restarts"] == "1" and info["NodeList"] == ",".join(cluster.nodes), info
+        log = logs[1].read_text()
+        nodes = ",".join(cluster.nodes)
+        assert f"(restarts: 0) on {nodes}:" in log and f"(restarts: 1) on {nodes}:" in log, log
+        assert log.count("Starting with 2 processes") == 2, log
+        for node in cluster.nodes:  # each start ran one task on each node
+            slurmd_log = (cluster.root / "log" / f"slurmd-{node}.log").read_text()
+            assert slurmd_log.count(f"launch task StepId={two_nodes}.0 ") == 2, slurmd_log
+        # the first start stopped after the held round, the second resumed there
+        first, second = _event_files(version)
+        assert _events(first) == list(range(1, held + 1))
+        assert _events(second) == list(range(held + 1, rounds + 1))
+        checkpoint = _checkpoint(version / "checkpoints" / "last.ckpt")
+        assert checkpoint["round"] == rounds
+        saved = checkpoint["process_states"]
+        assert saved["world_size"] == 2 and len(set(saved["sha256"])) == 2, saved
+        files = sorted(p.name for p in (version / "checkpoints" / FOLDER / saved["folder"]).iterdir())
+        assert files == ["process_0_of_2.pt", "process_1_of_2.pt"], files
+        (reference,) = (tmp_path / "one" / f"lightfed-{one_node}").iterdir()
+        assert torch.equal(checkpoint["params"], _checkpoint(reference / "checkpoints" / "last.ckpt")["params"])

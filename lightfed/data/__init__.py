@@ -12,6 +12,7 @@ from lightfed.data.datasets import (
     Synthetic,
     TensorSplits,
 )
+from lightfed.data.flower_partitioner import FlowerPartitioner
 from lightfed.data.hugging_face import HuggingFace
 from lightfed.data.lightning_datamodule import DataModuleSource
 from lightfed.data.map_dataset import MapDataset
@@ -23,8 +24,10 @@ from lightfed.data.partitioners import (
     IIDPartitioner,
     NaturalIdPartitioner,
     Partitioner,
+    PathologicalPartitioner,
     QuantitySkewPartitioner,
     ShardPartitioner,
+    SizeSkewPartitioner,
 )
 
 __all__ = [
@@ -39,6 +42,7 @@ __all__ = [
     "Digits",
     "DirichletPartitioner",
     "FashionMNIST",
+    "FlowerPartitioner",
     "HuggingFace",
     "IIDPartitioner",
     "MapDataset",
@@ -46,8 +50,10 @@ __all__ = [
     "NaturalIdPartitioner",
     "NextTokenDataset",
     "Partitioner",
+    "PathologicalPartitioner",
     "QuantitySkewPartitioner",
     "ShardPartitioner",
+    "SizeSkewPartitioner",
     "Synthetic",
     "TensorSplits",
 ]

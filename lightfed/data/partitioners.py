@@ -1,6 +1,8 @@
 """Partitioners: split a centralised dataset's examples across clients."""
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import ClassVar
 
 import numpy as np
 
@@ -254,3 +256,101 @@ class NaturalIdPartitioner(Partitioner):
             )
         parts = np.split(np.argsort(groups, kind="stable"), np.cumsum(counts)[:-1])
         return parts + [np.empty(0, dtype=np.int64)] * (num_clients - len(ids))
+
+
+class PathologicalPartitioner(Partitioner):
+    """Each client holds examples of ``classes_per_client`` classes only (Flower's PathologicalPartitioner): the
+    classes are assigned to the clients, then each class's examples, in dataset order, are cut into near-equal parts,
+    one per client holding it (a class no client drew is left out). The same seed gives Flower's partition.
+
+    ``assignment``: ``random`` (each client draws its classes without replacement), ``deterministic`` (client k holds
+    classes k, k + 1, ... in sorted order, cyclically) or ``first-deterministic`` (client k holds class k, cyclically,
+    and draws the rest).
+    """
+
+    assignments = ("random", "deterministic", "first-deterministic")
+
+    def __init__(self, num_clients: int, classes_per_client: int = 2, assignment: str = "random") -> None:
+        """
+        Args:
+            num_clients: Number of clients to split the examples across.
+            classes_per_client: Classes each client holds.
+            assignment: How classes are assigned: random, deterministic or first-deterministic.
+        """
+        super().__init__(num_clients)
+        if classes_per_client < 1:
+            raise ConfigError(f"classes_per_client must be >= 1, got {classes_per_client}")
+        if assignment not in self.assignments:
+            raise ConfigError(f"assignment must be one of {', '.join(self.assignments)}, got {assignment!r}")
+        self.classes_per_client = classes_per_client
+        self.assignment = assignment
+
+    def split(self, labels: np.ndarray, seed: int) -> list[np.ndarray]:
+        """Assign classes to clients, then deal each class's examples to its clients in client order."""
+        classes = np.unique(labels)
+        if self.classes_per_client > len(classes):
+            raise ConfigError(
+                f"classes_per_client={self.classes_per_client} is more than the {len(classes)} classes of the dataset"
+            )
+        held = self._classes_of_clients(classes, np.random.default_rng(seed))
+        parts: list[list[np.ndarray]] = [[] for _ in range(self.num_clients)]
+        for c in classes:
+            holders = [k for k, own in enumerate(held) if c in own]
+            if holders:
+                for k, chunk in zip(holders, np.array_split(np.flatnonzero(labels == c), len(holders)), strict=True):
+                    parts[k].append(chunk)
+        return [np.concatenate(part) if part else np.empty(0, dtype=np.int64) for part in parts]
+
+    def _classes_of_clients(self, classes: np.ndarray, rng: np.random.Generator) -> list[list]:
+        """The classes each client holds, drawn as Flower draws them."""
+        held: list[list] = []
+        for k in range(self.num_clients):
+            if self.assignment == "random":
+                held.append(rng.choice(classes, size=self.classes_per_client, replace=False).tolist())
+            elif self.assignment == "deterministic":
+                held.append([classes[(k + i) % len(classes)] for i in range(self.classes_per_client)])
+            else:
+                own = [classes[k % len(classes)]]
+                while len(own) < self.classes_per_client:
+                    label = rng.choice(classes, size=1)[0]
+                    if label not in own:
+                        own.append(label)
+                held.append(own)
+        return held
+
+
+class SizeSkewPartitioner(Partitioner):
+    """Client k (from 1) gets a share of the examples proportional to k, k^2 or e^k (Flower's Linear, Square and
+    ExponentialPartitioner): each share rounded down, the last client taking what rounding leaves. Labels play no part.
+
+    With ``shuffle`` the clients take consecutive runs of a random order of the examples (from the seed); without it,
+    of the dataset's order, which is Flower's partition exactly.
+    """
+
+    needs_labels = False
+    growths: ClassVar[dict[str, Callable[[np.ndarray], np.ndarray]]] = {
+        "linear": lambda k: k,
+        "square": np.square,
+        "exponential": np.exp,
+    }
+
+    def __init__(self, num_clients: int, growth: str = "linear", shuffle: bool = True) -> None:
+        """
+        Args:
+            num_clients: Number of clients to split the examples across.
+            growth: How a client's share grows with its number: linear, square or exponential.
+            shuffle: Cut a random order of the examples (false: the dataset's order, as Flower does).
+        """
+        super().__init__(num_clients)
+        if growth not in self.growths:
+            raise ConfigError(f"growth must be one of {', '.join(self.growths)}, got {growth!r}")
+        self.growth = growth
+        self.shuffle = shuffle
+
+    def split(self, labels: np.ndarray, seed: int) -> list[np.ndarray]:
+        """Consecutive runs of sizes floor(share x N), the last run the rest."""
+        units = self.growths[self.growth](np.linspace(1, self.num_clients, self.num_clients))
+        sizes = np.array(units / units.sum() * len(labels), dtype=np.int64)
+        sizes[-1] += len(labels) - sizes.sum()
+        order = np.random.default_rng(seed).permutation(len(labels)) if self.shuffle else np.arange(len(labels))
+        return np.split(order, np.cumsum(sizes)[:-1])

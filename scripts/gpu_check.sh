@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Everything of lightfed that needs a GPU, in one command (about 10 minutes on one GPU), and one table at the end:
+#
+# - every strategy family (FedAvg, FedAdam, SCAFFOLD, FedBuff, DP-SGD, FedECADO, TrimmedMean) trains 2 rounds of
+#   digits on the GPU in 32-true, 16-mixed and bf16-mixed precision;
+# - clients trained in parallel on CUDA streams (trainer.clients_in_parallel 4);
+# - FedECADO's per-client state offloaded to pinned host memory (strategy.state_device cpu);
+# - the benchmarks with --device cuda (scripts/benchmark.py, circuit_benchmark.py, circuit_step_benchmark.py,
+#   data_benchmark.py).
+#
+#   scripts/gpu_check.sh                  # run it all; the logs go to $GPU_CHECK_OUT (default gpu-check/)
+#   scripts/gpu_check.sh --dry-run        # print each command and check that it parses (no GPU needed)
+#
+# A row is "ok" when its command exits 0; "detail" is the run's last metrics line or the benchmark's last line (its
+# full table is in the row's log). Exits 1 when a row failed. GPU_CHECK_ARGS: extra `lightfed fit` arguments for
+# every run; GPU_CHECK_TIMEOUT: seconds each row may take (default 300).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+DRY_RUN=0
+case "${1:-}" in
+    --dry-run) DRY_RUN=1 ;;
+    "") ;;
+    *) echo "usage: scripts/gpu_check.sh [--dry-run]" >&2; exit 2 ;;
+esac
+PYTHON=${PYTHON:-python}
+OUT=${GPU_CHECK_OUT:-gpu-check}
+TIMEOUT=${GPU_CHECK_TIMEOUT:-300}
+read -r -a EXTRA <<< "${GPU_CHECK_ARGS:-}"
+
+# ----------------------------------------------------------------- the checks: name, then the command's words
+NAMES=() COMMANDS=()
+check() { NAMES+=("$1"); shift; COMMANDS+=("$(printf '%q ' "$@")"); }
+
+FIT=(lightfed fit --trainer.accelerator gpu --trainer.devices 1 --trainer.rounds 2 --trainer.client_eval_interval 0
+     --trainer.progress_bar false --trainer.logger false --trainer.root_dir "$OUT/runs")
+DIGITS=(-c configs/digits/base.yaml)
+declare -A FAMILY=(
+    [fedavg]="-c configs/quickstart.yaml"
+    [fedadam]="${DIGITS[*]} -c configs/digits/fedadam.yaml"
+    [scaffold]="${DIGITS[*]} -c configs/digits/scaffold.yaml"
+    [fedbuff]="-c configs/async/digits/base.yaml -c configs/async/digits/fedbuff.yaml"
+    [dp-sgd]="${DIGITS[*]} -c configs/digits/fedavg.yaml -c configs/privacy/dp-sgd.yaml"
+    [fedecado]="${DIGITS[*]} -c configs/digits/fedecado.yaml"
+    [trimmedmean]="${DIGITS[*]} -c configs/digits/fedavg.yaml --strategy lightfed.strategies.TrimmedMean --strategy.trim 0.2"
+)
+for family in fedavg fedadam scaffold fedbuff dp-sgd fedecado trimmedmean; do
+    read -r -a config <<< "${FAMILY[$family]}"
+    for precision in 32-true 16-mixed bf16-mixed; do
+        check "$family $precision" "${FIT[@]}" "${config[@]}" --trainer.precision "$precision" \
+            --trainer.name "$family-$precision" "${EXTRA[@]}"
+    done
+done
+check "clients on 4 streams" "${FIT[@]}" -c configs/quickstart.yaml --trainer.clients_in_parallel 4 \
+    --trainer.name streams "${EXTRA[@]}"
+check "fedecado pinned offload" "${FIT[@]}" "${DIGITS[@]}" -c configs/digits/fedecado.yaml \
+    --strategy.init_args.state_device cpu --trainer.name pinned "${EXTRA[@]}"
+check "benchmark.py" "$PYTHON" scripts/benchmark.py --device cuda --rounds 2 --warmup-rounds 1 --repeats 1
+check "circuit_benchmark.py" "$PYTHON" scripts/circuit_benchmark.py --accelerator gpu --workloads digits resnet18gn \
+    --rounds 2 --warmup-rounds 1
+check "circuit_step_benchmark.py" "$PYTHON" scripts/circuit_step_benchmark.py --device cuda --repeats 3
+check "data_benchmark.py" "$PYTHON" scripts/data_benchmark.py --device cuda --repeats 2
+
+# ----------------------------------------------------------------- --dry-run: print, and parse every command line
+if [ "$DRY_RUN" = 1 ]; then
+    for i in "${!NAMES[@]}"; do printf '%-28s %s\n' "${NAMES[$i]}" "${COMMANDS[$i]}"; done
+    # one Python process parses them all: lightfed's commands with --print_config, the scripts' argparse parsers
+    GPU_CHECK_LINES=$(printf '%s\n' "${COMMANDS[@]}") "$PYTHON" - "${NAMES[@]}" <<'PY'
+import argparse, contextlib, io, os, runpy, shlex, sys
+
+from lightfed.cli import main
+
+
+class Parsed(Exception):
+    """A script's command line parsed: stop before the script runs."""
+
+
+parse_known_args = argparse.ArgumentParser.parse_known_args
+
+
+def parse_only(self, args=None, namespace=None):
+    namespace, rest = parse_known_args(self, args, namespace)  # an error exits 2, as usual
+    if rest:
+        self.error(f"unrecognized arguments: {' '.join(rest)}")
+    raise Parsed
+
+
+argparse.ArgumentParser.parse_args = parse_only
+lines = os.environ["GPU_CHECK_LINES"].splitlines()
+failed = []
+for name, line in zip(sys.argv[1:], lines):
+    words, errors = shlex.split(line), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(errors):
+            if words[0] == "lightfed":
+                main([*words[1:], "--print_config"])
+            else:
+                sys.argv = words[1:]
+                runpy.run_path(words[1], run_name="__main__")
+        code = 0
+    except Parsed:
+        code = 0
+    except SystemExit as exit:
+        code = exit.code or 0
+    if code:
+        failed.append(name)
+        reason = (errors.getvalue().strip().splitlines() or ["(no message)"])[-1]
+        print(f"gpu_check: {name}: does not parse: {reason}", file=sys.stderr)
+print(f"gpu_check: dry run: {len(lines) - len(failed)} of {len(lines)} command lines parse")
+sys.exit(1 if failed else 0)
+PY
+    exit $?
+fi
+
+# ----------------------------------------------------------------- the run
+if ! "$PYTHON" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+    echo "gpu_check: error: no CUDA device is visible to torch; run it on a machine with a GPU (or use --dry-run)" >&2
+    exit 2
+fi
+mkdir -p "$OUT/logs"
+ROWS=() FAILED=0
+for i in "${!NAMES[@]}"; do
+    name=${NAMES[$i]} log="$OUT/logs/$(echo "${NAMES[$i]}" | tr ' ' '_').log"
+    echo "gpu_check: $name" >&2
+    start=$(date +%s%N)
+    eval "timeout $TIMEOUT ${COMMANDS[$i]}" > "$log" 2>&1
+    code=$?
+    seconds=$(awk "BEGIN {printf \"%.1f\", ($(date +%s%N) - $start) / 1e9}")
+    if [ "$code" = 0 ]; then result=ok; else result="FAIL ($code)"; FAILED=$((FAILED + 1)); fi
+    detail=$(grep -E "val_acc=|test_acc=" "$log" | tail -n 1)
+    [ -n "$detail" ] || detail=$(grep -v '^\s*$' "$log" | tail -n 1)
+    ROWS+=("| $name | $result | $seconds | ${detail//|/\\|} |")
+done
+echo
+"$PYTHON" -c "import torch; print(f'{torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}')"
+echo "| check | result | seconds | detail |"
+echo "|---|---|---:|---|"
+printf '%s\n' "${ROWS[@]}"
+echo "logs: $OUT/logs"
+[ "$FAILED" = 0 ]

@@ -7,7 +7,6 @@ from dataclasses import replace
 from torch import Tensor
 
 from lightfed.core.messages import ClientPlan, ClientUpdate
-from lightfed.core.requirements import Requirements
 from lightfed.core.sums import Sums
 from lightfed.errors import ConfigError
 from lightfed.local.apfl_mixing import APFLMixing
@@ -26,8 +25,6 @@ class APFL(Personalized):
     by gradient descent each step (its Algorithm 1). The local model's steps are plain: the strategy's own rule (a
     proximal term, a correction) is refused."""
 
-    own_requirements = Requirements(client_state=True, plain_sgd=True)
-
     def __init__(self, strategy: Strategy, alpha: float = 0.25, alpha_lr: float | None = None) -> None:
         """
         Args:
@@ -43,7 +40,10 @@ class APFL(Personalized):
     def configure_client(self, plan: ClientPlan, received: Mapping[str, Tensor] = NOTHING) -> ClientPlan:
         plan = self.inner.configure_client(plan, received)
         if plan.rule is not None:
-            raise ConfigError(f"APFL trains the global model with plain local steps, not {type(plan.rule).__name__}")
+            raise ConfigError(
+                "APFL trains the global model with the model's own local steps: wrap a strategy without a local rule "
+                f"(FedAvg, FedAdam, ...), not one with {type(plan.rule).__name__}"
+            )
         alpha = self.client_states.get(plan.client_id, ALPHA)
         rule = APFLMixing(
             self.client_states.get(plan.client_id, PERSONAL),

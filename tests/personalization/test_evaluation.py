@@ -72,3 +72,12 @@ def test_a_client_subset_is_fixed_by_the_seed_and_sorted():
     assert chosen == ClientEvaluation(clients=5, seed=3).evaluated(20) == sorted(chosen) and len(set(chosen)) == 5
     assert ClientEvaluation(clients=5, seed=4).evaluated(20) != chosen
     assert ClientEvaluation(clients=30).evaluated(20) == list(range(20)) and EVALUATED != FINETUNE
+
+
+def test_fine_tuning_in_evaluation_leaves_the_runs_weights_as_they_are(tmp_path):
+    def weights(**evaluation) -> torch.Tensor:
+        trainer = small_trainer(tmp_path / str(len(evaluation)), rounds=2, clients_per_round=3, **evaluation)
+        trainer.fit(linear_net(LR), pathological_data(6, client_val_fraction=0.3), FedAvg())
+        return trainer.params
+
+    assert torch.equal(weights(), weights(client_eval_interval=1, client_eval_finetune_steps=STEPS))

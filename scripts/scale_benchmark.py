@@ -88,12 +88,18 @@ def worker(args: argparse.Namespace, clients: int, strategy_name: str) -> dict:
         "scaffold-disk": lambda: Scaffold(client_states="disk", client_states_folder=root),
     }[strategy_name]()
     trainer = FederatedTrainer(
-        accelerator="cpu", rounds=args.rounds, clients_per_round=args.clients_per_round, local_epochs=1,
-        root_dir=root, progress_bar=False, logger=False, callbacks=[Clock()],
+        accelerator="cpu",
+        rounds=args.rounds,
+        clients_per_round=args.clients_per_round,
+        local_epochs=1,
+        root_dir=root,
+        progress_bar=False,
+        logger=False,
+        callbacks=[Clock()],
     )
     model = MLP(in_features=args.dim, num_classes=10, optimizer=partial(torch.optim.SGD, lr=0.05))
     trainer.fit(model, data, strategy)
-    periods = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(starts, starts[1:])]
+    periods = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(starts, starts[1:], strict=False)]
     return {
         "clients": clients,
         "strategy": strategy_name,
@@ -127,7 +133,9 @@ def main(argv: list[str] | None = None) -> None:
         f"clients a round, {args.rounds} rounds, a checkpoint every round; load average {load:.1f} before, "
         f"{os.getloadavg()[0]:.1f} after, {os.cpu_count()} cores\n"
     )
-    print("| clients | strategy | peak RSS (MB) | partition (s) | s/round | written/round | written/last round | run (s) |")
+    print(
+        "| clients | strategy | peak RSS (MB) | partition (s) | s/round | written/round | written/last round | run (s) |"
+    )
     print("|---:|---|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         print(

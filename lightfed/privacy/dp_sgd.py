@@ -15,7 +15,6 @@ from lightning.fabric import Fabric
 from lightning.fabric.utilities.apply_func import apply_to_collection
 from lightning.pytorch.utilities.data import extract_batch_size
 from torch import Tensor, nn
-from torch.utils.data import TensorDataset
 
 from lightfed.core.local_context import LocalContext
 from lightfed.core.local_session import LocalSession
@@ -262,7 +261,7 @@ class DPSGDSession(LocalSession):
     ``LocalSession.gradient``."""
 
     def __init__(self, privacy: DPSGD, context: LocalContext, plan: ClientPlan, generator: torch.Generator) -> None:
-        from opacus.data_loader import DPDataLoader
+        from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 
         super().__init__(context, plan, generator)
         self.privacy = privacy
@@ -272,23 +271,28 @@ class DPSGDSession(LocalSession):
         self.sample_rate, _ = privacy.schedule(client_id)
         private = privacy.private_training(context)
         self.hooks, self.optimizer = private.hooks, private.optimizer
-        positions = TensorDataset(torch.arange(context.data.client_size(client_id)))
-        self.loader = DPDataLoader(positions, sample_rate=self.sample_rate, generator=private.generator or generator)
+        size = context.data.client_size(client_id)
+        self.sampler = UniformWithReplacementSampler(
+            num_samples=size, sample_rate=self.sample_rate, generator=private.generator or generator
+        )
         self.optimizer.noise_multiplier = self.noise
-        self.optimizer.expected_batch_size = int(len(positions) * (1 / len(self.loader)))  # as make_private sets it
+        self.optimizer.expected_batch_size = int(size * (1 / len(self.sampler)))  # as make_private sets it
         self.accountant = load_accountant(privacy.accountant, privacy.client_states.get(client_id, STATE))
         self.releases = 0
         self.hooks.enable_hooks()
 
     def batches(self) -> Iterator[Batch]:
         steps, taken = self.plan.steps, 0
-        passes = cast(int, self.plan.epochs) if steps is None else math.ceil(steps / len(self.loader))
+        passes = cast(int, self.plan.epochs) if steps is None else math.ceil(steps / len(self.sampler))
         for _ in range(passes):
-            for (positions,) in self.loader:
+            # the draw Opacus' DPDataLoader makes as a pass starts (its workers' base seed): the same batches as it
+            torch.empty((), dtype=torch.int64).random_(generator=self.sampler.generator)
+            for positions in self.sampler:
                 if taken == steps:
                     return
                 taken += 1
-                yield self.context.data.client_subset(self.plan.client_id, positions, self.generator)
+                chosen = torch.tensor(positions, dtype=torch.int64)
+                yield self.context.data.client_subset(self.plan.client_id, chosen, self.generator)
 
     def gradient(self, batch: Batch, batch_idx: int) -> Tensor:
         """Clipped, noised gradient of the Poisson batch, in physical chunks; the per-example gradients of every

@@ -30,7 +30,7 @@ class DataModuleSource(DatasetSource):
     def __init__(
         self,
         datamodule: LightningDataModule,
-        label_key: int | str | Callable[[Any], Any] | None = None,
+        label_key: Callable[[Any], Any] | int | str | None = None,
         find_labels: bool = True,
         num_classes: int | None = None,
     ) -> None:

@@ -25,6 +25,12 @@ Each (workload, devices, strategy) is a fresh subprocess of this script (``--wor
 timed round; no TensorBoard logger, no progress bar. Per timed round (the warm-up rounds are left out; a callback
 notes the times):
 
+- run s: the whole run, from the start of fitting to the end of the last round, warm-up rounds included (with
+  ``--warmup-rounds 0`` every client's first participation, and so its curvature estimate, is in it), and run/FedAvg
+  its multiple of FedAvg's; the whole-run cost a user pays; cpu s: the CPU time the run's processes spent in those
+  rounds (user + system, ``time.process_time``, summed over processes) and cpu/FedAvg its multiple: on a shared
+  machine, where other jobs stretch the wall time of whichever run they overlap, the steadier comparison (with one
+  thread a process, ``--threads 1``, no thread spins waiting for another);
 - round s: wall time from the end of one round (``on_round_end``) to the end of the next, as ``scripts/benchmark.py``
   measures it (everything the trainer does per round);
 - client s: from ``on_round_start`` to the last ``on_client_end`` of the round (configuring, training and
@@ -46,6 +52,12 @@ All runs use the same number of torch/OpenMP threads per process (``--threads``,
     python scripts/circuit_benchmark.py                                          # all three workloads, 1 process
     python scripts/circuit_benchmark.py --workloads digits vgg11 --rounds 3 --clients 20 --examples 50
     python scripts/circuit_benchmark.py --workloads resnet18gn --accelerator gpu --devices 1 2
+    python scripts/circuit_benchmark.py --workloads digits --clients 100 --examples 14 --warmup-rounds 0 --rounds 30 \
+        --variant FedECADO-cheap=FedECADO,curvature_batches=1,curvature_probes=1,curvature_examples=8 \
+        --strategies FedAvg FedECADO FedECADO-cheap
+
+``--variant NAME=BASE,KEY=VALUE,...`` adds a row: FedECADO or AdaptiveFedECADO with its config's settings and these
+constructor arguments (e.g. a cheaper curvature estimate), named in ``--strategies``.
 """
 
 from __future__ import annotations
@@ -71,6 +83,7 @@ from lightfed.experiments.synthetic_cifar import SyntheticCIFAR
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 STRATEGIES = ("FedAvg", "FedECADO", "AdaptiveFedECADO", "AdaptiveFedECADO-retro")
+BASES = ("FedAvg", "FedECADO", "AdaptiveFedECADO")
 
 
 @dataclass(frozen=True)
@@ -116,13 +129,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="FedECADO's L (default: active clients x (local epochs x lr)^2, the configs' rule of thumb)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch/OpenMP threads per process, the same for every run (default: cores / max --devices)")
-    p.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=list(STRATEGIES),
-                   help="which strategies to run (FedAvg is always needed: the ratios are to it)")
+    p.add_argument("--strategies", nargs="+", default=list(STRATEGIES),
+                   help=f"which strategies to run, of {', '.join(STRATEGIES)} and the --variant names (FedAvg is "
+                        "always needed: the ratios are to it)")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=BASE[,KEY=VALUE...]",
+                   help="a further strategy row: BASE (FedECADO or AdaptiveFedECADO) with its config settings and "
+                        "these constructor arguments (YAML values), e.g. "
+                        "FedECADO-cheap=FedECADO,curvature_probes=1,curvature_examples=8; repeatable")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     p.add_argument("--keep", type=Path, default=None, help="folder to keep the runs' files in (default: a temp dir)")
     # internal: one measured run (one workload, one number of processes, one strategy) in this process
-    p.add_argument("--worker", choices=STRATEGIES, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     for name in ("rounds", "clients_per_round"):
@@ -143,7 +161,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--clients-per-round must be <= --clients")
     if "FedAvg" not in args.strategies:
         p.error("--strategies must include FedAvg (the ratios are to it)")
+    try:
+        args.variants = dict(parse_variant(text) for text in args.variant)
+    except ValueError as error:
+        p.error(f"--variant: {error}")
+    unknown = set(args.strategies) - set(STRATEGIES) - set(args.variants)
+    if unknown:
+        p.error(f"--strategies: unknown {', '.join(sorted(unknown))} (neither built in nor a --variant)")
     return args
+
+
+def parse_variant(text: str) -> tuple[str, tuple[str, dict]]:
+    """"NAME=BASE,KEY=VALUE,..." -> (NAME, (BASE, {KEY: VALUE})), the values parsed as YAML."""
+    name, _, spec = text.partition("=")
+    base, *pairs = spec.split(",")
+    if not name or base not in BASES[1:]:
+        raise ValueError(f"expected NAME=FedECADO|AdaptiveFedECADO[,KEY=VALUE...], got {text!r}")
+    if any("=" not in pair for pair in pairs):
+        raise ValueError(f"expected KEY=VALUE pairs after the base, got {text!r}")
+    return name, (base, {key: yaml.safe_load(value) for key, value in (pair.split("=", 1) for pair in pairs)})
 
 
 def settings(args: argparse.Namespace, name: str) -> dict:
@@ -174,8 +210,17 @@ def strategy_settings(args: argparse.Namespace, run: dict) -> dict[str, dict]:
         fedecado["sensitivity_step"] = run["lr"]
     elif args.inductance:
         fedecado["inductance"] = args.inductance
-    return {"FedAvg": {}, "FedECADO": fedecado, "AdaptiveFedECADO": adaptive,
-            "AdaptiveFedECADO-retro": {**adaptive, "client_lte": "retrospective"}}
+    built_in = {"FedAvg": {}, "FedECADO": fedecado, "AdaptiveFedECADO": adaptive,
+                "AdaptiveFedECADO-retro": {**adaptive, "client_lte": "retrospective"}}
+    variants = {name: {**built_in[base], **extra} for name, (base, extra) in args.variants.items()}
+    return {**built_in, **variants}
+
+
+def base_strategy(args: argparse.Namespace, name: str) -> str:
+    """The class a row runs: FedAvg, FedECADO or AdaptiveFedECADO."""
+    if name in args.variants:
+        return args.variants[name][0]
+    return "AdaptiveFedECADO" if name == "AdaptiveFedECADO-retro" else name
 
 
 def threads_per_process(args: argparse.Namespace) -> int:
@@ -238,8 +283,7 @@ def make_strategy(name: str, kwargs: dict):
         def metrics(self) -> dict[str, float]:
             return {**super().metrics(), "server_seconds": self.server_seconds}
 
-    classes = {"FedAvg": TimedFedAvg, "FedECADO": FedECADO, "AdaptiveFedECADO": AdaptiveFedECADO,
-               "AdaptiveFedECADO-retro": AdaptiveFedECADO}
+    classes = {"FedAvg": TimedFedAvg, "FedECADO": FedECADO, "AdaptiveFedECADO": AdaptiveFedECADO}
     return classes[name](**kwargs)
 
 
@@ -278,6 +322,7 @@ def run_worker(args: argparse.Namespace) -> None:
 
         def on_fit_start(self, trainer) -> None:
             self.began = self.now(trainer)
+            self.cpu_began = time.process_time()
 
         def on_round_start(self, trainer, round: int) -> None:
             self.starts.append(self.now(trainer))
@@ -290,6 +335,7 @@ def run_worker(args: argparse.Namespace) -> None:
 
         def on_round_end(self, trainer, round: int, metrics: dict[str, float]) -> None:
             self.ends.append(self.now(trainer))
+            self.cpu_seconds = time.process_time() - self.cpu_began
             self.metrics.append({k: float(v) for k, v in metrics.items() if k.startswith("strategy/server_")})
             if trainer.round >= total:
                 trainer.should_stop = True
@@ -300,7 +346,7 @@ def run_worker(args: argparse.Namespace) -> None:
     clock = RoundClock()
     model = make_model(run, args.seed)
     data = make_data(run, args.seed)
-    strategy = make_strategy(args.worker, strategy_settings(args, run)[args.worker])
+    strategy = make_strategy(base_strategy(args, args.worker), strategy_settings(args, run)[args.worker])
     trainer = FederatedTrainer(
         accelerator=args.accelerator,
         devices=args.devices[0],
@@ -329,6 +375,8 @@ def run_worker(args: argparse.Namespace) -> None:
         "params": sum(p.numel() for p in model.parameters()),
         "rounds_done": trainer.round,
         "round_times": periods[skip:],
+        "run_seconds": sum(periods),
+        "run_cpu_seconds": clock.cpu_seconds,
         "client_times": [0.0 if end is None else end - start
                          for start, end in zip(clock.starts[skip:], clock.last_client[skip:])],
         "server_times": [m.get("strategy/server_seconds", math.nan) for m in clock.metrics[skip:]],
@@ -363,6 +411,8 @@ def launch(args: argparse.Namespace, workload: str, devices: int, strategy: str,
     for name in ("clients", "examples", "local_epochs", "inductance"):
         if getattr(args, name) is not None:
             command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    for text in args.variant:
+        command += ["--variant", text]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}  # buffered: each result line leaves in one write
     proc = subprocess.run(command, env=env, capture_output=True, text=True)
     results = result_lines(proc.stdout)
@@ -385,6 +435,8 @@ def summarize(results: list[dict]) -> dict:
     slowest_clients = [max(r["client_times"][i] for r in results) for i in range(len(first["client_times"]))]
     s = {
         "round_s": median(first["round_times"]),
+        "run_s": first["run_seconds"],
+        "cpu_s": sum(r["run_cpu_seconds"] for r in results),
         "client_s": median(slowest_clients),
         "server_s": median(first["server_times"]),
         "server_steps": median(first["server_steps"]),
@@ -423,6 +475,8 @@ def run_all(args: argparse.Namespace, root: Path) -> dict:
             for row in table["rows"].values():
                 if "failed" not in row and "failed" not in base:
                     row["round_ratio"] = row["round_s"] / base["round_s"]
+                    row["run_ratio"] = row["run_s"] / base["run_s"]
+                    row["cpu_ratio"] = row["cpu_s"] / base["cpu_s"]
                     row["server_ratio"] = row["server_s"] / base["server_s"]
             report["tables"].append(table)
             print_table(report, table)
@@ -433,7 +487,7 @@ def fmt(x: float) -> str:
     return "-" if math.isnan(x) else f"{x:.4g}"
 
 
-HEADER = (f"  {'strategy':22s} {'round s':>9s} {'client s':>9s} {'server s':>10s} {'other s':>9s} "
+HEADER = (f"  {'strategy':22s} {'run s':>8s} {'run/FedAvg':>10s} {'cpu s':>8s} {'cpu/FedAvg':>10s} {'round s':>9s} {'client s':>9s} {'server s':>10s} {'other s':>9s} "
           f"{'round/FedAvg':>12s} {'server/FedAvg':>13s} {'srv steps':>9s} {'rejected':>8s} {'curv.est':>8s}  "
           "client state bytes/process")
 
@@ -448,19 +502,24 @@ def print_table(report: dict, table: dict) -> None:
     print(f"\n{run['workload']} ({run['model']}{params}; {data}): {run['clients']} clients, "
           f"{run['clients_per_round']} per round, {run['local_epochs']} local epoch(s), batch {run['batch_size']}, "
           f"lr {run['lr']:g} (as {run['settings_from']})")
-    print(f"devices={table['devices']} ({device}), {report['threads']} thread(s)/process; median over "
-          f"{report['rounds']} timed round(s) after {report['warmup_rounds']} warm-up round(s)")
+    print(f"devices={table['devices']} ({device}), {report['threads']} thread(s)/process; run s: the whole run, "
+          f"{report['warmup_rounds'] + report['rounds']} round(s) with every first participation; the other columns: "
+          f"median over {report['rounds']} timed round(s) after {report['warmup_rounds']} warm-up round(s)")
     st = table["strategy_settings"]
     fe, ad = st["FedECADO"], st["AdaptiveFedECADO"]
     print("  FedECADO: " + ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in fe.items())
           + ";  AdaptiveFedECADO: " + ", ".join(f"{k} {v}" for k, v in ad.items()))
+    for name in rows:
+        if name not in STRATEGIES:
+            print(f"  {name}: {st[name]}")
     print(HEADER)
     for name, row in rows.items():
         if "failed" in row:
             print(f"  {name:22s} failed: {row['failed']}")
             continue
         state = " / ".join(str(b) for b in row["client_state_bytes"])
-        print(f"  {name:22s} {fmt(row['round_s']):>9s} {fmt(row['client_s']):>9s} {fmt(row['server_s']):>10s} "
+        print(f"  {name:22s} {fmt(row['run_s']):>8s} {fmt(row.get('run_ratio', math.nan)):>10s} "
+              f"{fmt(row['cpu_s']):>8s} {fmt(row.get('cpu_ratio', math.nan)):>10s} {fmt(row['round_s']):>9s} {fmt(row['client_s']):>9s} {fmt(row['server_s']):>10s} "
               f"{fmt(row['other_s']):>9s} {fmt(row.get('round_ratio', math.nan)):>12s} "
               f"{fmt(row.get('server_ratio', math.nan)):>13s} {fmt(row['server_steps']):>9s} "
               f"{fmt(row['server_rejected']):>8s} {fmt(row['curvature_estimates']):>8s}  {state}")

@@ -17,7 +17,7 @@ from lightfed.errors import ConfigError
 from lightfed.local.base import LocalRule
 
 ErrorScale = Literal["absolute", "state", "step"]
-StepLimit = Literal["none", "monotone", "descent"]
+StepLimit = Literal["none", "monotone", "descent", "stability"]
 
 
 def passivity_bound(params: Tensor, velocity: Tensor) -> float:
@@ -77,6 +77,7 @@ class AdaptiveEuler(LocalRule):
         error_norm: ErrorNorm = "max",
         track_decay: bool = False,
         fixed_lr: float | None = None,
+        curvature_examples: int | None = None,
     ) -> None:
         if not tolerance > 0 or not fallback_step > 0:
             raise ConfigError(f"the LTE tolerance and fallback step must be > 0, got {tolerance} and {fallback_step}")
@@ -94,6 +95,7 @@ class AdaptiveEuler(LocalRule):
         self.cap_at_first_step = cap_at_first_step
         self.curvature_batches = curvature_batches
         self.curvature_probes = curvature_probes
+        self.curvature_examples = curvature_examples
         self.seed = seed
         self.curvature: Tensor | None = None
         self.track_decay = track_decay
@@ -118,13 +120,18 @@ class AdaptiveEuler(LocalRule):
         self.decay = SpeedDecay() if self.track_decay else None
         if self.curvature_batches > 0:
             self.curvature = client_hessian_diagonal(
-                context, self.client_id, self.curvature_batches, self.curvature_probes, self.seed
+                context,
+                self.client_id,
+                self.curvature_batches,
+                self.curvature_probes,
+                self.seed,
+                self.curvature_examples,
             )
 
     def _allowed(self, dt: float, speed: float) -> float:
         """The largest LTE a step dt may have (``error_scale``, ``step_limit``); speed = max|v|."""
         allowed = self.tolerance * (dt * speed if self.error_scale == "step" else self.reference)
-        return allowed if self.step_limit == "none" else min(allowed, dt * speed / (2 * self._alignment()))
+        return allowed if self.step_limit == "none" else min(allowed, dt * speed / self._limit())
 
     def _largest_step(self, rate: float, speed: float) -> float:
         """The step whose LTE, rate x dt^2 (rate = |x''| / 2), equals the allowed error."""
@@ -132,7 +139,13 @@ class AdaptiveEuler(LocalRule):
             step = self.tolerance * speed / rate
         else:
             step = math.sqrt(self.tolerance * self.reference / rate)
-        return step if self.step_limit == "none" else min(step, speed / (2 * rate * self._alignment()))
+        return step if self.step_limit == "none" else min(step, speed / (rate * self._limit()))
+
+    def _limit(self) -> float:
+        """k in the step limit LTE <= dt |v| / k, i.e. |dv| <= 2 |v| / k: 2 ("monotone": p dt |Hv| <= |v|, no
+        overshoot along v), 2 cos ("descent"), 4/3 ("stability": p dt |Hv| <= 1.5 |v|, Forward Euler's amplification
+        of the mode along v within +-1/2; at its stability bound itself, 2 |v|, the quadratics stall at gamma >= 1)."""
+        return 4 / 3 if self.step_limit == "stability" else 2 * self._alignment()
 
     def _alignment(self) -> float:
         """1 ("monotone"), or with "descent" cos(v, -dv), the last measured velocity change's alignment against the

@@ -77,6 +77,7 @@ class AdaptiveFedECADO(FedECADO):
         client_norm: ErrorNorm = "rms",
         inductance: float = 1.0,
         fixed_lr: float | None = None,
+        curvature_examples: int | None = None,
     ) -> None:
         """
         Args:
@@ -87,6 +88,8 @@ class AdaptiveFedECADO(FedECADO):
                 continued along its own deceleration ("decay", see ``FedECADO``).
             curvature_batches: Local batches of the Hessian-diagonal estimate.
             curvature_probes: Rademacher probes per batch.
+            curvature_examples: None: the estimate runs on whole local batches; a number: on random subsets of that
+                many of the client's examples (see ``FedECADO``).
             fallback_step: With ``first_step="passivity"``: a client's first step where the passivity bound is not
                 positive (backtracking shrinks it).
             cap_client_steps: No client step exceeds its round's first trial step; False: steps may double while the
@@ -118,8 +121,10 @@ class AdaptiveFedECADO(FedECADO):
                 is the step's fraction of Forward Euler's stability limit). The server's error stays absolute.
             step_limit: "monotone" (default): no client step overshoots along its own direction (LTE <= |dt v| / 2,
                 half of Forward Euler's stability limit) whatever gamma; "descent": no step goes past the minimum of
-                the client's energy along its direction (p dt v'Hv <= |v|^2, at least as long); "none": the tolerance
-                alone (the paper).
+                the client's energy along its direction (p dt v'Hv <= |v|^2, at least as long); "stability": steps up to 1.5 x
+                "monotone"'s, p dt |Hv| <= 1.5 |v|, within Forward Euler's stability bound (2 |v|) with the mode along
+                the step amplified by at most -1/2 (it overshoots the valley's floor instead of stopping short); "none": the tolerance alone (the
+                paper).
             client_norm: The norm of a client's errors and velocities: "rms" (default, the root mean square over the
                 coordinates, as the server's) or "max" (the paper's, eq. 15: the stiffest weight sets every step).
             inductance: L_i of every branch with ``damping="constant"``.
@@ -132,7 +137,8 @@ class AdaptiveFedECADO(FedECADO):
         if not inductance > 0 or (fixed_lr is not None and not fixed_lr > 0):
             raise ConfigError(f"strategy.inductance and fixed_lr must be > 0, got {inductance} and {fixed_lr}")
         control = {"tolerance": tolerance, "max_growth": 2.0, "min_step": min_step, "norm": error_norm}
-        self._configure_circuit(control, beyond_window, curvature_batches, curvature_probes, 0, state_device)
+        estimate = (curvature_batches, curvature_probes, curvature_examples)
+        self._configure_circuit(control, beyond_window, estimate, 0, state_device)
         self.tolerance = tolerance
         self.sensitivity_step = sensitivity_step
         self.fallback_step = fallback_step
@@ -164,6 +170,7 @@ class AdaptiveFedECADO(FedECADO):
             error_norm=self.client_norm,
             track_decay=self.beyond_window == "decay",
             fixed_lr=self.fixed_lr,
+            curvature_examples=self.curvature_examples,
         )
 
     def client_report(self, update: ClientUpdate) -> dict[str, float | Tensor]:

@@ -23,7 +23,8 @@ class CouplingCurrent(GradientCorrection):
     ``scale="unit"``: beta = 1, the paper's Algorithm 2 literally; its fixed point weighs every client equally.
 
     With ``curvature_batches > 0`` the client also estimates its Hessian diagonal at the global model (Hutchinson,
-    ``curvature_probes`` probes on that many of its batches) before training, reported as ``curvature``. With
+    ``curvature_probes`` probes on that many of its batches, or on random subsets of ``curvature_examples`` examples)
+    before training, reported as ``curvature``. With
     ``track_decay`` it also reports how its speed decayed over the window (``decay``, see ``SpeedDecay``).
     """
 
@@ -46,6 +47,7 @@ class CouplingCurrent(GradientCorrection):
         curvature_probes: int = 8,
         seed: int = 0,
         track_decay: bool = False,
+        curvature_examples: int | None = None,
     ) -> None:
         super().__init__(current)
         self.decay = SpeedDecay() if track_decay else None
@@ -54,6 +56,7 @@ class CouplingCurrent(GradientCorrection):
         self.scale = scale
         self.curvature_batches = curvature_batches
         self.curvature_probes = curvature_probes
+        self.curvature_examples = curvature_examples
         self.seed = seed
         self.curvature: Tensor | None = None
 
@@ -64,7 +67,12 @@ class CouplingCurrent(GradientCorrection):
         self.context = context
         if self.curvature_batches > 0:
             self.curvature = client_hessian_diagonal(
-                context, self.client_id, self.curvature_batches, self.curvature_probes, self.seed
+                context,
+                self.client_id,
+                self.curvature_batches,
+                self.curvature_probes,
+                self.seed,
+                self.curvature_examples,
             )
 
     def adjust(self, grad: Tensor, params: Tensor) -> None:

@@ -52,9 +52,20 @@ def module_hessian_diagonal(
     return total / count
 
 
-def client_hessian_diagonal(context: LocalContext, client_id: int, batches: int, probes: int, seed: int) -> Tensor:
-    """``module_hessian_diagonal`` of the client's live module on ``batches`` of its own shuffled batches."""
+def client_hessian_diagonal(
+    context: LocalContext, client_id: int, batches: int, probes: int, seed: int, examples: int | None = None
+) -> Tensor:
+    """``module_hessian_diagonal`` of the client's live module on ``batches`` of its own shuffled batches, or with
+    ``examples`` on ``batches`` random subsets of that many of its examples (a smaller sample set: an estimate costs
+    about ``examples`` / batch size of one on whole batches)."""
     generator = torch.Generator().manual_seed(seed)
-    return module_hessian_diagonal(
-        context.module, context.data.client_batches(client_id, generator, steps=batches), probes, generator
-    )
+    data = context.data
+    if examples is None:
+        samples: Iterable = data.client_batches(client_id, generator, steps=batches)
+    else:
+        size = data.client_size(client_id)
+        samples = (
+            data.client_subset(client_id, torch.randperm(size, generator=generator)[:examples], generator)
+            for _ in range(batches)
+        )
+    return module_hessian_diagonal(context.module, samples, probes, generator)

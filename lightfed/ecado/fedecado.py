@@ -131,6 +131,7 @@ class FedECADO(ShardedStrategy):
         min_step: float = 1e-2,
         state_device: StateDevice = "accelerator",
         window_end: WindowEnd = "mean",
+        curvature_examples: int | None = None,
     ) -> None:
         """
         Args:
@@ -152,6 +153,9 @@ class FedECADO(ShardedStrategy):
                 the toy quadratics, whose curvature is comparable to 1/dt_G, it converges 30x further in 100 rounds).
             curvature_batches: Local batches the estimate averages over.
             curvature_probes: Rademacher probes per batch.
+            curvature_examples: None: the estimate runs on whole local batches; a number: on random subsets of that
+                many of the client's examples instead (the paper's "smaller sample set"; costs about that many over
+                the batch size of an estimate on whole batches).
             curvature_every: Re-estimate a client's curvature when it is sampled this many rounds after its last
                 estimate; 0: estimate once.
             coupling: "data_size": clients add (B/|D_i|) I_i to their gradient steps (the fixed point is the
@@ -182,7 +186,11 @@ class FedECADO(ShardedStrategy):
             raise ConfigError(f"strategy.initial_step must be > 0 or null, got {initial_step}")
         control = {"tolerance": tolerance, "max_growth": max_growth, "min_step": min_step, "norm": error_norm}
         self._configure_circuit(
-            control, beyond_window, curvature_batches, curvature_probes, curvature_every, state_device
+            control,
+            beyond_window,
+            (curvature_batches, curvature_probes, curvature_examples),
+            curvature_every,
+            state_device,
         )
         self.inductance = inductance
         self.window_end = window_end
@@ -205,15 +213,17 @@ class FedECADO(ShardedStrategy):
         self,
         control: dict[str, Any],
         beyond_window: BeyondWindow,
-        batches: int,
-        probes: int,
+        estimate: tuple[int, int, int | None],
         every: int,
         state_device: StateDevice,
     ) -> None:
         """The settings the server circuit and the curvature estimates share with ``AdaptiveFedECADO``."""
         self.state_device = state_device
-        if batches < 1 or probes < 1 or every < 0:
-            raise ConfigError("strategy.curvature_batches and curvature_probes must be >= 1, curvature_every >= 0")
+        batches, probes, examples = estimate
+        if batches < 1 or probes < 1 or every < 0 or (examples is not None and examples < 1):
+            raise ConfigError(
+                "strategy.curvature_batches, curvature_probes and curvature_examples must be >= 1, curvature_every >= 0"
+            )
         try:
             self.control = StepControl(**control)
         except ConfigError as error:
@@ -223,6 +233,7 @@ class FedECADO(ShardedStrategy):
             self.report_scalars = (*type(self).report_scalars, "decay")
         self.curvature_batches = batches
         self.curvature_probes = probes
+        self.curvature_examples = examples
         self.curvature_every = every
 
     def setup(self, context: ServerContext) -> None:
@@ -269,6 +280,7 @@ class FedECADO(ShardedStrategy):
             self.curvature_probes,
             plan.seed,
             track_decay=self.beyond_window == "decay",
+            curvature_examples=self.curvature_examples,
         )
 
     def client_report(self, update: ClientUpdate) -> dict[str, float | Tensor]:

@@ -233,6 +233,31 @@ def test_the_monotone_step_limit_by_hand():
     assert rule.errors[0] == pytest.approx(10 * 0.405 / 0.45)  # in units of the tolerance: 0.9 gamma
 
 
+def test_the_stability_step_limit_by_hand():
+    """F = 4 (x - 0.5)^2 / 2, x0 = 1, p = 1, I = 0, gamma = 10: v = -2, the passivity trial 2 x'(-v) / |v|^2 = 1 (dt h = 4,
+    past FE's stability bound 2) has LTE (1 / 2) x 8 = 4 <= 10 and lands on x = -1 with "none". "stability" allows
+    LTE <= 3 dt |v| / 4 = 1.5: cut to 0.9 x 1.5 / 4 = 0.3375 (dt h = 1.35: x = 0.325, overshooting the minimum, LTE
+    0.16875 x 2.7 = 0.456 against 0.506); "monotone" allows dt |v| / 2 = 1: cut to 0.225 (dt h = 0.9: x = 0.55, short
+    of it)."""
+    problem = Quadratics(np.array([[[4.0]]]), np.array([[0.5]]), np.array([10]))
+    for limit, dt, x in [("none", 1.0, -1.0), ("stability", 0.3375, 0.325), ("monotone", 0.225, 0.55)]:
+        context = QuadraticContext(problem, 0, torch.ones(1, dtype=torch.float64), lr=1.0)
+        rule = AdaptiveEuler(0, torch.zeros(1, dtype=torch.float64), tolerance=10.0, step_limit=limit)
+        _steps(rule, context, 1)
+        assert rule.steps == pytest.approx([dt]) and context.flat.params.item() == pytest.approx(x)
+
+
+@pytest.mark.parametrize("tolerance", [1e-4, 1e-2, 1.0, 100.0])
+def test_the_stability_step_limit_converges_on_quadratics_for_every_tolerance(tolerance):
+    problem = diagonal_quadratics()
+    rng = np.random.default_rng(1)
+    steps = rng.integers(1, 51, size=(40, 16))
+    x0 = torch.tensor(rng.normal(size=20))
+    strategy = AdaptiveFedECADO(tolerance=tolerance, step_limit="stability")
+    x = run_rounds(strategy, problem, 40, 16, steps, np.ones(16), x0)
+    assert problem.relative_error(x) < 1e-3 < 0.3 < problem.relative_error(x0)
+
+
 def test_the_descent_step_limit_by_hand():
     """F = (x1^2 + 9 x2^2) / 2, x0 = (9, 1), p = 1, I = 0, gamma = 10, rms norms: v = -(9, 9). The minimum of F along
     v is at dt = |v|^2 / v'Hv = 162 / 810 = 0.2; "monotone" stops at |v| / |Hv| = 12.73 / 81.50 = 0.156. From the

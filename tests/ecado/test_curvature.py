@@ -1,10 +1,12 @@
 """Hutchinson estimates of the Hessian diagonal: exact where they must be, unbiased where they cannot be."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from torch import nn
 
-from lightfed.ecado.curvature import hutchinson_diagonal, module_hessian_diagonal
+from lightfed.ecado.curvature import client_hessian_diagonal, hutchinson_diagonal, module_hessian_diagonal
 
 
 def test_a_diagonal_hessian_is_recovered_exactly_by_one_probe():
@@ -54,3 +56,31 @@ def test_module_diagonal_averages_batches_in_eval_mode_and_zeroes_frozen_paramet
     expected_w2 = torch.stack([(x * module.w1) ** 2 for x in (x1, x2)]).sum(dim=1).mean(dim=0) / 4
     torch.testing.assert_close(estimate, torch.cat([torch.zeros(2), expected_w2]), rtol=1e-4, atol=1e-6)
     assert module.training and torch.equal(module.norm.running_mean, running)
+
+
+class SubsetData:
+    """A client's examples behind ``client_subset``, noting the positions asked for; no whole batches."""
+
+    def __init__(self, x: torch.Tensor) -> None:
+        self.x, self.asked = x, []
+
+    def client_size(self, client_id: int) -> int:
+        return len(self.x)
+
+    def client_subset(self, client_id, positions, generator=None):
+        self.asked.append(positions)
+        return self.x[positions], torch.zeros(len(positions), 2)
+
+    def client_batches(self, *args, **kwargs):
+        raise AssertionError("an estimate on a smaller sample set reads no whole batch")
+
+
+def test_an_estimate_on_fewer_examples_averages_random_subsets_of_that_size():
+    module = TwoLayers().train()
+    data = SubsetData(torch.arange(1.0, 21.0).reshape(10, 2))
+    context = SimpleNamespace(module=module, data=data)
+    estimate = client_hessian_diagonal(context, 0, batches=3, probes=1, seed=5, examples=4)  # type: ignore[arg-type]
+    assert [len(p) for p in data.asked] == [4, 4, 4] and all(len(set(p.tolist())) == 4 for p in data.asked)
+    # as above: d2/dw2_j^2 = sum over the subset's examples of (w1_j x_bj)^2 / (2 x 4), averaged over the 3 subsets
+    expected = torch.stack([((data.x[p] * module.w1) ** 2).sum(0) / 8 for p in data.asked]).mean(0)
+    torch.testing.assert_close(estimate, torch.cat([torch.zeros(2), expected]), rtol=1e-4, atol=1e-6)

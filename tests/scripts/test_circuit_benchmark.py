@@ -19,7 +19,8 @@ _spec.loader.exec_module(circuit)
 
 TINY = ["--workloads", "digits", "--rounds", "1", "--warmup-rounds", "1", "--clients", "10",
         "--clients-per-round", "4", "--examples", "20", "--devices", "1", "--threads", "1", "--accelerator", "cpu",
-        "--strategies", "FedAvg", "FedECADO", "AdaptiveFedECADO"]
+        "--strategies", "FedAvg", "FedECADO", "AdaptiveFedECADO", "FedECADO-cheap",
+        "--variant", "FedECADO-cheap=FedECADO,curvature_probes=1,curvature_examples=4"]
 
 
 def config(path: str) -> dict:
@@ -54,23 +55,38 @@ def test_cifar_workloads_take_ten_clients_per_round_and_the_configs_tolerances()
 
 
 @pytest.mark.parametrize("argv", [["--rounds", "0"], ["--devices", "0"], ["--clients", "4", "--clients-per-round", "5"],
-                                  ["--examples", "5"], ["--strategies", "FedECADO"]])
+                                  ["--examples", "5"], ["--strategies", "FedECADO"],
+                                  ["--strategies", "FedAvg", "Cheap"], ["--variant", "Cheap=FedAvg,tolerance=1"],
+                                  ["--variant", "Cheap=FedECADO,tolerance"]])
 def test_bad_options_are_refused(argv, capsys):
     with pytest.raises(SystemExit):
         circuit.parse_args(argv)
-    assert "must" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "must" in error or "expected" in error or "unknown" in error
+
+
+def test_a_variant_is_its_base_config_with_its_arguments():
+    args = circuit.parse_args(["--variant", "Cheap=AdaptiveFedECADO,curvature_probes=1,curvature_examples=8",
+                               "--strategies", "FedAvg", "Cheap"])
+    settings = circuit.strategy_settings(args, circuit.settings(args, "digits"))
+    assert settings["Cheap"] == {**settings["AdaptiveFedECADO"], "curvature_probes": 1, "curvature_examples": 8}
+    assert circuit.base_strategy(args, "Cheap") == "AdaptiveFedECADO"
+    assert circuit.base_strategy(args, "AdaptiveFedECADO-retro") == "AdaptiveFedECADO"
 
 
 def test_a_tiny_digits_run_prints_a_row_per_strategy_with_consistent_ratios(tmp_path):
     proc = subprocess.run([sys.executable, str(SCRIPT), *TINY], capture_output=True, text=True, timeout=170)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["strategy", "round"])
-    rows = {}
-    for line in lines[header + 1 : header + 4]:
-        name, *cells = line.split()
-        rows[name] = cells
-    assert set(rows) == {"FedAvg", "FedECADO", "AdaptiveFedECADO"}
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["strategy", "run"])
+    rows, runs = {}, {}
+    for line in lines[header + 1 : header + 5]:
+        name, run_s, run_ratio, cpu_s, cpu_ratio, *cells = line.split()
+        assert float(cpu_s) > 0 and float(cpu_ratio) > 0
+        rows[name], runs[name] = cells, (float(run_s), float(run_ratio))
+    assert set(rows) == {"FedAvg", "FedECADO", "AdaptiveFedECADO", "FedECADO-cheap"}
+    for name, (run_s, run_ratio) in runs.items():  # two rounds: the warm-up one and the timed one
+        assert run_s > float(rows[name][0]) and run_ratio == pytest.approx(run_s / runs["FedAvg"][0], rel=2e-3)
     seconds = {name: [float(c) for c in cells[:4]] for name, cells in rows.items()}  # round, client, server, other
     for name, (round_s, client_s, server_s, other_s) in seconds.items():
         assert all(math.isfinite(x) for x in (round_s, client_s, server_s, other_s)), rows[name]
@@ -80,6 +96,6 @@ def test_a_tiny_digits_run_prints_a_row_per_strategy_with_consistent_ratios(tmp_
         assert round_ratio == pytest.approx(round_s / seconds["FedAvg"][0], rel=2e-3)
         assert server_ratio == pytest.approx(server_s / seconds["FedAvg"][2], rel=2e-3)
     assert rows["FedAvg"][4:6] == ["1", "1"] and rows["FedAvg"][-1] == "0"  # FedAvg keeps no per-client state
-    for name in ("FedECADO", "AdaptiveFedECADO"):
+    for name in ("FedECADO", "AdaptiveFedECADO", "FedECADO-cheap"):
         assert float(rows[name][6]) >= 1  # server steps
         assert int(rows[name][-1]) > 0  # bytes of the currents (and curvatures) of the clients that trained

@@ -6,6 +6,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import threading
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +67,7 @@ class DiskClientStates(ClientStates):
         self._segments: dict[int, Segment] = {}
         self._journal: int | None = None  # the segment that ``set`` appends to
         self._next = 0
+        self._appending = threading.Lock()
 
     def get(self, client_id: int, name: str) -> Tensor | None:
         record = self._where.get(client_id, {}).get(name)
@@ -86,6 +88,10 @@ class DiskClientStates(ClientStates):
 
     def set(self, client_id: int, name: str, value: Tensor) -> None:
         data = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        with self._appending:  # one append at a time: each takes the journal's end as its offset
+            self._append(client_id, name, value, data)
+
+    def _append(self, client_id: int, name: str, value: Tensor, data: bytes) -> None:
         if self._journal is None:
             self._journal = self._new_segment(self.folder / f"segment_{self._next}.bin")
         segment = self._segments[self._journal]

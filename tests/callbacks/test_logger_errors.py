@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from lightning.fabric.loggers import Logger
 
 from lightfed.cli import main
 
@@ -53,4 +54,37 @@ def test_a_full_disk_under_tensorboard_is_named_not_lightnings_guess(tmp_path, m
     assert str(error.value) == (
         "the logger lightning.fabric.loggers.tensorboard.TensorBoardLogger failed: OSError: [Errno 28] No space left on "
         "device; change or remove trainer.logger"
+    )
+
+
+class ConfigRefusingLogger(Logger):
+    """A tracker that refuses the run's config (as MLflow refuses a changed param)."""
+
+    name, version = "config-refusing", 0
+
+    def log_hyperparams(self, params, *args, **kwargs) -> None:
+        raise ValueError("Changing param values is not allowed.\nParam with key='trainer/rounds' was already logged")
+
+    def log_metrics(self, metrics, step=None) -> None:
+        pass
+
+
+def test_a_logger_that_refuses_the_config_is_named_in_one_line(tmp_path, capsys):
+    code = fit_with_logger(tmp_path, "tests.callbacks.test_logger_errors.ConfigRefusingLogger")
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "lightfed: error: the logger tests.callbacks.test_logger_errors.ConfigRefusingLogger failed: ValueError: "
+        "Changing param values is not allowed. Param with key='trainer/rounds' was already logged; change or remove "
+        "trainer.logger\n"
+    )
+
+
+def test_mlflow_refusing_its_file_store_is_one_line(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("mlflow")
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    code = fit_with_logger(tmp_path, "lightning.pytorch.loggers.MLFlowLogger")
+    error = capsys.readouterr().err
+    assert code == 2 and error.count("\n") == 1, error
+    assert error.startswith("lightfed: error: the logger lightning.pytorch.loggers.MLFlowLogger ") and (
+        "MLFLOW_ALLOW_FILE_STORE" in error
     )

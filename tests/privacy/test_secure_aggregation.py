@@ -8,7 +8,7 @@ import torch
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.sums import Sums
 from lightfed.errors import ConfigError
-from lightfed.privacy import SecureAggregation
+from lightfed.privacy import SecureAggregation, UserLevelDP
 from lightfed.privacy.pairwise_masks import neighbour_graph
 from lightfed.privacy.quantization import dequantize_sum, quantize, step_size
 from lightfed.strategies import FedAvg, FedBuff, NormBounding, ServerContext
@@ -139,6 +139,26 @@ def test_it_wraps_a_wrapper_and_quantizes_each_of_its_sums_in_its_own_range():
     unmasked, _ = strategy.unmasked_sum(sums, 0)
     assert torch.equal(unmasked, plain)
     assert strategy.clip[D] == 64.0 and strategy.clip[0] == 1.0
+
+
+def test_it_carries_user_level_dp_whose_clients_add_the_noise_before_quantization():
+    """Distributed DP: UserLevelDP's clients add their noise shares in ``accumulate``, inside the masked input; the
+    model is UserLevelDP's on the plain sums, up to quantization (8 clients x one level of 8 / (2^24 - 1))."""
+    secure = _set_up(
+        SecureAggregation(UserLevelDP(FedAvg(), 1.0, noise="distributed"), bits=24, modulus_bits=40, clip_range=4.0)
+    )
+    sums, plain = _round(secure, 0)
+    assert torch.equal(secure.unmasked_sum(sums, 0)[0], plain)
+    params = secure.aggregate(torch.zeros(D), sums, 0)
+
+    reference = UserLevelDP(FedAvg(), 1.0, noise="distributed")
+    reference.setup(ServerContext(torch.zeros(D), 12, clients_per_round=8, seed=7))
+    reference_sums = Sums(reference.sum_sizes(), torch.device("cpu"))
+    for client_id in secure.protocol(0)[0]:
+        reference.configure_client(ClientPlan(client_id, 0, seed=0))
+        reference.accumulate(reference_sums, _update(client_id))
+    expected = reference.aggregate(torch.zeros(D), reference_sums, 0)
+    assert torch.allclose(params, expected, atol=8 * step_size(4.0, 24))
 
 
 def test_one_and_two_processes_give_the_same_model(tmp_path):

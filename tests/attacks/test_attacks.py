@@ -113,6 +113,23 @@ def test_the_backdoor_triggers_only_malicious_batches_and_relabels_them():
     assert next(attack.batches(iter([(x, y)]), ClientPlan(good, 0, seed=0)))[0] is x
 
 
+class _SeesTheTrigger(torch.nn.Module):
+    """Scores class 7 highest exactly when the bottom-right pixel is 1, else class 0."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scores = torch.zeros(len(x), 10)
+        scores[:, 0] = 1.0
+        scores[x[:, 0, -1, -1] == 1.0, 7] = 2.0
+        return scores
+
+
+def test_the_success_rate_counts_triggered_inputs_not_of_the_target_class_classified_as_the_target():
+    x, y = torch.zeros(5, 1, 8, 8), torch.tensor([7, 1, 2, 7, 3])
+    assert Backdoor(0.1, target=7).success_rate(_SeesTheTrigger(), [(x, y)]) == (3.0, 3.0)
+    # a trigger the model does not react to: no hit, the target's own examples still left out
+    assert Backdoor(0.1, target=7, value=0.5).success_rate(_SeesTheTrigger(), [(x, y), (x, y)]) == (0.0, 6.0)
+
+
 class _SeesBatches(SmallCNN):
     """Records, per client, whether each training batch carries the trigger and its labels."""
 

@@ -342,7 +342,7 @@ def test_two_process_job_logs_once_and_matches_one_process(cluster, tmp_path, jo
                          env={**job_env, "ROOT_DIR": str(runs)})
     output = tmp_path / f"job-{job}.out"
     with cluster.diagnose(output):
-        cluster.wait(job, timeout=120)
+        cluster.wait(job, timeout=300)
         _assert_completed(cluster.job(job))
         log = output.read_text()
         assert "Starting with 2 processes" in log
@@ -369,7 +369,7 @@ def test_fedecado_job_solves_its_circuit_sharded_over_two_processes(cluster, tmp
                               "CONFIG": " ".join(str(REPO / c) for c in config.split())})
     output = tmp_path / f"job-{job}.out"
     with cluster.diagnose(output):
-        cluster.wait(job, timeout=180)
+        cluster.wait(job, timeout=600)
         _assert_completed(cluster.job(job))
         assert "Starting with 2 processes" in output.read_text()
         (version,) = (runs / f"lightfed-{job}").iterdir()
@@ -390,10 +390,10 @@ def test_warned_job_checkpoints_requeues_and_resumes_to_the_uninterrupted_weight
     output = tmp_path / f"job-{job}.out"
     version = runs / f"lightfed-{job}" / "version_0"
     with cluster.diagnose(output):
-        cluster.wait_for_file(version / "checkpoints" / "last.ckpt", job, timeout=120)
+        cluster.wait_for_file(version / "checkpoints" / "last.ckpt", job, timeout=300)
         # what --signal=USR1@120 sends before the time limit: SIGUSR1 to the job step's tasks (not the batch shell)
         cluster.cmd("scancel", "--signal=USR1", job)
-        cluster.wait(job, timeout=150)
+        cluster.wait(job, timeout=600)
         info = cluster.job(job)
         _assert_completed(info)
         assert info["Restarts"] == "1", info
@@ -421,16 +421,16 @@ def test_sweep_array_runs_one_task_per_run_resumes_a_warned_task_and_collects(cl
                     "--set", "trainer.client_eval_interval=0", "--out", str(out)]
     env = {**job_env, "SBATCH_ARGS": f"--gpus-per-node=0 --cpus-per-task=1 --output={tmp_path}/%x-%A_%a.out",
            "COLLECT_ARGS": f"--output={tmp_path}/%x-%j.out"}
-    submitted = cluster.cmd(str(SLURM_DIR / "submit_sweep.sh"), *compare_args, env=env, timeout=120)
+    submitted = cluster.cmd(str(SLURM_DIR / "submit_sweep.sh"), *compare_args, env=env, timeout=300)
     ids = re.search(r"array job (\d+): 2 runs .* collect job (\d+)", submitted)
     assert ids, submitted
     array, collect = ids.groups()
     with cluster.diagnose(tmp_path / "*.out"):
         run0 = out / "runs" / "quickstart__seed0" / "version_0"
-        cluster.wait_for_file(run0 / "checkpoints" / "last.ckpt", f"{array}_0", timeout=120)
+        cluster.wait_for_file(run0 / "checkpoints" / "last.ckpt", f"{array}_0", timeout=300)
         cluster.cmd("scancel", "--signal=USR1", f"{array}_0")
-        cluster.wait(array, timeout=150)
-        cluster.wait(collect, timeout=60)
+        cluster.wait(array, timeout=600)
+        cluster.wait(collect, timeout=300)
         task0, task1 = cluster.job(f"{array}_0"), cluster.job(f"{array}_1")
         for info in (task0, task1, cluster.job(collect)):
             _assert_completed(info)
@@ -469,8 +469,8 @@ def test_two_node_job_survives_a_requeue_and_matches_one_node_with_two_processes
     with cluster.diagnose(*logs):
         cluster.wait_for_file(marker, two_nodes, timeout=300)
         cluster.cmd("scontrol", "requeue", two_nodes)  # SIGTERM to every task: round 3 ends, is checkpointed, stops
-        cluster.wait(two_nodes, timeout=400)
-        cluster.wait(one_node, timeout=300)
+        cluster.wait(two_nodes, timeout=600)
+        cluster.wait(one_node, timeout=600)
         _assert_completed(cluster.job(one_node))
         info = cluster.job(two_nodes)
         _assert_completed(info)

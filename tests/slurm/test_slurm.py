@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from lightfed.core.process_states import FOLDER
 
@@ -486,6 +487,8 @@ def test_two_node_job_survives_a_requeue_and_matches_one_node_with_two_processes
         first, second = _event_files(version)
         assert _events(first) == list(range(1, held + 1))
         assert _events(second) == list(range(held + 1, rounds + 1))
+        trainer = yaml.safe_load((version / "config.yaml").read_text())["trainer"]
+        assert (trainer["num_nodes"], trainer["devices"]) == (2, 1), trainer  # from SLURM_NNODES, SLURM_NTASKS_PER_NODE
         checkpoint = _checkpoint(version / "checkpoints" / "last.ckpt")
         assert checkpoint["round"] == rounds
         saved = checkpoint["process_states"]

@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 from typing import Literal
 
-Origin = Literal["size", "gradients", "data"]
+Origin = Literal["size", "gradients", "data", "kept"]
 
 
 @dataclass(frozen=True)
@@ -15,7 +15,9 @@ class Sent:
     - "gradients": only the gradients of its local steps (under ``trainer.privacy``, post-processing of what the
       mechanism releases and accounts);
     - "data": its data, in a way ``trainer.privacy`` does not account for (a run with an accounting mechanism
-      refuses it, naming ``removed_by``).
+      refuses it, naming ``removed_by``);
+    - "kept": nothing the server sees: the client's own state (personal weights), which the simulation keeps in the
+      per-client store of the process that trains it; it enters no sum.
     """
 
     name: str

@@ -7,6 +7,7 @@ from dataclasses import replace
 from torch import Tensor
 
 from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.requirements import Requirements, Sent
 from lightfed.core.sums import Sums
 from lightfed.errors import ConfigError
 from lightfed.local.apfl_mixing import APFLMixing
@@ -24,6 +25,8 @@ class APFL(Personalized):
     ``alpha_lr`` null keeps each client's alpha fixed at ``alpha`` (the paper's fixed-alpha runs); a number updates it
     by gradient descent each step (its Algorithm 1). The local model's steps are plain: the strategy's own rule (a
     proximal term, a correction) is refused."""
+
+    own_requirements = Personalized.own_requirements | Requirements(sends=frozenset({Sent(ALPHA, "kept")}))
 
     def __init__(self, strategy: Strategy, alpha: float = 0.25, alpha_lr: float | None = None) -> None:
         """

@@ -26,7 +26,7 @@ class FedRep(FedPer):
     Frozen means a zero gradient, so the model's optimizer must be plain SGD (momentum 0, weight decay 0)."""
 
     method = "FedRep"
-    own_requirements = Requirements(client_state=True, plain_sgd=True, no_weight_decay=True)
+    own_requirements = FedPer.own_requirements | Requirements(plain_sgd=True, no_weight_decay=True)
 
     def __init__(self, strategy: Strategy, personal: list[str] | None = None, head_epochs: int = 10) -> None:
         """

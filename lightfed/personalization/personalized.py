@@ -7,7 +7,7 @@ from lightning import LightningModule
 from torch import Tensor
 
 from lightfed.core.messages import ClientUpdate
-from lightfed.core.requirements import Requirements
+from lightfed.core.requirements import Requirements, Sent
 from lightfed.core.sums import Sums
 from lightfed.data.module import FederatedDataModule
 from lightfed.strategies.base import Strategy
@@ -26,7 +26,9 @@ class Personalized(SumsStrategyWrapper):
     ``bind`` is called once with the live module and the data before the run; ``personal_model`` gives the weights a
     client is evaluated with."""
 
-    own_requirements = Requirements(client_state=True)
+    own_requirements = Requirements(
+        client_state=True, sends=frozenset({Sent(PERSONAL, "kept"), Sent(PERSONAL_BUFFERS, "kept")})
+    )
 
     @property
     def requirements(self) -> Requirements:  # type: ignore[override]

@@ -7,6 +7,7 @@ import torch
 
 from lightfed.callbacks import Callback
 from lightfed.errors import ConfigError
+from lightfed.personalization import APFL, Ditto
 from lightfed.privacy import DPSGD, ClippedGaussianNoise
 from lightfed.strategies import (
     AdaptFed,
@@ -53,6 +54,10 @@ def test_adaptfed_with_its_papers_mechanism_is_allowed_it_reports_no_epsilon():
     check_requirements(AdaptFed(), SGD, ClippedGaussianNoise())
 
 
+def test_personal_weights_stay_with_their_client_and_are_allowed_with_dp_sgd():
+    check_requirements(APFL(FedAvg()), SGD, DPSGD(noise_multiplier=1.0))
+
+
 def test_fedecado_without_curvature_trains_under_dp_sgd_and_logs_epsilon(tmp_path):
     trainer = small_trainer(tmp_path, rounds=1, clients_per_round=2, local_steps=2, privacy=DPSGD(noise_multiplier=1.0))
     metrics = trainer.fit(small_model(momentum=0.0), small_data(), FedECADO(curvature="none"))
@@ -82,7 +87,7 @@ class Reports(Callback):
 @pytest.mark.parametrize("strategy", [
     FedAvg(), FedProx(), FedSAM(), Scaffold(), FedNova(), AdaptFed(),
     FedECADO(curvature="diagonal", beyond_window="decay"), FedECADO(curvature="none"),
-    AdaptiveFedECADO(beyond_window="decay"),
+    AdaptiveFedECADO(beyond_window="decay"), Ditto(FedAvg(), lam=0.1), APFL(FedAvg(), alpha_lr=0.1),
 ])
 def test_every_value_a_client_reports_is_declared(tmp_path, strategy):
     reports = Reports()

@@ -4,6 +4,7 @@ import json
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from itertools import count
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from lightfed.core.run_folder import CONFIG, claim_run_folder, write_run_config
 from lightfed.errors import ConfigError, LightfedError
 
 METRICS_FILE = "metrics.jsonl"
-CSV_FOLDER = "csv"  # a CSV logger's folder in the run folder (Lightning's CSV writer empties a folder it starts in)
+CSV_FOLDER = "csv"  # a CSV logger's folder in the run folder; csv_1, csv_2, ... for the starts of a resumed run
 HPARAMS_FILE = "hparams.yaml"  # the config beside a Fabric CSVLogger's metrics.csv (Lightning's CSVLogger's name)
 
 
@@ -66,16 +67,19 @@ def run_folder_of(checkpoint: Path) -> Path | None:
 
 
 def into_folder(logger: CSVLogger, folder: Path) -> None:
-    """Points a CSV logger (Fabric's or Lightning's, before it has written anything) at ``folder/csv``."""
+    """Points a CSV logger (Fabric's or Lightning's, before it has written anything) at ``folder/csv``, or at the
+    first of ``csv_1``, ``csv_2``, ... not there yet when a resumed run starts again (Lightning's CSV writer would empty
+    the folder of an earlier start)."""
+    names = (CSV_FOLDER if start == 0 else f"{CSV_FOLDER}_{start}" for start in count())
     logger._root_dir = str(folder)
     if hasattr(logger, "_save_dir"):  # Lightning's CSVLogger reads its folder from there
         logger._save_dir = str(folder)
-    logger._name, logger._version = "", CSV_FOLDER
+    logger._name, logger._version = "", next(name for name in names if not (folder / name).exists())
 
 
 def run_loggers(folder: Path, logger: bool | Logger | list[Logger]) -> list[Logger]:
     """The loggers of a run in ``folder``: TensorBoard there (unless ``logger`` is false), then the given ones; a
-    CSV logger without a ``version`` of its own writes into ``folder/csv``."""
+    CSV logger without a ``version`` of its own writes into ``folder/csv`` (``into_folder``)."""
     if logger is False:
         return []
     given = [] if logger is True else [logger] if isinstance(logger, Logger) else list(logger)

@@ -14,13 +14,13 @@ ROOT = Path(__file__).resolve().parents[2]
 ROUNDS = 2
 
 
-def fit(tmp_path: Path, logger: object) -> Path:
+def fit(tmp_path: Path, logger: object, *args: str) -> Path:
     """A 2-round quickstart run from YAML with ``trainer.logger: <logger>``; returns its run folder."""
     overlay = tmp_path / "logger.yaml"
     overlay.write_text(yaml.safe_dump({"trainer": {"logger": logger}}))
     main(["fit", "--config", str(ROOT / "configs" / "quickstart.yaml"), "--config", str(overlay),
           "--trainer.rounds", str(ROUNDS), "--trainer.client_eval_interval", "0", "--trainer.progress_bar", "false",
-          "--trainer.root_dir", str(tmp_path / "runs")])
+          "--trainer.root_dir", str(tmp_path / "runs"), *args])
     (folder,) = (tmp_path / "runs" / "quickstart").iterdir()
     return folder
 
@@ -48,6 +48,16 @@ def test_a_csv_logger_writes_the_config_and_metrics_into_the_run_folder_beside_t
     assert [row["step"] for row in rows if row["val_acc"]] == [str(r) for r in range(1, ROUNDS + 1)]
     assert [row["step"] for row in rows if row["test_acc"]] == [str(ROUNDS)]  # the final report's test metrics
     assert len(events_in(folder)) == 1
+
+
+def test_a_resumed_run_keeps_the_csv_of_its_first_start(tmp_path):
+    logger = {"class_path": "lightning.fabric.loggers.CSVLogger", "init_args": {"root_dir": str(tmp_path)}}
+    folder = fit(tmp_path, logger)
+    fit(tmp_path, logger, "--trainer.rounds", str(ROUNDS + 1), "--ckpt_path", "last")
+    first, second = csv_rows(folder / "csv" / "metrics.csv"), csv_rows(folder / "csv_1" / "metrics.csv")
+    assert [row["step"] for row in first if row["val_acc"]] == [str(r) for r in range(1, ROUNDS + 1)]
+    assert [row["step"] for row in second if row["val_acc"]] == [str(ROUNDS + 1)]
+    assert yaml.safe_load((folder / "csv_1" / "hparams.yaml").read_text()) == config_of(folder)
 
 
 def test_a_csv_logger_with_a_version_keeps_its_own_folder(tmp_path):

@@ -14,6 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 ADD_ONS = {  # files added last to a base and one of its overlays
     "privacy/dp-sgd.yaml": ("digits/base.yaml", "digits/fedavg.yaml"),
+    "privacy/secagg.yaml": ("digits/base.yaml", "digits/fedavg.yaml"),
+    "privacy/secagg-distributed-dp.yaml": ("digits/base.yaml", "digits/fedavg.yaml"),
     **{f"adaptfed/dp-sigma2-{s}.yaml": ("adaptfed/cifar10/base.yaml", "adaptfed/cifar10/adaptfed.yaml")
        for s in ("0.01", "0.02", "0.03")},
 }
@@ -79,7 +81,7 @@ def test_each_layer_reaches_the_resolved_config(capsys, files):
     assert {key: resolved.get(key, "missing") for key in merged} == merged
     assert resolved["model.class_path"].startswith("lightfed.models.")
     assert resolved["model.optimizer.class_path"] == "torch.optim.SGD"
-    assert resolved["strategy.class_path"].startswith("lightfed.strategies.")
+    assert resolved["strategy.class_path"].startswith(("lightfed.strategies.", "lightfed.privacy."))  # privacy wrappers too
 
 
 def test_an_overlay_replaces_the_bases_optimizer_settings_and_model_class(capsys):

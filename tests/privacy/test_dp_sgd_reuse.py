@@ -2,13 +2,16 @@ import warnings
 from functools import partial
 
 import lightning as L
+import pytest
 import torch
 from opacus import PrivacyEngine
 
+from lightfed.core.messages import ClientPlan
 from lightfed.models import MLP
 from lightfed.privacy import DPSGD
 from lightfed.strategies import FedAvg
 from tests.conftest import small_data, small_trainer
+from tests.privacy.test_dp_sgd import X, Y, _clipped, _private_client
 
 
 def _two_rounds_of_three_clients(tmp_path):
@@ -30,3 +33,24 @@ def test_the_model_and_optimizer_are_made_private_once_per_process_and_warn_at_m
     hook_warnings = [w for w in caught if "Full backward hook is firing" in str(w.message)]
     assert len(calls) <= 1
     assert len(hook_warnings) <= 1
+
+
+def test_a_client_trained_after_another_on_the_same_trainer_gets_what_a_fresh_trainer_gives():
+    """Nothing of a client's training (per-example gradients, the accumulated clipped sum, noise settings) leaks
+    into the next client's on the reused private module and optimizer."""
+    privacy = DPSGD(noise_multiplier=0.7, max_grad_norm=1.0, max_physical_batch_size=1)
+    reused = _private_client(X, Y, privacy, batch_size=2)
+    reused.train(ClientPlan(client_id=0, round=0, seed=1, steps=3), torch.zeros(3), torch.zeros(0))
+    second = ClientPlan(client_id=0, round=1, seed=2, steps=3)
+    after_another = reused.train(second, torch.full((3,), 0.1), torch.zeros(0)).delta.clone()
+    fresh = _private_client(X, Y, DPSGD(noise_multiplier=0.7, max_grad_norm=1.0, max_physical_batch_size=1), 2)
+    assert torch.equal(after_another, fresh.train(second, torch.full((3,), 0.1), torch.zeros(0)).delta)
+
+
+@pytest.mark.parametrize("mode", ["hooks", "functorch"])
+def test_every_per_example_gradient_is_clipped_in_each_per_sample_mode(mode):
+    client = _private_client(X, Y, DPSGD(noise_multiplier=0.0, max_grad_norm=1.0, grad_sample_mode=mode))
+    w = torch.tensor([0.5, -0.5, 1.0])
+    update = client.train(ClientPlan(client_id=0, round=0, seed=0, steps=1), w, torch.zeros(0))
+    expected = -_clipped((X @ w - Y.float())[:, None] * X, 1.0).sum(0) / len(Y)  # every example sampled (rate 1)
+    assert torch.allclose(update.delta, expected, atol=1e-6)

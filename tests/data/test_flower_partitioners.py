@@ -40,18 +40,22 @@ def test_size_skew_gives_client_k_a_share_proportional_to_k_and_the_last_the_res
         SizeSkewPartitioner(5, "exponential").partition(np.zeros(20), seed=0)
 
 
-partitioner = pytest.importorskip("flwr_datasets.partitioner", reason="needs flwr-datasets (pip install 'lightfed[flwr]')")
-datasets = pytest.importorskip("datasets")
+@pytest.fixture
+def partitioner():
+    """Flower Datasets' partitioners; the tests that compare with them are skipped without flwr-datasets."""
+    return pytest.importorskip("flwr_datasets.partitioner", reason="needs flwr-datasets (pip install 'lightfed[flwr]')")
 
 
 def flower_parts(flower, **columns) -> list[list[int]]:
     """Flower's partitions of a Dataset of ``columns``, as sorted lists of positions."""
+    import datasets
+
     flower.dataset = datasets.Dataset.from_dict({"position": np.arange(len(next(iter(columns.values())))), **columns})
     return [sorted(flower.load_partition(k)["position"]) for k in range(flower.num_partitions)]
 
 
 @pytest.mark.parametrize("assignment", ["random", "deterministic", "first-deterministic"])
-def test_pathological_gives_flowers_partition_for_the_same_seed(assignment):
+def test_pathological_gives_flowers_partition_for_the_same_seed(partitioner, assignment):
     ours = PathologicalPartitioner(12, classes_per_client=3, assignment=assignment).partition(LABELS, seed=7)
     theirs = flower_parts(partitioner.PathologicalPartitioner(12, "label", 3, assignment, seed=7), label=LABELS)
     assert [part.tolist() for part in ours] == theirs
@@ -59,12 +63,12 @@ def test_pathological_gives_flowers_partition_for_the_same_seed(assignment):
 
 @pytest.mark.parametrize("growth, flower", [("linear", "LinearPartitioner"), ("square", "SquarePartitioner"),
                                             ("exponential", "ExponentialPartitioner")])
-def test_size_skew_without_shuffle_gives_flowers_linear_square_and_exponential_partitions(growth, flower):
+def test_size_skew_without_shuffle_gives_flowers_linear_square_and_exponential_partitions(partitioner, growth, flower):
     ours = SizeSkewPartitioner(6, growth, shuffle=False).partition(LABELS, seed=0)
     assert [part.tolist() for part in ours] == flower_parts(getattr(partitioner, flower)(6), label=LABELS)
 
 
-def test_natural_ids_give_flowers_partition_in_flowers_order():
+def test_natural_ids_give_flowers_partition_in_flowers_order(partitioner):
     ids = np.random.default_rng(1).choice(["w7", "w3", "w10", "a1"], 200)
     ours = NaturalIdPartitioner().partition(None, seed=0, client_ids=ids)
     assert [part.tolist() for part in ours] == flower_parts(partitioner.NaturalIdPartitioner("writer"), writer=ids)
@@ -76,14 +80,14 @@ def test_natural_ids_give_flowers_partition_in_flowers_order():
     ("flwr_datasets.partitioner.InnerDirichletPartitioner", {"partition_sizes": [100] * 6, "partition_by": "label",
                                                              "alpha": 0.5}),
 ])
-def test_flower_partitioner_gives_flowers_partition_with_the_runs_seed(name, options):
+def test_flower_partitioner_gives_flowers_partition_with_the_runs_seed(partitioner, name, options):
     ours = [part.tolist() for part in FlowerPartitioner(name, options).partition(LABELS, seed=5)]
     flower_class = getattr(partitioner, name.rpartition(".")[2])
     assert ours == flower_parts(flower_class(**options, seed=5), label=LABELS)
     assert ours != [part.tolist() for part in FlowerPartitioner(name, options).partition(LABELS, seed=6)]
 
 
-def test_flower_partitioner_splits_a_federation_by_natural_id_and_refuses_what_flower_refuses():
+def test_flower_partitioner_splits_a_federation_by_natural_id_and_refuses_what_flower_refuses(partitioner):
     data = FederatedDataModule(Digits(), FlowerPartitioner("IidPartitioner", {"num_partitions": 5}), val_fraction=0.1)
     data.setup(seed=0, device=torch.device("cpu"))
     assert data.num_clients == 5 and sum(data.client_size(k) for k in range(5)) == 1293  # 1437 less round(143.7) validation

@@ -16,6 +16,7 @@ control variates in memory (``scaffold``) and on disk (``scaffold-disk``).
 - written/last round: the same, for the last round alone (the in-memory store rewrites every client trained so far).
 
     nice -n 10 python scripts/scale_benchmark.py
+    python scripts/scale_benchmark.py --clients 20000 --client-size 0 --clients-per-round 10 --strategies fedavg
     python scripts/scale_benchmark.py --clients 10000 100000 --strategies fedavg scaffold-disk --rounds 5
 """
 
@@ -39,7 +40,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=list(STRATEGIES))
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--clients-per-round", type=int, default=100)
-    p.add_argument("--client-size", type=int, default=10, help="examples per client (training and test share)")
+    p.add_argument(
+        "--client-size", type=int, default=10, help="examples per client (training and test share); 0: FedProx's sizes"
+    )
     p.add_argument("--dim", type=int, default=60, help="features per example")
     p.add_argument("--worker", nargs=2, metavar=("CLIENTS", "STRATEGY"), help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -64,7 +67,7 @@ def worker(args: argparse.Namespace, clients: int, strategy_name: str) -> dict:
     from lightfed.trainer import FederatedTrainer
 
     root = tempfile.mkdtemp(prefix="scale-benchmark-")
-    data = FederatedDataModule(Synthetic(num_clients=clients, client_size=args.client_size, dim=args.dim))
+    data = FederatedDataModule(Synthetic(num_clients=clients, client_size=args.client_size or None, dim=args.dim))
     setup, partition = data.setup, []
 
     def timed_setup(*arguments, **keywords) -> None:
@@ -129,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
             rows.append({**row, "total_s": time.perf_counter() - began})
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print(
-        f"Synthetic(client_size={args.client_size}, dim={args.dim}), logistic regression, {args.clients_per_round} "
+        f"Synthetic(client_size={args.client_size or None}, dim={args.dim}), logistic regression, {args.clients_per_round} "
         f"clients a round, {args.rounds} rounds, a checkpoint every round; load average {load:.1f} before, "
         f"{os.getloadavg()[0]:.1f} after, {os.cpu_count()} cores\n"
     )

@@ -165,6 +165,7 @@ def test_bad_options_are_refused_in_one_line():
     for kwargs, message in [
         (dict(sensitivity_step="first_step"), "strategy.sensitivity_step must be > 0 or 'window'"),
         (dict(sensitivity_step=0.0), "strategy.sensitivity_step must be > 0 or 'window'"),
+        (dict(curvature_examples=0), "curvature_examples must be >= 1"),
     ]:
         with pytest.raises(ConfigError, match=message) as error:
             FedECADO(**kwargs)
@@ -179,3 +180,12 @@ def test_the_progress_share_is_the_moves_projection_on_the_data_weighted_mean_de
     coordinates = CoordinateSums(2)
     for move, share in [((0.75, 0.25), 1.0), ((1.5, 0.5), 2.0), ((0.25, -0.75), 0.0)]:
         assert progress_share(torch.tensor(move), deltas, weights, coordinates) == pytest.approx(share)
+
+
+def test_the_curvature_sample_size_reaches_both_clients_rules():
+    from lightfed.strategies import AdaptiveFedECADO
+
+    plan, current = ClientPlan(3, 0, seed=3, steps=1), torch.zeros(2)
+    for strategy in (FedECADO(curvature_examples=8), AdaptiveFedECADO(curvature_examples=8)):
+        assert strategy._rule(plan, current, 1).curvature_examples == 8  # type: ignore[attr-defined]
+    assert FedECADO()._rule(plan, current, 1).curvature_examples is None  # type: ignore[attr-defined]

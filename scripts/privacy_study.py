@@ -1,0 +1,76 @@
+"""Digits: accuracy against epsilon for example-level DP-SGD and user-level DP-FedAvg (fixed and adaptive clipping).
+
+One ``lightfed compare`` over configs/privacy/digits-study.yaml (100 clients, 50 a round, 30 rounds, logistic
+regression) with FedAvg and no privacy, DP-SGD at each target epsilon (``target_epsilon``: each client's noise spends
+it over its planned steps) and UserLevelDP with the noise multiplier that Opacus' RDP accountant gives for that epsilon
+over 30 rounds at q = 0.5 (fixed clip 0.5; adaptive from 0.1 to the median, count noise std 5); then a Markdown table
+of the test accuracy and the epsilon each run logged in its last round.
+
+    python scripts/privacy_study.py --out runs/privacy_study            # runs, then the table
+    python scripts/privacy_study.py --out runs/privacy_study --table    # the table of finished runs
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+EPSILONS, DELTA, RATE, ROUNDS = (2, 4, 8), 1e-5, 50 / 100, 30
+CONFIGS = "configs/privacy"
+
+
+def noise_multipliers() -> list[float]:
+    """z for each epsilon: one subsampled Gaussian step per round, Opacus' RDP accountant."""
+    from opacus.accountants.utils import get_noise_multiplier
+
+    return [
+        get_noise_multiplier(target_epsilon=e, target_delta=DELTA, sample_rate=RATE, steps=ROUNDS) for e in EPSILONS
+    ]
+
+
+def compare_args(out: str, workers: int) -> list[str]:
+    z = ",".join(repr(value) for value in noise_multipliers())
+    return [
+        "--base", f"{CONFIGS}/digits-study.yaml",
+        "--configs", "configs/digits/fedavg.yaml", f"{CONFIGS}/dp-sgd.yaml", f"{CONFIGS}/user-level-fixed.yaml",
+        f"{CONFIGS}/user-level-adaptive.yaml",
+        "--grid", f"dp-sgd:trainer.privacy.init_args.target_epsilon={','.join(map(str, EPSILONS))}",
+        "--set", "dp-sgd:trainer.privacy.init_args.noise_multiplier=null",
+        "--grid", f"user-level-fixed:strategy.init_args.noise_multiplier={z}",
+        "--set", "user-level-fixed:strategy.init_args.clip=0.5",
+        "--grid", f"user-level-adaptive:strategy.init_args.noise_multiplier={z}",
+        "--set", "user-level-adaptive:strategy.init_args.count_stddev=5",
+        "--metric", "val_acc", "--workers", str(workers), "--out", out,
+    ]  # fmt: skip
+
+
+def table(out: Path) -> str:
+    """Method, epsilon logged in the last round, validation accuracy then, test accuracy at the end."""
+    rows = ["| method | setting | epsilon (last round) | val_acc | test_acc |", "|---|---|---|---|---|"]
+    for run in sorted((out / "runs").iterdir()):
+        records = [json.loads(line) for line in (max(run.glob("version_*")) / "metrics.jsonl").read_text().splitlines()]
+        final = next((r for r in records if r.get("final")), None)
+        last = [r for r in records if not r.get("final")][-1]
+        epsilon = last.get("privacy/epsilon_max", last.get("strategy/user_dp/epsilon", float("inf")))
+        method, _, setting = run.name.removesuffix("__seed0").partition("__")
+        test = f"{final['test_acc']:.4f}" if final else "-"
+        rows.append(
+            f"| {method} | {setting or '-'} | {epsilon:.3g} | {last.get('val_acc', float('nan')):.4f} | {test} |"
+        )
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="runs/privacy_study")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--table", action="store_true", help="only tabulate the finished runs in --out")
+    args = parser.parse_args()
+    if not args.table:
+        subprocess.run([sys.executable, "-m", "lightfed", "compare", *compare_args(args.out, args.workers)], check=True)
+    print(table(Path(args.out)))
+
+
+if __name__ == "__main__":
+    main()

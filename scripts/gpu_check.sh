@@ -3,16 +3,17 @@
 #
 # - every strategy family (FedAvg, FedAdam, SCAFFOLD, FedBuff, DP-SGD, FedECADO, TrimmedMean) trains 2 rounds of
 #   digits on the GPU in 32-true, 16-mixed and bf16-mixed precision;
-# - clients trained in parallel on CUDA streams (trainer.clients_in_parallel 4);
-# - FedECADO's per-client state offloaded to pinned host memory (strategy.state_device cpu);
+# - clients trained in parallel on CUDA streams (trainer.clients_in_parallel 4), FedECADO's per-client state
+#   offloaded to pinned host memory (strategy.state_device cpu), and FedAvg on the CPU: each compared with the GPU
+#   run of the same config (the largest difference of the final weights, against a tolerance);
 # - the benchmarks with --device cuda (scripts/benchmark.py, circuit_benchmark.py, circuit_step_benchmark.py,
 #   data_benchmark.py).
 #
 #   scripts/gpu_check.sh                  # run it all; the logs go to $GPU_CHECK_OUT (default gpu-check/)
 #   scripts/gpu_check.sh --dry-run        # print each command and check that it parses (no GPU needed)
 #
-# A row is "ok" when its command exits 0; "detail" is the run's last metrics line or the benchmark's last line (its
-# full table is in the row's log). Exits 1 when a row failed. GPU_CHECK_ARGS: extra `lightfed fit` arguments for
+# A row is "ok" when its command exits 0 (a comparison: when the difference is within its tolerance); "detail" is the
+# run's final test metrics, the difference, or the benchmark's last line (its full table is in the row's log). Exits 1 when a row failed. GPU_CHECK_ARGS: extra `lightfed fit` arguments for
 # every run; GPU_CHECK_TIMEOUT: seconds each row may take (default 300).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,8 +33,9 @@ read -r -a EXTRA <<< "${GPU_CHECK_ARGS:-}"
 NAMES=() COMMANDS=()
 check() { NAMES+=("$1"); shift; COMMANDS+=("$(printf '%q ' "$@")"); }
 
-FIT=(lightfed fit --trainer.accelerator gpu --trainer.devices 1 --trainer.rounds 2 --trainer.client_eval_interval 0
-     --trainer.progress_bar false --trainer.logger false --trainer.root_dir "$OUT/runs")
+# after the config files, which would override what comes before them
+SHORT=(--trainer.accelerator gpu --trainer.devices 1 --trainer.rounds 2 --trainer.client_eval_interval 0
+       --trainer.progress_bar false --trainer.logger false --trainer.root_dir "$OUT/runs")
 DIGITS=(-c configs/digits/base.yaml)
 declare -A FAMILY=(
     [fedavg]="-c configs/quickstart.yaml"
@@ -47,19 +49,41 @@ declare -A FAMILY=(
 for family in fedavg fedadam scaffold fedbuff dp-sgd fedecado trimmedmean; do
     read -r -a config <<< "${FAMILY[$family]}"
     for precision in 32-true 16-mixed bf16-mixed; do
-        check "$family $precision" "${FIT[@]}" "${config[@]}" --trainer.precision "$precision" \
+        check "$family $precision" lightfed fit "${config[@]}" "${SHORT[@]}" --trainer.precision "$precision" \
             --trainer.name "$family-$precision" "${EXTRA[@]}"
     done
 done
-check "clients on 4 streams" "${FIT[@]}" -c configs/quickstart.yaml --trainer.clients_in_parallel 4 \
+check "clients on 4 streams" lightfed fit -c configs/quickstart.yaml "${SHORT[@]}" --trainer.clients_in_parallel 4 \
     --trainer.name streams "${EXTRA[@]}"
-check "fedecado pinned offload" "${FIT[@]}" "${DIGITS[@]}" -c configs/digits/fedecado.yaml \
+check "  = one at a time" compare_weights streams fedavg-32-true 1e-5
+check "fedecado pinned offload" lightfed fit "${DIGITS[@]}" -c configs/digits/fedecado.yaml "${SHORT[@]}" \
     --strategy.init_args.state_device cpu --trainer.name pinned "${EXTRA[@]}"
+check "  = state on the GPU" compare_weights pinned fedecado-32-true 1e-6
+check "fedavg on the CPU" lightfed fit -c configs/quickstart.yaml "${SHORT[@]}" --trainer.accelerator cpu \
+    --trainer.name cpu "${EXTRA[@]}"
+check "  = on the GPU" compare_weights cpu fedavg-32-true 1e-3
 check "benchmark.py" "$PYTHON" scripts/benchmark.py --device cuda --rounds 2 --warmup-rounds 1 --repeats 1
 check "circuit_benchmark.py" "$PYTHON" scripts/circuit_benchmark.py --accelerator gpu --workloads digits resnet18gn \
     --rounds 2 --warmup-rounds 1
 check "circuit_step_benchmark.py" "$PYTHON" scripts/circuit_step_benchmark.py --device cuda --repeats 3
 check "data_benchmark.py" "$PYTHON" scripts/data_benchmark.py --device cuda --repeats 2
+
+compare_weights() {  # compare_weights RUN REFERENCE TOLERANCE: the largest difference of two runs' final weights
+    "$PYTHON" - "$OUT/runs" "$@" <<'PY'
+import sys
+from pathlib import Path
+
+import torch
+
+runs, run, reference, tolerance = Path(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4])
+def params(name):
+    newest = max((runs / name).glob("version_*/checkpoints/last.ckpt"), key=lambda path: path.stat().st_mtime)
+    return torch.load(newest, map_location="cpu", weights_only=False)["params"].double()
+difference = (params(run) - params(reference)).abs().max().item()
+print(f"max |{run} - {reference}| = {difference:.3g} (tolerance {tolerance:g})")
+sys.exit(0 if difference <= tolerance else 1)
+PY
+}
 
 # ----------------------------------------------------------------- --dry-run: print, and parse every command line
 if [ "$DRY_RUN" = 1 ]; then
@@ -88,8 +112,10 @@ def parse_only(self, args=None, namespace=None):
 argparse.ArgumentParser.parse_args = parse_only
 lines = os.environ["GPU_CHECK_LINES"].splitlines()
 failed = []
-for name, line in zip(sys.argv[1:], lines):
-    words, errors = shlex.split(line), io.StringIO()
+commands = [(name, shlex.split(line)) for name, line in zip(sys.argv[1:], lines)]
+commands = [(name, words) for name, words in commands if words[0] != "compare_weights"]  # no command line of its own
+for name, words in commands:
+    errors = io.StringIO()
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(errors):
             if words[0] == "lightfed":
@@ -106,7 +132,7 @@ for name, line in zip(sys.argv[1:], lines):
         failed.append(name)
         reason = (errors.getvalue().strip().splitlines() or ["(no message)"])[-1]
         print(f"gpu_check: {name}: does not parse: {reason}", file=sys.stderr)
-print(f"gpu_check: dry run: {len(lines) - len(failed)} of {len(lines)} command lines parse")
+print(f"gpu_check: dry run: {len(commands) - len(failed)} of {len(commands)} command lines parse")
 sys.exit(1 if failed else 0)
 PY
     exit $?
@@ -120,14 +146,17 @@ fi
 mkdir -p "$OUT/logs"
 ROWS=() FAILED=0
 for i in "${!NAMES[@]}"; do
-    name=${NAMES[$i]} log="$OUT/logs/$(echo "${NAMES[$i]}" | tr ' ' '_').log"
+    name=${NAMES[$i]} log="$OUT/logs/$(printf '%03d' "$i")$(printf '%s' "${NAMES[$i]}" | tr -cs 'A-Za-z0-9.-' '_').log"
     echo "gpu_check: $name" >&2
     start=$(date +%s%N)
-    eval "timeout $TIMEOUT ${COMMANDS[$i]}" > "$log" 2>&1
+    case ${COMMANDS[$i]} in
+        compare_weights*) eval "${COMMANDS[$i]}" > "$log" 2>&1 ;;  # a shell function: not under timeout
+        *) eval "timeout $TIMEOUT ${COMMANDS[$i]}" > "$log" 2>&1 ;;
+    esac
     code=$?
     seconds=$(awk "BEGIN {printf \"%.1f\", ($(date +%s%N) - $start) / 1e9}")
     if [ "$code" = 0 ]; then result=ok; else result="FAIL ($code)"; FAILED=$((FAILED + 1)); fi
-    detail=$(grep -E "val_acc=|test_acc=" "$log" | tail -n 1)
+    detail=$(grep "^test set, final model" "$log" | tail -n 1 | cut -d ';' -f 1)
     [ -n "$detail" ] || detail=$(grep -v '^\s*$' "$log" | tail -n 1)
     ROWS+=("| $name | $result | $seconds | ${detail//|/\\|} |")
 done

@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 FAMILIES = ["fedavg", "fedadam", "scaffold", "fedbuff", "dp-sgd", "fedecado", "trimmedmean"]
 BENCHMARKS = ["benchmark.py", "circuit_benchmark.py", "circuit_step_benchmark.py", "data_benchmark.py"]
-CHECKS = 3 * len(FAMILIES) + 2 + len(BENCHMARKS)
+RUNS = 3 * len(FAMILIES) + 3  # and clients on streams, pinned offload, on the CPU
+CHECKS = RUNS + len(BENCHMARKS)  # command lines; the 3 comparisons of runs have none
 
 
 def gpu_check(*args: str, **env: str) -> subprocess.CompletedProcess:
@@ -33,6 +34,9 @@ def test_the_dry_run_lists_every_check_and_every_command_line_parses():
             assert "--trainer.accelerator gpu" in line and f"--trainer.precision {precision}" in line
     assert any(line.startswith("clients on 4 streams") and "--trainer.clients_in_parallel 4" in line for line in lines)
     assert any(line.startswith("fedecado pinned offload") and "state_device cpu" in line for line in lines)
+    for compared in ("compare_weights streams fedavg-32-true", "compare_weights pinned fedecado-32-true",
+                     "compare_weights cpu fedavg-32-true"):
+        assert any(compared in line for line in lines)
     for benchmark in BENCHMARKS:
         (line,) = [line for line in lines if line.startswith(benchmark)]
         assert "cuda" in line or "--accelerator gpu" in line
@@ -43,7 +47,7 @@ def test_the_dry_run_names_every_command_line_that_does_not_parse():
     result = gpu_check("--dry-run", GPU_CHECK_ARGS="--trainer.no_such_option 1")
     assert result.returncode == 1
     refused = [line for line in result.stderr.splitlines() if "does not parse" in line]
-    assert len(refused) == 3 * len(FAMILIES) + 2 and all("no_such_option" in line for line in refused), result.stderr
+    assert len(refused) == RUNS and all("no_such_option" in line for line in refused), result.stderr
     assert result.stdout.splitlines()[-1] == f"gpu_check: dry run: {len(BENCHMARKS)} of {CHECKS} command lines parse"
 
 

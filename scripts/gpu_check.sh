@@ -9,7 +9,7 @@
 # - the benchmarks with --device cuda (scripts/benchmark.py, circuit_benchmark.py, circuit_step_benchmark.py,
 #   data_benchmark.py).
 #
-#   scripts/gpu_check.sh                  # run it all; the logs go to $GPU_CHECK_OUT (default gpu-check/)
+#   scripts/gpu_check.sh                  # run it all; the logs go to $GPU_CHECK_OUT (default runs/gpu-check/)
 #   scripts/gpu_check.sh --dry-run        # print each command and check that it parses (no GPU needed)
 #
 # A row is "ok" when its command exits 0 (a comparison: when the difference is within its tolerance); "detail" is the
@@ -25,7 +25,7 @@ case "${1:-}" in
     *) echo "usage: scripts/gpu_check.sh [--dry-run]" >&2; exit 2 ;;
 esac
 PYTHON=${PYTHON:-python}
-OUT=${GPU_CHECK_OUT:-gpu-check}
+OUT=${GPU_CHECK_OUT:-runs/gpu-check}
 TIMEOUT=${GPU_CHECK_TIMEOUT:-300}
 read -r -a EXTRA <<< "${GPU_CHECK_ARGS:-}"
 

@@ -81,7 +81,9 @@ def test_each_layer_reaches_the_resolved_config(capsys, files):
     assert {key: resolved.get(key, "missing") for key in merged} == merged
     assert resolved["model.class_path"].startswith("lightfed.models.")
     assert resolved["model.optimizer.class_path"] == "torch.optim.SGD"
-    assert resolved["strategy.class_path"].startswith(("lightfed.strategies.", "lightfed.privacy."))  # privacy wrappers too
+    assert resolved["strategy.class_path"].startswith(  # privacy and personalization wrappers too
+        ("lightfed.strategies.", "lightfed.privacy.", "lightfed.personalization.")
+    )
 
 
 def test_an_overlay_replaces_the_bases_optimizer_settings_and_model_class(capsys):

@@ -116,7 +116,8 @@ class FederatedTrainer(TrainerBase):
         if self.privacy is not None:
             metrics.update(self.privacy.metrics(self.fabric))
         if self.client_eval_interval and self.due(self.client_eval_interval):
-            seen = {plan.client_id for plan in source.planned(self.round)}
+            everyone = set(range(evaluation.client.data.num_clients))  # asynchronous runs report no unseen clients
+            seen = everyone if self.asynchronous else {plan.client_id for plan in source.planned(self.round)}
             for name, values in evaluation.clients(self.round, evaluated, self.buffers, self.monitor, seen).items():
                 self.output.log_histogram(name, values, self.round)
                 metrics.update(spread(values, name))

@@ -75,7 +75,7 @@ def test_a_variant_is_its_base_config_with_its_arguments():
 
 
 def test_a_tiny_digits_run_prints_a_row_per_strategy_with_consistent_ratios(tmp_path):
-    proc = subprocess.run([sys.executable, str(SCRIPT), *TINY], capture_output=True, text=True, timeout=170)
+    proc = subprocess.run([sys.executable, str(SCRIPT), *TINY], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["strategy", "run"])

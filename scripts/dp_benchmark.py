@@ -17,10 +17,11 @@ The paths (``--paths``):
   round, with the ``DPDataLoader`` it returns.
 
 The clients of each round are the trainer's (``lightfed.core.seeding.sample_clients``). Each path trains
-``--rounds`` rounds, ``--repeats`` times (the paths alternate, in one process, one torch thread); a round's time is
-the trainer's ``round/time_s`` (training, the reduction and the aggregate; the last round, which evaluates, is left
-out) or, for the loops, the wall time of a round; the first round of every run is left out too (one-time set-up).
-The table gives the median seconds per round and each path's multiple of ``opacus``. lightfed logs every client's
+``--rounds`` rounds, ``--repeats`` times (the paths alternate, in one process, one torch thread); a round's time runs
+from the trainer's ``on_round_start`` to its ``on_round_end`` (training, the reduction, the aggregate; the last round,
+which evaluates, is left out) or, for the loops, over a round; the first round of every run is left out too (one-time
+set-up). The table gives the median wall and CPU seconds per round (CPU time, of the one thread, is what other jobs on
+a shared machine disturb least) and each path's multiple of ``opacus``. lightfed logs every client's
 epsilon after every round, from Renyi divergences it computes once per (noise, sample rate) and process (about a second
 each); the script computes them for every client before timing and prints how long that took.
 
@@ -66,16 +67,19 @@ def model() -> SmallCNN:
 
 
 class RoundTimes(Callback):
-    """Notes the trainer's ``round/time_s`` of every round."""
+    """Notes the wall and CPU seconds of every round, from ``on_round_start`` to ``on_round_end``."""
 
     def __init__(self) -> None:
-        self.times: list[float] = []
+        self.times: list[tuple[float, float]] = []
+
+    def on_round_start(self, trainer, round) -> None:
+        self.began = (time.perf_counter(), time.process_time())
 
     def on_round_end(self, trainer, round, metrics) -> None:
-        self.times.append(metrics["round/time_s"])
+        self.times.append((time.perf_counter() - self.began[0], time.process_time() - self.began[1]))
 
 
-def lightfed_rounds(path: str, rounds: int) -> list[float]:
+def lightfed_rounds(path: str, rounds: int) -> list[tuple[float, float]]:
     privacy = None if path == "no-dp" else DPSGD(NOISE, CLIP, grad_sample_mode=path.removeprefix("dp-"))
     times = RoundTimes()
     with tempfile.TemporaryDirectory() as root:
@@ -98,7 +102,7 @@ def lightfed_rounds(path: str, rounds: int) -> list[float]:
     return times.times[1:-1]
 
 
-def opacus_rounds(path: str, rounds: int) -> list[float]:
+def opacus_rounds(path: str, rounds: int) -> list[tuple[float, float]]:
     """The hand-written loop (see the module's docstring)."""
     from opacus import PrivacyEngine
     from opacus.accountants import RDPAccountant
@@ -130,7 +134,7 @@ def opacus_rounds(path: str, rounds: int) -> list[float]:
     global_params = [p.detach().clone() for p in net.parameters()]
     times = []
     for round in range(rounds):
-        began = time.perf_counter()
+        began = (time.perf_counter(), time.process_time())
         weighted, weight = [torch.zeros_like(p) for p in global_params], 0
         for c in sample_clients(SEED, round, CLIENTS, PER_ROUND):
             x, y = clients[c]
@@ -158,7 +162,7 @@ def opacus_rounds(path: str, rounds: int) -> list[float]:
         with torch.no_grad():
             for g, s in zip(global_params, weighted, strict=True):
                 g.add_(s / weight)
-        times.append(time.perf_counter() - began)
+        times.append((time.perf_counter() - began[0], time.process_time() - began[1]))
     return times[1:]
 
 
@@ -184,18 +188,18 @@ def main() -> None:
         "ignore", message=".*(srun|Secure RNG|Optimal order|Full backward hook|new dataset object).*"
     )
     print(f"one-time RDP of each client's sample rate: {warm_accounting():.1f} s (not in the table)")
-    times: dict[str, list[float]] = {path: [] for path in args.paths}
+    times: dict[str, list[tuple[float, float]]] = {path: [] for path in args.paths}
     for repeat in range(args.repeats):
         for path in args.paths if repeat % 2 == 0 else reversed(args.paths):
             run = opacus_rounds if path.startswith("opacus") else lightfed_rounds
             times[path] += run(path, args.rounds)
-    reference = statistics.median(times["opacus"]) if "opacus" in times else None
-    print("| path | s / round (median) | fastest | x opacus |")
-    print("|---|---|---|---|")
-    for path, values in times.items():
-        median = statistics.median(values)
-        ratio = f"{median / reference:.2f}" if reference else "-"
-        print(f"| {path} | {median:.3f} | {min(values):.3f} | {ratio} |")
+    wall = {path: statistics.median(t[0] for t in values) for path, values in times.items()}
+    cpu = {path: statistics.median(t[1] for t in values) for path, values in times.items()}
+    print("| path | wall s / round | x opacus | CPU s / round | x opacus |")
+    print("|---|---|---|---|---|")
+    for path in times:
+        ratios = [f"{v[path] / v['opacus']:.2f}" if "opacus" in v else "-" for v in (wall, cpu)]
+        print(f"| {path} | {wall[path]:.3f} | {ratios[0]} | {cpu[path]:.3f} | {ratios[1]} |")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lightfed.cli import main, run
-from lightfed.core.process_states import saved_client_states
+from lightfed.core.saved_client_states import saved_client_states
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")

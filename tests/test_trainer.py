@@ -2,10 +2,10 @@ import numpy as np
 import pytest
 import torch
 
-from lightfed.core.process_states import saved_client_states
+from lightfed.core.messages import ClientPlan
+from lightfed.core.saved_client_states import saved_client_states
 from lightfed.errors import ConfigError, DivergenceError
 from lightfed.strategies import FedAvg, Scaffold
-from lightfed.core.messages import ClientPlan
 from tests.conftest import small_data, small_model, small_trainer
 
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 import yaml
 
-from lightfed.core.process_states import saved_client_states
+from lightfed.asynchronous.delays import Exponential, LogNormal, SpeedTiers
 from lightfed.asynchronous.schedule import Asynchrony, BufferedSchedule
 from lightfed.cli import main, run
-from lightfed.asynchronous.delays import Exponential, LogNormal, SpeedTiers
+from lightfed.core.saved_client_states import saved_client_states
 from lightfed.errors import ConfigError
 from tests.data.test_datasets import write_fake_mnist
 

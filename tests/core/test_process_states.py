@@ -4,7 +4,8 @@ what another number of processes wrote."""
 import torch
 
 from lightfed.core.client_states import ClientStates, ProcessStores, ShardedClientStates, ShardedVectors
-from lightfed.core.process_states import reader, saved_client_states, write_process_state
+from lightfed.core.process_states import reader, write_process_state
+from lightfed.core.saved_client_states import saved_client_states
 from lightfed.core.sharding import CoordinateShards
 
 

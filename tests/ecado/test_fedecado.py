@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 import torch
 
-from lightfed.strategies.base import ServerContext
-from lightfed.core.process_states import saved_client_states
+from lightfed.core.messages import ClientPlan
+from lightfed.core.saved_client_states import saved_client_states
 from lightfed.ecado.circuit import Branches, StepControl, WindowSolver, integrate_window
 from lightfed.errors import ConfigError
 from lightfed.strategies import FedECADO
-from lightfed.core.messages import ClientPlan
+from lightfed.strategies.base import ServerContext
 from tests.conftest import small_data, small_model, small_trainer
 from tests.ecado.ecado_quadratics import dense_quadratics, diagonal_quadratics, run_rounds, sharded_round, train_client
 

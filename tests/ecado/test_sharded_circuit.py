@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from lightfed.core.process_states import saved_client_states
+from lightfed.core.saved_client_states import saved_client_states
 from lightfed.core.sharding import CoordinateShards, CoordinateSums
 from lightfed.ecado.circuit import Branches, StepControl, integrate_window
 from lightfed.strategies import FedECADO

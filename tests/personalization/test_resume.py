@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lightfed.cli import run
-from lightfed.core.process_states import saved_client_states
+from lightfed.core.saved_client_states import saved_client_states
 from tests.conftest import fit_in_subprocess
 
 ROOT = Path(__file__).resolve().parents[2]

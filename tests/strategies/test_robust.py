@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightfed.core.process_states import saved_client_states
+from lightfed.core.saved_client_states import saved_client_states
 from lightfed.core.sharding import CoordinateShards
 from lightfed.errors import ConfigError
 from lightfed.local.base import LocalRule

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from lightfed.core.process_states import saved_client_states
+from lightfed.core.saved_client_states import saved_client_states
 from lightfed.strategies import Scaffold
 from tests.conftest import small_data, small_model, small_trainer
 

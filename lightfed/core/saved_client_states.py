@@ -1,0 +1,31 @@
+"""Every client's state a checkpoint holds, whichever store wrote it (to inspect a run)."""
+
+from pathlib import Path
+
+import torch
+
+from lightfed.core.disk_client_states import DiskClientStates
+from lightfed.core.process_states import FOLDER, LINKED, process_files_problem, reader
+from lightfed.errors import ConfigError
+
+
+def saved_client_states(checkpoint: Path) -> dict[int, dict[str, torch.Tensor]]:
+    """Every client's state saved with the checkpoint file ``checkpoint``, as whole vectors (to inspect a run)."""
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)["process_states"]
+    if saved is None:
+        return {}
+    problem = process_files_problem(checkpoint.parent / FOLDER, saved)
+    if problem is not None:
+        raise ConfigError(f"checkpoint {checkpoint}: {problem}")
+    read = reader(checkpoint.parent / FOLDER / saved["folder"], saved["world_size"])
+    files = [read(rank) for rank in range(saved["world_size"])]
+    if LINKED in files[0]["clients"]:  # each process held its clients' states on disk
+        store = DiskClientStates()
+        store.load_process_states(lambda rank: read(rank)["clients"], saved["world_size"], rank=0, world=1)
+        return store.state_dict()
+    if "server" not in files[0]:  # each process held whole vectors of its own clients
+        return {i: s for file in files for i, s in file["clients"].items()}
+    return {  # each process held its slice of every client's vectors
+        i: {k: v if v.dim() == 0 else torch.cat([file["clients"][i][k] for file in files]) for k, v in s.items()}
+        for i, s in files[0]["clients"].items()
+    }

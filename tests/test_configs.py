@@ -16,6 +16,8 @@ ADD_ONS = {  # files added last to a base and one of its overlays
     "privacy/dp-sgd.yaml": ("digits/base.yaml", "digits/fedavg.yaml"),
     "privacy/secagg.yaml": ("digits/base.yaml", "digits/fedavg.yaml"),
     "privacy/secagg-distributed-dp.yaml": ("digits/base.yaml", "digits/fedavg.yaml"),
+    "privacy/user-level-fixed.yaml": ("digits/base.yaml", "digits/fedavg.yaml"),
+    "privacy/user-level-adaptive.yaml": ("digits/base.yaml", "digits/fedavg.yaml"),
     **{f"adaptfed/dp-sigma2-{s}.yaml": ("adaptfed/cifar10/base.yaml", "adaptfed/cifar10/adaptfed.yaml")
        for s in ("0.01", "0.02", "0.03")},
 }

@@ -178,6 +178,9 @@ def test_the_refusal_names_the_changed_keys():
         check_fingerprint(saved, fingerprint(changed), "last.ckpt")
     check_fingerprint(saved, fingerprint({**changed, "strategy": {"class_path": "other"}}), "x", evaluation=True)
     assert not any(key.startswith(RESUMABLE) for key in fingerprint(changed))
+    evaluated_otherwise = yaml.safe_load(TINY)
+    evaluated_otherwise["trainer"].update(client_eval_clients=3, client_eval_finetune_steps=5)  # not what it computes
+    check_fingerprint(saved, fingerprint(evaluated_otherwise), "last.ckpt")
 
 
 def test_rounds_below_the_checkpoints_are_refused_and_equal_ones_do_nothing(tiny, tmp_path, capsys):

@@ -12,6 +12,8 @@ RESUMABLE = (
     "trainer.rounds",
     "trainer.eval_interval",
     "trainer.client_eval_interval",
+    "trainer.client_eval_clients",
+    "trainer.client_eval_finetune_steps",
     "trainer.checkpoint_interval",
     "trainer.progress_bar",
     "trainer.logger",

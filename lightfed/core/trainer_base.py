@@ -131,8 +131,9 @@ class TrainerBase:
                 (docs/guides/robustness.md); null: every client is benign.
             callbacks: More callbacks (``lightfed.callbacks.Callback``), called in this order, before the progress bar.
             logger: Where the per-round metrics go: true for TensorBoard in the run folder, false for none, or
-                logger instances (``lightning.fabric.loggers``). ``metrics.jsonl`` is written in the run folder
-                either way.
+                logger instances (``lightning.fabric.loggers``), which get the run's config too and write beside
+                TensorBoard in the run folder (a CSV logger without a version: ``<run>/csv``). ``metrics.jsonl`` is
+                written in the run folder either way.
         """
         check_settings(
             precision,

@@ -8,12 +8,12 @@ from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
 from lightfed.core.logged_values import LoggedValues
-from lightfed.core.requirements import Requirements
 from lightfed.errors import ConfigError
+from lightfed.local.around_inner import AroundInner
 from lightfed.local.base import LocalRule
 
 
-class DittoSteps(LocalRule):
+class DittoSteps(AroundInner):
     """Before the client's local training of the global model (left to ``inner``, the strategy's own rule, or plain
     steps), runs Ditto's personal steps on its personal model v (the global model ``w`` when it has none):
 
@@ -35,14 +35,9 @@ class DittoSteps(LocalRule):
         lr: float | None = None,
         inner: LocalRule | None = None,
     ) -> None:
+        super().__init__(inner)
         self.client_id, self.personal, self.personal_buffers, self.lam = client_id, personal, personal_buffers, lam
-        self.seed, self.epochs, self.steps, self.lr, self.inner = seed, epochs, steps, lr, inner
-        self.takes_step = inner is not None and inner.takes_step
-        self.gradients_per_step = 1 if inner is None else inner.gradients_per_step
-
-    @property
-    def requirements(self) -> Requirements:  # type: ignore[override]
-        return self.inner.requirements if self.inner is not None else Requirements()
+        self.seed, self.epochs, self.steps, self.lr = seed, epochs, steps, lr
 
     def start(self, params: Tensor, context: LocalContext) -> None:
         if context.scales_gradients:
@@ -79,13 +74,5 @@ class DittoSteps(LocalRule):
         if self.inner is not None:
             self.inner.start(params, context)
 
-    def adjust(self, grad: Tensor, params: Tensor) -> None:
-        if self.inner is not None:
-            self.inner.adjust(grad, params)
-
-    def observe(self, grad: Tensor) -> None:
-        if self.inner is not None:
-            self.inner.observe(grad)
-
     def report(self) -> dict[str, Any]:
-        return {**(self.inner.report() if self.inner is not None else {}), **self.report_values}
+        return {**super().report(), **self.report_values}

@@ -6,11 +6,11 @@ import torch
 from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
-from lightfed.core.requirements import Requirements
+from lightfed.local.around_inner import AroundInner
 from lightfed.local.base import LocalRule
 
 
-class PersonalLayers(LocalRule):
+class PersonalLayers(AroundInner):
     """Before the first step, writes the client's own values of its personal coordinates (``params_mask``,
     ``buffers_mask``) into the live module (none yet: it keeps the global model's); reports their values after the last
     step as ``personal`` and ``personal_buffers``. ``inner``: the strategy's own rule, which it runs unchanged (started
@@ -24,14 +24,9 @@ class PersonalLayers(LocalRule):
         personal_buffers: Tensor | None,
         inner: LocalRule | None = None,
     ) -> None:
+        super().__init__(inner)
         self.params_mask, self.buffers_mask = params_mask, buffers_mask
-        self.personal, self.personal_buffers, self.inner = personal, personal_buffers, inner
-        self.takes_step = inner is not None and inner.takes_step
-        self.gradients_per_step = 1 if inner is None else inner.gradients_per_step
-
-    @property
-    def requirements(self) -> Requirements:  # type: ignore[override]
-        return self.inner.requirements if self.inner is not None else Requirements()
+        self.personal, self.personal_buffers = personal, personal_buffers
 
     def start(self, params: Tensor, context: LocalContext) -> None:
         self.flat = flat = context.flat
@@ -43,18 +38,10 @@ class PersonalLayers(LocalRule):
         if self.inner is not None:
             self.inner.start(flat.params.clone(), context)
 
-    def adjust(self, grad: Tensor, params: Tensor) -> None:
-        if self.inner is not None:
-            self.inner.adjust(grad, params)
-
-    def observe(self, grad: Tensor) -> None:
-        if self.inner is not None:
-            self.inner.observe(grad)
-
     def report(self) -> dict[str, Any]:
         flat = self.flat
         return {
-            **(self.inner.report() if self.inner is not None else {}),
+            **super().report(),
             "personal": flat.params[self.params_mask.to(flat.params.device)].clone(),
             "personal_buffers": flat.buffers[self.buffers_mask.to(flat.buffers.device)].clone(),
         }

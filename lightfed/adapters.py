@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lightning import LightningModule
-from lightning.fabric.loggers import TensorBoardLogger
+from lightning.fabric.loggers import CSVLogger, TensorBoardLogger
 from lightning.fabric.strategies import DDPStrategy
 from torch import Tensor
 from torchmetrics import Metric
@@ -66,3 +66,19 @@ def run_exit_handlers() -> None:
     """Runs the functions registered with ``atexit`` now, as the interpreter would at its end: for a process that
     leaves with ``os._exit`` (a fork) or ends itself by a signal, whose interpreter does not run them."""
     atexit._run_exitfuncs()
+
+
+def csv_logger_version(logger: CSVLogger) -> int | str | None:
+    """The version a CSV logger (Fabric's or Lightning's) was given (``_version``); None when it would pick its own.
+    (Its ``version`` property picks one, reading the folder, when it was given none.)"""
+    return logger._version
+
+
+def point_csv_logger_at(logger: CSVLogger, folder: str, version: str) -> None:
+    """Makes a CSV logger (Fabric's or Lightning's) that has not written yet write into ``folder/version``: the
+    constructor's ``root_dir`` (Lightning's: ``save_dir``) and ``version`` are kept in ``_root_dir`` (``_save_dir``)
+    and ``_version``; its ``name`` (``_name``) is emptied so that no level sits between."""
+    logger._root_dir = folder
+    if hasattr(logger, "_save_dir"):  # Lightning's CSVLogger reads its folder from there
+        logger._save_dir = folder
+    logger._name, logger._version = "", version

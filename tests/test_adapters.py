@@ -2,11 +2,13 @@
 
 from datetime import timedelta
 
+import pytest
 import torch
 import torchmetrics
 from lightning import LightningModule
-from lightning.fabric.loggers import TensorBoardLogger
+from lightning.fabric.loggers import CSVLogger, TensorBoardLogger
 from lightning.fabric.strategies import DDPStrategy
+from lightning.pytorch import loggers as pytorch_loggers
 
 from lightfed import adapters
 
@@ -81,3 +83,20 @@ def test_the_exit_handlers_run_when_asked_in_a_process_that_leaves_without_the_i
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "handler ran\n"
+
+
+@pytest.mark.parametrize("csv_logger", [CSVLogger, pytorch_loggers.CSVLogger])
+def test_a_csv_loggers_given_version_is_read_without_picking_one(tmp_path, csv_logger):
+    assert adapters.csv_logger_version(csv_logger(tmp_path / "a")) is None
+    assert adapters.csv_logger_version(csv_logger(tmp_path / "a", version=3)) == 3
+    assert not (tmp_path / "a").exists()  # reading it made no folder
+
+
+@pytest.mark.parametrize("csv_logger", [CSVLogger, pytorch_loggers.CSVLogger])
+def test_a_csv_logger_pointed_at_a_folder_writes_there_and_nowhere_else(tmp_path, csv_logger):
+    logger = csv_logger(tmp_path / "elsewhere", name="its_name")
+    adapters.point_csv_logger_at(logger, str(tmp_path / "run"), "csv_1")
+    logger.log_metrics({"x": 1.0}, step=0)
+    logger.save()
+    assert (tmp_path / "run" / "csv_1" / "metrics.csv").read_text().splitlines()[1].endswith("1.0")
+    assert logger.log_dir == str(tmp_path / "run" / "csv_1") and not (tmp_path / "elsewhere").exists()

@@ -13,7 +13,7 @@ import yaml
 from lightning.fabric import Fabric
 from lightning.fabric.loggers import CSVLogger, Logger, TensorBoardLogger
 
-from lightfed.adapters import tensorboard_file_writer
+from lightfed.adapters import csv_logger_version, point_csv_logger_at, tensorboard_file_writer
 from lightfed.core.final_report import logged_part, summary
 from lightfed.core.run_folder import CONFIG, claim_run_folder, write_run_config
 from lightfed.errors import ConfigError, LightfedError
@@ -71,10 +71,7 @@ def into_folder(logger: CSVLogger, folder: Path) -> None:
     first of ``csv_1``, ``csv_2``, ... not there yet when a resumed run starts again (Lightning's CSV writer would empty
     the folder of an earlier start)."""
     names = (CSV_FOLDER if start == 0 else f"{CSV_FOLDER}_{start}" for start in count())
-    logger._root_dir = str(folder)
-    if hasattr(logger, "_save_dir"):  # Lightning's CSVLogger reads its folder from there
-        logger._save_dir = str(folder)
-    logger._name, logger._version = "", next(name for name in names if not (folder / name).exists())
+    point_csv_logger_at(logger, str(folder), next(name for name in names if not (folder / name).exists()))
 
 
 def run_loggers(folder: Path, logger: bool | Logger | list[Logger]) -> list[Logger]:
@@ -84,7 +81,7 @@ def run_loggers(folder: Path, logger: bool | Logger | list[Logger]) -> list[Logg
         return []
     given = [] if logger is True else [logger] if isinstance(logger, Logger) else list(logger)
     for each in given:
-        if isinstance(each, CSVLogger) and each._version is None:
+        if isinstance(each, CSVLogger) and csv_logger_version(each) is None:
             into_folder(each, folder)
     if any(isinstance(each, TensorBoardLogger) for each in given):
         return given

@@ -9,6 +9,15 @@ from torch import Tensor, nn
 
 from lightfed.errors import ConfigError
 
+BATCHNORMS = (
+    nn.BatchNorm1d,
+    nn.BatchNorm2d,
+    nn.BatchNorm3d,
+    nn.SyncBatchNorm,
+    nn.LazyBatchNorm1d,
+    nn.LazyBatchNorm2d,
+    nn.LazyBatchNorm3d,
+)  # every BatchNorm layer torch.nn has
 ATTRIBUTE = "personal_parameters"  # a module's own list of name patterns of its personal parameters
 
 
@@ -68,7 +77,7 @@ def batchnorm_coordinates(module: nn.Module) -> PersonalCoordinates:
     names = {
         f"{prefix}.{name}" if prefix else name
         for prefix, layer in module.named_modules()
-        if isinstance(layer, nn.modules.batchnorm._BatchNorm)
+        if isinstance(layer, BATCHNORMS)
         for name, _ in [*layer.named_parameters(recurse=False), *layer.named_buffers(recurse=False)]
     }
     if not names:

@@ -13,7 +13,7 @@ from lightfed.core.client import ClientTrainer
 from lightfed.errors import ConfigError
 from lightfed.local.relative_progress import lr_scale, relative_progress
 from lightfed.models import MLP
-from lightfed.privacy import ClippedGaussianNoise, DPSGD
+from lightfed.privacy import ClippedGaussianNoise
 from lightfed.strategies import AdaptFed
 from lightfed.core.sums import Sums
 from lightfed.core.messages import ClientPlan
@@ -119,8 +119,9 @@ def _model():
     return MLP(in_features=64, num_classes=10, optimizer=partial(torch.optim.SGD, lr=0.1))
 
 
-@pytest.mark.parametrize("privacy", [DPSGD(noise_multiplier=1.0), ClippedGaussianNoise(sigma2=0.01)])
-def test_adaptfed_under_each_dp_mechanism_logs_finite_relative_progress_and_rates(tmp_path, privacy):
+def test_adaptfed_under_its_papers_noise_logs_finite_relative_progress_and_rates(tmp_path):
+    # under DPSGD it is refused: its clients' relative progress is outside the accountant (test_accounted_messages)
+    privacy = ClippedGaussianNoise(sigma2=0.01)
     metrics = small_trainer(tmp_path, rounds=3, local_steps=2, privacy=privacy).fit(_model(), small_data(), AdaptFed())
     for name in ["strategy/rp_mean", "strategy/rp_var", "strategy/lr_mean", "strategy/global_probe_loss"]:
         assert math.isfinite(metrics[name])

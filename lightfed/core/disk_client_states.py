@@ -228,10 +228,16 @@ def _dtype(name: str) -> torch.dtype:
 
 def _link(source: Path, target: Path) -> None:
     """``target`` becomes another name of ``source`` (a copy when they are on different file systems), unless a file
-    of that name (named by its content) is there already."""
-    if target.exists():
+    of that name (named by its content) and of its size is there already: one a kill cut short is replaced. The name
+    appears only once the link or the durable copy is complete (through a temporary name in the same folder)."""
+    if target.exists() and target.stat().st_size == source.stat().st_size:
         return
+    partial = target.with_name(f".{target.name}.partial")
+    partial.unlink(missing_ok=True)
     try:
-        os.link(source, target)
+        os.link(source, partial)
     except OSError:
-        shutil.copyfile(source, target)
+        shutil.copyfile(source, partial)
+        with open(partial, "rb") as file:
+            os.fsync(file.fileno())
+    os.replace(partial, target)

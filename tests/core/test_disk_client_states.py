@@ -2,6 +2,7 @@
 clients that changed (the rest are links to files already written), verified by checksums, resumable on any number
 of processes, and a state larger than the process's memory limit."""
 
+import errno
 import os
 import subprocess
 import sys
@@ -160,3 +161,18 @@ def test_a_state_larger_than_the_memory_limit_works(tmp_path):
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
+def test_a_copy_cut_short_by_a_kill_is_replaced_when_the_round_is_checkpointed_again(tmp_path, monkeypatch):
+    def cross_device(source, target):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(disk.os, "link", cross_device)  # the work folder on another file system: a copy
+    killed = _checkpoint(tmp_path / "states", "round_1", [_store(tmp_path / "killed", range(4))])
+    for path in killed.glob("*.bin"):  # the kill came half-way through the copy
+        path.write_bytes(path.read_bytes()[:5])
+    _checkpoint(tmp_path / "states", "round_1", [_store(tmp_path / "resumed", range(4))])  # the round again
+    resumed = DiskClientStates(tmp_path / "other")
+    resumed.load_process_states(lambda rank: reader(killed, 1)(rank)["clients"], 1, 0, 1)
+    assert [resumed.get(client_id, "c").tolist() for client_id in range(4)] == [[float(i)] * 4 for i in range(4)]
+    assert not [path for path in killed.iterdir() if path.name.startswith(".")]  # no temporary copy left

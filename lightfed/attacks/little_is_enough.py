@@ -11,9 +11,10 @@ from lightfed.attacks.collusion import ColludingAttack
 
 def z_max(clients: int, malicious: int) -> float:
     """Baruch et al.'s z: s = floor(n/2 + 1) - m benign clients must seem further from the mean than the attackers,
-    z = Phi^-1((n - s) / n); s is kept >= 1 when the attackers hold a majority of the round."""
+    z = Phi^-1((n - s) / n); s is kept >= 1 when the attackers hold a majority of the round (and z = 0, the known
+    mean, in a round of one client)."""
     supporters = max(1, clients // 2 + 1 - malicious)
-    return NormalDist().inv_cdf((clients - supporters) / clients)
+    return NormalDist().inv_cdf((clients - supporters) / clients) if supporters < clients else 0.0
 
 
 class LittleIsEnough(ColludingAttack):

@@ -176,12 +176,12 @@ class ClientTrainer:
 
     def fine_tuned(self, plan: ClientPlan, params: Tensor, buffers: Tensor) -> tuple[Tensor, Tensor]:
         """The weights after training ``plan`` from ``params``/``buffers``, keeping nothing the module logs (evaluation
-        after fine-tuning)."""
-        logged, self.logged = self.logged, LoggedValues()
+        after fine-tuning), as a benign client: a simulated attack changes what clients send, not what is measured."""
+        (logged, self.logged), (attack, self.attack) = (self.logged, LoggedValues()), (self.attack, None)
         try:
             update = self.train(plan, params, buffers)
         finally:
-            self.logged = logged
+            self.logged, self.attack = logged, attack
         return params + update.delta, update.buffers.clone()
 
     @property

@@ -129,7 +129,8 @@ class TrainerBase:
                 DP-SGD with one accountant per client); logs ``privacy/epsilon_max`` and ``privacy/epsilon_mean``.
             attack: A simulated attack by a fraction of the clients, e.g. ``lightfed.attacks.SignFlipping``
                 (docs/guides/robustness.md); null: every client is benign.
-            callbacks: More callbacks (``lightfed.callbacks.Callback``), called in this order, before the progress bar.
+            callbacks: More callbacks (``lightfed.callbacks.Callback``), called in this order, after the attack's
+                (which log its metrics) and before the progress bar.
             logger: Where the per-round metrics go: true for TensorBoard in the run folder, false for none, or
                 logger instances (``lightning.fabric.loggers``), which get the run's config too and write beside
                 TensorBoard in the run folder (a CSV logger without a version: ``<run>/csv``). ``metrics.jsonl`` is
@@ -154,7 +155,7 @@ class TrainerBase:
         )
         self.local_work = LocalWork(local_epochs, local_steps, local_lr, redraw_local_work)
         attacking = [] if attack is None else attack.callbacks()
-        everything = [*(callbacks or []), *attacking, *([ProgressBar()] if progress_bar else [])]
+        everything = [*attacking, *(callbacks or []), *([ProgressBar()] if progress_bar else [])]  # attacks first
         self.fabric = build_fabric(accelerator, devices, num_nodes, precision, everything, collective_timeout)
         self.collective_timeout, self.rounds, self.clients_per_round, self.seed = (
             collective_timeout,

@@ -53,6 +53,8 @@ class DittoSteps(AroundInner):
                 flat.buffers.copy_(self.personal_buffers.to(flat.buffers.device))
         module.train()  # an evaluation may have left it in eval mode
         torch.default_generator.manual_seed(self.seed)  # the client's own training re-seeds it afterwards
+        if flat.params.is_cuda:  # dropout on the GPU draws from CUDA's generator
+            torch.cuda.manual_seed(self.seed)
         generator = torch.Generator().manual_seed(self.seed)
         with LoggedValues().attached(module):
             for batch_idx, batch in enumerate(

@@ -21,9 +21,10 @@ from lightfed.callbacks import Callback
 from lightfed.core.messages import ClientPlan
 from lightfed.errors import ConfigError
 from lightfed.models import SmallCNN
-from lightfed.strategies import CoordinateMedian
+from lightfed.strategies import CoordinateMedian, FedAvg
 from lightfed.strategies.sharded_base import ShardedRound
 from tests.conftest import fit_in_subprocess, small_data, small_model, small_trainer
+from tests.personalization.conftest import linear_net, pathological_data
 
 ROOT = Path(__file__).resolve().parents[2]
 KNOWN = torch.tensor([[1.0, -2.0, 0.5], [3.0, 0.0, 0.5], [2.0, 4.0, -1.0], [0.0, 1.0, 2.0]])
@@ -79,7 +80,7 @@ def test_label_flipping_maps_y_to_c_minus_1_minus_y_for_malicious_clients_only()
 
 def test_lie_z_max_by_hand_and_its_update_stays_within_mean_plus_minus_z_std():
     # n = 10, m = 3: s = 6 - 3 = 3, z = Phi^-1(7 / 10) = 0.5244; m = 1: s = 5, Phi^-1(0.5) = 0
-    assert z_max(10, 3) == pytest.approx(0.52440, abs=1e-5) and z_max(10, 1) == 0.0
+    assert z_max(10, 3) == pytest.approx(0.52440, abs=1e-5) and z_max(10, 1) == 0.0 and z_max(1, 1) == 0.0
     crafted = LittleIsEnough(0.3).collude(KNOWN, torch.tensor([True, True, False, False]), clients=10)
     std, mean = torch.std_mean(KNOWN, 0, correction=0)
     z = z_max(10, 2)
@@ -211,3 +212,22 @@ def test_a_colluding_attack_gives_the_same_model_on_one_and_two_processes(tmp_pa
         return torch.load(root / "quickstart" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)["params"]
 
     assert torch.equal(params(1), params(2))
+
+
+class _KeepsTheModel(FedAvg):
+    def aggregate(self, params: torch.Tensor, sums, round: int) -> torch.Tensor:
+        return params
+
+
+def test_evaluation_fine_tunes_a_malicious_client_as_a_benign_one(tmp_path):
+    """A server that keeps the global model whatever clients send: the fine-tuned metrics of a run where every client
+    flips its labels equal those of a benign run (evaluation measures, it does not attack)."""
+
+    def finetuned(attack) -> dict[str, float]:
+        trainer = small_trainer(tmp_path / str(attack is None), rounds=1, clients_per_round=3, attack=attack,
+                                client_eval_interval=1, client_eval_finetune_steps=2)
+        metrics = trainer.fit(linear_net(), pathological_data(6, client_val_fraction=0.3), _KeepsTheModel())
+        return {key: value for key, value in metrics.items() if key.startswith("clients/finetuned/")}
+
+    benign = finetuned(None)
+    assert benign and finetuned(LabelFlipping(1.0, num_classes=10)) == benign

@@ -54,20 +54,25 @@ class DataModuleSource(DatasetSource):
         return type(self.datamodule).__name__
 
     def load(self, seed: int) -> DatasetSplits:
-        """The module's datasets, prepared and set up once; ``seed`` is unused (the module seeds its own splits)."""
+        """The module's datasets, prepared and set up once; each ``setup`` draws from torch's random stream seeded
+        by ``seed`` (so a ``random_split`` in ``setup`` splits alike for both stages), the run's own stream untouched."""
         if self._splits is None:
-            self._splits = self._read()
+            with torch.random.fork_rng(devices=[]):
+                self._splits = self._read(seed)
         return self._splits
 
-    def _read(self) -> DatasetSplits:
+    def _read(self, seed: int) -> DatasetSplits:
         module = self.datamodule
+        torch.manual_seed(seed)
         module.prepare_data()
+        torch.manual_seed(seed)
         module.setup("fit")
         train = self._dataset("train_dataloader")
         if train is None:
             raise ConfigError(f"{self.name} has no train_dataloader; define one that returns a DataLoader")
-        val = self._dataset("val_dataloader")
+        torch.manual_seed(seed)
         module.setup("test")
+        val = self._dataset("val_dataloader")  # after both setups, to be compared with the test set
         test = self._dataset("test_dataloader")
         if test is None:
             if val is None:
@@ -75,14 +80,22 @@ class DataModuleSource(DatasetSource):
                     f"{self.name} has neither test_dataloader nor val_dataloader; define one for the test set"
                 )
             test, val = val, None
+        if val is not None and _same_examples(val, test):
+            raise ConfigError(
+                f"{self.name}'s validation dataset is its test dataset, so the best round would be chosen on the "
+                "test set; give val_dataloader other examples, or make it raise (lightfed then holds out "
+                "data.val_fraction of the training set)"
+            )
         labels = self._labels(train)
+        client_ids = _attribute(train, ("client_ids",))
         val_indices = None
         if val is not None:
             val_indices = np.arange(size(train), size(train) + size(val))
             if labels is not None:  # the validation examples are never partitioned: no pass reads their labels
                 labels = np.concatenate([labels, np.full(size(val), -1)])
+            if client_ids is not None:  # nor their client ids
+                client_ids = np.concatenate([client_ids, np.full(size(val), -1)])
             train = ConcatDataset([train, val])
-        client_ids = _attribute(train, ("client_ids",))
         num_classes = self.num_classes or getattr(module, "num_classes", None)
         if not isinstance(num_classes, int):
             num_classes = int(labels.max()) + 1 if labels is not None and len(labels) else 0
@@ -116,6 +129,18 @@ class DataModuleSource(DatasetSource):
                 f"label_key {key!r} does not give the labels of {self.name}'s examples ({error}); "
                 "name the position or key that holds each example's label"
             ) from None
+
+
+def _same_examples(a: Dataset, b: Dataset) -> bool:
+    """Whether two datasets are one object, or Subsets of one dataset with the same indices."""
+    if a is b:
+        return True
+    return (
+        isinstance(a, Subset)
+        and isinstance(b, Subset)
+        and a.dataset is b.dataset
+        and np.array_equal(np.asarray(a.indices), np.asarray(b.indices))
+    )
 
 
 def _attribute(dataset: Dataset, names: Sequence[str]) -> np.ndarray | None:

@@ -1,8 +1,10 @@
 """A LightningDataModule as a dataset source: its datasets, transforms and labels, split across clients."""
 
+import lightning as L
 import numpy as np
 import pytest
 import torch
+from torch.utils.data import DataLoader, Subset, TensorDataset, random_split
 
 from lightfed.data import DataModuleSource, DirichletPartitioner, IIDPartitioner
 from lightfed.data.module import FederatedDataModule
@@ -10,7 +12,7 @@ from lightfed.errors import ConfigError
 from lightfed.models import SmallCNN
 from lightfed.strategies import FedAvg
 from tests.conftest import small_trainer
-from tests.data.user_datamodules import BlobsDataModule, DictBlobs, FakeImages
+from tests.data.user_datamodules import BlobsDataModule, DictBlobs, FakeImages, blobs
 
 CPU = torch.device("cpu")
 
@@ -82,3 +84,67 @@ def test_a_dataset_without_labels_splits_iid_and_is_refused_by_a_label_partition
     FederatedDataModule(unlabelled, IIDPartitioner(2)).setup(seed=0, device=CPU)
     with pytest.raises(ConfigError, match=r"DirichletPartitioner splits by label.*label_key"):
         FederatedDataModule(unlabelled, DirichletPartitioner(2)).setup(seed=0, device=CPU)
+
+
+class UnseededSplit(L.LightningDataModule):
+    """Splits one dataset by ``random_split`` in every ``setup``, whatever the stage, without a generator."""
+
+    def setup(self, stage: str) -> None:
+        self.train, self.val, self.test = random_split(blobs(90, 0), [30, 30, 30])
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.train)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.val)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(self.test)
+
+
+def test_setup_called_per_stage_splits_alike_so_no_training_example_is_a_test_example():
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    splits = DataModuleSource(UnseededSplit()).load(seed=0)
+    assert torch.equal(torch.get_rng_state(), state)  # the run's own random stream is left as it was
+    train, test = splits.train.datasets[0], splits.test  # type: ignore[union-attr]
+    assert not set(train.indices) & set(test.indices) and len(set(train.indices) | set(test.indices)) == 60
+
+
+class ValidationIsTest(BlobsDataModule):
+    """The idiom ``test_dataloader`` returning ``val_dataloader``, or a fresh Subset of the same examples."""
+
+    def __init__(self, same_object: bool) -> None:
+        super().__init__()
+        self.same_object = same_object
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.val if self.same_object else Subset(self.test, [0, 1, 2]))
+
+    def test_dataloader(self) -> DataLoader:
+        return self.val_dataloader() if self.same_object else DataLoader(Subset(self.test, [0, 1, 2]))
+
+
+@pytest.mark.parametrize("same_object", [True, False])
+def test_a_validation_set_that_is_the_test_set_is_refused(same_object):
+    with pytest.raises(ConfigError, match=r"ValidationIsTest's validation dataset is its test dataset"):
+        DataModuleSource(ValidationIsTest(same_object)).load(0)
+
+
+class WritersDataset(TensorDataset):
+    """Blobs with a natural client id per example."""
+
+    def __init__(self, base: TensorDataset) -> None:
+        super().__init__(*base.tensors)
+        self.client_ids = np.arange(len(base)) % 4
+
+
+class TrainHasClientIds(BlobsDataModule):
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        self.train = WritersDataset(self.train)
+
+
+def test_client_ids_of_the_training_set_are_read_though_the_validation_set_has_none():
+    splits = DataModuleSource(TrainHasClientIds()).load(0)
+    assert splits.train_client_ids.tolist() == [i % 4 for i in range(240)] + [-1] * 30

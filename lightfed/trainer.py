@@ -123,9 +123,12 @@ class FederatedTrainer(TrainerBase):
                 metrics.update(spread(values, name))
         self.last_metrics = metrics
         self.fabric.call("on_round_end", trainer=self, round=round, metrics=metrics)
-        if self.should_stop or self.due(self.checkpoint_interval):  # checkpoint, then log what it holds
+        checkpoint = self.should_stop or self.due(self.checkpoint_interval)
+        if checkpoint:  # checkpoint, then log what it holds
             self._checkpoint(engine, source)
         self.output.log_round(self.round, metrics)
+        if checkpoint:
+            self.output.save()
 
     def _set_up(
         self, model: LightningModule, data: FederatedDataModule, strategy: Strategy

@@ -168,6 +168,13 @@ class RunOutput:
             with reported(logger):
                 logger.log_metrics(metrics, step=step)
 
+    def save(self) -> None:
+        """Every logger writes what it holds (a CSV logger writes only every so many steps otherwise): at a
+        checkpoint, so that a kill loses none of the rounds the checkpoint holds."""
+        for logger in self.loggers:
+            with reported(logger):
+                logger.save()
+
     def append(self, line: dict[str, Any]) -> None:
         """One line of ``metrics.jsonl`` (process 0)."""
         if self.fabric.is_global_zero:

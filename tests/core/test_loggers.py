@@ -9,6 +9,7 @@ import yaml
 from lightning.fabric.loggers import Logger
 
 from lightfed.cli import main
+from lightfed.trainer import FederatedTrainer
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUNDS = 2
@@ -58,6 +59,27 @@ def test_a_resumed_run_keeps_the_csv_of_its_first_start(tmp_path):
     assert [row["step"] for row in first if row["val_acc"]] == [str(r) for r in range(1, ROUNDS + 1)]
     assert [row["step"] for row in second if row["val_acc"]] == [str(ROUNDS + 1)]
     assert yaml.safe_load((folder / "csv_1" / "hparams.yaml").read_text()) == config_of(folder)
+
+
+class Killed(Exception):
+    """What a kill does to a run: it ends in the middle of a round, without finalizing its loggers."""
+
+
+def test_a_run_killed_after_a_checkpoint_keeps_the_checkpointed_rounds_in_its_csv(tmp_path, monkeypatch):
+    original = FederatedTrainer._round
+
+    def killed_in_round_3(trainer, *args):
+        if trainer.round == 2:
+            raise Killed
+        original(trainer, *args)
+
+    monkeypatch.setattr(FederatedTrainer, "_round", killed_in_round_3)
+    logger = {"class_path": "lightning.fabric.loggers.CSVLogger", "init_args": {"root_dir": str(tmp_path)}}
+    with pytest.raises(Killed):
+        fit(tmp_path, logger, "--trainer.rounds", "4", "--trainer.checkpoint_interval", "2")
+    (folder,) = (tmp_path / "runs" / "quickstart").iterdir()
+    rows = csv_rows(folder / "csv" / "metrics.csv")
+    assert [row["step"] for row in rows if row["val_acc"]] == ["1", "2"]  # the rounds that last.ckpt holds
 
 
 def test_a_csv_logger_with_a_version_keeps_its_own_folder(tmp_path):

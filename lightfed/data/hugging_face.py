@@ -16,7 +16,7 @@ from lightfed.errors import ConfigError
 if TYPE_CHECKING:
     import datasets
 
-TEST_STREAM = 2  # the held-out test set's random stream, beside the partitioner's and the validation split's
+TEST_STREAM = 3  # the held-out test set's random stream of the run's seed (1: validation split, 2: evaluated sample)
 
 
 class HuggingFace(DatasetSource):
@@ -27,10 +27,11 @@ class HuggingFace(DatasetSource):
     An example is ``(inputs, label)`` with one ``inputs`` column, else a dict of the ``inputs`` columns (and the label);
     each column goes through its ``transforms`` entry (default: ``to_tensor``: numbers, lists, images in [0, 1]), and
     ``example_transform`` may then rebuild the whole example. ``client_id`` names the column of natural client ids
-    for ``NaturalIdPartitioner``: an id's code is its rank among the sorted ids of the train and test splits together,
-    so an id is the same client in both. Without a ``test_split``, ``test_fraction`` of the training rows is held out
-    as the test set (stratified by client id and label, from the seed). Arrow tables smaller than a quarter of the
-    available memory are read into memory; larger ones stay memory-mapped.
+    for ``NaturalIdPartitioner``: a training row's code is its id's rank among the sorted ids of the train and test
+    splits together (the test set keeps no client ids: it is evaluated centrally). Without a ``test_split``,
+    ``test_fraction`` of the training rows is held out as the test set (stratified by client id and label, from the
+    seed). Arrow tables smaller than a quarter of the available memory are read into memory; larger ones stay
+    memory-mapped.
     """
 
     def __init__(
@@ -71,6 +72,8 @@ class HuggingFace(DatasetSource):
                 memory; false: memory-mapped.
             revision: The hub revision (a tag, branch or commit) to read.
         """
+        if test_split == train_split:
+            raise ConfigError(f"test_split {test_split!r} is the train_split; name another split, or null to hold out")
         if not 0.0 < test_fraction < 1.0:
             raise ConfigError(f"test_fraction must be between 0 and 1 (exclusive), got {test_fraction}")
         self.path, self.name, self.data_files, self.revision = path, name, data_files, revision

@@ -125,3 +125,14 @@ def test_a_missing_column_is_one_line_that_lists_the_columns(saved_femnist):
     with pytest.raises(ConfigError, match=r"no column 'label' \(it has image, writer_id, character\)"):
         HuggingFace(str(saved_femnist)).load(0)
 
+
+
+def test_a_test_split_that_is_the_train_split_is_refused():
+    with pytest.raises(ConfigError, match=r"test_split 'train' is the train_split"):
+        HuggingFace("parquet", train_split="train", test_split="train")
+
+
+def test_the_held_out_test_rows_draw_from_a_stream_of_their_own():
+    from lightfed.data import evaluated_sample, hugging_face, validation
+
+    assert hugging_face.TEST_STREAM not in (validation.VALIDATION_STREAM, evaluated_sample.EVAL_STREAM)

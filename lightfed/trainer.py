@@ -146,7 +146,9 @@ class FederatedTrainer(TrainerBase):
         source = self._rounds(data, strategy)
         self.strategy, self.source = strategy, source
         world, rank = self.fabric.world_size, self.fabric.global_rank
-        strategy.setup(ServerContext(self.params, data.num_clients, world, rank, self.clients_per_round, self.seed))
+        sampled = data.num_clients - self.unseen_clients  # the clients ``_rounds`` samples from
+        context = ServerContext(self.params, data.num_clients, world, rank, self.clients_per_round, self.seed, sampled)
+        strategy.setup(context)
         fixed = run_requirements(strategy, self.privacy).client_state  # client i trains on process i % world size
         self.engine = engine = RoundEngine(
             self.fabric, workers, strategy, self.clients_per_round, fixed, self.check_replicas, self, self.privacy

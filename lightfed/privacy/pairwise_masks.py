@@ -9,7 +9,7 @@ from torch import Tensor
 
 from lightfed.core.seeding import derived_rng, derived_seed
 
-SECURE_AGGREGATION = 30  # the purpose key of secure aggregation's random streams (``lightfed.core.seeding``)
+SECURE_AGGREGATION = 31  # the purpose key of secure aggregation's random streams (the keys in use: user_level.py)
 GRAPH, DROPOUT, PAIR, SELF, ROUNDING = range(5)
 
 

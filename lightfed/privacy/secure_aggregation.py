@@ -23,6 +23,7 @@ from lightfed.privacy.pairwise_masks import (
     unrecoverable,
 )
 from lightfed.privacy.quantization import dequantize_sum, quantize
+from lightfed.privacy.user_level import UserLevelDP
 from lightfed.strategies.base import NOTHING, ServerContext, Strategy
 from lightfed.strategies.wrapper import SumsStrategyWrapper
 
@@ -81,6 +82,11 @@ class SecureAggregation(SumsStrategyWrapper):
             raise ConfigError(f"strategy.neighbours must be an even number >= 2 (or null), got {neighbours}")
         if not 0 <= dropout < 1 or not 0 < threshold <= 1:
             raise ConfigError(f"strategy.dropout must be in [0, 1) and threshold in (0, 1], got {dropout}, {threshold}")
+        if dropout > 0 and _distributed_noise(strategy):
+            raise ConfigError(
+                f"strategy.dropout {dropout:g} leaves the distributed noise short of what UserLevelDP accounts (each "
+                "client adds std / sqrt(expected clients)): set dropout 0 or UserLevelDP's noise: central"
+            )
         super().__init__(strategy)
         self.bits, self.clip_range, self.clip_ranges, self.rounding = bits, clip_range, clip_ranges or {}, rounding
         self.modulus_bits, self.neighbours, self.dropout, self.threshold = modulus_bits, neighbours, dropout, threshold
@@ -199,3 +205,12 @@ class SecureAggregation(SumsStrategyWrapper):
 
     def metrics(self) -> dict[str, float]:
         return {**super().metrics(), **self.last}
+
+
+def _distributed_noise(strategy: Strategy) -> bool:
+    """Whether ``strategy`` or a strategy it wraps is UserLevelDP with noise added by the clients."""
+    while not isinstance(strategy, UserLevelDP):
+        if not isinstance(strategy, SumsStrategyWrapper):
+            return False
+        strategy = strategy.inner
+    return strategy.noise == "distributed"

@@ -22,7 +22,8 @@ from lightfed.strategies.sharded_base import ShardedStrategy
 from lightfed.strategies.wrapper import SumsStrategyWrapper
 
 CLIPPED, UNCLIPPED = "user_level/clipped_sum", "user_level/unclipped_count"
-STREAM = 30  # this module's random streams of ``derived_seed`` (``lightfed.core.seeding`` uses 0 to 2)
+STREAM = 30  # this module's purpose key of ``derived_seed``; in use: 0-2 (core.seeding), 3 (Ditto), 4-5 (evaluation),
+# 30 (user-level DP), 31 (secure aggregation), 100-103 (asynchronous)
 CENTRAL_NOISE, POISSON, CLIENT_NOISE = 0, 1, 2
 
 
@@ -33,7 +34,8 @@ class UserLevelDP(SumsStrategyWrapper):
     only update (its server step: FedAvg's, FedAvgM's momentum, FedAdam's moments, ...).
 
     With ``target_quantile`` the clip norm follows that quantile of the clients' update norms (Andrew et al.): each
-    client also sends whether its norm was at most the clip; their count gets Gaussian noise of std ``count_stddev``
+    client also sends b - 1/2, b = 1 if its norm was at most the clip (0 if not): sensitivity 1/2; their sum gets
+    Gaussian noise of std ``count_stddev``, the noised fraction is sum / expected clients + 1/2 (clamped to [0, 1]),
     and the clip becomes clip x exp(-clip_lr x (noised fraction - target_quantile)). The update's noise is raised
     so that both releases together are one Gaussian mechanism of ``noise_multiplier``:
     (noise_multiplier^-2 - (2 count_stddev)^-2)^-1/2.
@@ -68,7 +70,8 @@ class UserLevelDP(SumsStrategyWrapper):
             target_quantile: None: fixed clipping; a number in (0, 1): adaptive clipping to that quantile of the
                 update norms (the fraction of clients left unclipped).
             clip_lr: Learning rate of the geometric clip update (Andrew et al.: 0.2).
-            count_stddev: Std of the noise on the unclipped count; None: expected clients / 20 (Andrew et al.).
+            count_stddev: Std of the noise on the unclipped count; None: expected clients / 20 (Andrew et al.);
+                with noise it must exceed noise_multiplier / 2.
             sampling: "fixed": the run's own sampling of trainer.clients_per_round clients out of N (without
                 replacement), accounted as Poisson sampling at rate clients_per_round / N, as DP-FedAvg's
                 experiments do (an approximation for sampling without replacement); "poisson": every client is
@@ -123,7 +126,7 @@ class UserLevelDP(SumsStrategyWrapper):
 
     def setup(self, context: ServerContext) -> None:
         super().setup(context)
-        clients, sampled = context.num_clients, context.clients_per_round
+        clients, sampled = context.sampled_clients or context.num_clients, context.clients_per_round
         if self.sampling == "poisson" and sampled != clients:
             raise ConfigError(
                 f"sampling: poisson draws each of the {clients} clients itself: set trainer.clients_per_round to "
@@ -134,10 +137,10 @@ class UserLevelDP(SumsStrategyWrapper):
         z = self.noise_multiplier
         count_std = self.expected / 20 if self.count_stddev is None else self.count_stddev
         self.count_std = 0.0 if self.target_quantile is None or z == 0 else count_std
-        if self.count_std and not 2 * self.count_std > z:
+        if self.target_quantile is not None and z > 0 and not 2 * count_std > z:
             raise ConfigError(
-                f"strategy.count_stddev {self.count_std:g} leaves no privacy for the update at noise_multiplier {z}: "
-                f"it must exceed noise_multiplier / 2"
+                f"strategy.count_stddev {count_std:g} leaves the unclipped count or the update without privacy at "
+                f"noise_multiplier {z}: it must exceed noise_multiplier / 2"
             )
         self.update_multiplier = z if not self.count_std else (z**-2 - (2 * self.count_std) ** -2) ** -0.5
         self.seed = context.seed
@@ -168,12 +171,12 @@ class UserLevelDP(SumsStrategyWrapper):
         return {CLIPPED: self.num_params, UNCLIPPED: 1}
 
     def contribution(self, update: ClientUpdate) -> dict[str, Tensor]:
-        """What the client adds to the round's sums (float64): its delta clipped to the clip norm, and 1 if it was
-        not clipped (0 if it was); with "distributed" noise, each with the client's share of the noise."""
+        """What the client adds to the round's sums (float64): its delta clipped to the clip norm, and 1/2 if it was
+        not clipped (-1/2 if it was); with "distributed" noise, each with the client's share of the noise."""
         delta = update.delta.double()
         norm = float(torch.linalg.vector_norm(delta))
         scale = min(1.0, self.clip / norm) if norm > 0 else 1.0
-        contribution = {CLIPPED: delta * scale, UNCLIPPED: delta.new_tensor([float(norm <= self.clip)])}
+        contribution = {CLIPPED: delta * scale, UNCLIPPED: delta.new_tensor([float(norm <= self.clip) - 0.5])}
         if self.noise == "distributed":
             generator = torch.Generator().manual_seed(
                 derived_seed(self.seed, STREAM, CLIENT_NOISE, self.round, update.client_id)
@@ -210,7 +213,7 @@ class UserLevelDP(SumsStrategyWrapper):
                 noise = torch.randn(value.shape, generator=generator, dtype=torch.float64).to(value.device)
                 value.add_(noise, alpha=std)
         mean = (total / self.expected).to(params.dtype)
-        self.clip_used, self.unclipped_fraction = self.clip, float(count) / self.expected
+        self.clip_used, self.unclipped_fraction = self.clip, min(1.0, max(0.0, float(count) / self.expected + 0.5))
         if self.target_quantile is not None:
             self.clip *= math.exp(-self.clip_lr * (self.unclipped_fraction - self.target_quantile))
         inner = self.inner

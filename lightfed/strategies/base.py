@@ -27,6 +27,7 @@ class ServerContext:
     rank: int = 0
     clients_per_round: int = 0  # clients the run samples each round (0: not given)
     seed: int = 0  # the run's seed (``trainer.seed``), the same on every process
+    sampled_clients: int = 0  # clients the run samples from (0: all num_clients; fewer with trainer.unseen_clients)
 
     @property
     def num_params(self) -> int:

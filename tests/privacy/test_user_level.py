@@ -12,7 +12,7 @@ from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.sums import Sums
 from lightfed.errors import ConfigError
 from lightfed.privacy import DPSGD, UserLevelDP
-from lightfed.privacy.user_level import CLIPPED
+from lightfed.privacy.user_level import CLIPPED, UNCLIPPED
 from lightfed.strategies import AdaptFed, FedAdam, FedAvg, FedECADO, FedExP, FedNova, Scaffold
 from lightfed.strategies.base import ServerContext
 from tests.conftest import fit_in_subprocess, small_data, small_model, small_trainer
@@ -189,3 +189,33 @@ def test_user_level_dp_combines_with_example_level_dp_sgd(tmp_path):
     trainer = small_trainer(tmp_path, rounds=1, clients_per_round=4, privacy=DPSGD(noise_multiplier=1.0))
     metrics = trainer.fit(small_model(momentum=0.0), small_data(), strategy)
     assert metrics["strategy/user_dp/epsilon"] > 0 and metrics["privacy/epsilon_max"] > 0
+
+
+def test_a_client_adds_its_unclipped_bit_minus_a_half_and_the_fraction_adds_the_half_back():
+    """Andrew et al.: b - 1/2 has sensitivity 1/2, which the split of noise_multiplier between the releases assumes."""
+    strategy = _strategy(torch.zeros(2), num_clients=8, clients_per_round=4, noise_multiplier=1.0, clip=1.0,
+                         target_quantile=0.5, count_stddev=1.0)
+    strategy.configure_client(ClientPlan(0, 0, seed=0, steps=1))
+    assert float(strategy.contribution(_update(0, [0.6, 0.0]))[UNCLIPPED]) == 0.5  # unclipped: 1 - 1/2
+    assert float(strategy.contribution(_update(1, [3.0, 4.0]))[UNCLIPPED]) == -0.5  # clipped: 0 - 1/2
+    # the update (multiplier z_delta, sensitivity C) and the count (std 1, sensitivity 1/2: multiplier 2) compose to z
+    assert (strategy.update_multiplier**-2 + (2 * strategy.count_std) ** -2) ** -0.5 == pytest.approx(1.0, rel=1e-12)
+    exact = _strategy(torch.zeros(2), num_clients=4, clients_per_round=4, noise_multiplier=0.0, target_quantile=0.5)
+    _round(exact, [[3.0, 4.0], [0.1, 0.0], [0.0, 0.1], [0.2, 0.2]], torch.zeros(2))
+    assert exact.metrics()["user_dp/unclipped_fraction"] == 0.75  # (3 x 1/2 - 1/2) / 4 + 1/2
+    sums = Sums(exact.sum_sizes(), torch.device("cpu"))
+    sums.add(UNCLIPPED, 10.0)  # a noised count past every client: the fraction is clamped to [0, 1]
+    exact.aggregate(torch.zeros(2), sums, 1)
+    assert exact.metrics()["user_dp/unclipped_fraction"] == 1.0
+
+
+@pytest.mark.parametrize("count_stddev", [0.0, 0.5])
+def test_adaptive_clipping_refuses_a_count_noise_that_leaves_the_count_or_the_update_unprotected(count_stddev):
+    with pytest.raises(ConfigError, match="it must exceed noise_multiplier / 2"):
+        _strategy(torch.zeros(1), noise_multiplier=1.0, target_quantile=0.5, count_stddev=count_stddev)
+
+
+def test_the_sampling_rate_is_over_the_clients_the_run_samples_from_not_the_unseen_ones():
+    strategy = UserLevelDP(FedAvg(), noise_multiplier=1.0)
+    strategy.setup(ServerContext(torch.zeros(1), 10, clients_per_round=2, seed=0, sampled_clients=8))
+    assert strategy.rate == 2 / 8 and strategy.expected == 2

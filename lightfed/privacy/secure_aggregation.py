@@ -96,6 +96,7 @@ class SecureAggregation(SumsStrategyWrapper):
     def setup(self, context: ServerContext) -> None:
         super().setup(context)
         self.seed, self.clients_per_round = context.seed, context.clients_per_round
+        self.population = context.sampled_clients or context.num_clients  # without trainer.unseen_clients
         if self.clients_per_round * (2**self.bits - 1) >= 2**self.modulus_bits:
             raise ConfigError(
                 f"{self.clients_per_round} clients x {self.bits}-bit values overflow the modulus 2^{self.modulus_bits}: "
@@ -113,7 +114,7 @@ class SecureAggregation(SumsStrategyWrapper):
 
     def cohort(self, round: int) -> list[int]:
         """The round's clients (as the synchronous trainer samples them): the parties of the protocol."""
-        return sample_clients(self.seed, round, self.num_clients, self.clients_per_round)
+        return sample_clients(self.seed, round, self.population, self.clients_per_round)
 
     def protocol(self, round: int) -> tuple[list[int], dict[int, list[int]], set[int]]:
         """The round's cohort, its masking graph and its dropped clients (refused when they cannot be unmasked)."""

@@ -200,3 +200,11 @@ def test_distributed_noise_with_dropouts_is_refused():
     with pytest.raises(ConfigError, match="dropout 0.25 leaves the distributed noise short"):
         SecureAggregation(UserLevelDP(FedAvg(), 1.0, noise="distributed"), dropout=0.25)
     SecureAggregation(UserLevelDP(FedAvg(), 1.0), dropout=0.25)  # central noise: the server adds all of it
+
+
+def test_the_cohort_is_drawn_from_the_clients_the_run_samples_not_the_unseen_ones():
+    from lightfed.core.seeding import sample_clients
+
+    strategy = SecureAggregation(FedAvg(weighting="uniform"))
+    strategy.setup(ServerContext(torch.zeros(D), 20, clients_per_round=5, seed=7, sampled_clients=16))
+    assert all(strategy.cohort(round) == sample_clients(7, round, 16, 5) for round in range(10))

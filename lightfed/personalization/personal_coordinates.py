@@ -7,17 +7,9 @@ from fnmatch import fnmatchcase
 import torch
 from torch import Tensor, nn
 
+from lightfed.core.batch_norms import BATCH_NORMS
 from lightfed.errors import ConfigError
 
-BATCHNORMS = (
-    nn.BatchNorm1d,
-    nn.BatchNorm2d,
-    nn.BatchNorm3d,
-    nn.SyncBatchNorm,
-    nn.LazyBatchNorm1d,
-    nn.LazyBatchNorm2d,
-    nn.LazyBatchNorm3d,
-)  # every BatchNorm layer torch.nn has
 ATTRIBUTE = "personal_parameters"  # a module's own list of name patterns of its personal parameters
 
 
@@ -77,7 +69,7 @@ def batchnorm_coordinates(module: nn.Module) -> PersonalCoordinates:
     names = {
         f"{prefix}.{name}" if prefix else name
         for prefix, layer in module.named_modules()
-        if isinstance(layer, BATCHNORMS)
+        if isinstance(layer, BATCH_NORMS)
         for name, _ in [*layer.named_parameters(recurse=False), *layer.named_buffers(recurse=False)]
     }
     if not names:

@@ -16,6 +16,7 @@ from lightning.fabric.utilities.apply_func import apply_to_collection
 from lightning.pytorch.utilities.data import extract_batch_size
 from torch import Tensor, nn
 
+from lightfed.core.batch_norms import BATCH_NORMS
 from lightfed.core.local_context import LocalContext
 from lightfed.core.local_session import LocalSession
 from lightfed.core.messages import ClientPlan
@@ -50,17 +51,6 @@ def convert_in_place(module: nn.Module) -> None:
         if fixer is not None and name:
             parent, _, child = name.rpartition(".")
             setattr(module.get_submodule(parent), child, fixer(sub))
-
-
-BATCH_NORMS = (
-    nn.BatchNorm1d,
-    nn.BatchNorm2d,
-    nn.BatchNorm3d,
-    nn.SyncBatchNorm,
-    nn.LazyBatchNorm1d,
-    nn.LazyBatchNorm2d,
-    nn.LazyBatchNorm3d,
-)  # the normalizations that mix the examples of a batch
 
 
 class DPSGD(ClientPrivacy):

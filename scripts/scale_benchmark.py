@@ -44,6 +44,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--client-size", type=int, default=10, help="examples per client (training and test share); 0: FedProx's sizes"
     )
     p.add_argument("--dim", type=int, default=60, help="features per example")
+    p.add_argument(
+        "--holdout-draws",
+        choices=("per_client", "vectorized"),
+        default="vectorized",
+        help="data.holdout_draws: how each client's validation share is drawn (as configs/scale/ sets it)",
+    )
     p.add_argument("--worker", nargs=2, metavar=("CLIENTS", "STRATEGY"), help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -67,7 +73,8 @@ def worker(args: argparse.Namespace, clients: int, strategy_name: str) -> dict:
     from lightfed.trainer import FederatedTrainer
 
     root = tempfile.mkdtemp(prefix="scale-benchmark-")
-    data = FederatedDataModule(Synthetic(num_clients=clients, client_size=args.client_size or None, dim=args.dim))
+    synthetic = Synthetic(num_clients=clients, client_size=args.client_size or None, dim=args.dim)
+    data = FederatedDataModule(synthetic, holdout_draws=args.holdout_draws)
     setup, partition = data.setup, []
 
     def timed_setup(*arguments, **keywords) -> None:
@@ -132,7 +139,8 @@ def main(argv: list[str] | None = None) -> None:
             rows.append({**row, "total_s": time.perf_counter() - began})
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print(
-        f"Synthetic(client_size={args.client_size or None}, dim={args.dim}), logistic regression, {args.clients_per_round} "
+        f"Synthetic(client_size={args.client_size or None}, dim={args.dim}), holdout_draws {args.holdout_draws}, "
+        f"logistic regression, {args.clients_per_round} "
         f"clients a round, {args.rounds} rounds, a checkpoint every round; load average {load:.1f} before, "
         f"{os.getloadavg()[0]:.1f} after, {os.cpu_count()} cores\n"
     )

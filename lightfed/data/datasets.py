@@ -1,7 +1,7 @@
 """Dataset sources: these load a whole dataset into memory as tensors (``MapDataset`` reads examples on demand)."""
 
 from abc import ABC, abstractmethod
-from collections.abc import Sized
+from collections.abc import Sequence, Sized
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, cast
@@ -11,6 +11,7 @@ import torch
 import torchvision
 from torch.utils.data import Dataset
 
+from lightfed.data.client_groups import ClientGroups
 from lightfed.errors import ConfigError, DatasetNotFoundError
 
 
@@ -26,7 +27,7 @@ class TensorSplits:
     test_x: torch.Tensor
     test_y: torch.Tensor
     num_classes: int
-    client_indices: list[np.ndarray] | None = None
+    client_indices: Sequence[np.ndarray] | None = None
     train_client_ids: np.ndarray | None = None
 
     @property
@@ -50,7 +51,7 @@ class DatasetSplits:
     num_classes: int
     train_labels: np.ndarray | None = None
     train_client_ids: np.ndarray | None = None
-    client_indices: list[np.ndarray] | None = None
+    client_indices: Sequence[np.ndarray] | None = None
     val_indices: np.ndarray | None = None
 
     @property
@@ -241,10 +242,13 @@ class _EmptySplits:
         m, size = y.shape
         train = slice(self.train_at, self.train_at + m * num_train)
         test = slice(self.test_at, self.test_at + m * (size - num_train))
-        self.train_x[train] = x[:, :num_train].reshape(-1, x.shape[2])
-        self.train_y[train] = y[:, :num_train].reshape(-1)
-        self.test_x[test] = x[:, num_train:].reshape(-1, x.shape[2])
-        self.test_y[test] = y[:, num_train:].reshape(-1)
+        shares = (
+            (self.train_x, self.train_y, train, slice(None, num_train)),
+            (self.test_x, self.test_y, test, slice(num_train, None)),
+        )
+        for features, labels, rows, examples in shares:  # one copy each, straight into the storage
+            np.copyto(features[rows].reshape(m, -1, x.shape[2]), x[:, examples])
+            np.copyto(labels[rows].reshape(m, -1), y[:, examples])
         self.client_starts.extend(range(self.train_at, train.stop, num_train))
         self.train_at, self.test_at = train.stop, test.stop
 
@@ -256,7 +260,7 @@ class _EmptySplits:
             test_x=torch.from_numpy(self.test_x),
             test_y=torch.from_numpy(self.test_y),
             num_classes=self.num_classes,
-            client_indices=np.split(rows, self.client_starts[1:]),  # views of one array
+            client_indices=ClientGroups(rows, np.append(self.client_starts, self.train_at)),  # views of one array
         )
 
 

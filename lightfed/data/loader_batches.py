@@ -1,7 +1,7 @@
 """Batches read from map-style datasets through DataLoaders and moved to the device."""
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -11,6 +11,7 @@ from lightning_utilities.core.apply_func import apply_to_collection
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, default_collate
 
+from lightfed.data.client_groups import ClientGroups
 from lightfed.data.datasets import DatasetSplits, size
 
 
@@ -26,9 +27,9 @@ class LoaderBatches:
     def __init__(
         self,
         splits: DatasetSplits,
-        client_indices: list[np.ndarray],
+        client_indices: Sequence[np.ndarray],
         val_indices: np.ndarray,
-        client_eval_indices: list[np.ndarray],
+        client_eval_indices: Sequence[np.ndarray],
         batch_size: int,
         eval_batch_size: int,
         device: torch.device,
@@ -41,9 +42,9 @@ class LoaderBatches:
         self.eval_batch_size = eval_batch_size
         self.num_workers = num_workers
         self.pin_memory = pin_memory and device.type == "cuda"
-        self.client_indices = [torch.as_tensor(np.asarray(i), dtype=torch.long) for i in client_indices]
+        self.client_indices = ClientGroups.of(client_indices).to_tensor("cpu")
         self.val_indices = torch.as_tensor(np.asarray(val_indices), dtype=torch.long)
-        self.client_eval_indices = [torch.as_tensor(np.asarray(i), dtype=torch.long) for i in client_eval_indices]
+        self.client_eval_indices = ClientGroups.of(client_eval_indices).to_tensor("cpu")
 
     def client_batches(
         self, client_id: int, generator: torch.Generator, epochs: int | None = None, steps: int | None = None

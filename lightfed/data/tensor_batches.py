@@ -1,12 +1,13 @@
 """Batches gathered by index from a dataset held in memory as tensors (no DataLoader)."""
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from lightfed.data.client_groups import ClientGroups
 from lightfed.data.datasets import TensorSplits
 
 Batch = tuple[Tensor, Tensor]
@@ -22,9 +23,9 @@ class TensorBatches:
     def __init__(
         self,
         splits: TensorSplits,
-        client_indices: list[np.ndarray],
+        client_indices: Sequence[np.ndarray],
         val_indices: np.ndarray,
-        client_eval_indices: list[np.ndarray],
+        client_eval_indices: Sequence[np.ndarray],
         batch_size: int,
         eval_batch_size: int,
         device: torch.device,
@@ -36,13 +37,13 @@ class TensorBatches:
         self.eval_batch_size = eval_batch_size
         self.train_x, self.train_y = splits.train_x.to(storage), splits.train_y.to(storage)
         self.test_x, self.test_y = splits.test_x.to(storage), splits.test_y.to(storage)
-        self.client_indices = [self._index(i, storage) for i in client_indices]
-        self.val_indices = self._index(val_indices, storage)
-        self.client_eval_indices = [self._index(i, storage) for i in client_eval_indices]
-
-    @staticmethod
-    def _index(indices: np.ndarray, storage: torch.device) -> Tensor:
-        return torch.as_tensor(np.asarray(indices), dtype=torch.long, device=storage)
+        self.client_indices = ClientGroups.of(client_indices).to_tensor(storage)
+        self.val_indices = torch.as_tensor(np.asarray(val_indices), dtype=torch.long, device=storage)
+        self.client_eval_indices = (
+            self.client_indices
+            if client_eval_indices is client_indices
+            else ClientGroups.of(client_eval_indices).to_tensor(storage)
+        )
 
     def client_batches(
         self, client_id: int, generator: torch.Generator, epochs: int | None = None, steps: int | None = None

@@ -1,10 +1,14 @@
 """Held-out shares of the training examples: the server's validation split and each client's own held-out share."""
 
+from collections.abc import Sequence
+
 import numpy as np
 
+from lightfed.data.client_groups import ClientGroups, offsets_of
 from lightfed.errors import ConfigError
 
 VALIDATION_STREAM = 1  # the held-out shares' random stream beside the partitioner's, both from the run's seed
+HOLDOUT_DRAWS = ("per_client", "vectorized")  # how split_each draws (data.holdout_draws)
 
 
 def check_fraction(key: str, fraction: float) -> None:
@@ -31,14 +35,41 @@ def held_out(size: int, count: int, rng: np.random.Generator, *strata: np.ndarra
 
 
 def split_each(
-    groups: list[np.ndarray], fraction: float, rng: np.random.Generator, strata: np.ndarray | None = None
-) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    groups: Sequence[np.ndarray],
+    fraction: float,
+    rng: np.random.Generator,
+    strata: np.ndarray | None = None,
+    draws: str = "per_client",
+) -> tuple[ClientGroups[np.ndarray], ClientGroups[np.ndarray]]:
     """Each group of example indices split into (kept, held out): ``held_count`` of it, stratified by ``strata``
-    (labels, indexed by example; None: not known)."""
-    kept, held = [], []
-    for group in groups:
-        group = np.asarray(group, dtype=np.int64)
-        picks = held_out(len(group), held_count(len(group), fraction), rng, None if strata is None else strata[group])
-        held.append(group[picks])
-        kept.append(np.delete(group, picks))
-    return kept, held
+    (labels, indexed by example; None: not known), each in the group's order.
+
+    ``draws``: ``per_client`` shuffles group after group (``held_out``); ``vectorized`` gives every example of every
+    group one random key and sorts them all at once (by group, stratum, key), then picks as ``held_out`` does: the same
+    distribution, other draws, and seconds rather than minutes for a million groups."""
+    if draws == "per_client":
+        kept, held = [], []
+        for group in groups:
+            group = np.asarray(group, dtype=np.int64)
+            picks = held_out(
+                len(group), held_count(len(group), fraction), rng, None if strata is None else strata[group]
+            )
+            held.append(group[picks])
+            kept.append(np.delete(group, picks))
+        return ClientGroups.of(kept), ClientGroups.of(held)
+    all_groups = ClientGroups.of(groups)
+    flat, sizes = all_groups.flat, all_groups.sizes
+    rounded = np.maximum(1, np.round(fraction * sizes).astype(np.int64))  # held_count, for every group at once
+    counts = np.where((fraction == 0) | (sizes < 2), 0, np.minimum(sizes - 1, rounded))
+    group_of = np.repeat(np.arange(len(sizes)), sizes)
+    keys = [rng.random(len(flat)), *([] if strata is None else [strata[flat]]), group_of]
+    order = np.lexsort(keys)  # by group, then stratum, then the random key
+    pick_group = np.repeat(np.arange(len(sizes)), counts)
+    j = np.arange(counts.sum()) - np.repeat(offsets_of(counts)[:-1], counts)  # a pick's number within its group
+    size, count = sizes[pick_group], counts[pick_group]
+    is_held = np.zeros(len(flat), dtype=bool)
+    is_held[order[all_groups.offsets[pick_group] + ((j + 0.5) * size / count).astype(np.int64)]] = True
+    return (
+        ClientGroups(flat[~is_held], offsets_of(sizes - counts)),
+        ClientGroups(flat[is_held], offsets_of(counts)),
+    )

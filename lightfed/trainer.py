@@ -147,7 +147,17 @@ class FederatedTrainer(TrainerBase):
         self.strategy, self.source = strategy, source
         world, rank = self.fabric.world_size, self.fabric.global_rank
         sampled = data.num_clients - self.unseen_clients  # the clients ``_rounds`` samples from
-        context = ServerContext(self.params, data.num_clients, world, rank, self.clients_per_round, self.seed, sampled)
+        context = ServerContext(
+            self.params,
+            data.num_clients,
+            world,
+            rank,
+            self.clients_per_round,
+            self.seed,
+            sampled,
+            self.client_states,
+            self.client_states_folder,
+        )
         strategy.setup(context)
         fixed = run_requirements(strategy, self.privacy).client_state  # client i trains on process i % world size
         self.engine = engine = RoundEngine(

@@ -35,7 +35,15 @@ RESUMABLE = (
 """Settings a resume may change (a key and everything under it): how long, how often, where and on what the run goes
 on, not what it computes. The number of processes may change: the run is the same on any number of them."""
 
-EVALUATED = ("seed_everything", "seed", "model", "data.dataset", "data.val_fraction", "data.client_val_fraction")
+EVALUATED = (
+    "seed_everything",
+    "seed",
+    "model",
+    "data.dataset",
+    "data.val_fraction",
+    "data.client_val_fraction",
+    "data.holdout_draws",
+)
 """The settings that decide what an evaluation of a checkpoint computes: the model, the data and the split (which
 examples are held out follows the seed); an evaluation compares only these."""
 

@@ -66,6 +66,8 @@ class TrainerBase:
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str = "norm",
         clients_in_parallel: int | str = "auto",
+        client_states: str = "memory",
+        client_states_folder: str | None = None,
         privacy: ClientPrivacy | None = None,
         attack: Attack | None = None,
         callbacks: list[Callback] | None = None,
@@ -125,6 +127,14 @@ class TrainerBase:
                 one per core of the process (cores / processes per node), else 1. Not with privacy, with
                 data.num_workers > 0, nor with a model that draws from torch's global random generator while training
                 (dropout): "auto" then trains one client at a time.
+            client_states: Where a strategy keeps what it remembers per client (SCAFFOLD's control variates, the
+                personal weights of a personalization wrapper, MasFL's and CA2FL's last updates, ...): "memory" (each
+                process holds its clients'; a checkpoint rewrites them all) or "disk" (files read for a round's clients
+                and written for those only; a checkpoint writes only the clients trained since the last one; for
+                populations whose state does not fit in memory). The weights are the same either way. Not for the
+                sharded path (FedECADO, robust aggregators), whose per-client state is sharded by coordinate.
+            client_states_folder: With "disk", where each process keeps its files (null: a new temporary folder); on
+                the file system of the run folder, a checkpoint links them instead of copying them.
             privacy: Differential privacy of the clients' local training, e.g. ``lightfed.privacy.DPSGD`` (Opacus
                 DP-SGD with one accountant per client); logs ``privacy/epsilon_max`` and ``privacy/epsilon_mean``.
             attack: A simulated attack by a fraction of the clients, e.g. ``lightfed.attacks.SignFlipping``
@@ -153,6 +163,9 @@ class TrainerBase:
             checkpoint_interval=(checkpoint_interval, 1),
             collective_timeout=(collective_timeout, 1),
         )
+        if client_states not in ("memory", "disk"):
+            raise ConfigError(f'trainer.client_states must be "memory" or "disk", got {client_states!r}')
+        self.client_states, self.client_states_folder = client_states, client_states_folder
         self.local_work = LocalWork(local_epochs, local_steps, local_lr, redraw_local_work)
         attacking = [] if attack is None else attack.callbacks()
         everything = [*attacking, *(callbacks or []), *([ProgressBar()] if progress_bar else [])]  # attacks first

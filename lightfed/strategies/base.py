@@ -9,6 +9,7 @@ from typing import Any
 from torch import Tensor
 
 from lightfed.core.client_states import ClientStates, ProcessStore
+from lightfed.core.disk_client_states import DiskClientStates
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.requirements import Requirements
 from lightfed.core.sharding import CoordinateShards
@@ -28,6 +29,8 @@ class ServerContext:
     clients_per_round: int = 0  # clients the run samples each round (0: not given)
     seed: int = 0  # the run's seed (``trainer.seed``), the same on every process
     sampled_clients: int = 0  # clients the run samples from (0: all num_clients; fewer with trainer.unseen_clients)
+    client_states: str = "memory"  # where ``Strategy.client_states`` lives: "memory" or "disk" (trainer.client_states)
+    client_states_folder: str | None = None  # with "disk": where each process keeps its files (null: a temporary one)
 
     @property
     def num_params(self) -> int:
@@ -53,7 +56,9 @@ class Strategy:
         """Called once with the run's context before the first round (and before a resume)."""
         self.num_params = context.num_params
         self.num_clients = context.num_clients
-        self.client_states = ClientStates()
+        self.client_states = (
+            ClientStates() if context.client_states == "memory" else DiskClientStates(context.client_states_folder)
+        )
 
     def configure_client(self, plan: ClientPlan, received: Mapping[str, Tensor] = NOTHING) -> ClientPlan:
         """A client's plan for this round (local work, learning rate, local rule); ``received``: the vectors it gets

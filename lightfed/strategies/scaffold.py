@@ -36,7 +36,8 @@ class Scaffold(FedAvg):
             client_states: Where the control variates live: "memory" (each process holds its clients'; a checkpoint
                 rewrites them all) or "disk" (files read for the clients of a round and written for those only; a
                 checkpoint writes only the clients trained since the last one; for populations whose N x d floats do
-                not fit in memory). The weights are the same either way.
+                not fit in memory). The weights are the same either way. ``trainer.client_states`` sets it for every
+                strategy; "disk" here puts SCAFFOLD's on disk whatever the trainer says.
             client_states_folder: With "disk", where each process keeps its files (null: a new temporary folder); on
                 the file system of the run folder, a checkpoint links them instead of copying them.
         """

@@ -13,6 +13,7 @@ from lightfed.core.client_states import (
 )
 from lightfed.core.messages import ClientUpdate
 from lightfed.core.sums import Sums
+from lightfed.errors import ConfigError
 from lightfed.strategies.base import ServerContext, Strategy
 
 
@@ -53,6 +54,11 @@ class ShardedStrategy(Strategy, ABC):
     report_vectors: tuple[str, ...] = ()  # per-client d-vectors of ``client_report``, sharded like the deltas
 
     def setup(self, context: ServerContext) -> None:
+        if context.client_states != "memory":
+            raise ConfigError(
+                f"{type(self).__name__} keeps its per-client state sharded by coordinate across processes, in memory: "
+                'set trainer.client_states "memory" (the disk store is for the sums and asynchronous paths)'
+            )
         super().setup(context)
         self.shard = context.shard
         self.client_states = ShardedClientStates(self.shard, self.num_params)

@@ -1,0 +1,68 @@
+"""``trainer.client_states: disk`` for every strategy that remembers something per client: the weights and the saved
+states of the in-memory store, with the states really in linked files, and a resume to them; refused on the sharded
+path in one line."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightfed.cli import run
+from lightfed.core.process_states import FOLDER, LINKED, reader
+from lightfed.core.saved_client_states import saved_client_states
+from lightfed.ecado.fedecado import FedECADO
+from lightfed.errors import ConfigError
+from lightfed.personalization import FedPer
+from lightfed.strategies import FedAvg
+from tests.asynchronous.test_asynchronous import MASFL, SMALL
+from tests.conftest import small_trainer
+from tests.personalization.conftest import linear_net, pathological_data
+
+
+def _linked(checkpoint: Path) -> bool:
+    """Whether the checkpoint's per-client state is in linked files (the disk store), not in its process file."""
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)["process_states"]
+    return LINKED in reader(checkpoint.parent / FOLDER / saved["folder"], saved["world_size"])(0)["clients"]
+
+
+def _fedper(root: Path, rounds: int, store: str, **options) -> tuple[torch.Tensor, Path]:
+    model = linear_net()
+    trainer = small_trainer(root, rounds=rounds, logger=False, client_states=store, client_states_folder=str(root))
+    trainer.fit(model, pathological_data(8), FedPer(FedAvg(), personal=["net.1.bias"]), **options)
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]), trainer.log_dir / "checkpoints" / "last.ckpt"
+
+
+def test_personal_weights_on_disk_give_the_in_memory_run_and_resume_to_it(tmp_path):
+    in_memory, memory_checkpoint = _fedper(tmp_path / "memory", 3, "memory")
+    on_disk, disk_checkpoint = _fedper(tmp_path / "disk", 3, "disk")
+    _fedper(tmp_path / "cut", 2, "disk")
+    resumed, resumed_checkpoint = _fedper(tmp_path / "cut", 3, "disk", ckpt_path="last")
+    assert torch.equal(on_disk, in_memory) and torch.equal(resumed, in_memory)
+    assert not _linked(memory_checkpoint) and _linked(disk_checkpoint) and _linked(resumed_checkpoint)
+    expected = saved_client_states(memory_checkpoint)
+    assert len(expected) > 0
+    for checkpoint in (disk_checkpoint, resumed_checkpoint):
+        states = saved_client_states(checkpoint)
+        assert states.keys() == expected.keys()
+        assert all(torch.equal(states[i][k], v) for i, s in expected.items() for k, v in s.items())
+
+
+def test_an_asynchronous_strategys_state_on_disk_gives_the_in_memory_run(tmp_path):
+    def fit(store: str) -> Path:
+        run(["fit", *MASFL, *SMALL, "--trainer.root_dir", str(tmp_path / store), "--trainer.name", "run",
+             "--trainer.client_states", store, "--trainer.client_states_folder", str(tmp_path / store)])
+        return tmp_path / store / "run" / "version_0" / "checkpoints" / "last.ckpt"
+
+    memory, disk = fit("memory"), fit("disk")
+    assert torch.equal(torch.load(disk, weights_only=True)["params"], torch.load(memory, weights_only=True)["params"])
+    assert _linked(disk) and not _linked(memory)
+    expected, states = saved_client_states(memory), saved_client_states(disk)
+    assert len(expected) > 0 and states.keys() == expected.keys()
+    assert all(torch.equal(states[i][k], v) for i, s in expected.items() for k, v in s.items())
+
+
+def test_the_sharded_path_refuses_the_disk_store_and_a_bad_store_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match='FedECADO keeps its per-client state sharded .* set trainer.client_states "memory"'):
+        small_trainer(tmp_path, client_states="disk").fit(linear_net(), pathological_data(8), FedECADO())
+    with pytest.raises(ConfigError, match='trainer.client_states must be "memory" or "disk", got \'ssd\''):
+        small_trainer(tmp_path, client_states="ssd")

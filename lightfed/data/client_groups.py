@@ -1,7 +1,7 @@
 """Every client's example indices in one flat array: a client's indices are a slice of it, not an array of its own."""
 
 from collections.abc import Iterator, Sequence
-from typing import Generic, TypeVar, overload
+from typing import TypeVar, overload
 
 import numpy as np
 import torch
@@ -9,7 +9,7 @@ import torch
 Indices = TypeVar("Indices", np.ndarray, torch.Tensor)
 
 
-class ClientGroups(Sequence[Indices], Generic[Indices]):
+class ClientGroups(Sequence[Indices]):
     """Groups of indices held as one flat array (numpy or torch) and offsets: group k is
     ``flat[offsets[k]:offsets[k + 1]]``, a view. A million clients cost two arrays, not a million objects."""
 

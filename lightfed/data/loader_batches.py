@@ -44,7 +44,11 @@ class LoaderBatches:
         self.pin_memory = pin_memory and device.type == "cuda"
         self.client_indices = ClientGroups.of(client_indices).to_tensor("cpu")
         self.val_indices = torch.as_tensor(np.asarray(val_indices), dtype=torch.long)
-        self.client_eval_indices = ClientGroups.of(client_eval_indices).to_tensor("cpu")
+        self.client_eval_indices = (
+            self.client_indices
+            if client_eval_indices is client_indices
+            else ClientGroups.of(client_eval_indices).to_tensor("cpu")
+        )
 
     def client_batches(
         self, client_id: int, generator: torch.Generator, epochs: int | None = None, steps: int | None = None

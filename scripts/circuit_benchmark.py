@@ -53,11 +53,11 @@ All runs use the same number of torch/OpenMP threads per process (``--threads``,
     python scripts/circuit_benchmark.py --workloads digits vgg11 --rounds 3 --clients 20 --examples 50
     python scripts/circuit_benchmark.py --workloads resnet18gn --accelerator gpu --devices 1 2
     python scripts/circuit_benchmark.py --workloads digits --clients 100 --examples 14 --warmup-rounds 0 --rounds 30 \
-        --variant FedECADO-cheap=FedECADO,curvature_batches=1,curvature_probes=1,curvature_examples=8 \
-        --strategies FedAvg FedECADO FedECADO-cheap
+        --variant FedECADO-4x8=FedECADO,curvature_batches=4,curvature_probes=8,curvature_examples=null \
+        --strategies FedAvg FedECADO FedECADO-4x8
 
 ``--variant NAME=BASE,KEY=VALUE,...`` adds a row: FedECADO or AdaptiveFedECADO with its config's settings and these
-constructor arguments (e.g. a cheaper curvature estimate), named in ``--strategies``.
+constructor arguments (e.g. another curvature estimate; ``null`` is None), named in ``--strategies``.
 """
 
 from __future__ import annotations

@@ -10,10 +10,10 @@ from torch import Tensor
 from lightfed.core.local_context import LocalContext
 from lightfed.core.requirements import Requirements, Sent
 from lightfed.ecado.circuit import ErrorNorm
-from lightfed.ecado.curvature import client_hessian_diagonal
+from lightfed.ecado.curvature import CurvatureEstimate, SquaredGradients, client_hessian_diagonal
 from lightfed.ecado.max_abs import max_abs
 from lightfed.ecado.speed_decay import SpeedDecay
-from lightfed.errors import ConfigError
+from lightfed.errors import ConfigError, DivergenceError
 from lightfed.local.base import LocalRule
 
 ErrorScale = Literal["absolute", "state", "step"]
@@ -78,6 +78,7 @@ class AdaptiveEuler(LocalRule):
         track_decay: bool = False,
         fixed_lr: float | None = None,
         curvature_examples: int | None = None,
+        curvature_estimate: CurvatureEstimate = "hutchinson",
     ) -> None:
         if not tolerance > 0 or not fallback_step > 0:
             raise ConfigError(f"the LTE tolerance and fallback step must be > 0, got {tolerance} and {fallback_step}")
@@ -96,8 +97,10 @@ class AdaptiveEuler(LocalRule):
         self.curvature_batches = curvature_batches
         self.curvature_probes = curvature_probes
         self.curvature_examples = curvature_examples
+        self.curvature_estimate = curvature_estimate
         self.seed = seed
         self.curvature: Tensor | None = None
+        self.squares: SquaredGradients | None = None
         self.track_decay = track_decay
         self.fixed_lr = fixed_lr
 
@@ -118,7 +121,9 @@ class AdaptiveEuler(LocalRule):
         self.velocity: Tensor | None = None
         self.alignment = 1.0
         self.decay = SpeedDecay() if self.track_decay else None
-        if self.curvature_batches > 0:
+        if self.curvature_batches > 0 and self.curvature_estimate == "squared_gradients":
+            self.squares = SquaredGradients(data.batch_size)
+        elif self.curvature_batches > 0:
             self.curvature = client_hessian_diagonal(
                 context,
                 self.client_id,
@@ -162,6 +167,8 @@ class AdaptiveEuler(LocalRule):
         self.alignment = sign * float(direction @ change) / norms if norms > 0 else 0.0
 
     def adjust(self, grad: Tensor, params: Tensor) -> None:
+        if self.squares is not None:  # the step's gradient at its start, before any trial
+            self.squares.add(grad)
         self.reference = 1.0 if self.error_scale == "absolute" else float(params.norm()) / math.sqrt(params.numel())
         if self.fixed_lr is not None:
             dt, velocity = self.fixed_lr / self.weight, self._velocity(grad)
@@ -249,6 +256,11 @@ class AdaptiveEuler(LocalRule):
             return
         last = cast(Tensor, self.velocity)  # set by the first step
         rate = self._change(velocity, last) / (2 * previous)
+        if not math.isfinite(rate * speed):  # the step cut from it would be 0, and the next divided by it
+            raise DivergenceError(
+                f"client {self.client_id}'s local steps diverged (speed {speed:.3g}, velocity change rate "
+                f"{rate:.3g}): lower strategy.tolerance"
+            )
         self._measure_alignment(last, -1.0)
         error = rate * dt**2
         if error > self._allowed(dt, speed):
@@ -271,7 +283,8 @@ class AdaptiveEuler(LocalRule):
 
     def report(self) -> dict[str, Any]:
         """The window T_i, p_i, accepted steps and their largest LTE, rejected and forced trials, the passivity
-        bound and first step, and the Hessian diagonal if estimated."""
+        bound and first step, and the Hessian diagonal if estimated (before training, or from the steps' gradients with
+        ``curvature_estimate="squared_gradients"``)."""
         report: dict[str, Any] = {
             "window": sum(self.steps),
             "weight": self.weight,
@@ -281,8 +294,9 @@ class AdaptiveEuler(LocalRule):
             "forced": self.forced,
             "passivity_bound": self.bound,
         }
-        if self.curvature is not None:
-            report["curvature"] = self.curvature
+        curvature = self.curvature if self.squares is None else self.squares.estimate()
+        if curvature is not None:
+            report["curvature"] = curvature
         if self.decay is not None:
             report["decay"] = self.decay.ratio()
         return report

@@ -10,6 +10,7 @@ from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.sharding import CoordinateSums
 from lightfed.ecado.adaptive_euler import AdaptiveEuler, ErrorScale, StepLimit
 from lightfed.ecado.circuit import BeyondWindow, ErrorNorm
+from lightfed.ecado.curvature import CurvatureEstimate
 from lightfed.ecado.fedecado import FedECADO, StateDevice, WindowEnd, window_end
 from lightfed.errors import ConfigError
 from lightfed.local.base import LocalRule
@@ -78,6 +79,7 @@ class AdaptiveFedECADO(FedECADO):
         inductance: float = 1.0,
         fixed_lr: float | None = None,
         curvature_examples: int | None = None,
+        curvature_estimate: CurvatureEstimate = "hutchinson",
     ) -> None:
         """
         Args:
@@ -86,6 +88,9 @@ class AdaptiveFedECADO(FedECADO):
             sensitivity_step: dt_G in G_i: the client's window T_i ("window") or its first step ("first_step").
             beyond_window: Beyond T_i a client's state is held ("hold"), extrapolated ("extrapolate", the paper) or
                 continued along its own deceleration ("decay", see ``FedECADO``).
+            curvature_estimate: "hutchinson" (Hessian-vector products before the client's first training) or
+                "squared_gradients" (the diagonal empirical Fisher from the first round's own step gradients, no extra
+                pass; see ``FedECADO``).
             curvature_batches: Local batches of the Hessian-diagonal estimate.
             curvature_probes: Rademacher probes per batch.
             curvature_examples: None: the estimate runs on whole local batches; a number: on random subsets of that
@@ -137,7 +142,7 @@ class AdaptiveFedECADO(FedECADO):
         if not inductance > 0 or (fixed_lr is not None and not fixed_lr > 0):
             raise ConfigError(f"strategy.inductance and fixed_lr must be > 0, got {inductance} and {fixed_lr}")
         control = {"tolerance": tolerance, "max_growth": 2.0, "min_step": min_step, "norm": error_norm}
-        estimate = (curvature_batches, curvature_probes, curvature_examples)
+        estimate = (curvature_batches, curvature_probes, curvature_examples, curvature_estimate)
         self._configure_circuit(control, beyond_window, estimate, 0, state_device)
         self.tolerance = tolerance
         self.sensitivity_step = sensitivity_step
@@ -171,6 +176,7 @@ class AdaptiveFedECADO(FedECADO):
             track_decay=self.beyond_window == "decay",
             fixed_lr=self.fixed_lr,
             curvature_examples=self.curvature_examples,
+            curvature_estimate=self.curvature_estimate,
         )
 
     def client_report(self, update: ClientUpdate) -> dict[str, float | Tensor]:

@@ -7,7 +7,7 @@ from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
 from lightfed.core.requirements import Requirements, Sent
-from lightfed.ecado.curvature import client_hessian_diagonal
+from lightfed.ecado.curvature import CurvatureEstimate, SquaredGradients, client_hessian_diagonal
 from lightfed.ecado.speed_decay import SpeedDecay
 from lightfed.local.correction import GradientCorrection
 
@@ -22,9 +22,10 @@ class CouplingCurrent(GradientCorrection):
     data-weighted optimum sum_i |D_i| grad F_i = 0 and a full epoch lasts lr, as the paper's T_i = e_i lr_i.
     ``scale="unit"``: beta = 1, the paper's Algorithm 2 literally; its fixed point weighs every client equally.
 
-    With ``curvature_batches > 0`` the client also estimates its Hessian diagonal at the global model (Hutchinson,
-    ``curvature_probes`` probes on that many of its batches, or on random subsets of ``curvature_examples`` examples)
-    before training, reported as ``curvature``. With
+    With ``curvature_batches > 0`` the client also estimates its Hessian diagonal, reported as ``curvature``: at the
+    global model before training (``curvature_estimate="hutchinson"``: ``curvature_probes`` probes on that many of its
+    batches, or on random subsets of ``curvature_examples`` examples), or from its training steps' own gradients
+    (``"squared_gradients"``, ``SquaredGradients``: no extra pass). With
     ``track_decay`` it also reports how its speed decayed over the window (``decay``, see ``SpeedDecay``).
     """
 
@@ -48,6 +49,7 @@ class CouplingCurrent(GradientCorrection):
         seed: int = 0,
         track_decay: bool = False,
         curvature_examples: int | None = None,
+        curvature_estimate: CurvatureEstimate = "hutchinson",
     ) -> None:
         super().__init__(current)
         self.decay = SpeedDecay() if track_decay else None
@@ -57,15 +59,19 @@ class CouplingCurrent(GradientCorrection):
         self.curvature_batches = curvature_batches
         self.curvature_probes = curvature_probes
         self.curvature_examples = curvature_examples
+        self.curvature_estimate = curvature_estimate
         self.seed = seed
         self.curvature: Tensor | None = None
+        self.squares: SquaredGradients | None = None
 
     def start(self, params: Tensor, context: LocalContext) -> None:
         data = context.data
         self.beta = data.batch_size / data.client_size(self.client_id) if self.scale == "data_size" else 1.0
         self.vector = self.current.to(params.device) * -self.beta
         self.context = context
-        if self.curvature_batches > 0:
+        if self.curvature_batches > 0 and self.curvature_estimate == "squared_gradients":
+            self.squares = SquaredGradients(data.batch_size)
+        elif self.curvature_batches > 0:
             self.curvature = client_hessian_diagonal(
                 context,
                 self.client_id,
@@ -76,6 +82,8 @@ class CouplingCurrent(GradientCorrection):
             )
 
     def adjust(self, grad: Tensor, params: Tensor) -> None:
+        if self.squares is not None:
+            self.squares.add(grad)
         super().adjust(grad, params)
         if self.decay is not None:  # the corrected gradient is -beta x the ODE's velocity; the step lasts beta lr
             self.decay.observe(float(torch.linalg.vector_norm(grad)), self.beta * self.context.lr)
@@ -86,6 +94,7 @@ class CouplingCurrent(GradientCorrection):
         report: dict[str, Any] = {"time_scale": self.beta}
         if self.decay is not None:
             report["decay"] = self.decay.ratio()
-        if self.curvature is not None:
-            report["curvature"] = self.curvature
+        curvature = self.curvature if self.squares is None else self.squares.estimate()
+        if curvature is not None:
+            report["curvature"] = curvature
         return report

@@ -1,7 +1,8 @@
-"""Hutchinson estimates of a loss's Hessian diagonal (and its mean, trace / d) from Hessian-vector products."""
+"""Estimates of a loss's Hessian diagonal (and its mean, trace / d): Hutchinson's from Hessian-vector products, or
+the diagonal empirical Fisher from the training steps' own gradients."""
 
 from collections.abc import Iterable
-from typing import cast
+from typing import Literal, cast
 
 import torch
 from lightning import LightningModule
@@ -9,6 +10,8 @@ from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
 from lightfed.core.logged_values import LoggedValues
+
+CurvatureEstimate = Literal["hutchinson", "squared_gradients"]
 
 
 def hutchinson_diagonal(loss: Tensor, params: list[Tensor], probes: int, generator: torch.Generator) -> Tensor:
@@ -69,3 +72,27 @@ def client_hessian_diagonal(
             for _ in range(batches)
         )
     return module_hessian_diagonal(context.module, samples, probes, generator)
+
+
+class SquaredGradients:
+    """The diagonal empirical Fisher from the mini-batch gradients of a client's own training steps, no extra pass:
+    B x the mean over the steps of g * g (B the batch size). With B = 1 it is the mean squared per-example gradient,
+    the empirical Fisher, which equals the Hessian of a well-specified likelihood at its optimum in expectation; with
+    larger batches it is that where the batch gradients are mostly noise, and above it by (B - 1) x the mean
+    gradient's square where they are not. Not a curvature where the gradients are not a likelihood's noise: on
+    noise-free quadratics it is B x the squared gradient, far above the Hessian, and the circuit then diverges."""
+
+    def __init__(self, batch_size: int) -> None:
+        self.batch_size = batch_size
+        self.total: Tensor | None = None
+        self.count = 0
+
+    def add(self, grad: Tensor) -> None:
+        """Adds one step's (raw) gradient."""
+        self.total = grad.square() if self.total is None else self.total.addcmul_(grad, grad)
+        self.count += 1
+
+    def estimate(self) -> Tensor:
+        if self.total is None:
+            raise ValueError("no training step to estimate the curvature from")
+        return self.total * (self.batch_size / self.count)

@@ -30,6 +30,7 @@ from lightfed.ecado.circuit import (
     path_progress,
 )
 from lightfed.ecado.coupling import CouplingCurrent, CouplingScale
+from lightfed.ecado.curvature import CurvatureEstimate
 from lightfed.errors import ConfigError
 from lightfed.local.base import LocalRule
 from lightfed.strategies.base import NOTHING, ServerContext
@@ -121,8 +122,8 @@ class FedECADO(ShardedStrategy):
         inductance_rule: InductanceRule = "critical",
         initial_step: float | None = None,
         curvature: Literal["trace", "diagonal", "none"] = "trace",
-        curvature_batches: int = 4,
-        curvature_probes: int = 8,
+        curvature_batches: int = 1,
+        curvature_probes: int = 1,
         curvature_every: int = 0,
         coupling: CouplingScale = "data_size",
         beyond_window: BeyondWindow = "extrapolate",
@@ -131,7 +132,8 @@ class FedECADO(ShardedStrategy):
         min_step: float = 1e-2,
         state_device: StateDevice = "accelerator",
         window_end: WindowEnd = "mean",
-        curvature_examples: int | None = None,
+        curvature_examples: int | None = 8,
+        curvature_estimate: CurvatureEstimate = "hutchinson",
     ) -> None:
         """
         Args:
@@ -151,8 +153,15 @@ class FedECADO(ShardedStrategy):
             curvature: H_i as the Hutchinson trace / d (a scalar per client), the Hutchinson diagonal, or "none"
                 (G_i = 1/dt_G, no estimate: on digits the trace term is about 1 % of G_i and changes no result, but on
                 the toy quadratics, whose curvature is comparable to 1/dt_G, it converges 30x further in 100 rounds).
-            curvature_batches: Local batches the estimate averages over.
-            curvature_probes: Rademacher probes per batch.
+            curvature_estimate: "hutchinson": Hessian-vector products at the global model before the client trains
+                (``curvature_batches`` x ``curvature_probes`` of them, on whole batches or ``curvature_examples``);
+                "squared_gradients": the diagonal empirical Fisher from the client's own training gradients of that
+                round, batch size x their mean square (``lightfed.ecado.curvature.SquaredGradients``; no extra pass,
+                the three settings below unused).
+            curvature_batches: Local batches (or subsets) the estimate averages over.
+            curvature_probes: Rademacher probes per batch. The default, one product on 8 examples (about two training
+                steps, once per client), costs a whole digits run about 1.1x FedAvg's; 4 batches x 8 probes on whole
+                batches (the earlier default) 3x (docs/corrections/fedecado.md, "Curvature").
             curvature_examples: None: the estimate runs on whole local batches; a number: on random subsets of that
                 many of the client's examples instead (the paper's "smaller sample set"; costs about that many over
                 the batch size of an estimate on whole batches).
@@ -188,7 +197,7 @@ class FedECADO(ShardedStrategy):
         self._configure_circuit(
             control,
             beyond_window,
-            (curvature_batches, curvature_probes, curvature_examples),
+            (curvature_batches, curvature_probes, curvature_examples, curvature_estimate),
             curvature_every,
             state_device,
         )
@@ -213,13 +222,13 @@ class FedECADO(ShardedStrategy):
         self,
         control: dict[str, Any],
         beyond_window: BeyondWindow,
-        estimate: tuple[int, int, int | None],
+        estimate: tuple[int, int, int | None, CurvatureEstimate],
         every: int,
         state_device: StateDevice,
     ) -> None:
         """The settings the server circuit and the curvature estimates share with ``AdaptiveFedECADO``."""
         self.state_device = state_device
-        batches, probes, examples = estimate
+        batches, probes, examples, self.curvature_estimate = estimate
         if batches < 1 or probes < 1 or every < 0 or (examples is not None and examples < 1):
             raise ConfigError(
                 "strategy.curvature_batches, curvature_probes and curvature_examples must be >= 1, curvature_every >= 0"
@@ -281,6 +290,7 @@ class FedECADO(ShardedStrategy):
             plan.seed,
             track_decay=self.beyond_window == "decay",
             curvature_examples=self.curvature_examples,
+            curvature_estimate=self.curvature_estimate,
         )
 
     def client_report(self, update: ClientUpdate) -> dict[str, float | Tensor]:

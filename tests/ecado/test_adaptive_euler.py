@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from lightfed.ecado.adaptive_euler import AdaptiveEuler
+from lightfed.errors import DivergenceError
 from lightfed.strategies import AdaptiveFedECADO
 from tests.ecado.ecado_quadratics import QuadraticContext, Quadratics, diagonal_quadratics, run_rounds
 
@@ -300,3 +301,36 @@ def test_a_retrospective_step_at_a_zero_velocity_keeps_its_proposal():
         rule.adjust(context.flat.grads, context.flat.params)
     assert rule.steps[1] == 2 * rule.steps[0] and rule.errors[1] == 0.0
     assert context.flat.params.item() == 0.5 and rule.steps[2] == 2 * rule.steps[1]
+
+
+def test_a_client_whose_retrospective_steps_diverge_stops_with_a_divergence_error():
+    """Weights that became infinite give an infinite error estimate; the step cut from it was 0 and the next step
+    divided by it (ZeroDivisionError) before."""
+    problem = Quadratics(np.array([[[4.0]]]), np.array([[0.0]]), np.array([10]))
+    context = CountingContext(problem, 0, torch.ones(1, dtype=torch.float64), lr=1.0)
+    rule = AdaptiveEuler(0, torch.zeros(1, dtype=torch.float64), tolerance=0.01, lte="retrospective")
+    _steps(rule, context, 1)
+    context.flat.params.fill_(math.inf)
+    with pytest.raises(DivergenceError, match="client 0's local steps diverged"):
+        for _ in range(2):
+            context.recompute_gradient()
+            rule.adjust(context.flat.grads, context.flat.params)
+
+
+def test_the_squared_gradients_curvature_uses_each_steps_first_gradient_not_its_trials(monkeypatch):
+    """As ``test_by_hand_on_a_one_dimensional_quadratic`` with trial steps (step 1: trials at x = -1 and 0.991, step
+    2: one at 0.991 - 0.0045 x 3.964): the steps start at x = 1 and 0.991, gradients 4 and 3.964, so the estimate is
+    B x their mean square, 10 (16 + 3.964^2) / 2; no Hessian-vector product."""
+
+    def no_hutchinson(*args, **kwargs):
+        raise AssertionError("the squared-gradient estimate takes no Hessian-vector product")
+
+    monkeypatch.setattr("lightfed.ecado.adaptive_euler.client_hessian_diagonal", no_hutchinson)
+    problem = Quadratics(np.array([[[4.0]]]), np.array([[0.0]]), np.array([10]))
+    context = CountingContext(problem, 0, torch.ones(1, dtype=torch.float64), lr=1.0)
+    rule = AdaptiveEuler(0, torch.zeros(1, dtype=torch.float64), tolerance=0.01, curvature_batches=1,
+                         curvature_estimate="squared_gradients")
+    _steps(rule, context, 2)
+    assert context.evaluations == 2 + 3  # the two steps' gradients and three trials
+    expected = 10 * (4.0**2 + (4 * 0.991) ** 2) / 2
+    assert rule.report()["curvature"].item() == pytest.approx(expected)

@@ -273,3 +273,15 @@ def test_the_mean_window_end_advances_by_the_data_weighted_mean_window():
         expected = (p * windows).sum() / p.sum() if rule == "mean" else windows.max()
         assert strategy.metrics()["time"] == pytest.approx(expected)
         assert windows.min() < strategy.metrics()["time"] <= windows.max()
+
+
+def test_the_strategy_hands_its_clients_the_squared_gradients_estimate(monkeypatch):
+    def no_hutchinson(*args, **kwargs):
+        raise AssertionError("the squared-gradient estimate takes no Hessian-vector product")
+
+    monkeypatch.setattr("lightfed.ecado.adaptive_euler.client_hessian_diagonal", no_hutchinson)
+    problem, x0 = diagonal_quadratics(n=2, d=3), torch.zeros(3, dtype=torch.float64)
+    strategy = AdaptiveFedECADO(curvature_estimate="squared_gradients")
+    strategy.setup(ServerContext(x0.clone(), 2))
+    update = train_client(strategy, problem, ClientPlan(0, 0, seed=0, steps=3), x0, 1.0)
+    assert update.report["curvature"].shape == (3,) and bool((update.report["curvature"] > 0).all())

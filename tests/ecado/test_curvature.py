@@ -6,7 +6,12 @@ import pytest
 import torch
 from torch import nn
 
-from lightfed.ecado.curvature import client_hessian_diagonal, hutchinson_diagonal, module_hessian_diagonal
+from lightfed.ecado.curvature import (
+    SquaredGradients,
+    client_hessian_diagonal,
+    hutchinson_diagonal,
+    module_hessian_diagonal,
+)
 
 
 def test_a_diagonal_hessian_is_recovered_exactly_by_one_probe():
@@ -84,3 +89,25 @@ def test_an_estimate_on_fewer_examples_averages_random_subsets_of_that_size():
     # as above: d2/dw2_j^2 = sum over the subset's examples of (w1_j x_bj)^2 / (2 x 4), averaged over the 3 subsets
     expected = torch.stack([((data.x[p] * module.w1) ** 2).sum(0) / 8 for p in data.asked]).mean(0)
     torch.testing.assert_close(estimate, torch.cat([torch.zeros(2), expected]), rtol=1e-4, atol=1e-6)
+
+
+def test_squared_gradients_of_balanced_batches_give_the_hessian_of_a_well_specified_least_squares():
+    """l_s = (a_s x - y_s)^2 / 2 with residuals r_s = +-1 that cancel (mean gradient 0): per-example gradients r_s a_s,
+    so the empirical Fisher mean_s a_s^2 is the Hessian's diagonal, mean_s a_s^2 = (5, 2.5). Batches of B = 2 drawn
+    with replacement (all 16 ordered pairs): E[g_B^2] = Fisher / B, which the factor B undoes."""
+    a = torch.tensor([[1.0, 2.0], [1.0, 2.0], [3.0, -1.0], [3.0, -1.0]])
+    r = torch.tensor([1.0, -1.0, 1.0, -1.0])
+    x = torch.tensor([0.5, -0.25], requires_grad=True)
+    y = a @ x.detach() - r
+    squares = SquaredGradients(batch_size=2)
+    for i in range(4):
+        for j in range(4):
+            batch = torch.tensor([i, j])
+            loss = ((a[batch] @ x - y[batch]) ** 2).mean() / 2
+            squares.add(torch.autograd.grad(loss, x)[0])
+    torch.testing.assert_close(squares.estimate(), torch.tensor([5.0, 2.5]))
+
+
+def test_squared_gradients_need_a_step():
+    with pytest.raises(ValueError, match="no training step"):
+        SquaredGradients(batch_size=4).estimate()

@@ -19,7 +19,13 @@ def check_fraction(key: str, fraction: float) -> None:
 def held_count(size: int, fraction: float) -> int:
     """How many of ``size`` examples a ``fraction`` holds out: round(fraction x size), at least one and never all
     (none when ``fraction`` is 0)."""
-    return 0 if fraction == 0 or size < 2 else min(size - 1, max(1, round(fraction * size)))
+    return int(held_counts(np.asarray(size), fraction))
+
+
+def held_counts(sizes: np.ndarray, fraction: float) -> np.ndarray:
+    """``held_count`` of each of ``sizes`` (numpy rounds half to even, as Python's ``round``)."""
+    rounded = np.maximum(1, np.round(fraction * sizes).astype(np.int64))
+    return np.where((fraction == 0) | (sizes < 2), 0, np.minimum(sizes - 1, rounded))
 
 
 def held_out(size: int, count: int, rng: np.random.Generator, *strata: np.ndarray | None) -> np.ndarray:
@@ -30,8 +36,12 @@ def held_out(size: int, count: int, rng: np.random.Generator, *strata: np.ndarra
     keys = [np.asarray(key)[order] for key in reversed(strata) if key is not None]
     if keys:
         order = order[np.lexsort(keys)]  # stable: the shuffled order within a group
-    picks = ((np.arange(count) + 0.5) * size / count).astype(np.int64) if count else np.empty(0, dtype=np.int64)
-    return np.sort(order[picks])
+    return np.sort(order[evenly_spaced(np.arange(count), size, count)])
+
+
+def evenly_spaced(j: np.ndarray, size: np.ndarray | int, count: np.ndarray | int) -> np.ndarray:
+    """The positions of picks ``j`` of ``count`` evenly spaced over ``size`` items: (j + 1/2) size / count."""
+    return ((j + 0.5) * size / count).astype(np.int64)
 
 
 def split_each(
@@ -59,16 +69,14 @@ def split_each(
         return ClientGroups.of(kept), ClientGroups.of(held)
     all_groups = ClientGroups.of(groups)
     flat, sizes = all_groups.flat, all_groups.sizes
-    rounded = np.maximum(1, np.round(fraction * sizes).astype(np.int64))  # held_count, for every group at once
-    counts = np.where((fraction == 0) | (sizes < 2), 0, np.minimum(sizes - 1, rounded))
+    counts = held_counts(sizes, fraction)
     group_of = np.repeat(np.arange(len(sizes)), sizes)
     keys = [rng.random(len(flat)), *([] if strata is None else [strata[flat]]), group_of]
     order = np.lexsort(keys)  # by group, then stratum, then the random key
     pick_group = np.repeat(np.arange(len(sizes)), counts)
     j = np.arange(counts.sum()) - np.repeat(offsets_of(counts)[:-1], counts)  # a pick's number within its group
-    size, count = sizes[pick_group], counts[pick_group]
     is_held = np.zeros(len(flat), dtype=bool)
-    is_held[order[all_groups.offsets[pick_group] + ((j + 0.5) * size / count).astype(np.int64)]] = True
+    is_held[order[all_groups.offsets[pick_group] + evenly_spaced(j, sizes[pick_group], counts[pick_group])]] = True
     return (
         ClientGroups(flat[~is_held], offsets_of(sizes - counts)),
         ClientGroups(flat[is_held], offsets_of(counts)),

@@ -7,7 +7,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lightfed.core.disk_client_states import DiskClientStates
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.requirements import Requirements
 from lightfed.core.sums import Sums
@@ -47,9 +46,9 @@ class Scaffold(FedAvg):
         self.on_disk, self.client_states_folder = client_states == "disk", client_states_folder
 
     def setup(self, context: ServerContext) -> None:
+        if self.on_disk:  # its own setting, whatever trainer.client_states says
+            context = replace(context, client_states="disk", client_states_folder=self.client_states_folder)
         super().setup(context)
-        if self.on_disk:
-            self.client_states = DiskClientStates(self.client_states_folder)
         self.c = torch.zeros_like(context.params)
 
     def _client_variate(self, client_id: int) -> Tensor:

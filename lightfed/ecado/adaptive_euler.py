@@ -10,7 +10,7 @@ from torch import Tensor
 from lightfed.core.local_context import LocalContext
 from lightfed.core.requirements import Requirements, Sent
 from lightfed.ecado.circuit import ErrorNorm
-from lightfed.ecado.curvature import CurvatureEstimate, SquaredGradients, client_hessian_diagonal
+from lightfed.ecado.curvature import ClientCurvature, CurvatureEstimate
 from lightfed.ecado.max_abs import max_abs
 from lightfed.ecado.speed_decay import SpeedDecay
 from lightfed.errors import ConfigError, DivergenceError
@@ -94,13 +94,9 @@ class AdaptiveEuler(LocalRule):
         self.max_growth = max_growth
         self.max_backtracks = max_backtracks
         self.cap_at_first_step = cap_at_first_step
-        self.curvature_batches = curvature_batches
-        self.curvature_probes = curvature_probes
-        self.curvature_examples = curvature_examples
-        self.curvature_estimate = curvature_estimate
-        self.seed = seed
-        self.curvature: Tensor | None = None
-        self.squares: SquaredGradients | None = None
+        self.curvature = ClientCurvature(
+            curvature_batches, curvature_probes, curvature_examples, curvature_estimate, seed
+        )
         self.track_decay = track_decay
         self.fixed_lr = fixed_lr
 
@@ -121,17 +117,7 @@ class AdaptiveEuler(LocalRule):
         self.velocity: Tensor | None = None
         self.alignment = 1.0
         self.decay = SpeedDecay() if self.track_decay else None
-        if self.curvature_batches > 0 and self.curvature_estimate == "squared_gradients":
-            self.squares = SquaredGradients(data.batch_size)
-        elif self.curvature_batches > 0:
-            self.curvature = client_hessian_diagonal(
-                context,
-                self.client_id,
-                self.curvature_batches,
-                self.curvature_probes,
-                self.seed,
-                self.curvature_examples,
-            )
+        self.curvature.start(context, self.client_id)
 
     def _allowed(self, dt: float, speed: float) -> float:
         """The largest LTE a step dt may have (``error_scale``, ``step_limit``); speed = max|v|."""
@@ -167,8 +153,7 @@ class AdaptiveEuler(LocalRule):
         self.alignment = sign * float(direction @ change) / norms if norms > 0 else 0.0
 
     def adjust(self, grad: Tensor, params: Tensor) -> None:
-        if self.squares is not None:  # the step's gradient at its start, before any trial
-            self.squares.add(grad)
+        self.curvature.observe(grad)  # the step's gradient at its start, before any trial or correction
         self.reference = 1.0 if self.error_scale == "absolute" else float(params.norm()) / math.sqrt(params.numel())
         if self.fixed_lr is not None:
             dt, velocity = self.fixed_lr / self.weight, self._velocity(grad)
@@ -294,7 +279,7 @@ class AdaptiveEuler(LocalRule):
             "forced": self.forced,
             "passivity_bound": self.bound,
         }
-        curvature = self.curvature if self.squares is None else self.squares.estimate()
+        curvature = self.curvature.result()
         if curvature is not None:
             report["curvature"] = curvature
         if self.decay is not None:

@@ -7,7 +7,7 @@ from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
 from lightfed.core.requirements import Requirements, Sent
-from lightfed.ecado.curvature import CurvatureEstimate, SquaredGradients, client_hessian_diagonal
+from lightfed.ecado.curvature import ClientCurvature, CurvatureEstimate
 from lightfed.ecado.speed_decay import SpeedDecay
 from lightfed.local.correction import GradientCorrection
 
@@ -56,34 +56,19 @@ class CouplingCurrent(GradientCorrection):
         self.client_id = client_id
         self.current = current
         self.scale = scale
-        self.curvature_batches = curvature_batches
-        self.curvature_probes = curvature_probes
-        self.curvature_examples = curvature_examples
-        self.curvature_estimate = curvature_estimate
-        self.seed = seed
-        self.curvature: Tensor | None = None
-        self.squares: SquaredGradients | None = None
+        self.curvature = ClientCurvature(
+            curvature_batches, curvature_probes, curvature_examples, curvature_estimate, seed
+        )
 
     def start(self, params: Tensor, context: LocalContext) -> None:
         data = context.data
         self.beta = data.batch_size / data.client_size(self.client_id) if self.scale == "data_size" else 1.0
         self.vector = self.current.to(params.device) * -self.beta
         self.context = context
-        if self.curvature_batches > 0 and self.curvature_estimate == "squared_gradients":
-            self.squares = SquaredGradients(data.batch_size)
-        elif self.curvature_batches > 0:
-            self.curvature = client_hessian_diagonal(
-                context,
-                self.client_id,
-                self.curvature_batches,
-                self.curvature_probes,
-                self.seed,
-                self.curvature_examples,
-            )
+        self.curvature.start(context, self.client_id)
 
     def adjust(self, grad: Tensor, params: Tensor) -> None:
-        if self.squares is not None:
-            self.squares.add(grad)
+        self.curvature.observe(grad)  # the step's gradient at its start, before any trial or correction
         super().adjust(grad, params)
         if self.decay is not None:  # the corrected gradient is -beta x the ODE's velocity; the step lasts beta lr
             self.decay.observe(float(torch.linalg.vector_norm(grad)), self.beta * self.context.lr)
@@ -94,7 +79,7 @@ class CouplingCurrent(GradientCorrection):
         report: dict[str, Any] = {"time_scale": self.beta}
         if self.decay is not None:
             report["decay"] = self.decay.ratio()
-        curvature = self.curvature if self.squares is None else self.squares.estimate()
+        curvature = self.curvature.result()
         if curvature is not None:
             report["curvature"] = curvature
         return report

@@ -96,3 +96,39 @@ class SquaredGradients:
         if self.total is None:
             raise ValueError("no training step to estimate the curvature from")
         return self.total * (self.batch_size / self.count)
+
+
+class ClientCurvature:
+    """A client's Hessian-diagonal estimate in its local rule: none (``batches`` 0), Hutchinson's at the global model
+    before it trains (``client_hessian_diagonal``), or the squared gradients of its training steps
+    (``SquaredGradients``)."""
+
+    def __init__(
+        self,
+        batches: int,
+        probes: int,
+        examples: int | None,
+        estimate: CurvatureEstimate,
+        seed: int,
+    ) -> None:
+        self.batches, self.probes, self.examples, self.estimate, self.seed = batches, probes, examples, estimate, seed
+        self.diagonal: Tensor | None = None
+        self.squares: SquaredGradients | None = None
+
+    def start(self, context: LocalContext, client_id: int) -> None:
+        """Before the client's first step: the Hutchinson estimate, or an empty sum of squared gradients."""
+        if self.batches > 0 and self.estimate == "squared_gradients":
+            self.squares = SquaredGradients(context.data.batch_size)
+        elif self.batches > 0:
+            self.diagonal = client_hessian_diagonal(
+                context, client_id, self.batches, self.probes, self.seed, self.examples
+            )
+
+    def observe(self, grad: Tensor) -> None:
+        """A step's raw gradient, before anything changes it."""
+        if self.squares is not None:
+            self.squares.add(grad)
+
+    def result(self) -> Tensor | None:
+        """The estimate, or None when the client makes none."""
+        return self.diagonal if self.squares is None else self.squares.estimate()

@@ -325,7 +325,7 @@ def test_the_squared_gradients_curvature_uses_each_steps_first_gradient_not_its_
     def no_hutchinson(*args, **kwargs):
         raise AssertionError("the squared-gradient estimate takes no Hessian-vector product")
 
-    monkeypatch.setattr("lightfed.ecado.adaptive_euler.client_hessian_diagonal", no_hutchinson)
+    monkeypatch.setattr("lightfed.ecado.curvature.client_hessian_diagonal", no_hutchinson)
     problem = Quadratics(np.array([[[4.0]]]), np.array([[0.0]]), np.array([10]))
     context = CountingContext(problem, 0, torch.ones(1, dtype=torch.float64), lr=1.0)
     rule = AdaptiveEuler(0, torch.zeros(1, dtype=torch.float64), tolerance=0.01, curvature_batches=1,

@@ -279,7 +279,7 @@ def test_the_strategy_hands_its_clients_the_squared_gradients_estimate(monkeypat
     def no_hutchinson(*args, **kwargs):
         raise AssertionError("the squared-gradient estimate takes no Hessian-vector product")
 
-    monkeypatch.setattr("lightfed.ecado.adaptive_euler.client_hessian_diagonal", no_hutchinson)
+    monkeypatch.setattr("lightfed.ecado.curvature.client_hessian_diagonal", no_hutchinson)
     problem, x0 = diagonal_quadratics(n=2, d=3), torch.zeros(3, dtype=torch.float64)
     strategy = AdaptiveFedECADO(curvature_estimate="squared_gradients")
     strategy.setup(ServerContext(x0.clone(), 2))

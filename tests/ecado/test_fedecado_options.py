@@ -126,7 +126,7 @@ def test_without_curvature_each_resistance_is_the_window_and_no_client_estimates
     y = torch.stack([x0 + u.delta for u in updates])
     torch.testing.assert_close(x, (x0 + (c * y).sum(0)) / (1 + c.sum(0)))
     plan = strategy.configure_client(ClientPlan(0, 1, seed=0, steps=1), {"current": torch.zeros(3, dtype=F64)})
-    assert plan.rule.curvature_batches == 0 and "curvature" not in updates[0].report
+    assert plan.rule.curvature.batches == 0 and "curvature" not in updates[0].report
 
 
 def test_the_mean_window_end_is_the_data_weighted_mean_and_stretches_at_most_to_it():
@@ -197,10 +197,10 @@ def test_the_curvature_sample_size_reaches_both_clients_rules():
 
     plan, current = ClientPlan(3, 0, seed=3, steps=1), torch.zeros(2)
     for strategy in (FedECADO(curvature_examples=8), AdaptiveFedECADO(curvature_examples=8)):
-        assert strategy._rule(plan, current, 1).curvature_examples == 8  # type: ignore[attr-defined]
-    assert FedECADO()._rule(plan, current, 1).curvature_examples == 8  # type: ignore[attr-defined]  # the default
-    assert FedECADO(curvature_examples=None)._rule(plan, current, 1).curvature_examples is None  # type: ignore[attr-defined]
-    assert AdaptiveFedECADO()._rule(plan, current, 1).curvature_examples is None  # type: ignore[attr-defined]
+        assert strategy._rule(plan, current, 1).curvature.examples == 8  # type: ignore[attr-defined]
+    assert FedECADO()._rule(plan, current, 1).curvature.examples == 8  # type: ignore[attr-defined]  # the default
+    assert FedECADO(curvature_examples=None)._rule(plan, current, 1).curvature.examples is None  # type: ignore[attr-defined]
+    assert AdaptiveFedECADO()._rule(plan, current, 1).curvature.examples is None  # type: ignore[attr-defined]
 
 
 def test_the_squared_gradients_curvature_comes_from_the_training_steps_without_an_extra_pass(monkeypatch):
@@ -211,7 +211,7 @@ def test_the_squared_gradients_curvature_comes_from_the_training_steps_without_a
     def no_hutchinson(*args, **kwargs):
         raise AssertionError("the squared-gradient estimate takes no Hessian-vector product")
 
-    monkeypatch.setattr("lightfed.ecado.coupling.client_hessian_diagonal", no_hutchinson)
+    monkeypatch.setattr("lightfed.ecado.curvature.client_hessian_diagonal", no_hutchinson)
     problem = Quadratics(np.array([[[4.0]]]), np.array([[0.0]]), np.array([10]))
     x0 = torch.ones(1, dtype=F64)
     strategy = FedECADO(curvature_estimate="squared_gradients")

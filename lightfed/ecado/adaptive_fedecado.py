@@ -233,6 +233,7 @@ class AdaptiveFedECADO(FedECADO):
             {
                 "client_step_min": float(reports["step_min"].min()),
                 "client_step_mean": float(reports["window"].sum() / reports["step_count"].sum()),
+                "client_lr_mean": float((reports["weight"] * reports["window"]).sum() / reports["step_count"].sum()),
                 "client_step_max": float(reports["step_max"].max()),
                 "client_steps": float(reports["step_count"].sum()),
                 "client_rejected": float(reports["rejected"].sum()),

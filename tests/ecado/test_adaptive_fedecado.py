@@ -127,6 +127,15 @@ def test_fixed_lr_clients_take_sgd_steps_at_that_learning_rate():
     assert update.report["steps"] == pytest.approx([0.05 / p] * 2) and update.report["rejected"] == 0
 
 
+def test_the_clients_mean_learning_rate_is_their_mean_p_dt_over_all_steps():
+    """With fixed_lr every step has p_i dt_i = fixed_lr, whatever the client's size and its number of steps."""
+    problem, steps, x0 = _problem_and_work()
+    strategy = AdaptiveFedECADO(fixed_lr=0.05)
+    run_rounds(strategy, problem, 1, 16, steps, np.ones(16), x0)
+    metrics = strategy.metrics()
+    assert metrics["client_lr_mean"] == pytest.approx(0.05)
+
+
 def test_constant_damping_gives_every_branch_the_given_inductance():
     problem, steps, x0 = _problem_and_work()
     strategy = AdaptiveFedECADO(damping="constant", inductance=3.0)

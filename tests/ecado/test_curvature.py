@@ -11,6 +11,7 @@ from lightfed.ecado.curvature import (
     client_hessian_diagonal,
     hutchinson_diagonal,
     module_hessian_diagonal,
+    probe_generator,
 )
 
 
@@ -20,6 +21,29 @@ def test_a_diagonal_hessian_is_recovered_exactly_by_one_probe():
     x = torch.randn(4, requires_grad=True)
     loss = (h * x**2).sum() / 2
     estimate = hutchinson_diagonal(loss, [x], probes=1, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(estimate, h)
+
+
+def test_probes_on_the_cpu_come_from_the_callers_generator():
+    """The draws every CPU run so far made (their weights are pinned by scripts/final_weights.py)."""
+    generator = torch.Generator().manual_seed(3)
+    assert probe_generator(generator, torch.device("cpu")) is generator
+    h = torch.tensor([0.5, 2.0, -1.0])
+    x = torch.randn(3, requires_grad=True)
+    loss = x @ torch.tensor([[1.0, 0.3, 0.0], [0.3, 2.0, 0.4], [0.0, 0.4, 3.0]]) @ x / 2 + (h * x).sum()
+    expected_z = torch.randint(0, 2, (3,), generator=torch.Generator().manual_seed(3), dtype=torch.float32) * 2 - 1
+    hz = torch.tensor([[1.0, 0.3, 0.0], [0.3, 2.0, 0.4], [0.0, 0.4, 3.0]]) @ expected_z
+    estimate = hutchinson_diagonal(loss, [x], probes=1, generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(estimate, expected_z * hz)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_probes_on_a_gpu_are_drawn_there_reproducibly():
+    h = torch.tensor([0.5, 2.0, -1.0, 3.0], device="cuda")
+    x = torch.randn(4, device="cuda", requires_grad=True)
+    draws = probe_generator(torch.Generator().manual_seed(0), h.device)
+    assert draws.device.type == "cuda"
+    estimate = hutchinson_diagonal((h * x**2).sum() / 2, [x], probes=1, generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(estimate, h)
 
 

@@ -1,5 +1,6 @@
 """How sharp the global model's loss gets over a run: FedECADO at fixed learning rates against Adaptive FedECADO, on
-digits with heterogeneous local work (Dirichlet 0.3, 1-3 local epochs drawn afresh each round, 30 rounds).
+digits with heterogeneous local work (Dirichlet 0.3, 1-3 local epochs drawn afresh each round, 30 rounds), and
+Adaptive FedECADO's server with clients at a fixed learning rate (``fixed_lr``: only the client's step rule differs).
 
 Each arm is one ``lightfed fit`` whose ``SaveParams`` callback keeps the global weights of every round; afterwards
 the sharpness, the largest Hessian eigenvalue of the mean cross-entropy over the run's 1437 training digits (the test
@@ -33,8 +34,9 @@ ARMS = {
     "fedecado-lr0.05": [str(CONFIGS / "fedecado.yaml"), *HETEROGENEOUS, "--model.init_args.optimizer.init_args.lr", "0.05"],
     "fedecado-lr0.1": [str(CONFIGS / "fedecado.yaml"), *HETEROGENEOUS, "--model.init_args.optimizer.init_args.lr", "0.1"],
     "adaptive": [str(CONFIGS / "adaptive_fedecado.yaml")],
+    "adaptive-fixed-lr0.025": [str(CONFIGS / "adaptive_fedecado.yaml"), "--strategy.init_args.fixed_lr", "0.025"],
 }
-LEARNING_RATES = {"fedecado-lr0.05": 0.05, "fedecado-lr0.1": 0.1}
+LEARNING_RATES = {"fedecado-lr0.05": 0.05, "fedecado-lr0.1": 0.1, "adaptive-fixed-lr0.025": 0.025}
 
 
 class SaveParams(Callback):

@@ -1,12 +1,14 @@
 """Adaptive FedECADO (Agarwal, Pileggi, Joshi 2025): the FedECADO circuit with critically damped branches and every
 step size, on clients and server, chosen by one local-truncation-error tolerance gamma."""
 
+from dataclasses import replace
 from typing import Literal
 
 import torch
 from torch import Tensor
 
 from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.requirements import Requirements
 from lightfed.core.sharding import CoordinateSums
 from lightfed.ecado.adaptive_euler import AdaptiveEuler, ErrorScale, StepLimit
 from lightfed.ecado.circuit import BeyondWindow, ErrorNorm
@@ -53,9 +55,14 @@ class AdaptiveFedECADO(FedECADO):
         "forced",
         "max_lte",
     )
-    report_vectors = ("curvature",)
-    curvature = "diagonal"
-    requirements = AdaptiveEuler.requirements
+
+    @property
+    def requirements(self) -> Requirements:  # type: ignore[override]
+        """``AdaptiveEuler``'s, less the curvature with ``curvature="none"``."""
+        declared = AdaptiveEuler.requirements
+        if self.curvature == "diagonal":
+            return declared
+        return replace(declared, sends=frozenset(sent for sent in declared.sends if sent.name != "curvature"))
 
     def __init__(
         self,
@@ -80,6 +87,8 @@ class AdaptiveFedECADO(FedECADO):
         fixed_lr: float | None = None,
         curvature_examples: int | None = None,
         curvature_estimate: CurvatureEstimate = "hutchinson",
+        curvature: Literal["diagonal", "none"] = "diagonal",
+        curvature_every: int = 0,
     ) -> None:
         """
         Args:
@@ -95,6 +104,11 @@ class AdaptiveFedECADO(FedECADO):
             curvature_probes: Rademacher probes per batch.
             curvature_examples: None: the estimate runs on whole local batches; a number: on random subsets of that
                 many of the client's examples (see ``FedECADO``).
+            curvature: "diagonal": G_i = 1/dt_G + p_i diag(H_i) with the client's Hutchinson diagonal (the paper);
+                "none": G_i = 1/dt_G, no estimate (see the documentation's page "Paper corrections: Adaptive
+                FedECADO", section "A stale curvature").
+            curvature_every: Re-estimate a client's diagonal when it is sampled this many rounds after its last
+                estimate; 0: once, the first time it is sampled (the paper estimates it once, before training).
             fallback_step: With ``first_step="passivity"``: a client's first step where the passivity bound is not
                 positive (backtracking shrinks it).
             cap_client_steps: No client step exceeds its round's first trial step; False: steps may double while the
@@ -139,11 +153,15 @@ class AdaptiveFedECADO(FedECADO):
         """
         if not fallback_step > 0:
             raise ConfigError(f"strategy.fallback_step must be > 0, got {fallback_step}")
+        if curvature not in ("diagonal", "none"):
+            raise ConfigError(f"strategy.curvature must be 'diagonal' or 'none', got {curvature!r}")
         if not inductance > 0 or (fixed_lr is not None and not fixed_lr > 0):
             raise ConfigError(f"strategy.inductance and fixed_lr must be > 0, got {inductance} and {fixed_lr}")
         control = {"tolerance": tolerance, "max_growth": 2.0, "min_step": min_step, "norm": error_norm}
         estimate = (curvature_batches, curvature_probes, curvature_examples, curvature_estimate)
-        self._configure_circuit(control, beyond_window, estimate, 0, state_device)
+        self._configure_circuit(control, beyond_window, estimate, curvature_every, state_device)
+        self.curvature = curvature
+        self.report_vectors = ("curvature",) if curvature == "diagonal" else ()
         self.tolerance = tolerance
         self.sensitivity_step = sensitivity_step
         self.fallback_step = fallback_step
@@ -199,10 +217,11 @@ class AdaptiveFedECADO(FedECADO):
         elif self.window_end == "mean" or self.beyond_window == "decay":
             dt = self._window_sensitivity(windows, self._window_end(windows, updates), updates)
         shape, workspace = updates.deltas.shape, self._workspace  # (a, d) in the model's dtype, kept between rounds
-        curvature = torch.stack(
-            [self._curvature(i) for i in updates.client_ids],
-            out=workspace.get("conductance", shape, self.total_current),
-        )
+        curvature = workspace.get("conductance", shape, self.total_current)
+        if self.curvature == "none":
+            curvature.zero_()
+        else:
+            torch.stack([self._curvature(i) for i in updates.client_ids], out=curvature)
         conductance = curvature.mul_(reports["weight"].to(curvature)[:, None]).add_(1 / dt.to(curvature)[:, None])
         inductance = workspace.get("inductance", shape, conductance)
         if self.damping == "constant":

@@ -248,6 +248,7 @@ def test_bad_settings_are_refused_in_one_line():
         (dict(tolerance=0.0), "LTE tolerance must be > 0"),
         (dict(fallback_step=-1.0), "strategy.fallback_step must be > 0"),
         (dict(fixed_lr=0.0), "strategy.inductance and fixed_lr must be > 0"),
+        (dict(curvature="full"), "strategy.curvature must be 'diagonal' or 'none'"),
     ]:
         with pytest.raises(ConfigError, match=message) as error:
             AdaptiveFedECADO(**kwargs)
@@ -294,3 +295,38 @@ def test_the_strategy_hands_its_clients_the_squared_gradients_estimate(monkeypat
     strategy.setup(ServerContext(x0.clone(), 2))
     update = train_client(strategy, problem, ClientPlan(0, 0, seed=0, steps=3), x0, 1.0)
     assert update.report["curvature"].shape == (3,) and bool((update.report["curvature"] > 0).all())
+
+
+def test_without_curvature_each_branch_is_its_window_alone_and_no_client_estimates(monkeypatch):
+    """curvature="none": G_i = 1 / T_i with the window held, so the collective inductance is T_i^2 / (4 n), the
+    largest and smallest from the longest and shortest windows; no client estimates, none sends a curvature."""
+
+    def no_hutchinson(*args, **kwargs):
+        raise AssertionError("curvature='none' estimates nothing")
+
+    monkeypatch.setattr("lightfed.ecado.curvature.client_hessian_diagonal", no_hutchinson)
+    problem, steps, x0 = _problem_and_work()
+    strategy = AdaptiveFedECADO(curvature="none", beyond_window="hold")
+    assert "curvature" not in {sent.name for sent in strategy.requirements.sends}
+    assert "curvature" in {sent.name for sent in AdaptiveFedECADO().requirements.sends}
+    run_rounds(strategy, problem, 1, 16, steps, np.ones(16), x0)
+    metrics = strategy.metrics()
+    assert metrics["inductance_max"] == pytest.approx(metrics["window_max"] ** 2 / (4 * 16))
+    assert metrics["inductance_min"] == pytest.approx(metrics["window_min"] ** 2 / (4 * 16))
+
+
+def test_a_curvature_estimated_every_two_rounds_is_estimated_again_two_rounds_later(monkeypatch):
+    import lightfed.ecado.curvature as curvature
+
+    calls, estimate = [], curvature.client_hessian_diagonal
+
+    def counted(context, client_id, *args, **kwargs):
+        calls.append(client_id)
+        return estimate(context, client_id, *args, **kwargs)
+
+    monkeypatch.setattr("lightfed.ecado.curvature.client_hessian_diagonal", counted)
+    problem, steps, x0 = _problem_and_work()
+    for every, expected in ((0, 16), (2, 32)):  # 16 clients in each of 4 rounds: rounds 0 (and 2)
+        calls.clear()
+        run_rounds(AdaptiveFedECADO(curvature_every=every), problem, 4, 16, steps, np.ones(16), x0)
+        assert len(calls) == expected and sorted(set(calls)) == list(range(16))

@@ -215,8 +215,8 @@ def integrate_window(
     every process takes the same steps. ``workspace``: see ``WindowSolver``.
     """
     end = branches.window_end
-    if not math.isfinite(end):
-        raise DivergenceError(f"a client's simulated time is {end}: its steps diverged")
+    if not math.isfinite(end) or end <= 0:  # nothing to integrate, no step to report
+        raise DivergenceError(f"a client's simulated time is {end}: its steps diverged (or no client took a step)")
     floor = control.min_step * end
     solver = WindowSolver(x_c, frozen, branches, control.norm, coordinates, workspace)
     result = WindowResult(x_c, solver.currents, step)

@@ -1,5 +1,7 @@
 """FedECADO: the circuit solver by hand, LTE control, the steady state, and convergence on heterogeneous quadratics."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -7,7 +9,7 @@ import torch
 from lightfed.core.messages import ClientPlan
 from lightfed.core.saved_client_states import saved_client_states
 from lightfed.ecado.circuit import Branches, StepControl, WindowSolver, integrate_window
-from lightfed.errors import ConfigError
+from lightfed.errors import ConfigError, DivergenceError
 from lightfed.strategies import FedECADO
 from lightfed.strategies.base import ServerContext
 from tests.conftest import small_data, small_model, small_trainer
@@ -85,6 +87,16 @@ def test_the_solver_never_writes_the_callers_state_or_couplings():
     assert result.rejected > 0 and len(result.accepted) > 3
     assert torch.equal(x_c, x_c_before) and torch.equal(branches.couplings, couplings)
     assert result.x_c.data_ptr() != x_c.data_ptr() and result.currents.data_ptr() != couplings.data_ptr()
+
+
+@pytest.mark.parametrize("window", [0.0, math.nan])
+def test_a_round_whose_windows_did_not_advance_stops_with_a_divergence_error(window):
+    """Clients whose steps diverged report zero or NaN windows (a step cut to 0 by an infinite rate): a
+    DivergenceError, not a solve with no step (whose metrics took max() of nothing)."""
+    branches = _branches(windows=torch.full((3,), window, dtype=torch.float64))
+    with pytest.raises(DivergenceError, match="simulated time"):
+        integrate_window(torch.zeros(5, dtype=torch.float64), torch.zeros(5, dtype=torch.float64), branches, 1.0,
+                         StepControl(tolerance=1e-3))
 
 
 def test_accepted_steps_meet_the_tolerance_and_rejected_steps_shrink():

@@ -3,8 +3,8 @@ digits with heterogeneous local work (Dirichlet 0.3, 1-3 local epochs drawn afre
 Adaptive FedECADO's server with clients at a fixed learning rate (``fixed_lr``: only the client's step rule differs).
 
 Each arm is one ``lightfed fit`` whose ``SaveParams`` callback keeps the global weights of every round; afterwards
-the sharpness, the largest Hessian eigenvalue of the mean cross-entropy over the run's 1437 training digits (the test
-digits left out), is found by power iteration on Hessian-vector products. Printed per round: the sharpness, the
+the sharpness, the largest Hessian eigenvalue of the mean cross-entropy over the 1437 digits outside the run's test
+set (its validation share included), is found by power iteration on Hessian-vector products. Printed per round: the sharpness, the
 clients' mean learning rate p_i dt_i (Adaptive's from its metrics, FedECADO's the configured lr), their product (a
 Forward-Euler step along the sharpest direction multiplies it by 1 - lr x sharpness: stable below 2), val_acc.
 

@@ -1,6 +1,6 @@
 """What a strategy, a client's local rule or a privacy mechanism needs of the run, declared as data."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 Origin = Literal["size", "gradients", "data", "kept"]
@@ -48,6 +48,10 @@ class Requirements:
             sends=self.sends | other.sends,
             reads_each_update=self.reads_each_update or other.reads_each_update,
         )
+
+    def without(self, *names: str) -> "Requirements":
+        """These requirements, less what clients send under ``names`` (a setting keeps them from sending it)."""
+        return replace(self, sends=frozenset(sent for sent in self.sends if sent.name not in names))
 
     @property
     def sent_names(self) -> frozenset[str]:

@@ -1,7 +1,6 @@
 """Adaptive FedECADO (Agarwal, Pileggi, Joshi 2025): the FedECADO circuit with critically damped branches and every
 step size, on clients and server, chosen by one local-truncation-error tolerance gamma."""
 
-from dataclasses import replace
 from typing import Literal
 
 import torch
@@ -59,10 +58,7 @@ class AdaptiveFedECADO(FedECADO):
     @property
     def requirements(self) -> Requirements:  # type: ignore[override]
         """``AdaptiveEuler``'s, less the curvature with ``curvature="none"``."""
-        declared = AdaptiveEuler.requirements
-        if self.curvature == "diagonal":
-            return declared
-        return replace(declared, sends=frozenset(sent for sent in declared.sends if sent.name != "curvature"))
+        return AdaptiveEuler.requirements.without(*(() if self.curvature == "diagonal" else ("curvature",)))
 
     def __init__(
         self,
@@ -159,9 +155,7 @@ class AdaptiveFedECADO(FedECADO):
             raise ConfigError(f"strategy.inductance and fixed_lr must be > 0, got {inductance} and {fixed_lr}")
         control = {"tolerance": tolerance, "max_growth": 2.0, "min_step": min_step, "norm": error_norm}
         estimate = (curvature_batches, curvature_probes, curvature_examples, curvature_estimate)
-        self._configure_circuit(control, beyond_window, estimate, curvature_every, state_device)
-        self.curvature = curvature
-        self.report_vectors = ("curvature",) if curvature == "diagonal" else ()
+        self._configure_circuit(control, beyond_window, curvature, estimate, curvature_every, state_device)
         self.tolerance = tolerance
         self.sensitivity_step = sensitivity_step
         self.fallback_step = fallback_step

@@ -197,6 +197,7 @@ class FedECADO(ShardedStrategy):
         self._configure_circuit(
             control,
             beyond_window,
+            curvature,
             (curvature_batches, curvature_probes, curvature_examples, curvature_estimate),
             curvature_every,
             state_device,
@@ -206,28 +207,29 @@ class FedECADO(ShardedStrategy):
         self.inductance_rule = inductance_rule
         self.sensitivity_step: float | str = sensitivity_step
         self.initial_step = initial_step
-        self.curvature = curvature
         self.coupling = coupling
-        self.report_vectors = ("curvature",) if curvature == "diagonal" else ()
 
     @property
     def requirements(self) -> Requirements:  # type: ignore[override]
         """``CouplingCurrent``'s, less what these options keep clients from sending (curvature, decay)."""
-        kept = {"time_scale", *(() if self.curvature == "none" else ("curvature",))}
-        kept |= {"decay"} if self.beyond_window == "decay" else set()
-        declared = CouplingCurrent.requirements
-        return replace(declared, sends=frozenset(sent for sent in declared.sends if sent.name in kept))
+        dropped = {"curvature"} if self.curvature == "none" else set()
+        if self.beyond_window != "decay":
+            dropped.add("decay")
+        return CouplingCurrent.requirements.without(*dropped)
 
     def _configure_circuit(
         self,
         control: dict[str, Any],
         beyond_window: BeyondWindow,
+        curvature: str,
         estimate: tuple[int, int, int | None, CurvatureEstimate],
         every: int,
         state_device: StateDevice,
     ) -> None:
         """The settings the server circuit and the curvature estimates share with ``AdaptiveFedECADO``."""
         self.state_device = state_device
+        self.curvature = curvature
+        self.report_vectors = ("curvature",) if curvature == "diagonal" else ()
         batches, probes, examples, self.curvature_estimate = estimate
         if batches < 1 or probes < 1 or every < 0 or (examples is not None and examples < 1):
             raise ConfigError(

@@ -38,6 +38,12 @@ def test_requirements_combine_as_the_union_of_their_needs():
     assert combined == Requirements(client_state=True, plain_sgd=True, sends=frozenset({"a", "b"}))
 
 
+def test_requirements_without_a_sent_value_keep_everything_else():
+    declared = Requirements(plain_sgd=True, sends=frozenset({Sent("a", "data"), Sent("b", "size"), Sent("c", "kept")}))
+    assert declared.without("a", "c") == Requirements(plain_sgd=True, sends=frozenset({Sent("b", "size")}))
+    assert declared.without() == declared
+
+
 def test_what_each_strategy_declares():
     assert FedAvg().requirements == Requirements()
     assert Scaffold().requirements == Requirements(client_state=True, plain_sgd=True)
@@ -49,6 +55,7 @@ def test_what_each_strategy_declares():
     assert FedECADO().requirements.sent_names == {"time_scale", "curvature"}
     assert FedECADO(curvature="none", beyond_window="decay").requirements.sent_names == {"time_scale", "decay"}
     assert AdaptiveFedECADO().requirements == AdaptiveEuler.requirements
+    assert AdaptiveFedECADO(curvature="none").requirements.sent_names == AdaptiveEuler.requirements.sent_names - {"curvature"}
     assert AdaptiveFedECADO().requirements.chooses_client_steps
     assert not TrimmedMean().requirements.client_state  # sharded: clients train anywhere
     assert NormBounding(Scaffold(), max_norm=1.0).requirements == Scaffold().requirements

@@ -1,7 +1,7 @@
 """Adaptive FedECADO (Agarwal, Pileggi, Joshi 2025): the FedECADO circuit with critically damped branches and every
 step size, on clients and server, chosen by one local-truncation-error tolerance gamma."""
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -15,11 +15,13 @@ from lightfed.ecado.curvature import CurvatureEstimate
 from lightfed.ecado.fedecado import FedECADO, StateDevice, WindowEnd, window_end
 from lightfed.errors import ConfigError
 from lightfed.local.base import LocalRule
+from lightfed.strategies.base import ServerContext
 from lightfed.strategies.sharded_base import ShardedRound
 
 SensitivityStep = Literal["window", "first_step"]
 ClientLTE = Literal["trial_step", "retrospective"]
 Damping = Literal["collective", "shared", "branch", "constant"]
+ClientStepControl = Literal["every_round", "first_round"]
 
 
 def critical_inductance(conductance: Tensor, branches: int = 1, out: Tensor | None = None) -> Tensor:
@@ -85,6 +87,7 @@ class AdaptiveFedECADO(FedECADO):
         curvature_estimate: CurvatureEstimate = "hutchinson",
         curvature: Literal["diagonal", "none"] = "diagonal",
         curvature_every: int = 0,
+        step_control: ClientStepControl = "every_round",
     ) -> None:
         """
         Args:
@@ -146,11 +149,18 @@ class AdaptiveFedECADO(FedECADO):
             fixed_lr: None (default): LTE-controlled client steps; a number: every client step is plain SGD at this
                 learning rate, dt = fixed_lr / p_i, no error control (FedECADO's clients; the paper's ablation of its
                 adaptive steps, Table 15, whose constant step is FedECADO's learning rate).
+            step_control: "every_round": every client step error-controlled (the paper); "first_round": error control
+                in the run's first round only, then every client step plain SGD (as with ``fixed_lr``) at that round's
+                mean learning rate p_i dt_i (``strategy/client_lr_mean``), the step the error control took at the
+                weights' start, before training sharpened the loss (see the documentation's page "Paper corrections:
+                Adaptive FedECADO", section "A step learned in the first round").
         """
         if not fallback_step > 0:
             raise ConfigError(f"strategy.fallback_step must be > 0, got {fallback_step}")
         if curvature not in ("diagonal", "none"):
             raise ConfigError(f"strategy.curvature must be 'diagonal' or 'none', got {curvature!r}")
+        if step_control not in ("every_round", "first_round"):
+            raise ConfigError(f"strategy.step_control must be 'every_round' or 'first_round', got {step_control!r}")
         if not inductance > 0 or (fixed_lr is not None and not fixed_lr > 0):
             raise ConfigError(f"strategy.inductance and fixed_lr must be > 0, got {inductance} and {fixed_lr}")
         control = {"tolerance": tolerance, "max_growth": 2.0, "min_step": min_step, "norm": error_norm}
@@ -169,6 +179,11 @@ class AdaptiveFedECADO(FedECADO):
         self.client_norm = client_norm
         self.inductance = inductance
         self.fixed_lr = fixed_lr
+        self.step_control = step_control
+
+    def setup(self, context: ServerContext) -> None:
+        super().setup(context)
+        self.learned_lr: float | None = None
 
     def _rule(self, plan: ClientPlan, current: Tensor, curvature_batches: int) -> LocalRule:
         return AdaptiveEuler(
@@ -186,7 +201,7 @@ class AdaptiveFedECADO(FedECADO):
             step_limit=self.step_limit,
             error_norm=self.client_norm,
             track_decay=self.beyond_window == "decay",
-            fixed_lr=self.fixed_lr,
+            fixed_lr=self.fixed_lr if self.fixed_lr is not None else self.learned_lr,
             curvature_examples=self.curvature_examples,
             curvature_estimate=self.curvature_estimate,
         )
@@ -257,4 +272,17 @@ class AdaptiveFedECADO(FedECADO):
                 "inductance_max": float(extremes[1]),
             }
         )
+        if self.step_control == "first_round" and self.learned_lr is None:
+            self.learned_lr = self._metrics["client_lr_mean"]
         return x_c
+
+    def metrics(self) -> dict[str, float]:
+        learned = {} if self.learned_lr is None else {"learned_lr": self.learned_lr}
+        return {**super().metrics(), **learned}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "learned_lr": self.learned_lr}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.learned_lr = state.get("learned_lr")

@@ -249,6 +249,7 @@ def test_bad_settings_are_refused_in_one_line():
         (dict(fallback_step=-1.0), "strategy.fallback_step must be > 0"),
         (dict(fixed_lr=0.0), "strategy.inductance and fixed_lr must be > 0"),
         (dict(curvature="full"), "strategy.curvature must be 'diagonal' or 'none'"),
+        (dict(step_control="never"), "strategy.step_control must be 'every_round' or 'first_round'"),
     ]:
         with pytest.raises(ConfigError, match=message) as error:
             AdaptiveFedECADO(**kwargs)
@@ -330,3 +331,37 @@ def test_a_curvature_estimated_every_two_rounds_is_estimated_again_two_rounds_la
         calls.clear()
         run_rounds(AdaptiveFedECADO(curvature_every=every), problem, 4, 16, steps, np.ones(16), x0)
         assert len(calls) == expected and sorted(set(calls)) == list(range(16))
+
+
+def test_first_round_step_control_learns_the_first_rounds_mean_lr_and_then_takes_sgd_steps_at_it():
+    """step_control="first_round": round 0 is error-controlled (its steps differ); from round 1 every
+    client step is dt = lr / p_i with lr the mean p_i dt_i of round 0, in every rank's copy; the lr is resumed from
+    the state."""
+    problem, steps, x0 = _problem_and_work()
+    rounds: list[dict] = []
+    run_rounds(
+        AdaptiveFedECADO(tolerance=1e-2, step_control="first_round"), problem, 3, 16, steps, np.ones(16), x0,
+        on_round=lambda round, params, strategy: rounds.append(dict(strategy.metrics())), world=2,
+    )
+    learned = rounds[0]["client_lr_mean"]
+    assert rounds[0]["learned_lr"] == learned  # set by the round it was learned in
+    assert rounds[0]["client_step_min"] < rounds[0]["client_step_max"]
+    for metrics in rounds[1:]:
+        assert metrics["learned_lr"] == learned and metrics["client_rejected"] == 0
+        assert metrics["client_lr_mean"] == pytest.approx(learned)  # p_i dt_i = lr at every step
+    assert all(rank.learned_lr == learned for rank in run_rounds.strategies)
+    resumed = AdaptiveFedECADO(step_control="first_round")
+    resumed.setup(ServerContext(x0.clone(), len(problem.sizes)))
+    resumed.load_state_dict(run_rounds.strategies[0].state_dict())
+    update = train_client(resumed, problem, ClientPlan(3, 3, seed=3, steps=2), x0, lr=1.0)
+    p = problem.sizes[3] / problem.sizes.sum()
+    assert update.report["steps"] == pytest.approx([learned / p] * 2)
+
+
+@pytest.mark.parametrize("tolerance", [1e-2, 1.0])
+def test_first_round_step_control_converges_on_the_quadratics(tolerance):
+    """The learned step is the first round's error-controlled one, inside every client's stability bound here."""
+    problem, steps, x0 = _problem_and_work()
+    x = run_rounds(AdaptiveFedECADO(tolerance=tolerance, step_control="first_round"), problem, ROUNDS, 16, steps,
+                   np.ones(16), x0)
+    assert problem.relative_error(x) < 1e-6

@@ -36,7 +36,10 @@ class AdaptiveFedECADO(FedECADO):
     """Clients integrate dx/dt = I_i^k - p_i grad f_i with LTE-controlled Forward Euler (``AdaptiveEuler``, which
     replaces the model's optimizer); the server integrates the FedECADO circuit with Backward Euler under the same
     tolerance, the active branches critically damped by L_i = 1 / (4 n G_i^2), G_i = 1/dt_G + p_i diag(H_i), dt_G the
-    client's window T_i. H_i is a Hutchinson diagonal, estimated the first time a client is sampled.
+    client's window T_i. With the defaults the clients' error control runs in the run's first round and sets the
+    learning rate of every later client step (``step_control="first_round"``), and G_i = 1/dt_G (``curvature="none"``);
+    the paper's settings, error control at every step and H_i a Hutchinson diagonal estimated the first time a client
+    is sampled, are ``step_control="every_round"`` and ``curvature="diagonal"``.
 
     Where and why the defaults depart from the paper as printed, with the measurements behind each: the documentation's
     page "Paper corrections: Adaptive FedECADO" (docs/corrections/adaptive-fedecado.md).
@@ -44,6 +47,8 @@ class AdaptiveFedECADO(FedECADO):
     Memory per client that has trained: I_i and diag(H_i), 2 d / N floats per process (N processes; see
     ``FedECADO`` for where they live).
     """
+
+    learned_lr: float | None = None  # with step_control="first_round", from the first round on
 
     report_scalars = (
         "window",
@@ -85,9 +90,9 @@ class AdaptiveFedECADO(FedECADO):
         fixed_lr: float | None = None,
         curvature_examples: int | None = None,
         curvature_estimate: CurvatureEstimate = "hutchinson",
-        curvature: Literal["diagonal", "none"] = "diagonal",
+        curvature: Literal["diagonal", "none"] = "none",
         curvature_every: int = 0,
-        step_control: ClientStepControl = "every_round",
+        step_control: ClientStepControl = "first_round",
     ) -> None:
         """
         Args:
@@ -103,9 +108,10 @@ class AdaptiveFedECADO(FedECADO):
             curvature_probes: Rademacher probes per batch.
             curvature_examples: None: the estimate runs on whole local batches; a number: on random subsets of that
                 many of the client's examples (see ``FedECADO``).
-            curvature: "diagonal": G_i = 1/dt_G + p_i diag(H_i) with the client's Hutchinson diagonal (the paper);
-                "none": G_i = 1/dt_G, no estimate (see the documentation's page "Paper corrections: Adaptive
-                FedECADO", section "A stale curvature").
+            curvature: "none" (default): G_i = 1/dt_G, no estimate; "diagonal": G_i = 1/dt_G + p_i diag(H_i) with
+                the client's Hutchinson diagonal (the paper; estimated once it goes stale on losses whose curvature
+                changes, see the documentation's page "Paper corrections: Adaptive FedECADO", section "A stale
+                curvature").
             curvature_every: Re-estimate a client's diagonal when it is sampled this many rounds after its last
                 estimate; 0: once, the first time it is sampled (the paper estimates it once, before training).
             fallback_step: With ``first_step="passivity"``: a client's first step where the passivity bound is not
@@ -149,11 +155,11 @@ class AdaptiveFedECADO(FedECADO):
             fixed_lr: None (default): LTE-controlled client steps; a number: every client step is plain SGD at this
                 learning rate, dt = fixed_lr / p_i, no error control (FedECADO's clients; the paper's ablation of its
                 adaptive steps, Table 15, whose constant step is FedECADO's learning rate).
-            step_control: "every_round": every client step error-controlled (the paper); "first_round": error control
-                in the run's first round only, then every client step plain SGD (as with ``fixed_lr``) at that round's
-                mean learning rate p_i dt_i (``strategy/client_lr_mean``), the step the error control took at the
+            step_control: "first_round" (default): the clients' error control runs in the run's first round only,
+                then every client step is plain SGD (as with ``fixed_lr``) at that round's mean learning rate p_i dt_i (``strategy/client_lr_mean``), the step the error control took at the
                 weights' start, before training sharpened the loss (see the documentation's page "Paper corrections:
-                Adaptive FedECADO", section "A step learned in the first round").
+                Adaptive FedECADO", section "A step learned in the first round"); "every_round": every client step
+                error-controlled (the paper).
         """
         if not fallback_step > 0:
             raise ConfigError(f"strategy.fallback_step must be > 0, got {fallback_step}")
@@ -183,7 +189,7 @@ class AdaptiveFedECADO(FedECADO):
 
     def setup(self, context: ServerContext) -> None:
         super().setup(context)
-        self.learned_lr: float | None = None
+        self.learned_lr = None
 
     def _rule(self, plan: ClientPlan, current: Tensor, curvature_batches: int) -> LocalRule:
         return AdaptiveEuler(

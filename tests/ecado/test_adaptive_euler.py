@@ -11,6 +11,8 @@ from lightfed.errors import DivergenceError
 from lightfed.strategies import AdaptiveFedECADO
 from tests.ecado.ecado_quadratics import QuadraticContext, Quadratics, diagonal_quadratics, run_rounds
 
+EVERY_STEP = dict(step_control="every_round", curvature="diagonal")  # the paper's: the client rule in every round
+
 
 class CountingContext(QuadraticContext):
     evaluations = 0
@@ -80,7 +82,7 @@ def test_the_strategy_converges_with_the_retrospective_client_error():
     steps = rng.integers(1, 51, size=(40, 16))
     x0 = torch.tensor(rng.normal(size=20))
     errors = []
-    run_rounds(AdaptiveFedECADO(tolerance=1e-2, client_lte="retrospective"), problem, 40, 16, steps, np.ones(16), x0,
+    run_rounds(AdaptiveFedECADO(tolerance=1e-2, client_lte="retrospective", **EVERY_STEP), problem, 40, 16, steps, np.ones(16), x0,
                on_round=lambda round, params, strategy: errors.append(problem.relative_error(params)))
     assert errors[0] > 0.3 and errors[-1] < 1e-2
 
@@ -143,7 +145,7 @@ def test_the_probe_first_step_converges_on_quadratics():
     steps = rng.integers(1, 51, size=(40, 16))
     x0 = torch.tensor(rng.normal(size=20))
     errors = []
-    run_rounds(AdaptiveFedECADO(tolerance=1e-2, first_step="probe"), problem, 40, 16, steps, np.ones(16), x0,
+    run_rounds(AdaptiveFedECADO(tolerance=1e-2, first_step="probe", **EVERY_STEP), problem, 40, 16, steps, np.ones(16), x0,
                on_round=lambda round, params, strategy: errors.append(problem.relative_error(params)))
     assert errors[0] > 0.3 and errors[-1] < 1e-2
 
@@ -198,7 +200,7 @@ def test_the_state_relative_error_converges_on_quadratics_for_every_tolerance(to
     rng = np.random.default_rng(1)
     steps = rng.integers(1, 51, size=(40, 16))
     x0 = torch.tensor(rng.normal(size=20))
-    x = run_rounds(AdaptiveFedECADO(tolerance=tolerance, error_scale="state"), problem, 40, 16, steps, np.ones(16), x0)
+    x = run_rounds(AdaptiveFedECADO(tolerance=tolerance, error_scale="state", **EVERY_STEP), problem, 40, 16, steps, np.ones(16), x0)
     assert problem.relative_error(x) < 1e-2 < 0.3 < problem.relative_error(x0)
 
 
@@ -212,7 +214,7 @@ def test_with_the_step_relative_error_the_simulated_time_goes_as_gamma():
     x0 = torch.tensor(rng.normal(size=20))
     times, errors = [], []
     for gamma in (1e-4, 1e-3, 1e-2):
-        strategy = AdaptiveFedECADO(tolerance=gamma, error_scale="step", beyond_window="hold")
+        strategy = AdaptiveFedECADO(tolerance=gamma, error_scale="step", beyond_window="hold", **EVERY_STEP)
         x = run_rounds(strategy, problem, 40, 16, steps, np.ones(16), x0)
         times.append(strategy.metrics()["time"])
         errors.append(problem.relative_error(x))
@@ -254,7 +256,7 @@ def test_the_stability_step_limit_converges_on_quadratics_for_every_tolerance(to
     rng = np.random.default_rng(1)
     steps = rng.integers(1, 51, size=(40, 16))
     x0 = torch.tensor(rng.normal(size=20))
-    strategy = AdaptiveFedECADO(tolerance=tolerance, step_limit="stability")
+    strategy = AdaptiveFedECADO(tolerance=tolerance, step_limit="stability", **EVERY_STEP)
     x = run_rounds(strategy, problem, 40, 16, steps, np.ones(16), x0)
     assert problem.relative_error(x) < 1e-3 < 0.3 < problem.relative_error(x0)
 
@@ -281,7 +283,7 @@ def test_the_monotone_step_limit_converges_on_quadratics_for_every_tolerance(tol
     rng = np.random.default_rng(1)
     steps = rng.integers(1, 51, size=(40, 16))
     x0 = torch.tensor(rng.normal(size=20))
-    strategy = AdaptiveFedECADO(tolerance=tolerance, step_limit="monotone", first_step=first_step)
+    strategy = AdaptiveFedECADO(tolerance=tolerance, step_limit="monotone", first_step=first_step, **EVERY_STEP)
     x = run_rounds(strategy, problem, 40, 16, steps, np.ones(16), x0)
     assert problem.relative_error(x) < 1e-3 < 0.3 < problem.relative_error(x0)
 

@@ -17,6 +17,7 @@ from tests.ecado.ecado_quadratics import (QuadraticContext, Quadratics, diagonal
 
 ROUNDS = 40
 PAPER_CLIENT = dict(first_step="passivity", client_norm="max")  # eq. 16 on the raw weights, max-abs errors
+PAPER_CONTROL = dict(step_control="every_round", curvature="diagonal")  # every step error-controlled, Hutchinson H_i
 
 
 @pytest.mark.parametrize("conductance", [0.5, 2.0, 10.0])
@@ -210,14 +211,15 @@ def test_converges_to_the_weighted_optimum_for_every_tolerance(tolerance, world)
         client_rejected += metrics["client_rejected"]
         assert metrics["client_forced"] == 0 and metrics["inductance_min"] > 0
 
-    run_rounds(AdaptiveFedECADO(tolerance=tolerance), problem, ROUNDS, 16, steps, np.ones(16), x0, on_round=record, world=world)
+    run_rounds(AdaptiveFedECADO(tolerance=tolerance, **PAPER_CONTROL), problem, ROUNDS, 16, steps, np.ones(16), x0,
+               on_round=record, world=world)
     assert errors[-1] < 1e-2 and problem.relative_error(x0) > 0.3
     assert max(client_lte) <= tolerance and client_rejected > 0  # the control bound, every accepted step
 
 
 def test_converges_under_partial_participation():
     problem, steps, x0 = _problem_and_work()
-    x = run_rounds(AdaptiveFedECADO(tolerance=1e-2), problem, ROUNDS, 4, steps, np.ones(16), x0)
+    x = run_rounds(AdaptiveFedECADO(tolerance=1e-2, **PAPER_CONTROL), problem, ROUNDS, 4, steps, np.ones(16), x0)
     assert problem.relative_error(x) < 0.1
 
 
@@ -292,7 +294,7 @@ def test_the_strategy_hands_its_clients_the_squared_gradients_estimate(monkeypat
 
     monkeypatch.setattr("lightfed.ecado.curvature.client_hessian_diagonal", no_hutchinson)
     problem, x0 = diagonal_quadratics(n=2, d=3), torch.zeros(3, dtype=torch.float64)
-    strategy = AdaptiveFedECADO(curvature_estimate="squared_gradients")
+    strategy = AdaptiveFedECADO(curvature="diagonal", curvature_estimate="squared_gradients")
     strategy.setup(ServerContext(x0.clone(), 2))
     update = train_client(strategy, problem, ClientPlan(0, 0, seed=0, steps=3), x0, 1.0)
     assert update.report["curvature"].shape == (3,) and bool((update.report["curvature"] > 0).all())
@@ -309,7 +311,7 @@ def test_without_curvature_each_branch_is_its_window_alone_and_no_client_estimat
     problem, steps, x0 = _problem_and_work()
     strategy = AdaptiveFedECADO(curvature="none", beyond_window="hold")
     assert "curvature" not in {sent.name for sent in strategy.requirements.sends}
-    assert "curvature" in {sent.name for sent in AdaptiveFedECADO().requirements.sends}
+    assert "curvature" in {sent.name for sent in AdaptiveFedECADO(curvature="diagonal").requirements.sends}
     run_rounds(strategy, problem, 1, 16, steps, np.ones(16), x0)
     metrics = strategy.metrics()
     assert metrics["inductance_max"] == pytest.approx(metrics["window_max"] ** 2 / (4 * 16))
@@ -329,7 +331,7 @@ def test_a_curvature_estimated_every_two_rounds_is_estimated_again_two_rounds_la
     problem, steps, x0 = _problem_and_work()
     for every, expected in ((0, 16), (2, 32)):  # 16 clients in each of 4 rounds: rounds 0 (and 2)
         calls.clear()
-        run_rounds(AdaptiveFedECADO(curvature_every=every), problem, 4, 16, steps, np.ones(16), x0)
+        run_rounds(AdaptiveFedECADO(curvature="diagonal", curvature_every=every), problem, 4, 16, steps, np.ones(16), x0)
         assert len(calls) == expected and sorted(set(calls)) == list(range(16))
 
 
@@ -358,10 +360,10 @@ def test_first_round_step_control_learns_the_first_rounds_mean_lr_and_then_takes
     assert update.report["steps"] == pytest.approx([learned / p] * 2)
 
 
-@pytest.mark.parametrize("tolerance", [1e-2, 1.0])
-def test_first_round_step_control_converges_on_the_quadratics(tolerance):
+@pytest.mark.parametrize("tolerance, curvature", [(1e-2, "diagonal"), (1.0, "diagonal"), (1e-2, "none")])
+def test_first_round_step_control_converges_on_the_quadratics(tolerance, curvature):
     """The learned step is the first round's error-controlled one, inside every client's stability bound here."""
     problem, steps, x0 = _problem_and_work()
-    x = run_rounds(AdaptiveFedECADO(tolerance=tolerance, step_control="first_round"), problem, ROUNDS, 16, steps,
+    x = run_rounds(AdaptiveFedECADO(tolerance=tolerance, curvature=curvature), problem, ROUNDS, 16, steps,
                    np.ones(16), x0)
     assert problem.relative_error(x) < 1e-6

@@ -69,7 +69,9 @@ def test_decay_converges_on_the_toys_where_linear_extrapolation_diverges():
     x0 = torch.tensor(rng.normal(size=20))
     errors = {}
     for mode in ("extrapolate", "decay"):
-        strategy = AdaptiveFedECADO(tolerance=1e-2, window_end="mean", beyond_window=mode)
+        strategy = AdaptiveFedECADO(
+            tolerance=1e-2, window_end="mean", beyond_window=mode, step_control="every_round", curvature="diagonal"
+        )
         errors[mode] = problem.relative_error(run_rounds(strategy, problem, 40, 16, steps, np.ones(16), x0))
     assert errors["decay"] < 1e-4 < 1.0 < errors["extrapolate"]
     dense = dense_quadratics()

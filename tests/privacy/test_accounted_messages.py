@@ -30,7 +30,7 @@ SGD = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
     (FedECADO(), "FedECADO's clients send curvature computed from their data outside trainer.privacy's accountant "
                  "\\(no epsilon would cover it\\): set strategy.curvature: none"),
     (FedECADO(curvature="diagonal", beyond_window="decay"), "FedECADO's clients send curvature computed"),
-    (AdaptiveFedECADO(), "AdaptiveFedECADO's clients send curvature, decay, forced, max_lte, passivity_bound, rejected, "
+    (AdaptiveFedECADO(), "AdaptiveFedECADO's clients send decay, forced, max_lte, passivity_bound, rejected, "
                          "steps, window computed .*: no option stops them: run AdaptiveFedECADO without"),
     (AdaptFed(), "AdaptFed's clients send history, lr, probe_loss, rp computed .*: no option stops them"),
     (NormBounding(AdaptFed(), max_norm=1.0), "NormBounding\\(AdaptFed\\)'s clients send history"),

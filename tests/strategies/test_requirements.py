@@ -54,8 +54,8 @@ def test_what_each_strategy_declares():
     assert AdaptFed().requirements.client_state and "probe_loss" in AdaptFed().requirements.sent_names
     assert FedECADO().requirements.sent_names == {"time_scale", "curvature"}
     assert FedECADO(curvature="none", beyond_window="decay").requirements.sent_names == {"time_scale", "decay"}
-    assert AdaptiveFedECADO().requirements == AdaptiveEuler.requirements
-    assert AdaptiveFedECADO(curvature="none").requirements.sent_names == AdaptiveEuler.requirements.sent_names - {"curvature"}
+    assert AdaptiveFedECADO(curvature="diagonal").requirements == AdaptiveEuler.requirements
+    assert AdaptiveFedECADO().requirements.sent_names == AdaptiveEuler.requirements.sent_names - {"curvature"}
     assert AdaptiveFedECADO().requirements.chooses_client_steps
     assert not TrimmedMean().requirements.client_state  # sharded: clients train anywhere
     assert NormBounding(Scaffold(), max_norm=1.0).requirements == Scaffold().requirements

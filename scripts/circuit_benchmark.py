@@ -52,7 +52,7 @@ All runs use the same number of torch/OpenMP threads per process (``--threads``,
     python scripts/circuit_benchmark.py                                          # all three workloads, 1 process
     python scripts/circuit_benchmark.py --workloads digits vgg11 --rounds 3 --clients 20 --examples 50
     python scripts/circuit_benchmark.py --workloads resnet18gn --accelerator gpu --devices 1 2
-    python scripts/circuit_benchmark.py --workloads digits --clients 100 --examples 14 --warmup-rounds 0 --rounds 30 \
+    python scripts/circuit_benchmark.py --workloads digits --clients 50 --warmup-rounds 0 --rounds 30 \
         --variant FedECADO-4x8=FedECADO,curvature_batches=4,curvature_probes=8,curvature_examples=null \
         --strategies FedAvg FedECADO FedECADO-4x8
 

@@ -156,7 +156,8 @@ class AdaptiveFedECADO(FedECADO):
                 learning rate, dt = fixed_lr / p_i, no error control (FedECADO's clients; the paper's ablation of its
                 adaptive steps, Table 15, whose constant step is FedECADO's learning rate).
             step_control: "first_round" (default): the clients' error control runs in the run's first round only,
-                then every client step is plain SGD (as with ``fixed_lr``) at that round's mean learning rate p_i dt_i (``strategy/client_lr_mean``), the step the error control took at the
+                then every client step is plain SGD (as with ``fixed_lr``) at that round's mean learning rate p_i dt_i
+                (``strategy/client_lr_mean``, then ``strategy/learned_lr``): the step the error control took at the
                 weights' start, before training sharpened the loss (see the documentation's page "Paper corrections:
                 Adaptive FedECADO", section "A step learned in the first round"); "every_round": every client step
                 error-controlled (the paper).

@@ -232,7 +232,9 @@ class AdaptiveFedECADO(FedECADO):
             dt = reports["first_step"]
         elif self.window_end == "mean" or self.beyond_window == "decay":
             dt = self._window_sensitivity(windows, self._window_end(windows, updates), updates)
-        shape, workspace = updates.deltas.shape, self._workspace  # (a, d) in the model's dtype, kept between rounds
+        # (a, d) in the model's dtype, kept between rounds; (a, 1) without a curvature, every coordinate of a branch alike
+        shape = (len(updates.client_ids), 1) if self.curvature == "none" else updates.deltas.shape
+        workspace = self._workspace
         curvature = workspace.get("conductance", shape, self.total_current)
         if self.curvature == "none":
             curvature.zero_()
@@ -263,7 +265,11 @@ class AdaptiveFedECADO(FedECADO):
         x_c = super().aggregate_shard(params, updates)
         reports, inductance = updates.reports, self._inductance
         extremes = updates.all_reduce(torch.stack([-inductance.min(), inductance.max()]), "max")
-        total = CoordinateSums(self.num_params, self.shard, updates.all_reduce).sums(inductance)
+        if self.curvature == "none":  # one column, the same on every process
+            mean = float(inductance.double().mean())
+        else:
+            total = CoordinateSums(self.num_params, self.shard, updates.all_reduce).sums(inductance)
+            mean = float(total) / (len(inductance) * self.num_params)
         self._metrics.update(
             {
                 "client_step_min": float(reports["step_min"].min()),
@@ -275,7 +281,7 @@ class AdaptiveFedECADO(FedECADO):
                 "client_forced": float(reports["forced"].sum()),
                 "client_max_lte": float(reports["max_lte"].max()),
                 "inductance_min": -float(extremes[0]),
-                "inductance_mean": float(total) / (len(inductance) * self.num_params),
+                "inductance_mean": mean,
                 "inductance_max": float(extremes[1]),
             }
         )

@@ -302,7 +302,8 @@ def test_the_strategy_hands_its_clients_the_squared_gradients_estimate(monkeypat
 
 def test_without_curvature_each_branch_is_its_window_alone_and_no_client_estimates(monkeypatch):
     """curvature="none": G_i = 1 / T_i with the window held, so the collective inductance is T_i^2 / (4 n), the
-    largest and smallest from the longest and shortest windows; no client estimates, none sends a curvature."""
+    largest and smallest from the longest and shortest windows, one number a branch (not one a coordinate); no client
+    estimates, none sends a curvature."""
 
     def no_hutchinson(*args, **kwargs):
         raise AssertionError("curvature='none' estimates nothing")
@@ -316,6 +317,8 @@ def test_without_curvature_each_branch_is_its_window_alone_and_no_client_estimat
     metrics = strategy.metrics()
     assert metrics["inductance_max"] == pytest.approx(metrics["window_max"] ** 2 / (4 * 16))
     assert metrics["inductance_min"] == pytest.approx(metrics["window_min"] ** 2 / (4 * 16))
+    assert strategy._inductance.shape == (16, 1)
+    assert metrics["inductance_min"] < metrics["inductance_mean"] < metrics["inductance_max"]
 
 
 def test_a_curvature_estimated_every_two_rounds_is_estimated_again_two_rounds_later(monkeypatch):

@@ -1,6 +1,7 @@
 """Batches read from map-style datasets through DataLoaders and moved to the device."""
 
 import math
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -14,6 +15,8 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 from lightfed.data.client_groups import ClientGroups
 from lightfed.data.datasets import DatasetSplits, size
 
+_END = object()
+
 
 class LoaderBatches:
     """One federation's batches from map-style datasets, read on demand (``num_workers`` worker processes).
@@ -21,7 +24,8 @@ class LoaderBatches:
     A client's passes are shuffled with a ``torch.Generator`` seeded from the client's generator, which also seeds the
     workers, so the batches depend only on the client's seed (not on ``num_workers``). ``client_indices``,
     ``val_indices`` (the validation split) and ``client_eval_indices`` (what per-client evaluation reads) index
-    ``splits.train``.
+    ``splits.train``. Clients trained in parallel threads read the datasets one batch at a time (``_reading``), so a
+    dataset's ``__getitem__`` need not be thread-safe (NumPy's ``np.load`` is not on CPython 3.11).
     """
 
     def __init__(
@@ -49,6 +53,7 @@ class LoaderBatches:
             if client_eval_indices is client_indices
             else ClientGroups.of(client_eval_indices).to_tensor("cpu")
         )
+        self._reading = threading.Lock()
 
     def client_batches(
         self, client_id: int, generator: torch.Generator, epochs: int | None = None, steps: int | None = None
@@ -68,7 +73,8 @@ class LoaderBatches:
     def client_subset(self, client_id: int, positions: Tensor) -> Any:
         """The examples at ``positions`` (0 .. client_size - 1) of one client's data, read in this process."""
         indices = self.client_indices[client_id]
-        examples = [self.train[i] for i in indices[positions.cpu()].tolist()]
+        with self._reading:
+            examples = [self.train[i] for i in indices[positions.cpu()].tolist()]
         if not examples:  # an empty batch shaped like one example
             first = self.client_subset(client_id, torch.zeros(1, dtype=torch.long))
             return apply_to_collection(first, Tensor, lambda t: t[:0])
@@ -102,5 +108,10 @@ class LoaderBatches:
             pin_memory=self.pin_memory,
             generator=generator,
         )
-        for batch in loader:
+        batches_read = iter(loader)
+        while True:
+            with self._reading:
+                batch = next(batches_read, _END)
+            if batch is _END:
+                return
             yield move_data_to_device(batch, self.device)

@@ -1,5 +1,6 @@
 """MapDataset: a file-backed map-style Dataset split across clients, read through DataLoaders, trained end to end."""
 
+import time
 from functools import partial
 from pathlib import Path
 
@@ -130,6 +131,32 @@ def test_a_file_backed_federation_learns_and_workers_do_not_change_its_weights(f
     assert metrics["val_acc"] > 0.5  # ten classes: chance is 0.1
     with_workers, _ = final_weights(2)
     assert torch.equal(in_process, with_workers)
+
+
+class OneReaderAtATime(NpyFolder):
+    """Counts the reads that overlap another; each read yields the GIL, so a concurrent read would enter meanwhile."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.reading, self.reads, self.overlaps = 0, 0, 0
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        self.reading += 1
+        self.overlaps += self.reading > 1
+        time.sleep(1e-3)
+        self.reads += 1
+        self.reading -= 1
+        return super().__getitem__(index)
+
+
+def test_clients_in_parallel_threads_read_a_map_dataset_one_read_at_a_time(folders, tmp_path):
+    """A dataset's ``__getitem__`` need not be thread-safe: two clients train at once, their reads never overlap."""
+    train, test = folders
+    dataset = MapDataset(OneReaderAtATime(str(train)), NpyFolder(str(test)))
+    data = FederatedDataModule(dataset, IIDPartitioner(4), batch_size=8, val_fraction=0.0)
+    trainer = small_trainer(tmp_path, rounds=2, clients_per_round=4, local_steps=6, clients_in_parallel=2)
+    trainer.fit(small_model(), data, FedAvg())
+    assert dataset.train.reads >= 2 * 4 * 6 * 8 and dataset.train.overlaps == 0
 
 
 def test_one_and_two_processes_train_a_yaml_file_federation_to_the_same_weights(folders, tmp_path):

@@ -1,6 +1,7 @@
 """Shared builders: a tiny digits federation that trains in about a second."""
 
 import os
+import signal
 import subprocess
 import sys
 from functools import partial
@@ -41,10 +42,25 @@ def small_trainer(root, **overrides) -> FederatedTrainer:
 
 
 def fit_in_subprocess(config: Path, root: Path, devices: int, *options: str) -> None:
-    """``lightfed fit`` of ``config`` on ``devices`` CPU processes (one torch thread each), its runs under ``root``."""
-    subprocess.run(
-        [sys.executable, "-m", "lightfed", "fit", "--config", str(config), "--trainer.devices", str(devices),
-         "--trainer.root_dir", str(root), "--trainer.progress_bar", "false", *options],
-        check=True, cwd=root.parent, capture_output=True, timeout=600,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
-    )
+    """``lightfed fit`` of ``config`` on ``devices`` CPU processes (one torch thread each), its runs under ``root``.
+
+    A failure shows the run's stderr; a run still going after 600 s is sent SIGABRT first, so that every process of
+    the run (its ranks, their DataLoader workers) prints each thread's Python stack (``PYTHONFAULTHANDLER``)."""
+    command = [sys.executable, "-m", "lightfed", "fit", "--config", str(config), "--trainer.devices", str(devices),
+               "--trainer.root_dir", str(root), "--trainer.progress_bar", "false", *options]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    run = subprocess.Popen(command, cwd=root.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           start_new_session=True)
+    try:
+        _, stderr = run.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        os.killpg(run.pid, signal.SIGABRT)
+        try:
+            _, stderr = run.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(run.pid, signal.SIGKILL)
+            _, stderr = run.communicate()
+        pytest.fail(f"lightfed fit ran past 600 s; the stacks of its processes:\n{stderr.decode()[-30000:]}")
+    if run.returncode:
+        pytest.fail(f"lightfed fit exited with {run.returncode}:\n{stderr.decode()[-30000:]}")

@@ -46,6 +46,11 @@ tensors each process holds in ``strategy.client_states`` at the end of the run (
 currents and curvatures; FedAvg holds none). A run that fails (out of memory, say) is
 reported as failed with its error, and the script exits with status 1 after printing everything else.
 
+With ``--repeats N`` every strategy runs N times, in turn (FedAvg, FedECADO, ..., then again), and each column is
+the median over the repeats, each ratio the median of the repeats' own ratios to FedAvg's run in the same repeat
+(printed for every repeat under the table): a run of a few seconds varies by a tenth or more from one start to the
+next on a shared machine.
+
 All runs use the same number of torch/OpenMP threads per process (``--threads``, default cores / the largest
 ``--devices``); on a GPU (``--accelerator gpu``) the callback synchronises the device at each time it notes.
 
@@ -137,13 +142,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "these constructor arguments (YAML values), e.g. "
                         "FedECADO-cheap=FedECADO,curvature_probes=1,curvature_examples=8; repeatable")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeats", type=int, default=1,
+                   help="run every strategy this many times, in turn; the table gives medians (a ratio: of each "
+                        "repeat's own, to FedAvg's run in that repeat)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     p.add_argument("--keep", type=Path, default=None, help="folder to keep the runs' files in (default: a temp dir)")
     # internal: one measured run (one workload, one number of processes, one strategy) in this process
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    for name in ("rounds", "clients_per_round"):
+    for name in ("rounds", "clients_per_round", "repeats"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     for name in ("clients", "local_epochs", "threads"):
@@ -457,30 +465,45 @@ def summarize(results: list[dict]) -> dict:
     return s
 
 
+RATIOS = {"round_ratio": "round_s", "run_ratio": "run_s", "cpu_ratio": "cpu_s", "server_ratio": "server_s"}
+
+
 def run_all(args: argparse.Namespace, root: Path) -> dict:
     report = {"threads": threads_per_process(args), "rounds": args.rounds, "warmup_rounds": args.warmup_rounds,
-              "tables": []}
+              "repeats": args.repeats, "tables": []}
     for workload in args.workloads:
         run = settings(args, workload)
         for devices in args.devices:
             table = {"devices": devices, "run": run, "strategy_settings": strategy_settings(args, run), "rows": {}}
-            for strategy in args.strategies:
-                print(f"  {workload} devices={devices} {strategy} ...", flush=True)
-                try:
-                    results = launch(args, workload, devices, strategy, root / workload / f"devices{devices}" / strategy)
-                    table["rows"][strategy] = summarize(results)
-                except RunFailed as failure:
-                    table["rows"][strategy] = {"failed": str(failure)}
-            base = table["rows"].get("FedAvg", {})
-            for row in table["rows"].values():
-                if "failed" not in row and "failed" not in base:
-                    row["round_ratio"] = row["round_s"] / base["round_s"]
-                    row["run_ratio"] = row["run_s"] / base["run_s"]
-                    row["cpu_ratio"] = row["cpu_s"] / base["cpu_s"]
-                    row["server_ratio"] = row["server_s"] / base["server_s"]
+            repeats: dict[str, list[dict]] = {name: [] for name in args.strategies}
+            for repeat in range(args.repeats):  # every strategy once, then again: a slow spell hits all of them
+                for strategy in args.strategies:
+                    print(f"  {workload} devices={devices} {strategy} (repeat {repeat + 1}/{args.repeats}) ...",
+                          flush=True)
+                    out = root / workload / f"devices{devices}" / strategy / f"repeat{repeat}"
+                    try:
+                        repeats[strategy].append(summarize(launch(args, workload, devices, strategy, out)))
+                    except RunFailed as failure:
+                        repeats[strategy].append({"failed": str(failure)})
+            table["rows"] = {name: combine(runs, repeats["FedAvg"]) for name, runs in repeats.items()}
             report["tables"].append(table)
             print_table(report, table)
     return report
+
+
+def combine(runs: list[dict], baselines: list[dict]) -> dict:
+    """One row from a strategy's repeats: the median of each time, and of each ratio to FedAvg's time in the same
+    repeat (with the ratios of every repeat, ``<ratio>_each``); failed when any repeat failed."""
+    failed = next((run for run in runs + baselines if "failed" in run), None)
+    if failed is not None:
+        return {"failed": failed["failed"]} if any("failed" in run for run in runs) else {**runs[0], "repeats": runs}
+    row = {**runs[0], "repeats": runs}
+    for key in ("round_s", "run_s", "cpu_s", "client_s", "server_s", "other_s", "curvature_estimates"):
+        row[key] = median([run[key] for run in runs])
+    for ratio, key in RATIOS.items():
+        row[f"{ratio}_each"] = [run[key] / base[key] for run, base in zip(runs, baselines, strict=True)]
+        row[ratio] = median(row[f"{ratio}_each"])
+    return row
 
 
 def fmt(x: float) -> str:
@@ -523,6 +546,13 @@ def print_table(report: dict, table: dict) -> None:
               f"{fmt(row['other_s']):>9s} {fmt(row.get('round_ratio', math.nan)):>12s} "
               f"{fmt(row.get('server_ratio', math.nan)):>13s} {fmt(row['server_steps']):>9s} "
               f"{fmt(row['server_rejected']):>8s} {fmt(row['curvature_estimates']):>8s}  {state}")
+    if report["repeats"] > 1:
+        print(f"  each column: the median over {report['repeats']} repeats, a ratio over each repeat's own FedAvg run; "
+              "run/FedAvg and cpu/FedAvg in every repeat:")
+        for name, row in rows.items():
+            if "run_ratio_each" in row:
+                each = ", ".join(f"{r:.3g}/{c:.3g}" for r, c in zip(row["run_ratio_each"], row["cpu_ratio_each"]))
+                print(f"  {name:22s} {each}")
 
 
 def print_scaling(report: dict) -> None:

@@ -49,15 +49,20 @@ def module_hessian_diagonal(
     frozen ones), in eval mode so that no buffer (e.g. BatchNorm statistics) changes."""
     params = list(module.parameters())
     trainable = [p for p in params if p.requires_grad]
-    mask = torch.cat([torch.full((p.numel(),), p.requires_grad, device=p.device) for p in params])
+    frozen = len(trainable) < len(params)
+    mask = torch.cat([torch.full((p.numel(),), p.requires_grad, device=p.device) for p in params]) if frozen else None
     was_training = module.training
     module.eval()
-    total, count = torch.zeros(mask.numel(), device=mask.device), 0
+    total, count = torch.zeros(sum(p.numel() for p in params), device=params[0].device), 0
     with LoggedValues().attached(module):
         for index, batch in enumerate(batches):
             output = module.training_step(batch, index)
             loss = output["loss"] if isinstance(output, dict) else output
-            total[mask] += hutchinson_diagonal(cast(Tensor, loss), list(trainable), probes, generator)
+            diagonal = hutchinson_diagonal(cast(Tensor, loss), trainable, probes, generator)
+            if mask is None:
+                total += diagonal
+            else:
+                total[mask] += diagonal
             count += 1
     module.train(was_training)
     if count == 0:

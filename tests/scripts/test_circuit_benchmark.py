@@ -57,7 +57,7 @@ def test_cifar_workloads_take_ten_clients_per_round_and_the_configs_tolerances()
 @pytest.mark.parametrize("argv", [["--rounds", "0"], ["--devices", "0"], ["--clients", "4", "--clients-per-round", "5"],
                                   ["--examples", "5"], ["--strategies", "FedECADO"],
                                   ["--strategies", "FedAvg", "Cheap"], ["--variant", "Cheap=FedAvg,tolerance=1"],
-                                  ["--variant", "Cheap=FedECADO,tolerance"]])
+                                  ["--variant", "Cheap=FedECADO,tolerance"], ["--repeats", "0"]])
 def test_bad_options_are_refused(argv, capsys):
     with pytest.raises(SystemExit):
         circuit.parse_args(argv)
@@ -72,6 +72,23 @@ def test_a_variant_is_its_base_config_with_its_arguments():
     assert settings["Cheap"] == {**settings["AdaptiveFedECADO"], "curvature_probes": 1, "curvature_examples": 8}
     assert circuit.base_strategy(args, "Cheap") == "AdaptiveFedECADO"
     assert circuit.base_strategy(args, "AdaptiveFedECADO-retro") == "AdaptiveFedECADO"
+
+
+def timed(run_s: float, cpu_s: float) -> dict:
+    """A summarized run whose times are all ``run_s`` but its CPU time."""
+    times = dict.fromkeys(("round_s", "client_s", "server_s", "other_s", "curvature_estimates"), run_s)
+    return {**times, "run_s": run_s, "cpu_s": cpu_s}
+
+
+def test_repeats_give_median_times_and_the_median_of_each_repeats_own_ratio():
+    baselines = [timed(1.0, 2.0), timed(4.0, 2.0), timed(2.0, 4.0)]
+    row = circuit.combine([timed(1.5, 2.0), timed(2.2, 3.0), timed(3.0, 4.0)], baselines)
+    assert row["run_s"] == 2.2 and row["cpu_s"] == 3.0
+    assert row["run_ratio_each"] == [1.5, pytest.approx(0.55), 1.5] and row["run_ratio"] == 1.5
+    assert row["cpu_ratio_each"] == [1.0, 1.5, 1.0] and row["cpu_ratio"] == 1.0
+    assert row["run_s"] / circuit.median([b["run_s"] for b in baselines]) == pytest.approx(1.1)  # not the ratio
+    failed = circuit.combine([timed(1.0, 1.0), {"failed": "exit 1: out of memory"}, timed(1.0, 1.0)], baselines)
+    assert failed == {"failed": "exit 1: out of memory"}
 
 
 def test_a_tiny_digits_run_prints_a_row_per_strategy_with_consistent_ratios(tmp_path):

@@ -21,7 +21,7 @@ FedECADO times its own (``strategy/server_seconds``).
 
 Each (workload, devices, strategy) is a fresh subprocess of this script (``--worker``) whose processes each print a
 ``BENCH_RESULT {json}`` line. It trains ``--warmup-rounds + --rounds`` rounds and stops through
-``trainer.should_stop``, so the trainer never evaluates (no round is its last) and checkpoints only after the last
+``trainer.should_stop``, so the trainer never evaluates (no round is its last) and checkpoints (unless ``--checkpoint-interval``) only after the last
 timed round; no TensorBoard logger, no progress bar. Per timed round (the warm-up rounds are left out; a callback
 notes the times):
 
@@ -45,6 +45,9 @@ With ``--devices 1 2`` every workload runs on 1 and then 2 processes, and the ta
 tensors each process holds in ``strategy.client_states`` at the end of the run (per-client state: FedECADO's
 currents and curvatures; FedAvg holds none). A run that fails (out of memory, say) is
 reported as failed with its error, and the script exits with status 1 after printing everything else.
+
+``--checkpoint-interval 1`` checkpoints every round, as a run with the trainer's default does (the last one is left
+out of the times): the per-client state (FedECADO's currents) is rewritten whole at each checkpoint.
 
 With ``--repeats N`` every strategy runs N times, in turn (FedAvg, FedECADO, ..., then again), and each column is
 the median over the repeats, each ratio the median of the repeats' own ratios to FedAvg's run in the same repeat
@@ -142,6 +145,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "these constructor arguments (YAML values), e.g. "
                         "FedECADO-cheap=FedECADO,curvature_probes=1,curvature_examples=8; repeatable")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--checkpoint-interval", type=int, default=None,
+                   help="checkpoint every this many rounds, as a run does (default: only after the last timed round)")
     p.add_argument("--repeats", type=int, default=1,
                    help="run every strategy this many times, in turn; the table gives medians (a ratio: of each "
                         "repeat's own, to FedAvg's run in that repeat)")
@@ -154,7 +159,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("rounds", "clients_per_round", "repeats"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
-    for name in ("clients", "local_epochs", "threads"):
+    for name in ("clients", "local_epochs", "threads", "checkpoint_interval"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.warmup_rounds < 0:
@@ -362,7 +367,7 @@ def run_worker(args: argparse.Namespace) -> None:
         clients_per_round=run["clients_per_round"],
         local_epochs=run["local_epochs"],
         eval_interval=total + 1,
-        checkpoint_interval=total + 1,
+        checkpoint_interval=args.checkpoint_interval or total + 1,
         seed=args.seed,
         root_dir=str(args.out / "runs"),
         name=f"{run['workload']}-{args.worker}",
@@ -416,7 +421,7 @@ def launch(args: argparse.Namespace, workload: str, devices: int, strategy: str,
                "--accelerator", args.accelerator, "--rounds", str(args.rounds),
                "--warmup-rounds", str(args.warmup_rounds), "--clients-per-round", str(args.clients_per_round),
                "--seed", str(args.seed)]
-    for name in ("clients", "examples", "local_epochs", "inductance"):
+    for name in ("clients", "examples", "local_epochs", "inductance", "checkpoint_interval"):
         if getattr(args, name) is not None:
             command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     for text in args.variant:

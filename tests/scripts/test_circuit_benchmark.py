@@ -57,7 +57,8 @@ def test_cifar_workloads_take_ten_clients_per_round_and_the_configs_tolerances()
 @pytest.mark.parametrize("argv", [["--rounds", "0"], ["--devices", "0"], ["--clients", "4", "--clients-per-round", "5"],
                                   ["--examples", "5"], ["--strategies", "FedECADO"],
                                   ["--strategies", "FedAvg", "Cheap"], ["--variant", "Cheap=FedAvg,tolerance=1"],
-                                  ["--variant", "Cheap=FedECADO,tolerance"], ["--repeats", "0"]])
+                                  ["--variant", "Cheap=FedECADO,tolerance"], ["--repeats", "0"],
+                                  ["--checkpoint-interval", "0"]])
 def test_bad_options_are_refused(argv, capsys):
     with pytest.raises(SystemExit):
         circuit.parse_args(argv)

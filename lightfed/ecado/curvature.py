@@ -48,7 +48,7 @@ def module_hessian_diagonal(
     """Hutchinson diagonal of ``training_step``'s loss averaged over ``batches``, flat over all parameters (zero for
     frozen ones), in eval mode so that no buffer (e.g. BatchNorm statistics) changes."""
     params = list(module.parameters())
-    trainable = [p for p in params if p.requires_grad]
+    trainable: list[Tensor] = [p for p in params if p.requires_grad]
     frozen = len(trainable) < len(params)
     mask = torch.cat([torch.full((p.numel(),), p.requires_grad, device=p.device) for p in params]) if frozen else None
     was_training = module.training

@@ -1,5 +1,6 @@
-"""Per-client persistent state (control variates and the like), kept where the client trains or by coordinate, and
-the per-process stores the run saves in each process's own checkpoint file."""
+"""Per-client persistent state (control variates and the like), kept where the client trains (or by coordinate:
+``lightfed.core.sharded_client_states``), and the per-process stores the run saves in each process's own checkpoint
+file."""
 
 from collections.abc import Callable
 from operator import itemgetter
@@ -105,27 +106,6 @@ class ClientStates:
         self.load_state_dict({i: s for r in files for i, s in read(r).items() if i % world == rank})
 
 
-class ShardedClientStates(ClientStates):
-    """Per-client state of a sharded strategy: every process holds its slice ``shard`` of each client's vectors of
-    ``size`` coordinates (memory per process falls as 1 / world size); 0-d tensors are the same on every process."""
-
-    def __init__(self, shard: slice, size: int, device: torch.device | str = "cpu", pin_memory: bool = False) -> None:
-        super().__init__(device, pin_memory)
-        self.shard, self.size = shard, size
-
-    def load_process_states(self, read: ReadPart, saved_world: int, rank: int, world: int) -> None:
-        """This process's slice of every client's vectors, joined from the files whose slices overlap it (only its
-        own file when the number of processes is unchanged)."""
-        pieces = CoordinateShards(self.size, saved_world).pieces(self.shard)
-        first = read(pieces[0][0])
-        self.load_state_dict(
-            {
-                i: {k: v if v.dim() == 0 else join_pieces(read, pieces, _state_of(i, k)) for k, v in s.items()}
-                for i, s in first.items()
-            }
-        )
-
-
 class ShardedVectors:
     """A sharded strategy's own coordinate vectors: ``vectors()`` gives this process's slices (``shard`` of ``size``
     coordinates) by name, saved per process and copied into on a resume, re-sliced for another number of processes."""
@@ -140,10 +120,6 @@ class ShardedVectors:
         pieces = CoordinateShards(self.size, saved_world).pieces(self.shard)
         for name, value in self.vectors().items():
             value.copy_(join_pieces(read, pieces, itemgetter(name)))
-
-
-def _state_of(client_id: int, name: str) -> Callable[[State], Tensor]:
-    return lambda saved: saved[client_id][name]
 
 
 def join_pieces(read: ReadPart, pieces: list[tuple[int, slice]], pick: Callable[[Any], Tensor]) -> Tensor:

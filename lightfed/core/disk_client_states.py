@@ -220,6 +220,16 @@ class DiskClientStates(ClientStates):
         self._where, self._journal = {}, None
 
 
+def linked_state(saved: Any) -> State:
+    """The tensors of what a store wrote into a process file: ``saved`` itself, or the tensors of the segments it links
+    (``write_segments``; ``saved["folder"]`` says where they are), read into memory."""
+    if not (isinstance(saved, dict) and LINKED in saved):
+        return saved
+    store = DiskClientStates()
+    store.load_process_states(lambda _: saved, saved_world=1, rank=0, world=1)
+    return store.state_dict()
+
+
 def _dtype(name: str) -> torch.dtype:
     dtype = getattr(torch, name)
     assert isinstance(dtype, torch.dtype)

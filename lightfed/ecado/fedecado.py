@@ -15,9 +15,9 @@ from typing import Any, Literal, cast
 import torch
 from torch import Tensor
 
-from lightfed.core.client_states import ShardedClientStates
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.requirements import Requirements
+from lightfed.core.sharded_client_states import ShardedClientStates
 from lightfed.core.sharding import CoordinateSums
 from lightfed.core.workspace import Workspace
 from lightfed.ecado.circuit import (

@@ -6,12 +6,9 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
-from lightfed.core.client_states import (
-    ProcessStore,
-    ShardedClientStates,
-    ShardedVectors,
-)
+from lightfed.core.client_states import ProcessStore, ShardedVectors
 from lightfed.core.messages import ClientUpdate
+from lightfed.core.sharded_client_states import ShardedClientStates
 from lightfed.core.sums import Sums
 from lightfed.errors import ConfigError
 from lightfed.strategies.base import ServerContext, Strategy

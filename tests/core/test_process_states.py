@@ -1,17 +1,26 @@
 """Per-process checkpoint files: each process writes what it holds and reads back only its own file, or re-slices
 what another number of processes wrote."""
 
+import shutil
+
 import torch
 
-from lightfed.core.client_states import ClientStates, ProcessStores, ShardedClientStates, ShardedVectors
+from lightfed.core.client_states import ClientStates, ProcessStores, ShardedVectors
 from lightfed.core.process_states import reader, write_process_state
 from lightfed.core.saved_client_states import saved_client_states
+from lightfed.core.sharded_client_states import ShardedClientStates
 from lightfed.core.sharding import CoordinateShards
 
 
 def _write(folder, world, states_of_rank) -> None:
+    """Each process's file, with its store under "clients" (as a strategy's)."""
     for rank in range(world):
-        write_process_state(folder, rank, world, states_of_rank(rank).process_state())
+        write_process_state(folder, rank, world, {"clients": states_of_rank(rank).process_state()})
+
+
+def _read(folder, world):
+    read = reader(folder, world)
+    return lambda rank: read(rank)["clients"]
 
 
 def _client_states(world: int, rank: int) -> ClientStates:
@@ -25,7 +34,7 @@ def test_with_the_same_number_of_processes_each_reads_only_its_own_file(tmp_path
     _write(tmp_path, 2, lambda rank: _client_states(2, rank))
     (tmp_path / "process_1_of_2.pt").unlink()  # process 0 must not need it
     loaded = ClientStates()
-    loaded.load_process_states(reader(tmp_path, 2), saved_world=2, rank=0, world=2)
+    loaded.load_process_states(_read(tmp_path, 2), saved_world=2, rank=0, world=2)
     assert loaded.state_dict().keys() == {0, 2, 4, 6}
     assert torch.equal(loaded.get(4, "c"), torch.full((3,), 4.0))
 
@@ -34,7 +43,7 @@ def test_another_number_of_processes_takes_its_clients_from_every_file(tmp_path)
     _write(tmp_path, 2, lambda rank: _client_states(2, rank))
     for rank in range(3):
         loaded = ClientStates()
-        loaded.load_process_states(reader(tmp_path, 2), saved_world=2, rank=rank, world=3)
+        loaded.load_process_states(_read(tmp_path, 2), saved_world=2, rank=rank, world=3)
         assert loaded.state_dict().keys() == set(range(rank, 7, 3))
         assert all(torch.equal(loaded.get(i, "c"), torch.full((3,), float(i))) for i in range(rank, 7, 3))
 
@@ -54,7 +63,7 @@ def test_sharded_states_are_resliced_for_any_number_of_processes(tmp_path):
         for rank in range(world):
             shard = CoordinateShards(10, world, rank).local
             loaded = ShardedClientStates(shard, 10)
-            loaded.load_process_states(reader(tmp_path, 3), saved_world=3, rank=rank, world=world)
+            loaded.load_process_states(_read(tmp_path, 3), saved_world=3, rank=rank, world=world)
             for client_id, vector in whole.items():
                 assert torch.equal(loaded.get(client_id, "current"), vector[shard])
                 assert loaded.get(client_id, "round") == client_id
@@ -65,8 +74,48 @@ def test_sharded_states_read_only_their_own_file_when_the_processes_are_the_same
     _write(tmp_path, 2, lambda rank: _sharded(2, rank, whole))
     (tmp_path / "process_0_of_2.pt").unlink()
     loaded = ShardedClientStates(CoordinateShards(10, 2, 1).local, 10)
-    loaded.load_process_states(reader(tmp_path, 2), saved_world=2, rank=1, world=2)
+    loaded.load_process_states(_read(tmp_path, 2), saved_world=2, rank=1, world=2)
     assert torch.equal(loaded.get(3, "current"), torch.arange(5.0, 10.0))
+
+
+def _new_bytes(folder, earlier) -> int:
+    """Bytes of the segment files in ``folder`` that are not another name of a file in ``earlier`` (hard links)."""
+    linked = {path.stat().st_ino for path in earlier.glob("*.bin")} if earlier.exists() else set()
+    return sum(path.stat().st_size for path in folder.glob("*.bin") if path.stat().st_ino not in linked)
+
+
+def test_a_checkpoint_writes_only_the_sharded_states_set_since_the_last_one(tmp_path):
+    whole = {i: torch.randn(1000) for i in range(6)}
+    states = ShardedClientStates(slice(0, 1000), 1000)
+    for client_id, vector in whole.items():  # a 1000-float current and a 0-d round per client
+        states.set(client_id, "current", vector)
+        states.set(client_id, "round", torch.tensor(client_id))
+    vector, scalar = 4000, 8  # bytes: float32 x 1000, one int64
+    _write(tmp_path / "a", 1, lambda rank: states)
+    assert _new_bytes(tmp_path / "a", tmp_path / "none") == 6 * (vector + scalar)
+    for client_id in (1, 4):
+        whole[client_id] = torch.randn(1000)
+        states.overwrite(client_id, "current", whole[client_id])
+    _write(tmp_path / "b", 1, lambda rank: states)
+    assert _new_bytes(tmp_path / "b", tmp_path / "a") == 2 * vector  # the rest is linked, not written
+    shutil.rmtree(tmp_path / "a")  # pruned: the newer checkpoint's links keep the segments
+    resumed = ShardedClientStates(slice(0, 1000), 1000)
+    resumed.load_process_states(_read(tmp_path / "b", 1), saved_world=1, rank=0, world=1)
+    assert all(torch.equal(resumed.get(i, "current"), v) and resumed.get(i, "round") == i for i, v in whole.items())
+    resumed.overwrite(3, "current", torch.zeros(1000))
+    _write(tmp_path / "c", 1, lambda rank: resumed)  # the resumed log goes on: one client's bytes
+    assert _new_bytes(tmp_path / "c", tmp_path / "b") == vector
+
+
+def test_sharded_states_load_from_files_that_hold_the_tensors(tmp_path):
+    """What earlier builds wrote: the tensors themselves in the process file."""
+    whole = {3: torch.arange(10.0), 5: torch.arange(10.0) * -2}
+    for rank in range(2):
+        tensors = _sharded(2, rank, whole).state_dict()
+        write_process_state(tmp_path, rank, 2, {"clients": tensors})
+    loaded = ShardedClientStates(slice(0, 10), 10)
+    loaded.load_process_states(_read(tmp_path, 2), saved_world=2, rank=0, world=1)
+    assert all(torch.equal(loaded.get(i, "current"), v) for i, v in whole.items())
 
 
 class Owner:

@@ -87,11 +87,11 @@ class DiskClientStates(ClientStates):
         return value.reshape(record.shape)
 
     def set(self, client_id: int, name: str, value: Tensor) -> None:
-        data = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        data = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().data  # a view, no copy
         with self._appending:  # one append at a time: each takes the journal's end as its offset
             self._append(client_id, name, value, data)
 
-    def _append(self, client_id: int, name: str, value: Tensor, data: bytes) -> None:
+    def _append(self, client_id: int, name: str, value: Tensor, data: memoryview) -> None:
         if self._journal is None:
             self._journal = self._new_segment(self.folder / f"segment_{self._next}.bin")
         segment = self._segments[self._journal]

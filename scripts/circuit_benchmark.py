@@ -21,8 +21,8 @@ FedECADO times its own (``strategy/server_seconds``).
 
 Each (workload, devices, strategy) is a fresh subprocess of this script (``--worker``) whose processes each print a
 ``BENCH_RESULT {json}`` line. It trains ``--warmup-rounds + --rounds`` rounds and stops through
-``trainer.should_stop``, so the trainer never evaluates (no round is its last) and checkpoints (unless ``--checkpoint-interval``) only after the last
-timed round; no TensorBoard logger, no progress bar. Per timed round (the warm-up rounds are left out; a callback
+``trainer.should_stop``, so the trainer never evaluates (no round is its last) and checkpoints only after the last
+timed round (unless ``--checkpoint-interval``); no TensorBoard logger, no progress bar. Per timed round (the warm-up rounds are left out; a callback
 notes the times):
 
 - run s: the whole run, from the start of fitting to the end of the last round, warm-up rounds included (with
@@ -47,7 +47,7 @@ currents and curvatures; FedAvg holds none). A run that fails (out of memory, sa
 reported as failed with its error, and the script exits with status 1 after printing everything else.
 
 ``--checkpoint-interval 1`` checkpoints every round, as a run with the trainer's default does (the last one is left
-out of the times): the per-client state (FedECADO's currents) is rewritten whole at each checkpoint.
+out of the times): each checkpoint writes the per-client state (FedECADO's currents) set since the last one.
 
 With ``--repeats N`` every strategy runs N times, in turn (FedAvg, FedECADO, ..., then again), and each column is
 the median over the repeats, each ratio the median of the repeats' own ratios to FedAvg's run in the same repeat
@@ -498,16 +498,18 @@ def run_all(args: argparse.Namespace, root: Path) -> dict:
 
 def combine(runs: list[dict], baselines: list[dict]) -> dict:
     """One row from a strategy's repeats: the median of each time, and of each ratio to FedAvg's time in the same
-    repeat (with the ratios of every repeat, ``<ratio>_each``); failed when any repeat failed."""
-    failed = next((run for run in runs + baselines if "failed" in run), None)
-    if failed is not None:
-        return {"failed": failed["failed"]} if any("failed" in run for run in runs) else {**runs[0], "repeats": runs}
+    repeat (with the ratios of every repeat, ``<ratio>_each``; none when a FedAvg repeat failed); failed when any
+    repeat failed."""
+    failure = next((run["failed"] for run in runs if "failed" in run), None)
+    if failure is not None:
+        return {"failed": failure}
     row = {**runs[0], "repeats": runs}
     for key in ("round_s", "run_s", "cpu_s", "client_s", "server_s", "other_s", "curvature_estimates"):
         row[key] = median([run[key] for run in runs])
-    for ratio, key in RATIOS.items():
-        row[f"{ratio}_each"] = [run[key] / base[key] for run, base in zip(runs, baselines, strict=True)]
-        row[ratio] = median(row[f"{ratio}_each"])
+    if not any("failed" in base for base in baselines):
+        for ratio, key in RATIOS.items():
+            row[f"{ratio}_each"] = [run[key] / base[key] for run, base in zip(runs, baselines, strict=True)]
+            row[ratio] = median(row[f"{ratio}_each"])
     return row
 
 

@@ -19,12 +19,12 @@ def saved_client_states(checkpoint: Path) -> dict[int, dict[str, torch.Tensor]]:
         raise ConfigError(f"checkpoint {checkpoint}: {problem}")
     read = reader(checkpoint.parent / FOLDER / saved["folder"], saved["world_size"])
     files = [read(rank) for rank in range(saved["world_size"])]
-    if LINKED in files[0]["clients"] and "server" not in files[0]:  # each process held its clients' states on disk
-        store = DiskClientStates()
+    if "server" not in files[0]:  # each process held whole vectors of its own clients
+        if LINKED not in files[0]["clients"]:
+            return {i: s for file in files for i, s in file["clients"].items()}
+        store = DiskClientStates()  # on disk
         store.load_process_states(lambda rank: read(rank)["clients"], saved["world_size"], rank=0, world=1)
         return store.state_dict()
-    if "server" not in files[0]:  # each process held whole vectors of its own clients
-        return {i: s for file in files for i, s in file["clients"].items()}
     slices = [linked_state(file["clients"]) for file in files]  # each process held its slice of every client's vectors
     return {
         i: {k: v if v.dim() == 0 else torch.cat([held[i][k] for held in slices]) for k, v in s.items()}

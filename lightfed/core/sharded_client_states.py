@@ -57,6 +57,13 @@ class ShardedClientStates(ClientStates):
         """This process's slice of every client's vectors, joined from the files whose slices overlap it (only its
         own file when the number of processes is unchanged), whether they hold the tensors or link segments. With the
         same number of processes the log goes on from the checkpoint's segments: nothing is written again."""
+        self._log = None
+        if saved_world == world and LINKED in read(rank):  # its own file: whole slices, from the log it goes on with
+            self._log = DiskClientStates()
+            self._log.load_process_states(lambda _: read(rank), saved_world=1, rank=0, world=1)
+            self.load_state_dict(self._log.state_dict())
+            self._changed.clear()
+            return
         pieces = CoordinateShards(self.size, saved_world).pieces(self.shard)
         tensors = cache(lambda saved_rank: linked_state(read(saved_rank)))
         first = tensors(pieces[0][0])
@@ -66,11 +73,6 @@ class ShardedClientStates(ClientStates):
                 for i, s in first.items()
             }
         )
-        self._log = None
-        if saved_world == world and LINKED in read(rank):
-            self._log = DiskClientStates()
-            self._log.load_process_states(lambda _: read(rank), saved_world=1, rank=0, world=1)
-            self._changed.clear()
 
 
 def _state_of(client_id: int, name: str) -> Callable[[State], Tensor]:

@@ -1,8 +1,10 @@
-"""Estimates of a loss's Hessian diagonal (and its mean, trace / d): Hutchinson's from Hessian-vector products, or
-the diagonal empirical Fisher from the training steps' own gradients."""
+"""Estimates of a loss's Hessian diagonal (and its mean, trace / d): Hutchinson's from Hessian-vector products, its
+mean from second differences of the loss alone, or the diagonal empirical Fisher from the training steps' own
+gradients."""
 
-from collections.abc import Iterable
-from typing import Literal, cast
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, Literal, cast
 
 import torch
 from lightning import LightningModule
@@ -11,7 +13,8 @@ from torch import Tensor
 from lightfed.core.local_context import LocalContext
 from lightfed.core.logged_values import LoggedValues
 
-CurvatureEstimate = Literal["hutchinson", "squared_gradients"]
+CurvatureEstimate = Literal["hutchinson", "loss_differences", "squared_gradients"]
+LOSS_DIFFERENCE_STEP = 1e-3  # s of ``loss_difference_curvature``, per coordinate (MeZO's and HiZOO's perturbation)
 
 
 def probe_generator(generator: torch.Generator, device: torch.device) -> torch.Generator:
@@ -42,40 +45,103 @@ def hutchinson_diagonal(loss: Tensor, params: list[Tensor], probes: int, generat
     return total / probes
 
 
+@contextmanager
+def _evaluating(module: LightningModule) -> Iterator[None]:
+    """Eval mode, so that no buffer (e.g. BatchNorm statistics) changes, with ``self.log`` working without a
+    trainer."""
+    was_training = module.training
+    module.eval()
+    try:
+        with LoggedValues().attached(module):
+            yield
+    finally:
+        module.train(was_training)
+
+
+def _training_loss(module: LightningModule, batch: Any, index: int) -> Tensor:
+    output = module.training_step(batch, index)
+    return cast(Tensor, output["loss"] if isinstance(output, dict) else output)
+
+
 def module_hessian_diagonal(
     module: LightningModule, batches: Iterable, probes: int, generator: torch.Generator
 ) -> Tensor:
     """Hutchinson diagonal of ``training_step``'s loss averaged over ``batches``, flat over all parameters (zero for
-    frozen ones), in eval mode so that no buffer (e.g. BatchNorm statistics) changes."""
+    frozen ones), in eval mode."""
     params = list(module.parameters())
     trainable: list[Tensor] = [p for p in params if p.requires_grad]
     frozen = len(trainable) < len(params)
     mask = torch.cat([torch.full((p.numel(),), p.requires_grad, device=p.device) for p in params]) if frozen else None
-    was_training = module.training
-    module.eval()
     total, count = torch.zeros(sum(p.numel() for p in params), device=params[0].device), 0
-    with LoggedValues().attached(module):
+    with _evaluating(module):
         for index, batch in enumerate(batches):
-            output = module.training_step(batch, index)
-            loss = output["loss"] if isinstance(output, dict) else output
-            diagonal = hutchinson_diagonal(cast(Tensor, loss), trainable, probes, generator)
+            diagonal = hutchinson_diagonal(_training_loss(module, batch, index), trainable, probes, generator)
             if mask is None:
                 total += diagonal
             else:
                 total[mask] += diagonal
             count += 1
-    module.train(was_training)
     if count == 0:
         raise ValueError("no batches to estimate the curvature on")
     return total / count
 
 
-def client_hessian_diagonal(
-    context: LocalContext, client_id: int, batches: int, probes: int, seed: int, examples: int | None = None
+def loss_difference_curvature(
+    module: LightningModule, batches: Iterable, probes: int, generator: torch.Generator, step: float
 ) -> Tensor:
-    """``module_hessian_diagonal`` of the client's live module on ``batches`` of its own shuffled batches, or with
-    ``examples`` on ``batches`` random subsets of that many of its examples (a smaller sample set: an estimate costs
-    about ``examples`` / batch size of one on whole batches)."""
+    """Hutchinson's trace / d from the loss alone: for a Rademacher z over the trainable parameters,
+    (L(x + s z) - 2 L(x) + L(x - s z)) / s^2 = z^T H z + O(s^2) (exact for a quadratic), averaged over ``probes`` per
+    batch and over ``batches``, divided by d = all parameters (as ``module_hessian_diagonal``'s mean). Forward passes
+    only, 1 + 2 x ``probes`` a batch, in eval mode; the parameters are restored bit for bit. A one-element tensor."""
+    if probes < 1:
+        raise ValueError(f"probes must be >= 1, got {probes}")
+    params = list(module.parameters())
+    trainable = [p for p in params if p.requires_grad]
+    sizes = [p.numel() for p in trainable]
+    draws = probe_generator(generator, trainable[0].device)
+    total, count = 0.0, 0
+    with torch.no_grad(), _evaluating(module):
+        start = [p.detach().clone() for p in trainable]
+
+        def loss_at(batch: Any, index: int, shifts: list[Tensor], scale: float) -> float:
+            """The loss at the start + scale x shifts (the start itself for scale 0)."""
+            for p, x, z in zip(trainable, start, shifts, strict=True):
+                torch.add(x, z, alpha=scale, out=p.data)
+            return float(_training_loss(module, batch, index))
+
+        try:
+            for index, batch in enumerate(batches):
+                centre = loss_at(batch, index, start, 0.0)
+                for _ in range(probes):
+                    z = torch.randint(0, 2, (sum(sizes),), generator=draws, device=draws.device, dtype=torch.float32)
+                    shifts = [
+                        part.view_as(p) for part, p in zip(z.mul_(2).sub_(1).split(sizes), trainable, strict=True)
+                    ]
+                    ahead, behind = loss_at(batch, index, shifts, step), loss_at(batch, index, shifts, -step)
+                    total += (ahead - 2 * centre + behind) / step**2
+                count += 1
+        finally:
+            for p, x in zip(trainable, start, strict=True):
+                p.data.copy_(x)
+    if count == 0:
+        raise ValueError("no batches to estimate the curvature on")
+    mean = total / (count * probes * sum(p.numel() for p in params))
+    return torch.tensor([mean], dtype=trainable[0].dtype, device=trainable[0].device)
+
+
+def client_hessian_diagonal(
+    context: LocalContext,
+    client_id: int,
+    batches: int,
+    probes: int,
+    seed: int,
+    examples: int | None = None,
+    estimate: CurvatureEstimate = "hutchinson",
+) -> Tensor:
+    """``module_hessian_diagonal`` (or with ``estimate="loss_differences"`` its mean, ``loss_difference_curvature``)
+    of the client's live module on ``batches`` of its own shuffled batches, or with ``examples`` on ``batches`` random
+    subsets of that many of its examples (a smaller sample set: an estimate costs about ``examples`` / batch size of
+    one on whole batches)."""
     generator = torch.Generator().manual_seed(seed)
     data = context.data
     if examples is None:
@@ -86,6 +152,8 @@ def client_hessian_diagonal(
             data.client_subset(client_id, torch.randperm(size, generator=generator)[:examples], generator)
             for _ in range(batches)
         )
+    if estimate == "loss_differences":
+        return loss_difference_curvature(context.module, samples, probes, generator, LOSS_DIFFERENCE_STEP)
     return module_hessian_diagonal(context.module, samples, probes, generator)
 
 
@@ -115,8 +183,8 @@ class SquaredGradients:
 
 class ClientCurvature:
     """A client's Hessian-diagonal estimate in its local rule: none (``batches`` 0), Hutchinson's at the global model
-    before it trains (``client_hessian_diagonal``), or the squared gradients of its training steps
-    (``SquaredGradients``)."""
+    before it trains (``client_hessian_diagonal``; its mean alone with ``"loss_differences"``), or the squared
+    gradients of its training steps (``SquaredGradients``)."""
 
     def __init__(
         self,
@@ -131,12 +199,13 @@ class ClientCurvature:
         self.squares: SquaredGradients | None = None
 
     def start(self, context: LocalContext, client_id: int) -> None:
-        """Before the client's first step: the Hutchinson estimate, or an empty sum of squared gradients."""
+        """Before the client's first step: the Hutchinson estimate (or its mean), or an empty sum of squared
+        gradients."""
         if self.batches > 0 and self.estimate == "squared_gradients":
             self.squares = SquaredGradients(context.data.batch_size)
         elif self.batches > 0:
             self.diagonal = client_hessian_diagonal(
-                context, client_id, self.batches, self.probes, self.seed, self.examples
+                context, client_id, self.batches, self.probes, self.seed, self.examples, self.estimate
             )
 
     def observe(self, grad: Tensor) -> None:

@@ -133,7 +133,7 @@ class FedECADO(ShardedStrategy):
         state_device: StateDevice = "accelerator",
         window_end: WindowEnd = "mean",
         curvature_examples: int | None = 8,
-        curvature_estimate: CurvatureEstimate = "hutchinson",
+        curvature_estimate: CurvatureEstimate | None = None,
     ) -> None:
         """
         Args:
@@ -153,15 +153,21 @@ class FedECADO(ShardedStrategy):
             curvature: H_i as the Hutchinson trace / d (a scalar per client), the Hutchinson diagonal, or "none"
                 (G_i = 1/dt_G, no estimate: on digits the trace term is about 1 % of G_i and changes no result, but on
                 the toy quadratics, whose curvature is comparable to 1/dt_G, it converges 30x further in 100 rounds).
-            curvature_estimate: "hutchinson": Hessian-vector products at the global model before the client trains
-                (``curvature_batches`` x ``curvature_probes`` of them, on whole batches or ``curvature_examples``);
-                "squared_gradients": the diagonal empirical Fisher from the client's own training gradients of that
-                round, batch size x their mean square (``lightfed.ecado.curvature.SquaredGradients``; no extra pass,
-                the three settings below unused).
+            curvature_estimate: "loss_differences": the trace / d alone from second differences of the loss along
+                Rademacher probes at the global model before the client trains (``curvature_probes`` per batch,
+                three forward passes for the first and two for each more, no backward pass:
+                ``lightfed.ecado.curvature.loss_difference_curvature``); "hutchinson": Hessian-vector products there
+                (the paper's; the diagonal too); both on ``curvature_batches`` whole batches or subsets of
+                ``curvature_examples``; "squared_gradients": the diagonal empirical Fisher from the client's own
+                training gradients of that round, batch size x their mean square
+                (``lightfed.ecado.curvature.SquaredGradients``; no extra pass, the three settings below unused).
+                None: "loss_differences" with ``curvature="trace"`` (half of Hutchinson's cost on digits, the
+                same accuracy: docs/corrections/fedecado.md, "Curvature"), "hutchinson" with "diagonal".
             curvature_batches: Local batches (or subsets) the estimate averages over.
-            curvature_probes: Rademacher probes per batch. The default, one product on 8 examples (about two training
-                steps, once per client), costs a whole digits run about 1.1x FedAvg's; 4 batches x 8 probes on whole
-                batches (the earlier default) 3x (docs/corrections/fedecado.md, "Curvature").
+            curvature_probes: Rademacher probes per batch. The default, one probe on 8 examples once per client,
+                costs a whole digits run about 1.05x FedAvg's with loss differences, 1.12x with a Hessian-vector
+                product, and 4 batches x 8 products on whole batches (the paper's) 3x (docs/corrections/fedecado.md,
+                "Curvature").
             curvature_examples: None: the estimate runs on whole local batches; a number: on random subsets of that
                 many of the client's examples instead (the paper's "smaller sample set"; costs about that many over
                 the batch size of an estimate on whole batches).
@@ -222,7 +228,7 @@ class FedECADO(ShardedStrategy):
         control: dict[str, Any],
         beyond_window: BeyondWindow,
         curvature: str,
-        estimate: tuple[int, int, int | None, CurvatureEstimate],
+        estimate: tuple[int, int, int | None, CurvatureEstimate | None],
         every: int,
         state_device: StateDevice,
     ) -> None:
@@ -230,10 +236,16 @@ class FedECADO(ShardedStrategy):
         self.state_device = state_device
         self.curvature = curvature
         self.report_vectors = ("curvature",) if curvature == "diagonal" else ()
-        batches, probes, examples, self.curvature_estimate = estimate
+        batches, probes, examples, chosen = estimate
+        self.curvature_estimate = chosen or ("loss_differences" if curvature == "trace" else "hutchinson")
         if batches < 1 or probes < 1 or every < 0 or (examples is not None and examples < 1):
             raise ConfigError(
                 "strategy.curvature_batches, curvature_probes and curvature_examples must be >= 1, curvature_every >= 0"
+            )
+        if curvature == "diagonal" and self.curvature_estimate == "loss_differences":
+            raise ConfigError(
+                "strategy.curvature_estimate 'loss_differences' gives the Hessian's mean alone; use curvature: trace, "
+                "or curvature_estimate: hutchinson for the diagonal"
             )
         try:
             self.control = StepControl(**control)

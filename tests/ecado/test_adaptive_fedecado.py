@@ -252,6 +252,7 @@ def test_bad_settings_are_refused_in_one_line():
         (dict(fixed_lr=0.0), "strategy.inductance and fixed_lr must be > 0"),
         (dict(curvature="full"), "strategy.curvature must be 'diagonal' or 'none'"),
         (dict(step_control="never"), "strategy.step_control must be 'every_round' or 'first_round'"),
+        (dict(curvature="diagonal", curvature_estimate="loss_differences"), "gives the Hessian's mean alone"),
     ]:
         with pytest.raises(ConfigError, match=message) as error:
             AdaptiveFedECADO(**kwargs)

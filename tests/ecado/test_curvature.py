@@ -1,4 +1,5 @@
-"""Hutchinson estimates of the Hessian diagonal: exact where they must be, unbiased where they cannot be."""
+"""Hutchinson estimates of the Hessian diagonal (and of its mean from the loss alone): exact where they must be,
+unbiased where they cannot be."""
 
 from types import SimpleNamespace
 
@@ -10,6 +11,7 @@ from lightfed.ecado.curvature import (
     SquaredGradients,
     client_hessian_diagonal,
     hutchinson_diagonal,
+    loss_difference_curvature,
     module_hessian_diagonal,
     probe_generator,
 )
@@ -85,6 +87,51 @@ def test_module_diagonal_averages_batches_in_eval_mode_and_zeroes_frozen_paramet
     expected_w2 = torch.stack([(x * module.w1) ** 2 for x in (x1, x2)]).sum(dim=1).mean(dim=0) / 4
     torch.testing.assert_close(estimate, torch.cat([torch.zeros(2), expected_w2]), rtol=1e-4, atol=1e-6)
     assert module.training and torch.equal(module.norm.running_mean, running)
+
+
+class DenseQuadratic(nn.Module):
+    """L = w' A w / 2 + the sum of a frozen parameter, float64."""
+
+    def __init__(self, A: torch.Tensor) -> None:
+        super().__init__()
+        self.A = A
+        self.w = nn.Parameter(torch.randn(len(A), dtype=torch.float64, generator=torch.Generator().manual_seed(1)))
+        self.frozen = nn.Parameter(torch.ones(2, dtype=torch.float64), requires_grad=False)
+
+    def training_step(self, batch, batch_idx):
+        return self.w @ self.A @ self.w / 2 + self.frozen.sum()
+
+
+def test_loss_differences_give_each_probes_z_h_z_over_all_parameters():
+    """On a quadratic the second difference is exact: the mean of z' A z / d over the probes of every batch, d = 5
+    trainable + 2 frozen parameters, for the Rademacher z drawn as Hutchinson's (so it equals the mean of Hutchinson's
+    diagonal from the same probes); each batch's centre loss at the parameters themselves."""
+    Q = torch.randn(5, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    module = DenseQuadratic(Q @ Q.T).train()
+    before = [p.detach().clone() for p in module.parameters()]
+    batches = [None, None]  # the loss is the same on every batch: 2 batches x 2 probes
+    estimate = loss_difference_curvature(module, batches, probes=2, generator=torch.Generator().manual_seed(3), step=1e-3)
+    draws = torch.Generator().manual_seed(3)
+    z = [torch.randint(0, 2, (5,), generator=draws, dtype=torch.float32).double() * 2 - 1 for _ in range(4)]
+    expected = sum(float(zk @ module.A @ zk) for zk in z) / 4 / 7
+    assert estimate.shape == (1,) and estimate.dtype == torch.float64
+    assert float(estimate) == pytest.approx(expected, rel=1e-6)
+    hutchinson = module_hessian_diagonal(module, batches, probes=2, generator=torch.Generator().manual_seed(3))
+    assert float(hutchinson.mean()) == pytest.approx(expected, rel=1e-6)  # summed in float32
+    assert module.training and all(torch.equal(p, q) for p, q in zip(module.parameters(), before))
+
+
+def test_loss_differences_leave_buffers_and_parameters_as_they_were():
+    """In eval mode, with every parameter restored bit for bit (x + s z - s z need not be x in floating point)."""
+    module = TwoLayers().train()
+    before = [p.detach().clone() for p in module.parameters()]
+    running = module.norm.running_mean.clone()
+    batches = [(torch.tensor([[1.0, 2.0], [3.0, 1.0]]), torch.zeros(2, 2))]
+    loss_difference_curvature(module, batches, probes=3, generator=torch.Generator().manual_seed(0), step=0.1)
+    assert module.training and torch.equal(module.norm.running_mean, running)
+    assert all(torch.equal(p, q) for p, q in zip(module.parameters(), before))
+    with pytest.raises(ValueError, match="no batches"):
+        loss_difference_curvature(module, [], probes=1, generator=torch.Generator(), step=0.1)
 
 
 class SubsetData:

@@ -176,6 +176,7 @@ def test_bad_options_are_refused_in_one_line():
         (dict(sensitivity_step="first_step"), "strategy.sensitivity_step must be > 0 or 'window'"),
         (dict(sensitivity_step=0.0), "strategy.sensitivity_step must be > 0 or 'window'"),
         (dict(curvature_examples=0), "curvature_examples must be >= 1"),
+        (dict(curvature="diagonal", curvature_estimate="loss_differences"), "gives the Hessian's mean alone"),
     ]:
         with pytest.raises(ConfigError, match=message) as error:
             FedECADO(**kwargs)
@@ -221,3 +222,22 @@ def test_the_squared_gradients_curvature_comes_from_the_training_steps_without_a
     torch.testing.assert_close(update.report["curvature"], torch.tensor([113.8], dtype=F64))
     sharded_round(strategy, 0, [update], x0)
     assert float(strategy._curvature(0)) == pytest.approx(113.8)
+
+
+def test_the_loss_differences_curvature_is_the_second_difference_of_the_clients_loss(monkeypatch):
+    """F = 4 x^2 / 2 at x0 = 1: (F(1 + s) - 2 F(1) + F(1 - s)) / s^2 = 4 for any s, from three losses and no
+    Hessian-vector product; the client's stored trace curvature (one parameter, so d = 1)."""
+
+    def no_hutchinson(*args, **kwargs):
+        raise AssertionError("the loss-difference estimate takes no Hessian-vector product")
+
+    monkeypatch.setattr("lightfed.ecado.curvature.module_hessian_diagonal", no_hutchinson)
+    problem = Quadratics(np.array([[[4.0]]]), np.array([[0.0]]), np.array([10]))
+    x0 = torch.ones(1, dtype=F64)
+    strategy = FedECADO(curvature_estimate="loss_differences")
+    strategy.setup(ServerContext(x0.clone(), 1))
+    plan, current = ClientPlan(0, 0, seed=0, steps=2), torch.tensor([0.5], dtype=F64)
+    update = train_client(strategy, problem, plan, x0, 0.1, {"current": current})
+    torch.testing.assert_close(update.report["curvature"], torch.tensor([4.0], dtype=F64))
+    sharded_round(strategy, 0, [update], x0)
+    assert float(strategy._curvature(0)) == pytest.approx(4.0)

@@ -150,7 +150,7 @@ class FedECADO(ShardedStrategy):
                 the round's windows; "constant": L_i = inductance (the paper).
             initial_step: First server step; None: a tenth of the first round's window. Later rounds start from the
                 step the previous round's control proposed.
-            curvature: H_i as the Hutchinson trace / d (a scalar per client), the Hutchinson diagonal, or "none"
+            curvature: H_i as its trace / d (a scalar per client), its Hutchinson diagonal, or "none"
                 (G_i = 1/dt_G, no estimate: on digits the trace term is about 1 % of G_i and changes no result, but on
                 the toy quadratics, whose curvature is comparable to 1/dt_G, it converges 30x further in 100 rounds).
             curvature_estimate: "loss_differences": the trace / d alone from second differences of the loss along
@@ -164,10 +164,10 @@ class FedECADO(ShardedStrategy):
                 None: "loss_differences" with ``curvature="trace"`` (half of Hutchinson's cost on digits, the
                 same accuracy: docs/corrections/fedecado.md, "Curvature"), "hutchinson" with "diagonal".
             curvature_batches: Local batches (or subsets) the estimate averages over.
-            curvature_probes: Rademacher probes per batch. The default, one probe on 8 examples once per client,
-                costs a whole digits run about 1.05x FedAvg's with loss differences, 1.12x with a Hessian-vector
-                product, and 4 batches x 8 products on whole batches (the paper's) 3x (docs/corrections/fedecado.md,
-                "Curvature").
+            curvature_probes: Rademacher probes per batch. With the default, one probe on 8 examples once per
+                client, a whole digits run costs 1.13x FedAvg's with loss differences and 1.15x with a Hessian-vector
+                product (1.07x without a curvature); 4 batches x 8 products on whole batches (the paper's) cost 3x
+                (docs/corrections/fedecado.md, "Curvature").
             curvature_examples: None: the estimate runs on whole local batches; a number: on random subsets of that
                 many of the client's examples instead (the paper's "smaller sample set"; costs about that many over
                 the batch size of an estimate on whole batches).

@@ -204,40 +204,30 @@ def test_the_curvature_sample_size_reaches_both_clients_rules():
     assert AdaptiveFedECADO()._rule(plan, current, 1).curvature.examples is None  # type: ignore[attr-defined]
 
 
-def test_the_squared_gradients_curvature_comes_from_the_training_steps_without_an_extra_pass(monkeypatch):
-    """F = 4 x^2 / 2, 10 examples (batch 10, so beta = 1), x0 = 1, lr 0.1, current I = 0.5: the steps descend g - 0.5,
-    x1 = 1 - 0.1 x 3.5 = 0.65; the estimate squares the loss's own gradients, 4 and 2.6: B x their mean square,
-    10 (16 + 6.76) / 2 = 113.8, the client's stored trace curvature."""
+@pytest.mark.parametrize(
+    "estimate, expected",
+    [
+        # the steps descend g - 0.5 (current I = 0.5), x1 = 1 - 0.1 x 3.5 = 0.65; the loss's own gradients, 4 and
+        # 2.6, squared: B x their mean square, 10 (16 + 6.76) / 2
+        ("squared_gradients", 113.8),
+        # (F(1 + s) - 2 F(1) + F(1 - s)) / s^2 = 4 for any s, over d = 1 parameter
+        ("loss_differences", 4.0),
+    ],
+)
+def test_the_cheap_curvature_estimates_take_no_hessian_vector_product(monkeypatch, estimate, expected):
+    """F = 4 x^2 / 2, 10 examples (batch 10, so beta = 1), x0 = 1, lr 0.1, two steps: the client's reported and
+    stored trace curvature, with no Hessian-vector product anywhere."""
 
     def no_hutchinson(*args, **kwargs):
-        raise AssertionError("the squared-gradient estimate takes no Hessian-vector product")
-
-    monkeypatch.setattr("lightfed.ecado.curvature.client_hessian_diagonal", no_hutchinson)
-    problem = Quadratics(np.array([[[4.0]]]), np.array([[0.0]]), np.array([10]))
-    x0 = torch.ones(1, dtype=F64)
-    strategy = FedECADO(curvature_estimate="squared_gradients")
-    strategy.setup(ServerContext(x0.clone(), 1))
-    plan, current = ClientPlan(0, 0, seed=0, steps=2), torch.tensor([0.5], dtype=F64)
-    update = train_client(strategy, problem, plan, x0, 0.1, {"current": current})
-    torch.testing.assert_close(update.report["curvature"], torch.tensor([113.8], dtype=F64))
-    sharded_round(strategy, 0, [update], x0)
-    assert float(strategy._curvature(0)) == pytest.approx(113.8)
-
-
-def test_the_loss_differences_curvature_is_the_second_difference_of_the_clients_loss(monkeypatch):
-    """F = 4 x^2 / 2 at x0 = 1: (F(1 + s) - 2 F(1) + F(1 - s)) / s^2 = 4 for any s, from three losses and no
-    Hessian-vector product; the client's stored trace curvature (one parameter, so d = 1)."""
-
-    def no_hutchinson(*args, **kwargs):
-        raise AssertionError("the loss-difference estimate takes no Hessian-vector product")
+        raise AssertionError(f"the {estimate} estimate takes no Hessian-vector product")
 
     monkeypatch.setattr("lightfed.ecado.curvature.module_hessian_diagonal", no_hutchinson)
     problem = Quadratics(np.array([[[4.0]]]), np.array([[0.0]]), np.array([10]))
     x0 = torch.ones(1, dtype=F64)
-    strategy = FedECADO(curvature_estimate="loss_differences")
+    strategy = FedECADO(curvature_estimate=estimate)
     strategy.setup(ServerContext(x0.clone(), 1))
     plan, current = ClientPlan(0, 0, seed=0, steps=2), torch.tensor([0.5], dtype=F64)
     update = train_client(strategy, problem, plan, x0, 0.1, {"current": current})
-    torch.testing.assert_close(update.report["curvature"], torch.tensor([4.0], dtype=F64))
+    torch.testing.assert_close(update.report["curvature"], torch.tensor([expected], dtype=F64))
     sharded_round(strategy, 0, [update], x0)
-    assert float(strategy._curvature(0)) == pytest.approx(4.0)
+    assert float(strategy._curvature(0)) == pytest.approx(expected)

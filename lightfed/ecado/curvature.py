@@ -12,6 +12,7 @@ from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
 from lightfed.core.logged_values import LoggedValues
+from lightfed.errors import ConfigError
 
 CurvatureEstimate = Literal["hutchinson", "loss_differences", "squared_gradients"]
 LOSS_DIFFERENCE_STEP = 1e-3  # s of ``loss_difference_curvature``, per coordinate (MeZO's and HiZOO's perturbation)
@@ -97,6 +98,11 @@ def loss_difference_curvature(
         raise ValueError(f"probes must be >= 1, got {probes}")
     params = list(module.parameters())
     trainable = [p for p in params if p.requires_grad]
+    if torch.finfo(trainable[0].dtype).eps > torch.finfo(torch.float32).eps:
+        raise ConfigError(
+            f"curvature_estimate 'loss_differences' needs float32 or float64 weights (a {trainable[0].dtype} loss "
+            "rounds away the second difference); use curvature_estimate: hutchinson"
+        )
     sizes = [p.numel() for p in trainable]
     draws = probe_generator(generator, trainable[0].device)
     total, count = 0.0, 0

@@ -15,6 +15,7 @@ from lightfed.ecado.curvature import (
     module_hessian_diagonal,
     probe_generator,
 )
+from lightfed.errors import ConfigError
 
 
 def test_a_diagonal_hessian_is_recovered_exactly_by_one_probe():
@@ -132,6 +133,8 @@ def test_loss_differences_leave_buffers_and_parameters_as_they_were():
     assert all(torch.equal(p, q) for p, q in zip(module.parameters(), before))
     with pytest.raises(ValueError, match="no batches"):
         loss_difference_curvature(module, [], probes=1, generator=torch.Generator(), step=0.1)
+    with pytest.raises(ConfigError, match="needs float32 or float64 weights"):
+        loss_difference_curvature(module.bfloat16(), batches, probes=1, generator=torch.Generator(), step=0.1)
 
 
 class SubsetData:

@@ -1,14 +1,14 @@
 """One client's local training in one round without privacy; privacy mechanisms subclass it."""
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
 from lightfed.core.messages import ClientPlan
+from lightfed.core.training_loss import training_loss
 from lightfed.data.module import Batch
-from lightfed.errors import ConfigError
 
 
 class LocalSession:
@@ -27,13 +27,7 @@ class LocalSession:
         """Loss of ``batch`` at the current parameters; its plain gradient lands in ``context.flat.grads``."""
         context = self.context
         with context.autocast():
-            output = context.module.training_step(batch, batch_idx)
-        loss = output["loss"] if isinstance(output, Mapping) else output
-        if not isinstance(loss, Tensor):
-            raise ConfigError(
-                f"{type(context.module).__name__}.training_step must return the loss (a tensor, or a dict with it "
-                f"under 'loss'), got {type(output).__name__}"
-            )
+            loss = training_loss(context.module, batch, batch_idx)
         context.flat.zero_grad()
         context.module.on_before_backward(loss)
         context.backward(loss)

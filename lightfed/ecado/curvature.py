@@ -4,7 +4,7 @@ gradients."""
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import torch
 from lightning import LightningModule
@@ -12,6 +12,7 @@ from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
 from lightfed.core.logged_values import LoggedValues
+from lightfed.core.training_loss import training_loss
 from lightfed.errors import ConfigError
 
 CurvatureEstimate = Literal["hutchinson", "loss_differences", "squared_gradients"]
@@ -59,11 +60,6 @@ def _evaluating(module: LightningModule) -> Iterator[None]:
         module.train(was_training)
 
 
-def _training_loss(module: LightningModule, batch: Any, index: int) -> Tensor:
-    output = module.training_step(batch, index)
-    return cast(Tensor, output["loss"] if isinstance(output, dict) else output)
-
-
 def module_hessian_diagonal(
     module: LightningModule, batches: Iterable, probes: int, generator: torch.Generator
 ) -> Tensor:
@@ -76,7 +72,7 @@ def module_hessian_diagonal(
     total, count = torch.zeros(sum(p.numel() for p in params), device=params[0].device), 0
     with _evaluating(module):
         for index, batch in enumerate(batches):
-            diagonal = hutchinson_diagonal(_training_loss(module, batch, index), trainable, probes, generator)
+            diagonal = hutchinson_diagonal(training_loss(module, batch, index), trainable, probes, generator)
             if mask is None:
                 total += diagonal
             else:
@@ -109,15 +105,20 @@ def loss_difference_curvature(
     with torch.no_grad(), _evaluating(module):
         start = [p.detach().clone() for p in trainable]
 
+        def restore() -> None:
+            for p, x in zip(trainable, start, strict=True):
+                p.data.copy_(x)
+
         def loss_at(batch: Any, index: int, shifts: list[Tensor], scale: float) -> float:
-            """The loss at the start + scale x shifts (the start itself for scale 0)."""
+            """The loss at the start + scale x shifts."""
             for p, x, z in zip(trainable, start, shifts, strict=True):
                 torch.add(x, z, alpha=scale, out=p.data)
-            return float(_training_loss(module, batch, index))
+            return float(training_loss(module, batch, index))
 
         try:
             for index, batch in enumerate(batches):
-                centre = loss_at(batch, index, start, 0.0)
+                restore()
+                centre = float(training_loss(module, batch, index))
                 for _ in range(probes):
                     z = torch.randint(0, 2, (sum(sizes),), generator=draws, device=draws.device, dtype=torch.float32)
                     shifts = [
@@ -127,8 +128,7 @@ def loss_difference_curvature(
                     total += (ahead - 2 * centre + behind) / step**2
                 count += 1
         finally:
-            for p, x in zip(trainable, start, strict=True):
-                p.data.copy_(x)
+            restore()
     if count == 0:
         raise ValueError("no batches to estimate the curvature on")
     mean = total / (count * probes * sum(p.numel() for p in params))

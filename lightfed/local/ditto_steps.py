@@ -1,13 +1,13 @@
 """Ditto's personal update (Li et al. 2021): the client's own model trained on its data, pulled toward the global one."""
 
-from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
 from lightfed.core.logged_values import LoggedValues
+from lightfed.core.training_loss import training_loss
 from lightfed.errors import ConfigError
 from lightfed.local.around_inner import AroundInner
 from lightfed.local.base import LocalRule
@@ -61,8 +61,7 @@ class DittoSteps(AroundInner):
                 context.data.client_batches(self.client_id, generator, self.epochs, self.steps)
             ):
                 with context.autocast():
-                    output = module.training_step(batch, batch_idx)
-                loss = cast(Tensor, output["loss"] if isinstance(output, Mapping) else output)
+                    loss = training_loss(module, batch, batch_idx)
                 flat.zero_grad()
                 context.backward(loss)
                 with torch.no_grad():

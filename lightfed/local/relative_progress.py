@@ -2,7 +2,7 @@
 
 import math
 from collections.abc import Sequence
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -12,6 +12,7 @@ from torch import Tensor
 from lightfed.core.local_context import LocalContext
 from lightfed.core.logged_values import LoggedValues
 from lightfed.core.requirements import Requirements, Sent
+from lightfed.core.training_loss import training_loss
 from lightfed.local.sharpness import SharpnessAware
 
 RPForm = Literal["product", "ratio"]
@@ -49,10 +50,9 @@ def probe_loss(context: LocalContext, client_id: int) -> float:
     with torch.no_grad(), LoggedValues().attached(module):
         for batch_idx, batch in enumerate(data.client_eval_batches(client_id)):
             with context.autocast():
-                output = module.training_step(batch, batch_idx)
-            loss = output["loss"] if isinstance(output, dict) else output
+                loss = training_loss(module, batch, batch_idx)
             size = extract_batch_size(batch)
-            total += float(cast(Tensor, loss)) * size
+            total += float(loss) * size
             count += size
     module.train()
     return total / count

@@ -114,6 +114,7 @@ class WindowSolver:
         self.previous_change: Tensor | None = None
         self.previous_h = 0.0
         self.error = self._array("error")
+        self._central = workspace.get("central", x_c.shape, x_c)
         shape = torch.broadcast_shapes(branches.inductance.shape, branches.resistance.shape)
         self._inverse = workspace.get("inverse", shape, branches.couplings)
 
@@ -128,7 +129,7 @@ class WindowSolver:
         x_next.div_(inverse.sum(0).mul_(h * h).add_(1))
         a.addcmul_(inverse, x_next, value=h)  # I' = a + b x_c'
         change = torch.sub(a, self.currents, out=self.change)
-        central = change.sum(0).mul_(h / 2)
+        central = torch.sum(change, 0, out=self._central).mul_(h / 2)
         inductors = change
         if self.previous_change is not None:
             inductors = torch.sub(change, self.previous_change, alpha=h / self.previous_h, out=self.error)

@@ -63,7 +63,10 @@ class CouplingCurrent(GradientCorrection):
     def start(self, params: Tensor, context: LocalContext) -> None:
         data = context.data
         self.beta = data.batch_size / data.client_size(self.client_id) if self.scale == "data_size" else 1.0
-        self.vector = self.current.to(params.device) * -self.beta
+        current = self.current.to(params.device)
+        self.vector = torch.mul(
+            current, -self.beta, out=context.workspace.get("coupling_current", current.shape, current)
+        )
         self.context = context
         self.curvature.start(context, self.client_id)
 

@@ -13,6 +13,7 @@ from torch import Tensor
 from lightfed.core.local_context import LocalContext
 from lightfed.core.logged_values import LoggedValues
 from lightfed.core.training_loss import training_loss
+from lightfed.core.workspace import Workspace
 from lightfed.errors import ConfigError
 
 CurvatureEstimate = Literal["hutchinson", "loss_differences", "squared_gradients"]
@@ -84,12 +85,18 @@ def module_hessian_diagonal(
 
 
 def loss_difference_curvature(
-    module: LightningModule, batches: Iterable, probes: int, generator: torch.Generator, step: float
+    module: LightningModule,
+    batches: Iterable,
+    probes: int,
+    generator: torch.Generator,
+    step: float,
+    workspace: Workspace | None = None,
 ) -> Tensor:
     """Hutchinson's trace / d from the loss alone: for a Rademacher z over the trainable parameters,
     (L(x + s z) - 2 L(x) + L(x - s z)) / s^2 = z^T H z + O(s^2) (exact for a quadratic), averaged over ``probes`` per
     batch and over ``batches``, divided by d = all parameters (as ``module_hessian_diagonal``'s mean). Forward passes
-    only, 1 + 2 x ``probes`` a batch, in eval mode; the parameters are restored bit for bit. A one-element tensor."""
+    only, 1 + 2 x ``probes`` a batch, in eval mode; the parameters are restored bit for bit. A one-element tensor. Its
+    two model-sized arrays (the start, a probe) come from ``workspace`` when given."""
     if probes < 1:
         raise ValueError(f"probes must be >= 1, got {probes}")
     params = list(module.parameters())
@@ -101,9 +108,14 @@ def loss_difference_curvature(
         )
     sizes = [p.numel() for p in trainable]
     draws = probe_generator(generator, trainable[0].device)
+    workspace = workspace or Workspace()
+    flat_start = workspace.get("curvature.start", (sum(sizes),), trainable[0])
+    probe = workspace.get("curvature.probe", (sum(sizes),), trainable[0])
     total, count = 0.0, 0
     with torch.no_grad(), _evaluating(module):
-        start = [p.detach().clone() for p in trainable]
+        start = [part.view_as(p) for part, p in zip(flat_start.split(sizes), trainable, strict=True)]
+        for x, p in zip(start, trainable, strict=True):
+            x.copy_(p)
 
         def restore() -> None:
             for p, x in zip(trainable, start, strict=True):
@@ -120,10 +132,8 @@ def loss_difference_curvature(
                 restore()
                 centre = float(training_loss(module, batch, index))
                 for _ in range(probes):
-                    z = torch.randint(0, 2, (sum(sizes),), generator=draws, device=draws.device, dtype=torch.float32)
-                    shifts = [
-                        part.view_as(p) for part, p in zip(z.mul_(2).sub_(1).split(sizes), trainable, strict=True)
-                    ]
+                    z = torch.randint(0, 2, (sum(sizes),), generator=draws, out=probe).mul_(2).sub_(1)
+                    shifts = [part.view_as(p) for part, p in zip(z.split(sizes), trainable, strict=True)]
                     ahead, behind = loss_at(batch, index, shifts, step), loss_at(batch, index, shifts, -step)
                     total += (ahead - 2 * centre + behind) / step**2
                 count += 1
@@ -159,7 +169,9 @@ def client_hessian_diagonal(
             for _ in range(batches)
         )
     if estimate == "loss_differences":
-        return loss_difference_curvature(context.module, samples, probes, generator, LOSS_DIFFERENCE_STEP)
+        return loss_difference_curvature(
+            context.module, samples, probes, generator, LOSS_DIFFERENCE_STEP, context.workspace
+        )
     return module_hessian_diagonal(context.module, samples, probes, generator)
 
 

@@ -54,12 +54,12 @@ def critical_branch_inductance(resistance: Tensor, scale: float = 1.0) -> Tensor
 
 
 def window_metrics(
-    result: WindowResult, start: Tensor, total_current: Tensor, windows: Tensor, coordinates: CoordinateSums
+    result: WindowResult, move: Tensor, total_current: Tensor, windows: Tensor, coordinates: CoordinateSums
 ) -> dict[str, float]:
-    """Server steps taken, rejected and forced, max LTE of the accepted steps, step sizes, movement of x_c (norms
-    over every process's slice)."""
+    """Server steps taken, rejected and forced, max LTE of the accepted steps, step sizes, norms of x_c's ``move``
+    and of the total current (over every process's slice)."""
     steps = [h for h, _ in result.accepted]
-    move, current = coordinates.squares(result.x_c - start, total_current).sqrt().tolist()
+    move_norm, current = coordinates.squares(move, total_current).sqrt().tolist()
     return {
         "server_steps": float(len(steps)),
         "server_rejected": float(result.rejected),
@@ -68,19 +68,25 @@ def window_metrics(
         "step_min": min(steps),
         "step_mean": sum(steps) / len(steps),
         "step_max": max(steps),
-        "xc_move_norm": move,
+        "xc_move_norm": move_norm,
         "current_sum_norm": current,
         "window_max": float(windows.max()),
         "window_min": float(windows.min()),
     }
 
 
-def progress_share(move: Tensor, deltas: Tensor, weights: Tensor, coordinates: CoordinateSums) -> float:
+def progress_share(
+    move: Tensor, deltas: Tensor, weights: Tensor, coordinates: CoordinateSums, workspace: Workspace | None = None
+) -> float:
     """How much of the clients' data-weighted mean progress the server's move took this round: the projection
-    <move, mean delta> / |mean delta|^2 (1: FedAvg's step; the rest stays in the branch currents)."""
-    mean = (weights / weights.sum()).to(deltas) @ deltas
-    dot, square = coordinates.sums(move * mean, mean * mean).tolist()
-    return dot / square if square > 0 else 0.0
+    <move, mean delta> / |mean delta|^2 (1: FedAvg's step; the rest stays in the branch currents). Its two (d,)
+    temporaries come from ``workspace`` when given."""
+    workspace = workspace or Workspace()
+    mean = workspace.get("mean_delta", (1, deltas.shape[1]), deltas)
+    torch.matmul((weights / weights.sum()).to(deltas)[None], deltas, out=mean)
+    product = torch.mul(move, mean[0], out=workspace.get("product", move.shape, move))
+    dot, square = coordinates.sums(product), coordinates.squares(mean)
+    return float(dot / square) if square > 0 else 0.0
 
 
 def window_end(windows: Tensor, time_scale: Tensor, rule: str) -> float:
@@ -106,9 +112,11 @@ class FedECADO(ShardedStrategy):
 
     Memory per process: per client that has trained, its slice of the current I_i (d / N floats) and of the
     curvature (1 float, or d / N with ``curvature="diagonal"``); the active clients' slices of deltas, currents
-    and the solver's work arrays (about 8 x active clients x d / N floats; the solver's six kept from round to round). With ``state_device="accelerator"``
-    (default) all of it stays on the accelerator; "cpu" keeps the per-client state in pinned host memory, copied to
-    the accelerator each round. Clients also receive their whole I_i^k, a second model-sized download.
+    and the solver's work arrays (about 8 x active clients x d / N floats, with the currents sent to the clients), all
+    kept from round to round: writing fresh memory costs page faults (a VGG-11 server step on a CPU: 0.98 s fresh,
+    0.37 s kept, ``scripts/circuit_step_benchmark.py``). With ``state_device="accelerator"`` (default) all of it
+    stays on the accelerator; "cpu" keeps the per-client state in pinned host memory, copied to the accelerator each
+    round. Clients also receive their whole I_i^k, a second model-sized download.
     """
 
     report_scalars: tuple[str, ...] = ("time_scale", "curvature_mean")
@@ -287,7 +295,8 @@ class FedECADO(ShardedStrategy):
         return last is None or (self.curvature_every > 0 and round - int(last) >= self.curvature_every)
 
     def client_vectors(self, client_ids: list[int]) -> dict[str, Tensor]:
-        return {"current": torch.stack([self._current(i) for i in client_ids])}
+        sent = self._workspace.get("sent_currents", (len(client_ids), self.total_current.numel()), self.total_current)
+        return {"current": torch.stack([self._current(i) for i in client_ids], out=sent)}
 
     def configure_client(self, plan: ClientPlan, received: Mapping[str, Tensor] = NOTHING) -> ClientPlan:
         batches = self.curvature_batches if self._needs_curvature(plan.client_id, plan.round) else 0
@@ -382,19 +391,21 @@ class FedECADO(ShardedStrategy):
             end=self._window_end(windows, updates),
             decay=updates.reports.get("decay"),
         )
-        frozen = self.total_current - couplings.sum(0)
+        frozen = torch.sum(couplings, 0, out=self._workspace.get("frozen", params.shape, self.total_current))
+        torch.sub(self.total_current, frozen, out=frozen)  # the inactive clients' currents
         coordinates = CoordinateSums(self.num_params, self.shard, updates.all_reduce)
         result = integrate_window(
             params, frozen, branches, self._first_step(windows), self.control, coordinates, self._workspace
         )
         for row, client_id in enumerate(updates.client_ids):
             self.client_states.overwrite(client_id, "current", result.currents[row])
-        self.total_current = frozen + result.currents.sum(0)
+        torch.sum(result.currents, 0, out=self.total_current).add_(frozen)
         self.step = result.next_step
         self.time += branches.window_end
-        self._metrics = window_metrics(result, params, self.total_current, windows, coordinates)
+        move = torch.sub(result.x_c, params, out=self._workspace.get("move", params.shape, params))
+        self._metrics = window_metrics(result, move, self.total_current, windows, coordinates)
         self._metrics["progress_share"] = progress_share(
-            result.x_c - params, updates.deltas, self._data_weights(updates), coordinates
+            move, updates.deltas, self._data_weights(updates), coordinates, self._workspace
         )
         self._metrics["server_seconds"] = time.perf_counter() - began
         return result.x_c

@@ -114,7 +114,7 @@ class WindowSolver:
         self.previous_change: Tensor | None = None
         self.previous_h = 0.0
         self.error = self._array("error")
-        self._central = workspace.get("central", x_c.shape, x_c)
+        self._central = workspace.get("central", x_c.shape, branches.couplings)  # the change's row sum
         shape = torch.broadcast_shapes(branches.inductance.shape, branches.resistance.shape)
         self._inverse = workspace.get("inverse", shape, branches.couplings)
 

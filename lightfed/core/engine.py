@@ -18,7 +18,7 @@ from lightfed.core.client import ClientTrainer
 from lightfed.core.client_workers import ClientWorkers
 from lightfed.core.messages import ClientPlan
 from lightfed.core.server_paths import RoundJobs, server_path
-from lightfed.core.sharding import CoordinateShards
+from lightfed.core.sharding import AllReduce, CoordinateShards, local
 from lightfed.core.sums import Sums
 from lightfed.errors import DivergenceError
 from lightfed.privacy.base import ClientPrivacy
@@ -80,7 +80,9 @@ class RoundEngine:
         def all_reduce(tensor: Tensor, op: str) -> Tensor:
             return cast(Tensor, fabric.all_reduce(tensor, reduce_op=op))
 
-        self.path, self.all_reduce = server_path(strategy, self.shards, clients_per_round, all_reduce), all_reduce
+        # one process: no call of Fabric's, which costs a traversal of its argument each time, for nothing
+        self.all_reduce: AllReduce = all_reduce if fabric.world_size > 1 else local
+        self.path = server_path(strategy, self.shards, clients_per_round, self.all_reduce)
         buffers = client.flat.buffers.numel()
         sizes = {
             **self.path.sum_sizes(),
@@ -149,7 +151,7 @@ class RoundEngine:
         for worker_sums in self._worker_sums[1 : self.workers.count]:
             sums.buffer.add_(worker_sums.buffer)
         sums.add("_stop", float(stop_requested is not None and stop_requested.is_set()))
-        sums.buffer.copy_(cast(Tensor, self.fabric.all_reduce(sums.buffer, reduce_op="sum")))
+        sums.buffer.copy_(self.all_reduce(sums.buffer, "sum"))
         params = path.aggregate(round, layout, sums, params)
         buffers = (sums["_buffers"] / sums["_examples"]).to(buffers.dtype)
         self._check(round, params, buffers)

@@ -118,15 +118,18 @@ class CoordinateSums:
         parts = [rows[:, :whole].unflatten(1, (-1, self.block))]
         if whole < rows.shape[-1]:  # the vector's last block, shorter
             parts.append(rows[:, whole:].unsqueeze(1))
+        sums = [torch.linalg.vector_norm(part, dim=-1) if squares else part.sum(-1) for part in parts]
+        per_block = (torch.cat(sums, 1) if len(sums) > 1 else sums[0]).double()
         if squares:
-            per_block = torch.cat([torch.linalg.vector_norm(part, dim=-1) for part in parts], 1).double().square_()
-        else:
-            per_block = torch.cat([part.sum(-1) for part in parts], 1).double()
-        return per_block.T.contiguous().sum(1)
+            per_block = per_block.square_()
+        return per_block[0] if len(rows) == 1 else per_block.T.contiguous().sum(1)  # one row: its own sum, exactly
 
     def _reduce(self, blocks: list[Tensor]) -> Tensor:
         """Every process's block sums of each tensor (one all-reduce), added in block order."""
-        padded = torch.zeros(len(blocks), self.blocks, dtype=torch.float64, device=blocks[0].device)
-        for row, values in zip(padded, blocks, strict=True):
-            row[self.first : self.first + len(values)] = values
+        if self.first == 0 and all(len(values) == self.blocks for values in blocks):  # every block is this shard's
+            padded = torch.stack(blocks)
+        else:
+            padded = torch.zeros(len(blocks), self.blocks, dtype=torch.float64, device=blocks[0].device)
+            for row, values in zip(padded, blocks, strict=True):
+                row[self.first : self.first + len(values)] = values
         return self.all_reduce(padded, "sum").sum(1)

@@ -118,10 +118,10 @@ class CoordinateSums:
         parts = [rows[:, :whole].unflatten(1, (-1, self.block))]
         if whole < rows.shape[-1]:  # the vector's last block, shorter
             parts.append(rows[:, whole:].unsqueeze(1))
-        sums = [torch.linalg.vector_norm(part, dim=-1) if squares else part.sum(-1) for part in parts]
-        per_block = (torch.cat(sums, 1) if len(sums) > 1 else sums[0]).double()
+        reduced = [torch.linalg.vector_norm(part, dim=-1) if squares else part.sum(-1) for part in parts]
+        per_block = (torch.cat(reduced, 1) if len(reduced) > 1 else reduced[0]).double()
         if squares:
-            per_block = per_block.square_()
+            per_block.square_()
         return per_block[0] if len(rows) == 1 else per_block.T.contiguous().sum(1)  # one row: its own sum, exactly
 
     def _reduce(self, blocks: list[Tensor]) -> Tensor:

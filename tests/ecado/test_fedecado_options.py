@@ -8,6 +8,7 @@ from lightfed.strategies.base import ServerContext
 from lightfed.core.messages import ClientPlan
 from lightfed.ecado.circuit import Branches, StepControl, WindowSolver, integrate_window
 from lightfed.core.sharding import CoordinateSums
+from lightfed.ecado import fedecado as fedecado_module
 from lightfed.ecado.fedecado import critical_branch_inductance, progress_share
 from lightfed.errors import ConfigError
 from lightfed.strategies import FedECADO
@@ -127,6 +128,65 @@ def test_without_curvature_each_resistance_is_the_window_and_no_client_estimates
     torch.testing.assert_close(x, (x0 + (c * y).sum(0)) / (1 + c.sum(0)))
     plan = strategy.configure_client(ClientPlan(0, 1, seed=0, steps=1), {"current": torch.zeros(3, dtype=F64)})
     assert plan.rule.curvature.batches == 0 and "curvature" not in updates[0].report
+
+
+def _first_round_shares(problem, steps: list[int], lr: float) -> np.ndarray:
+    """H_i dt_G / beta_i per client and coordinate on diagonal quadratics (H_i = diag A_i, exact from one probe),
+    held windows (dt_G = T_i = steps_i x lr) and beta_i = B / |D_i|."""
+    batch = int(round(problem.sizes.mean()))
+    diagonal = np.diagonal(problem.A, axis1=1, axis2=2)[: len(steps)]
+    return diagonal * (problem.sizes[: len(steps), None] / batch) * (np.array(steps)[:, None] * lr)
+
+
+@pytest.mark.parametrize("above", [True, False])
+def test_estimates_stop_when_the_first_round_changes_no_conductance_by_the_cutoff(monkeypatch, above):
+    """Round 0's clients estimate; the largest share H_i dt_G / beta_i decides: with the cutoff above it, round 1's new
+    clients estimate none and every resistance is its window (as ``curvature="none"``); below it they estimate."""
+    steps, lr, n = [1, 2, 3, 6], 0.01, 6
+    problem = diagonal_quadratics(n=n, d=3)
+    largest = float(_first_round_shares(problem, steps, lr).max())
+    cutoff = largest * (1.01 if above else 0.99)
+    strategy = FedECADO(tolerance=1e30, initial_step=1e6, curvature="diagonal", beyond_window="hold",
+                        window_end="max", curvature_cutoff=cutoff)
+    batch = int(round(problem.sizes.mean()))
+    x0 = torch.full((3,), 0.5, dtype=F64)
+    strategy.setup(ServerContext(x0.clone(), n))
+
+    def round_of(round: int, clients: list[int]):
+        updates = [train_client(strategy, problem, ClientPlan(i, round, seed=i, steps=steps[i % 4]), x0,
+                                lr * problem.sizes[i] / batch) for i in clients]
+        return updates, sharded_round(strategy, round, updates, x0)
+
+    first, _ = round_of(0, [0, 1, 2, 3])
+    assert all("curvature" in update.report for update in first)
+    assert strategy.curvature_share == pytest.approx(largest, rel=1e-6)
+    assert strategy.metrics()["curvature_share"] == strategy.curvature_share
+    assert strategy.curvature_negligible is above
+    solved = []
+    monkeypatch.setattr(fedecado_module, "integrate_window",
+                        lambda *args, **kwargs: solved.append(args[2]) or integrate_window(*args, **kwargs))
+    second, _ = round_of(1, [1, 4, 5])
+    assert [("curvature" in update.report) for update in second] == [False, not above, not above]
+    windows = torch.tensor([steps[1], steps[0], steps[1]], dtype=F64)[:, None] * lr
+    if above:
+        torch.testing.assert_close(solved[0].resistance, windows)
+    else:
+        assert (solved[0].resistance < windows).all()  # G_i = 1 / T_i + the curvature's share
+
+
+def test_the_curvature_decision_is_kept_in_the_checkpoint_and_refused_below_zero():
+    strategy, resumed = FedECADO(curvature_cutoff=1.0), FedECADO(curvature_cutoff=1.0)
+    for each in (strategy, resumed):
+        each.setup(ServerContext(torch.zeros(3, dtype=F64), 2))
+    strategy.curvature_negligible, strategy.curvature_share = True, 0.25
+    resumed.load_state_dict(strategy.state_dict())
+    plan = resumed.configure_client(ClientPlan(0, 1, seed=0, steps=1), {"current": torch.zeros(3, dtype=F64)})
+    assert plan.rule.curvature.batches == 0 and resumed.metrics()["curvature_share"] == 0.25
+    earlier = {"step": 0.1, "time": 1.0}  # a checkpoint from before the cutoff: decided at its next round
+    resumed.load_state_dict(earlier)
+    assert resumed.curvature_negligible is None and "curvature_share" not in resumed.metrics()
+    with pytest.raises(ConfigError, match="curvature_cutoff must be >= 0"):
+        FedECADO(curvature_cutoff=-1e-4)
 
 
 def test_the_mean_window_end_is_the_data_weighted_mean_and_stretches_at_most_to_it():

@@ -75,6 +75,22 @@ def test_per_client_memory_per_process_halves_from_one_to_two_processes():
     assert all(rank["numbers"] == one["numbers"] for rank in two)  # per-client numbers: 8 bytes each, on every process
 
 
+@pytest.mark.parametrize("cutoff", [1e-9, 1e3])
+def test_the_curvature_cutoff_is_decided_alike_on_every_process(cutoff):
+    """The first round's largest share of a conductance is a max over every process's coordinates of the diagonal, so
+    both processes decide as one does (estimates on, or off for every later client) and end at its weights."""
+    problem = dense_quadratics(seed=2, d=20, n=12)
+    steps, lrs = np.full(12, 3), np.full(12, 0.05)
+    results, shares = {}, {}
+    for world in (1, 2):
+        strategy = FedECADO(inductance=0.3, sensitivity_step=0.05, curvature="diagonal", curvature_cutoff=cutoff)
+        results[world] = run_rounds(strategy, problem, 4, 4, steps, lrs, torch.zeros(20, dtype=torch.float64),
+                                    world=world)
+        shares[world] = [(s.curvature_share, s.curvature_negligible) for s in run_rounds.strategies]
+    assert shares[2] == shares[1] * 2 and shares[1][0][1] is (cutoff > 1)
+    torch.testing.assert_close(results[2], results[1], rtol=0, atol=1e-12)
+
+
 def _fit(root: Path, config: str, devices: int, *overrides: str) -> Path:
     subprocess.run(
         [sys.executable, "-m", "lightfed", "fit", "--config", str(Path(config).with_name("base.yaml")),

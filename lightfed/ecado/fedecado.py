@@ -227,6 +227,7 @@ class FedECADO(ShardedStrategy):
             (curvature_batches, curvature_probes, curvature_examples, curvature_estimate),
             curvature_every,
             state_device,
+            curvature_cutoff,
         )
         self.inductance = inductance
         self.window_end = window_end
@@ -234,7 +235,6 @@ class FedECADO(ShardedStrategy):
         self.sensitivity_step: float | str = sensitivity_step
         self.initial_step = initial_step
         self.coupling = coupling
-        self.curvature_cutoff = curvature_cutoff
 
     @property
     def requirements(self) -> Requirements:  # type: ignore[override]
@@ -252,8 +252,10 @@ class FedECADO(ShardedStrategy):
         estimate: tuple[int, int, int | None, CurvatureEstimate | None],
         every: int,
         state_device: StateDevice,
+        cutoff: float = 0.0,
     ) -> None:
-        """The settings the server circuit and the curvature estimates share with ``AdaptiveFedECADO``."""
+        """The settings the server circuit and the curvature estimates share with ``AdaptiveFedECADO`` (whose
+        estimates never stop: ``cutoff`` 0)."""
         self.state_device = state_device
         self.curvature = curvature
         self.report_vectors = ("curvature",) if curvature == "diagonal" else ()
@@ -279,7 +281,7 @@ class FedECADO(ShardedStrategy):
         self.curvature_probes = probes
         self.curvature_examples = examples
         self.curvature_every = every
-        self.curvature_cutoff = 0.0  # FedECADO's constructor sets its own
+        self.curvature_cutoff = cutoff
 
     def setup(self, context: ServerContext) -> None:
         super().setup(context)
@@ -291,8 +293,7 @@ class FedECADO(ShardedStrategy):
         self.total_current = torch.zeros_like(params[self.shard])
         self.step: float | None = None
         self.time = 0.0
-        self.curvature_negligible: bool | None = None  # decided by the first round's estimates
-        self.curvature_share: float | None = None
+        self.curvature_share: float | None = None  # the first round's largest, once measured
         self._metrics: dict[str, float] = {}
         self._workspace = Workspace()
 
@@ -304,8 +305,18 @@ class FedECADO(ShardedStrategy):
             else current.to(self.total_current.device, non_blocking=True)
         )
 
+    @property
+    def curvature_negligible(self) -> bool | None:
+        """Whether the first round's curvature share fell below ``curvature_cutoff`` (None: not measured)."""
+        return None if self.curvature_share is None else self.curvature_share < self.curvature_cutoff
+
+    @property
+    def _estimating(self) -> bool:
+        """Whether the branches take a curvature (and new clients estimate one)."""
+        return self.curvature != "none" and not self.curvature_negligible
+
     def _needs_curvature(self, client_id: int, round: int) -> bool:
-        if self.curvature == "none" or self.curvature_negligible:
+        if not self._estimating:
             return False
         last = self.client_states.get(client_id, "curvature_round")
         return last is None or (self.curvature_every > 0 and round - int(last) >= self.curvature_every)
@@ -349,7 +360,7 @@ class FedECADO(ShardedStrategy):
         """The round's windows T_i = beta_i x summed lr, resistances 1/G_i and inductances L, one row per client."""
         beta = updates.reports["time_scale"]
         windows = beta * updates.local_time
-        if self.curvature == "none" or self.curvature_negligible:
+        if not self._estimating:
             curvature = torch.zeros(len(updates.client_ids), 1, dtype=torch.float64, device=self.total_current.device)
         else:
             curvature = torch.stack([self._curvature(i) for i in updates.client_ids]).double()
@@ -359,18 +370,17 @@ class FedECADO(ShardedStrategy):
         else:
             dt = float(self.sensitivity_step)
         conductance = curvature / beta.to(curvature)[:, None]
-        if self.curvature != "none" and self.curvature_cutoff > 0 and self.curvature_negligible is None:
-            self._decide_curvature(max_abs(conductance * dt), updates)
+        if self.curvature != "none" and self.curvature_cutoff > 0 and self.curvature_share is None:
+            self._measure_curvature_share(max_abs(conductance * dt), updates)
         resistance = 1 / (1 / dt + conductance)
         if self.inductance_rule == "critical":
             return windows, resistance, critical_branch_inductance(resistance, self.inductance)
         return windows, resistance, torch.full_like(resistance, self.inductance)
 
-    def _decide_curvature(self, share: Tensor, updates: ShardedRound) -> None:
-        """Whether later clients skip their estimates: the first round's largest share of a conductance that its
-        curvature term makes, over every process's coordinates, is below ``curvature_cutoff``."""
+    def _measure_curvature_share(self, share: Tensor, updates: ShardedRound) -> None:
+        """The first round's largest share of a conductance that its curvature term makes, over every process's
+        coordinates (so every process decides alike whether later clients estimate)."""
         self.curvature_share = float(updates.all_reduce(share.reshape(1), "max"))
-        self.curvature_negligible = self.curvature_share < self.curvature_cutoff
 
     def _window_end(self, windows: Tensor, updates: ShardedRound) -> float:
         """Where this round's window ends (see ``window_end``); clients weighted by data size, 1 / beta_i."""
@@ -440,17 +450,11 @@ class FedECADO(ShardedStrategy):
         return {**self._metrics, "time": self.time, **share}
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "time": self.time,
-            "curvature_negligible": self.curvature_negligible,
-            "curvature_share": self.curvature_share,
-        }
+        return {"step": self.step, "time": self.time, "curvature_share": self.curvature_share}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step, self.time = state["step"], state["time"]
-        self.curvature_negligible = state.get("curvature_negligible")  # None before the cutoff: decided next round
-        self.curvature_share = state.get("curvature_share")
+        self.curvature_share = state.get("curvature_share")  # None from before the cutoff: measured next round
 
     def sharded_state(self) -> dict[str, Tensor]:
         return {"total_current": self.total_current}

@@ -178,7 +178,7 @@ def test_the_curvature_decision_is_kept_in_the_checkpoint_and_refused_below_zero
     strategy, resumed = FedECADO(curvature_cutoff=1.0), FedECADO(curvature_cutoff=1.0)
     for each in (strategy, resumed):
         each.setup(ServerContext(torch.zeros(3, dtype=F64), 2))
-    strategy.curvature_negligible, strategy.curvature_share = True, 0.25
+    strategy.curvature_share = 0.25  # below the cutoff: estimates stopped
     resumed.load_state_dict(strategy.state_dict())
     plan = resumed.configure_client(ClientPlan(0, 1, seed=0, steps=1), {"current": torch.zeros(3, dtype=F64)})
     assert plan.rule.curvature.batches == 0 and resumed.metrics()["curvature_share"] == 0.25

@@ -93,7 +93,8 @@ class FederatedTrainer(TrainerBase):
         self.fabric.call("on_round_start", trainer=self, round=round)
         jobs = source.jobs(round, self.params, self.buffers)  # plan
         try:  # train, reduce (with any process's stop request), aggregate
-            result = engine.run(round, jobs, self.params, self.buffers, self.preemption.requested)
+            with engine.workers.one_thread_between():
+                result = engine.run(round, jobs, self.params, self.buffers, self.preemption.requested)
         except BudgetReached as reached:
             self._checkpoint(engine, source)
             self.fabric.print(f"{reached}: stopped after round {round}; {self.checkpoint_path} holds it")

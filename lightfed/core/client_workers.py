@@ -2,9 +2,9 @@
 
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -26,7 +26,8 @@ class ClientWorkers:
 
     Which worker trains which job and the order in which each worker adds its updates depend only on the job's index,
     never on timing. Worker threads run torch ops on ``threads`` intra-op threads each (1 by default: the workers are
-    the parallelism), and on their own CUDA stream on a GPU. One worker trains in the calling thread, as before.
+    the parallelism), and on their own CUDA stream on a GPU. One worker trains in the calling thread, as before. The
+    calling thread's own work between the workers' runs can take one thread too (``one_thread_between``).
 
     Torch's global random generator is one per process, so concurrent clients cannot each draw from it
     reproducibly. The first job of a run is trained alone, and if it drew from it (dropout, ...) the workers are
@@ -36,7 +37,6 @@ class ClientWorkers:
     def __init__(self, clients: list[ClientTrainer], threads: int = 1, strict: bool = True) -> None:
         self.clients, self.threads, self.strict = clients, threads, strict
         self._probed = len(clients) == 1
-        self._main_threads = torch.get_num_threads()
         self._pool: ThreadPoolExecutor | None = None
         cuda = clients[0].fabric.device.type == "cuda"
         self._streams = [torch.cuda.Stream(clients[0].fabric.device) for _ in clients] if cuda else None
@@ -76,7 +76,7 @@ class ClientWorkers:
 
     def run(self, jobs: int, work: Work) -> None:
         """Calls ``work(w, clients[w], k)`` for every job k < ``jobs``, worker w = k % W; re-raises the first error."""
-        start = 0
+        start, main_threads = 0, torch.get_num_threads()
         if not self._probed and jobs:
             self._probe(work)
             start = 1
@@ -92,7 +92,7 @@ class ClientWorkers:
             for w in range(self.count)
         ]
         errors = [future.exception() for future in futures]
-        torch.set_num_threads(self._main_threads)  # worker threads set the process-wide default too
+        torch.set_num_threads(main_threads)  # worker threads set the process-wide default too
         if self._streams is not None:
             for stream in self._streams:
                 torch.cuda.current_stream().wait_stream(stream)
@@ -119,11 +119,12 @@ class ClientWorkers:
     def _probe(self, work: Work) -> None:
         """Trains job 0 alone on worker 0 (on a worker's threads) and checks whether it drew from torch's global
         random generator."""
+        main_threads = torch.get_num_threads()
         torch.set_num_threads(self.threads)
         try:
             work(0, self.clients[0], 0)
         finally:
-            torch.set_num_threads(self._main_threads)
+            torch.set_num_threads(main_threads)
         self._probed = True
         if not _drew_global_random(self.clients[0].last_seed):
             return
@@ -133,6 +134,24 @@ class ClientWorkers:
                 "clients share: set trainer.clients_in_parallel 1 (or 'auto') for reproducible runs"
             )
         self.clients = self.clients[:1]
+
+    @contextmanager
+    def one_thread_between(self) -> Iterator[None]:
+        """With several workers, the calling thread's torch ops on one intra-op thread (its count is restored after):
+        for a round's planning, reduction and server step, which come just before and after the workers train. After a
+        parallel op OpenMP's idle threads spin for about 10 ms, on the cores the workers then train on; on digits
+        split 50 ways (29,066 weights, 0.14 s rounds, 2 cores) that made FedECADO's whole run 1.23x FedAvg's against
+        1.02x, and its 5 ms server step is no faster on 2 threads. A server step of VGG-11's size takes 0.98 s on one
+        thread against 0.64 s on two (``scripts/circuit_step_benchmark.py``), about 1 % of its round."""
+        if self.count == 1:
+            yield
+            return
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(threads)
 
     def call(self, hook: str) -> None:
         """Calls the module hook ``hook`` (``on_fit_start``, ``on_fit_end``) of every worker's module."""

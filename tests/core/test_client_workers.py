@@ -113,6 +113,29 @@ def test_each_worker_runs_its_share_of_the_cores_and_the_main_thread_keeps_its_o
     assert torch.get_num_threads() == 2
 
 
+class ThreadsAtAggregate(FedAvg):
+    """Notes the torch threads of every server step."""
+
+    def __init__(self):
+        super().__init__()
+        self.threads = []
+
+    def aggregate(self, params, sums, round):
+        self.threads.append(torch.get_num_threads())
+        return super().aggregate(params, sums, round)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_server_step_of_several_workers_runs_on_one_thread_and_the_count_comes_back(tmp_path, workers):
+    """With several workers the main thread's round work takes one thread (no OpenMP threads left spinning on the
+    workers' cores); with one worker it keeps its own."""
+    torch.set_num_threads(2)
+    strategy = ThreadsAtAggregate()
+    _fit(tmp_path, workers, strategy)
+    assert strategy.threads == [1 if workers > 1 else 2] * 3
+    assert torch.get_num_threads() == 2
+
+
 def test_a_client_failing_in_a_worker_thread_stops_the_run_with_its_error(tmp_path):
     model = RecordingCNN(fail_in_round=1, width=8, optimizer=SGD)
     with pytest.raises(RuntimeError, match=r"client \d+ failed"):

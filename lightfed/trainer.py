@@ -93,7 +93,7 @@ class FederatedTrainer(TrainerBase):
         self.fabric.call("on_round_start", trainer=self, round=round)
         jobs = source.jobs(round, self.params, self.buffers)  # plan
         try:  # train, reduce (with any process's stop request), aggregate
-            with engine.workers.one_thread_between():
+            with engine.workers.between_runs():
                 result = engine.run(round, jobs, self.params, self.buffers, self.preemption.requested)
         except BudgetReached as reached:
             self._checkpoint(engine, source)

@@ -19,6 +19,7 @@ from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 
 Work = Callable[[int, ClientTrainer, int], None]  # (worker, its client, job index)
+SERIAL_BETWEEN_BELOW = 2**20  # weights of a model whose rounds' work between the workers' runs takes one thread
 
 
 class ClientWorkers:
@@ -27,15 +28,18 @@ class ClientWorkers:
     Which worker trains which job and the order in which each worker adds its updates depend only on the job's index,
     never on timing. Worker threads run torch ops on ``threads`` intra-op threads each (1 by default: the workers are
     the parallelism), and on their own CUDA stream on a GPU. One worker trains in the calling thread, as before. The
-    calling thread's own work between the workers' runs can take one thread too (``one_thread_between``).
+    calling thread's own work between the workers' runs takes one thread with a small model (``between_runs``).
 
     Torch's global random generator is one per process, so concurrent clients cannot each draw from it
     reproducibly. The first job of a run is trained alone, and if it drew from it (dropout, ...) the workers are
     refused (``strict``) or the run stays on one worker.
     """
 
-    def __init__(self, clients: list[ClientTrainer], threads: int = 1, strict: bool = True) -> None:
+    def __init__(
+        self, clients: list[ClientTrainer], threads: int = 1, strict: bool = True, serial_between: bool = False
+    ) -> None:
         self.clients, self.threads, self.strict = clients, threads, strict
+        self.serial_between = serial_between
         self._probed = len(clients) == 1
         self._pool: ThreadPoolExecutor | None = None
         cuda = clients[0].fabric.device.type == "cuda"
@@ -53,8 +57,8 @@ class ClientWorkers:
     ) -> "ClientWorkers":
         """The workers of this process: ``clients_in_parallel`` ("auto": on a CPU one per core of the process, cores /
         processes per node, and one without ``client["privacy"]`` or with ``data.num_workers`` > 0), at most this
-        process's share of a round; worker 0 trains ``model`` itself, the others a copy each. ``client``: the
-        ``ClientTrainer``'s other settings."""
+        process's share of a round; worker 0 trains ``model`` itself, the others a copy each; ``serial_between`` for
+        a model under ``SERIAL_BETWEEN_BELOW`` weights. ``client``: the ``ClientTrainer``'s other settings."""
         cores = max(1, available_cores() // getattr(fabric.strategy, "num_processes", 1))  # processes per node
         workers = clients_in_parallel
         if isinstance(workers, int) and workers > 1 and data.num_workers > 0:
@@ -68,7 +72,13 @@ class ClientWorkers:
         workers = min(int(workers), math.ceil(clients_per_round / fabric.world_size))
         modules = [model, *(copy_without_trainer(model) for _ in range(workers - 1))]
         clients = [ClientTrainer(fabric, module, data, **client) for module in modules]
-        return cls(clients, max(1, cores // workers), strict=clients_in_parallel != "auto")
+        weights = sum(p.numel() for p in model.parameters())
+        return cls(
+            clients,
+            max(1, cores // workers),
+            strict=clients_in_parallel != "auto",
+            serial_between=weights < SERIAL_BETWEEN_BELOW,
+        )
 
     @property
     def count(self) -> int:
@@ -136,14 +146,16 @@ class ClientWorkers:
         self.clients = self.clients[:1]
 
     @contextmanager
-    def one_thread_between(self) -> Iterator[None]:
-        """With several workers, the calling thread's torch ops on one intra-op thread (its count is restored after):
-        for a round's planning, reduction and server step, which come just before and after the workers train. After a
-        parallel op OpenMP's idle threads spin for about 10 ms, on the cores the workers then train on; on digits
-        split 50 ways (29,066 weights, 0.14 s rounds, 2 cores) that made FedECADO's whole run 1.23x FedAvg's against
-        1.02x, and its 5 ms server step is no faster on 2 threads. A server step of VGG-11's size takes 0.98 s on one
-        thread against 0.64 s on two (``scripts/circuit_step_benchmark.py``), about 1 % of its round."""
-        if self.count == 1:
+    def between_runs(self) -> Iterator[None]:
+        """The calling thread's work between the workers' runs (a round's planning, reduction and server step), on
+        one intra-op thread when ``serial_between`` and several workers train (its count is restored after).
+
+        After a parallel op OpenMP's idle threads spin for about 10 ms, on the cores the workers train on next. On
+        digits split 50 ways (29,066 weights, 0.14 s rounds, 2 cores) that made FedECADO's whole run about 1.2x
+        FedAvg's against 1.1x on one thread, and its server step is faster on one thread (3.6 ms against 4.6 ms on
+        two). A large model's server step gains more than the spin costs: 30 ms against 19 ms with 10 clients of
+        290,660 weights, 0.98 s against 0.64 s at VGG-11's 9.5 million (``scripts/circuit_step_benchmark.py``)."""
+        if not self.serial_between or self.count == 1:
             yield
             return
         threads = torch.get_num_threads()

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector
 
 from lightfed import Callback
+from lightfed.core import client_workers
 from lightfed.data import Digits, DirichletPartitioner
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
@@ -125,14 +126,21 @@ class ThreadsAtAggregate(FedAvg):
         return super().aggregate(params, sums, round)
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_the_server_step_of_several_workers_runs_on_one_thread_and_the_count_comes_back(tmp_path, workers):
-    """With several workers the main thread's round work takes one thread (no OpenMP threads left spinning on the
-    workers' cores); with one worker it keeps its own."""
+@pytest.mark.parametrize(
+    ("workers", "serial_below", "expected"), [(1, None, 2), (2, None, 1), (2, 100, 2)], ids=["one", "small", "large"]
+)
+def test_a_small_models_server_step_with_several_workers_runs_on_one_thread(
+    tmp_path, monkeypatch, workers, serial_below, expected
+):
+    """With several workers and a small model the main thread's round work takes one thread (no OpenMP threads left
+    spinning on the workers' cores); with one worker, or a model of at least ``SERIAL_BETWEEN_BELOW`` weights, it
+    keeps its own. The count comes back after the run."""
+    if serial_below is not None:
+        monkeypatch.setattr(client_workers, "SERIAL_BETWEEN_BELOW", serial_below)
     torch.set_num_threads(2)
     strategy = ThreadsAtAggregate()
     _fit(tmp_path, workers, strategy)
-    assert strategy.threads == [1 if workers > 1 else 2] * 3
+    assert strategy.threads == [expected] * 3
     assert torch.get_num_threads() == 2
 
 

@@ -151,10 +151,11 @@ class ClientWorkers:
         one intra-op thread when ``serial_between`` and several workers train (its count is restored after).
 
         After a parallel op OpenMP's idle threads spin for about 10 ms, on the cores the workers train on next. On
-        digits split 50 ways (29,066 weights, 0.14 s rounds, 2 cores) that made FedECADO's whole run about 1.2x
-        FedAvg's against 1.1x on one thread, and its server step is faster on one thread (3.6 ms against 4.6 ms on
-        two). A large model's server step gains more than the spin costs: 30 ms against 19 ms with 10 clients of
-        290,660 weights, 0.98 s against 0.64 s at VGG-11's 9.5 million (``scripts/circuit_step_benchmark.py``)."""
+        digits split 50 ways (29,066 weights, 0.14 s rounds, 2 cores) that cost FedECADO about 15 ms a round (its
+        whole run 1.20x FedAvg's, 1.10x with this work on one thread), and its server step is faster on one thread
+        (3.6 ms against 4.6 ms on two). One thread costs a FedECADO server step of 10 clients 11 ms at 290,660 weights
+        (30 ms against 19 ms on two) and 0.34 s at VGG-11's 9.5 million (``scripts/circuit_step_benchmark.py``), so
+        from about a million weights the threads are kept."""
         if not self.serial_between or self.count == 1:
             yield
             return

@@ -51,8 +51,8 @@ out of the times): each checkpoint writes the per-client state (FedECADO's curre
 
 With ``--repeats N`` every strategy runs N times, in turn (FedAvg, FedECADO, ..., then again), and each column is
 the median over the repeats, each ratio the median of the repeats' own ratios to FedAvg's run in the same repeat
-(printed for every repeat under the table): a run of a few seconds varies by a tenth or more from one start to the
-next on a shared machine.
+(printed for every repeat under the table, with the middle half of the run ratios, their first to third quartile):
+a run of a few seconds varies by a tenth or more from one start to the next on a shared machine.
 
 All runs use the same number of torch/OpenMP threads per process (``--threads``, default cores / the largest
 ``--devices``); on a GPU (``--accelerator gpu``) the callback synchronises the device at each time it notes.
@@ -498,8 +498,8 @@ def run_all(args: argparse.Namespace, root: Path) -> dict:
 
 def combine(runs: list[dict], baselines: list[dict]) -> dict:
     """One row from a strategy's repeats: the median of each time, and of each ratio to FedAvg's time in the same
-    repeat (with the ratios of every repeat, ``<ratio>_each``; none when a FedAvg repeat failed); failed when any
-    repeat failed."""
+    repeat (with the ratios of every repeat, ``<ratio>_each``, and their first and third quartiles,
+    ``<ratio>_quartiles``; none when a FedAvg repeat failed); failed when any repeat failed."""
     failure = next((run["failed"] for run in runs if "failed" in run), None)
     if failure is not None:
         return {"failed": failure}
@@ -508,8 +508,11 @@ def combine(runs: list[dict], baselines: list[dict]) -> dict:
         row[key] = median([run[key] for run in runs])
     if not any("failed" in base for base in baselines):
         for ratio, key in RATIOS.items():
-            row[f"{ratio}_each"] = [run[key] / base[key] for run, base in zip(runs, baselines, strict=True)]
-            row[ratio] = median(row[f"{ratio}_each"])
+            row[f"{ratio}_each"] = each = [run[key] / base[key] for run, base in zip(runs, baselines, strict=True)]
+            row[ratio] = median(each)
+            if len(each) > 1:  # the middle half of the repeats' ratios: how far one median may be off
+                quartiles = statistics.quantiles(each, n=4, method="inclusive")
+                row[f"{ratio}_quartiles"] = (quartiles[0], quartiles[2])
     return row
 
 
@@ -555,11 +558,12 @@ def print_table(report: dict, table: dict) -> None:
               f"{fmt(row['server_rejected']):>8s} {fmt(row['curvature_estimates']):>8s}  {state}")
     if report["repeats"] > 1:
         print(f"  each column: the median over {report['repeats']} repeats, a ratio over each repeat's own FedAvg run; "
-              "run/FedAvg and cpu/FedAvg in every repeat:")
+              "run/FedAvg and cpu/FedAvg in every repeat, and the middle half of the repeats' run/FedAvg:")
         for name, row in rows.items():
             if "run_ratio_each" in row:
                 each = ", ".join(f"{r:.3g}/{c:.3g}" for r, c in zip(row["run_ratio_each"], row["cpu_ratio_each"]))
-                print(f"  {name:22s} {each}")
+                low, high = row["run_ratio_quartiles"]
+                print(f"  {name:22s} {each}; middle half {low:.3g}-{high:.3g}")
 
 
 def print_scaling(report: dict) -> None:

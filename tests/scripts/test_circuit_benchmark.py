@@ -87,6 +87,7 @@ def test_repeats_give_median_times_and_the_median_of_each_repeats_own_ratio():
     assert row["run_s"] == 2.2 and row["cpu_s"] == 3.0
     assert row["run_ratio_each"] == [1.5, pytest.approx(0.55), 1.5] and row["run_ratio"] == 1.5
     assert row["cpu_ratio_each"] == [1.0, 1.5, 1.0] and row["cpu_ratio"] == 1.0
+    assert row["run_ratio_quartiles"] == (pytest.approx(1.025), 1.5)  # of 0.55, 1.5, 1.5: halfway to the median
     assert row["run_s"] / circuit.median([b["run_s"] for b in baselines]) == pytest.approx(1.1)  # not the ratio
     failed = circuit.combine([timed(1.0, 1.0), {"failed": "exit 1: out of memory"}, timed(1.0, 1.0)], baselines)
     assert failed == {"failed": "exit 1: out of memory"}

@@ -35,11 +35,8 @@ class ClientWorkers:
     refused (``strict``) or the run stays on one worker.
     """
 
-    def __init__(
-        self, clients: list[ClientTrainer], threads: int = 1, strict: bool = True, serial_between: bool = False
-    ) -> None:
+    def __init__(self, clients: list[ClientTrainer], threads: int = 1, strict: bool = True) -> None:
         self.clients, self.threads, self.strict = clients, threads, strict
-        self.serial_between = serial_between
         self._probed = len(clients) == 1
         self._pool: ThreadPoolExecutor | None = None
         cuda = clients[0].fabric.device.type == "cuda"
@@ -57,8 +54,8 @@ class ClientWorkers:
     ) -> "ClientWorkers":
         """The workers of this process: ``clients_in_parallel`` ("auto": on a CPU one per core of the process, cores /
         processes per node, and one without ``client["privacy"]`` or with ``data.num_workers`` > 0), at most this
-        process's share of a round; worker 0 trains ``model`` itself, the others a copy each; ``serial_between`` for
-        a model under ``SERIAL_BETWEEN_BELOW`` weights. ``client``: the ``ClientTrainer``'s other settings."""
+        process's share of a round; worker 0 trains ``model`` itself, the others a copy each. ``client``: the
+        ``ClientTrainer``'s other settings."""
         cores = max(1, available_cores() // getattr(fabric.strategy, "num_processes", 1))  # processes per node
         workers = clients_in_parallel
         if isinstance(workers, int) and workers > 1 and data.num_workers > 0:
@@ -72,13 +69,7 @@ class ClientWorkers:
         workers = min(int(workers), math.ceil(clients_per_round / fabric.world_size))
         modules = [model, *(copy_without_trainer(model) for _ in range(workers - 1))]
         clients = [ClientTrainer(fabric, module, data, **client) for module in modules]
-        weights = sum(p.numel() for p in model.parameters())
-        return cls(
-            clients,
-            max(1, cores // workers),
-            strict=clients_in_parallel != "auto",
-            serial_between=weights < SERIAL_BETWEEN_BELOW,
-        )
+        return cls(clients, max(1, cores // workers), strict=clients_in_parallel != "auto")
 
     @property
     def count(self) -> int:
@@ -129,12 +120,8 @@ class ClientWorkers:
     def _probe(self, work: Work) -> None:
         """Trains job 0 alone on worker 0 (on a worker's threads) and checks whether it drew from torch's global
         random generator."""
-        main_threads = torch.get_num_threads()
-        torch.set_num_threads(self.threads)
-        try:
+        with _torch_threads(self.threads):
             work(0, self.clients[0], 0)
-        finally:
-            torch.set_num_threads(main_threads)
         self._probed = True
         if not _drew_global_random(self.clients[0].last_seed):
             return
@@ -148,7 +135,8 @@ class ClientWorkers:
     @contextmanager
     def between_runs(self) -> Iterator[None]:
         """The calling thread's work between the workers' runs (a round's planning, reduction and server step), on
-        one intra-op thread when ``serial_between`` and several workers train (its count is restored after).
+        one intra-op thread when several workers train a model under ``SERIAL_BETWEEN_BELOW`` weights (its count is
+        restored after).
 
         After a parallel op OpenMP's idle threads spin for about 10 ms, on the cores the workers train on next. On
         digits split 50 ways (29,066 weights, 0.14 s rounds, 2 cores) that cost FedECADO about 15 ms a round (its
@@ -156,15 +144,9 @@ class ClientWorkers:
         (3.6 ms against 4.6 ms on two). One thread costs a FedECADO server step of 10 clients 11 ms at 290,660 weights
         (30 ms against 19 ms on two) and 0.34 s at VGG-11's 9.5 million (``scripts/circuit_step_benchmark.py``), so
         from about a million weights the threads are kept."""
-        if not self.serial_between or self.count == 1:
+        small = self.clients[0].flat.params.numel() < SERIAL_BETWEEN_BELOW
+        with _torch_threads(1) if self.count > 1 and small else nullcontext():
             yield
-            return
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(threads)
 
     def call(self, hook: str) -> None:
         """Calls the module hook ``hook`` (``on_fit_start``, ``on_fit_end``) of every worker's module."""
@@ -190,3 +172,14 @@ def _drew_global_random(seed: int) -> bool:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         return torch.cuda.default_generators[torch.cuda.current_device()].get_offset() != 0
     return False
+
+
+@contextmanager
+def _torch_threads(threads: int) -> Iterator[None]:
+    """The calling thread's torch ops on ``threads`` intra-op threads, its own count restored after."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)

@@ -63,10 +63,7 @@ class CouplingCurrent(GradientCorrection):
     def start(self, params: Tensor, context: LocalContext) -> None:
         data = context.data
         self.beta = data.batch_size / data.client_size(self.client_id) if self.scale == "data_size" else 1.0
-        current = self.current.to(params.device)
-        self.vector = torch.mul(
-            current, -self.beta, out=context.workspace.get("coupling_current", current.shape, current)
-        )
+        self.vector, self.factor = self.current.to(params.device), -self.beta  # no scaled copy: one op a step
         self.context = context
         self.curvature.start(context, self.client_id)
 

@@ -6,10 +6,10 @@ from lightfed.local.base import LocalRule
 
 
 class GradientCorrection(LocalRule):
-    """Adds ``vector`` (flat, on the client's device) to the gradient of every step."""
+    """Adds ``factor`` x ``vector`` (flat, on the client's device) to the gradient of every step."""
 
-    def __init__(self, vector: Tensor) -> None:
-        self.vector = vector
+    def __init__(self, vector: Tensor, factor: float = 1.0) -> None:
+        self.vector, self.factor = vector, factor
 
     def adjust(self, grad: Tensor, params: Tensor) -> None:
-        grad.add_(self.vector)
+        grad.add_(self.vector, alpha=self.factor)

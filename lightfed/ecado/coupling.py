@@ -54,7 +54,6 @@ class CouplingCurrent(GradientCorrection):
         super().__init__(current)
         self.decay = SpeedDecay() if track_decay else None
         self.client_id = client_id
-        self.current = current
         self.scale = scale
         self.curvature = ClientCurvature(
             curvature_batches, curvature_probes, curvature_examples, curvature_estimate, seed
@@ -63,7 +62,7 @@ class CouplingCurrent(GradientCorrection):
     def start(self, params: Tensor, context: LocalContext) -> None:
         data = context.data
         self.beta = data.batch_size / data.client_size(self.client_id) if self.scale == "data_size" else 1.0
-        self.vector, self.factor = self.current.to(params.device), -self.beta  # no scaled copy: one op a step
+        self.vector, self.factor = self.vector.to(params.device), -self.beta  # no scaled copy: one op a step
         self.context = context
         self.curvature.start(context, self.client_id)
 

@@ -41,6 +41,11 @@ notes the times):
   multiples of FedAvg's on the same settings; curv.est is the mean number of clients per timed round that estimated
   their curvature (a FedECADO client does the first time it is sampled: extra client time in the early rounds).
 
+Under the table, where each strategy's extra time goes: a run splits into its start (from the start of fitting to the
+end of the first timed round: setup, warm-up rounds, and with ``--warmup-rounds 0`` the first round, where every
+client is new) and, summed over the later rounds, the client phase, the server step and the rest; each part's excess
+over FedAvg's, divided by FedAvg's run, in every repeat (the four add up to run/FedAvg - 1), and its median.
+
 With ``--devices 1 2`` every workload runs on 1 and then 2 processes, and the table also gives the bytes of the
 tensors each process holds in ``strategy.client_states`` at the end of the run (per-client state: FedECADO's
 currents and curvatures; FedAvg holds none). A run that fails (out of memory, say) is
@@ -466,10 +471,17 @@ def summarize(results: list[dict]) -> dict:
         "params": first["params"],
     }
     s["curvature_estimates"] = statistics.mean(s["curvature_estimates_per_round"])
-    s["other_s"] = median([r - c - v for r, c, v in zip(first["round_times"], slowest_clients, first["server_times"])])
+    others = [r - c - v for r, c, v in zip(first["round_times"], slowest_clients, first["server_times"])]
+    s["other_s"] = median(others)
+    later = slice(1, None)  # the timed rounds after the first
+    s["parts"] = {"start": s["run_s"] - math.fsum(first["round_times"][later]),
+                  "clients": math.fsum(slowest_clients[later]),
+                  "server": math.fsum(first["server_times"][later]),
+                  "other": math.fsum(others[later])}
     return s
 
 
+PARTS = ("start", "clients", "server", "other")  # of a run: to the end of the first timed round, then phases
 RATIOS = {"round_ratio": "round_s", "run_ratio": "run_s", "cpu_ratio": "cpu_s", "server_ratio": "server_s"}
 
 
@@ -507,6 +519,9 @@ def combine(runs: list[dict], baselines: list[dict]) -> dict:
     for key in ("round_s", "run_s", "cpu_s", "client_s", "server_s", "other_s", "curvature_estimates"):
         row[key] = median([run[key] for run in runs])
     if not any("failed" in base for base in baselines):
+        row["extra_each"] = [{part: (run["parts"][part] - base["parts"][part]) / base["run_s"] for part in PARTS}
+                             for run, base in zip(runs, baselines, strict=True)]
+        row["extra"] = {part: median([each[part] for each in row["extra_each"]]) for part in PARTS}
         for ratio, key in RATIOS.items():
             row[f"{ratio}_each"] = each = [run[key] / base[key] for run, base in zip(runs, baselines, strict=True)]
             row[ratio] = median(each)
@@ -556,6 +571,12 @@ def print_table(report: dict, table: dict) -> None:
               f"{fmt(row['other_s']):>9s} {fmt(row.get('round_ratio', math.nan)):>12s} "
               f"{fmt(row.get('server_ratio', math.nan)):>13s} {fmt(row['server_steps']):>9s} "
               f"{fmt(row['server_rejected']):>8s} {fmt(row['curvature_estimates']):>8s}  {state}")
+    print("  where the extra time goes (each part's excess over FedAvg's, a share of FedAvg's run, median over the "
+          "repeats; start: to the end of the first timed round, then the later rounds' phases):")
+    for name, row in rows.items():
+        if "extra" in row:
+            parts = "  ".join(f"{part} {row['extra'][part]:+.3f}" for part in PARTS)
+            print(f"  {name:22s} {parts}")
     if report["repeats"] > 1:
         print(f"  each column: the median over {report['repeats']} repeats, a ratio over each repeat's own FedAvg run; "
               "run/FedAvg and cpu/FedAvg in every repeat, and the middle half of the repeats' run/FedAvg:")

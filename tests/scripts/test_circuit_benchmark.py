@@ -1,5 +1,5 @@
 """scripts/circuit_benchmark.py: its settings against the configs, then one tiny digits run of the three strategies
-(one process, one timed round; no timing assertions beyond finite, positive and consistent numbers)."""
+(one process, two timed rounds; no timing assertions beyond finite, positive and consistent numbers)."""
 
 import importlib.util
 import math
@@ -17,7 +17,7 @@ circuit = importlib.util.module_from_spec(_spec)
 sys.modules["circuit_benchmark_script"] = circuit
 _spec.loader.exec_module(circuit)
 
-TINY = ["--workloads", "digits", "--rounds", "1", "--warmup-rounds", "1", "--clients", "10",
+TINY = ["--workloads", "digits", "--rounds", "2", "--warmup-rounds", "1", "--clients", "10",
         "--clients-per-round", "4", "--examples", "20", "--devices", "1", "--threads", "1", "--accelerator", "cpu",
         "--strategies", "FedAvg", "FedECADO", "AdaptiveFedECADO", "FedECADO-cheap",
         "--variant", "FedECADO-cheap=FedECADO,curvature_probes=1,curvature_examples=4"]
@@ -76,9 +76,24 @@ def test_a_variant_is_its_base_config_with_its_arguments():
 
 
 def timed(run_s: float, cpu_s: float) -> dict:
-    """A summarized run whose times are all ``run_s`` but its CPU time."""
+    """A summarized run whose times are all ``run_s`` but its CPU time, spent in its start."""
     times = dict.fromkeys(("round_s", "client_s", "server_s", "other_s", "curvature_estimates"), run_s)
-    return {**times, "run_s": run_s, "cpu_s": cpu_s}
+    parts = {"start": run_s, "clients": 0.0, "server": 0.0, "other": 0.0}
+    return {**times, "run_s": run_s, "cpu_s": cpu_s, "parts": parts}
+
+
+def test_a_run_splits_into_its_start_and_its_later_rounds_phases_and_each_parts_excess_is_over_fedavgs_run():
+    results = [{"round_times": [0.5, 0.3, 0.4], "client_times": [0.4, 0.2, 0.25], "server_times": [0.01, 0.02, 0.05],
+                "run_seconds": 2.0, "run_cpu_seconds": 3.0, "curvature_estimates": [0, 0, 0], "server_steps": [1] * 3,
+                "server_rejected": [0] * 3, "client_state_bytes": 0, "client_state_clients": 0, "threads": 1,
+                "device": "cpu", "params": 1}]
+    parts = circuit.summarize(results)["parts"]
+    assert parts == pytest.approx({"start": 2.0 - 0.7, "clients": 0.45, "server": 0.07, "other": 0.7 - 0.45 - 0.07})
+    baseline = {**timed(2.0, 1.0), "parts": {"start": 1.0, "clients": 0.6, "server": 0.1, "other": 0.3}}
+    run = {**timed(2.6, 1.0), "parts": {"start": 1.2, "clients": 0.9, "server": 0.2, "other": 0.3}}
+    row = circuit.combine([run], [baseline])
+    assert row["extra"] == pytest.approx({"start": 0.1, "clients": 0.15, "server": 0.05, "other": 0.0})
+    assert sum(row["extra"].values()) == pytest.approx(row["run_ratio"] - 1)
 
 
 def test_repeats_give_median_times_and_the_median_of_each_repeats_own_ratio():
@@ -104,7 +119,7 @@ def test_a_tiny_digits_run_prints_a_row_per_strategy_with_consistent_ratios(tmp_
         assert float(cpu_s) > 0 and float(cpu_ratio) > 0
         rows[name], runs[name] = cells, (float(run_s), float(run_ratio))
     assert set(rows) == {"FedAvg", "FedECADO", "AdaptiveFedECADO", "FedECADO-cheap"}
-    for name, (run_s, run_ratio) in runs.items():  # two rounds: the warm-up one and the timed one
+    for name, (run_s, run_ratio) in runs.items():  # three rounds: the warm-up one and two timed ones
         assert run_s > float(rows[name][0]) and run_ratio == pytest.approx(run_s / runs["FedAvg"][0], rel=2e-3)
     seconds = {name: [float(c) for c in cells[:4]] for name, cells in rows.items()}  # round, client, server, other
     for name, (round_s, client_s, server_s, other_s) in seconds.items():
@@ -118,3 +133,11 @@ def test_a_tiny_digits_run_prints_a_row_per_strategy_with_consistent_ratios(tmp_
     for name in ("FedECADO", "AdaptiveFedECADO", "FedECADO-cheap"):
         assert float(rows[name][6]) >= 1  # server steps
         assert int(rows[name][-1]) > 0  # bytes of the currents (and curvatures) of the clients that trained
+    split = next(i for i, line in enumerate(lines) if line.startswith("  where the extra time goes"))
+    for line in lines[split + 1 : split + 5]:  # start, clients, server, other: they add up to run/FedAvg - 1
+        name, *cells = line.split()
+        assert cells[0::2] == ["start", "clients", "server", "other"]
+        parts = [float(x) for x in cells[1::2]]
+        assert sum(parts) == pytest.approx(runs[name][1] - 1, abs=3e-3), line
+        if name == "FedAvg":
+            assert parts == [0, 0, 0, 0]

@@ -36,6 +36,9 @@ CASES = {
     "circuit (FedECADO)": [
         "-c", "configs/digits/base.yaml", "-c", "configs/digits/fedecado.yaml", "--trainer.rounds", "3",
     ],
+    "circuit (Adaptive FedECADO)": [
+        "-c", "configs/digits/base.yaml", "-c", "configs/digits/adaptive_fedecado.yaml", "--trainer.rounds", "3",
+    ],
     "sharded robust (TrimmedMean)": [
         "-c", "configs/digits/base.yaml", "-c", "configs/digits/fedavg.yaml", "--trainer.rounds", "3",
         "--strategy", "lightfed.strategies.TrimmedMean", "--strategy.trim", "0.2",

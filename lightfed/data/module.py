@@ -105,7 +105,7 @@ class FederatedDataModule:
         self.holdout_draws = holdout_draws
         self.num_classes = 0
         self._batches: TensorBatches | LoaderBatches | None = None
-        self._client_indices: Sequence[Tensor] = []
+        self._client_indices: ClientGroups = ClientGroups.of([])
 
     def setup(self, seed: int, device: torch.device) -> None:
         """Loads the dataset, holds out the validation split and splits the rest across clients, deterministically
@@ -184,6 +184,12 @@ class FederatedDataModule:
 
     def client_size(self, client_id: int) -> int:
         return len(self._client_indices[client_id])
+
+    @property
+    def num_train_examples(self) -> int:
+        """The training examples of every client together (the sum of ``client_size``), without a pass over them."""
+        offsets = self._client_indices.offsets
+        return int(offsets[-1] - offsets[0])
 
     @property
     def train_x(self) -> Tensor:

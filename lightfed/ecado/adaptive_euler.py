@@ -2,6 +2,7 @@
 error below one tolerance, starting from the passivity bound."""
 
 import math
+from collections.abc import Callable
 from typing import Any, Literal, cast
 
 import torch
@@ -107,7 +108,7 @@ class AdaptiveEuler(LocalRule):
             )
         data = context.data
         self.context = context
-        self.weight = data.client_size(self.client_id) / sum(data.client_size(i) for i in range(data.num_clients))
+        self.weight = data.client_size(self.client_id) / data.num_train_examples
         self.current = self.current.to(params.device)
         self.steps: list[float] = []
         self.errors: list[float] = []
@@ -155,11 +156,10 @@ class AdaptiveEuler(LocalRule):
     def adjust(self, grad: Tensor, params: Tensor) -> None:
         self.curvature.observe(grad)  # the step's gradient at its start, before any trial or correction
         self.reference = 1.0 if self.error_scale == "absolute" else float(params.norm()) / math.sqrt(params.numel())
-        if self.fixed_lr is not None:
+        if self.fixed_lr is not None:  # no error to bound: the speed is measured only where the decay needs it
             dt, velocity = self.fixed_lr / self.weight, self._velocity(grad)
-            speed = self._norm(velocity)
             params.add_(velocity, alpha=dt)
-            self._accept(dt, 0.0, self._allowed(dt, speed), velocity, speed)
+            self._accept(dt, 0.0, math.inf, velocity, lambda: self._norm(velocity))
             return
         if self.lte == "retrospective" and self.steps:
             self._retrospective_step(grad, params)
@@ -255,9 +255,11 @@ class AdaptiveEuler(LocalRule):
         params.add_(velocity, alpha=dt)
         self._accept(dt, error, self._allowed(dt, speed), velocity, speed)
 
-    def _accept(self, dt: float, error: float, allowed: float, velocity: Tensor, speed: float) -> None:
+    def _accept(
+        self, dt: float, error: float, allowed: float, velocity: Tensor, speed: float | Callable[[], float]
+    ) -> None:
         """Records the step, its error in units of the tolerance's own (gamma x error / allowed error) and the speed
-        |v| it started at."""
+        |v| it started at (or how to measure it: ``velocity`` stays in its work array until the next step's)."""
         self.forced += error > allowed
         if self.decay is not None:
             self.decay.observe(speed, dt)

@@ -31,6 +31,7 @@ def test_the_validation_split_is_a_stratified_tenth_of_the_training_examples_tha
     assert len(val) == round(0.1 * DIGITS_TRAIN) == 144
     assert len(np.intersect1d(val, clients)) == 0 and len(clients) == len(np.unique(clients))
     assert np.array_equal(np.union1d(val, clients), np.arange(DIGITS_TRAIN))  # every training example used once
+    assert data.num_train_examples == len(clients) == DIGITS_TRAIN - 144
     labels = data.train_y.numpy()
     per_class, in_val = np.bincount(labels, minlength=10), np.bincount(labels[val], minlength=10)
     assert np.all(np.abs(in_val - per_class * 144 / DIGITS_TRAIN) < 1)  # each class within one of its share
@@ -133,6 +134,7 @@ def test_a_client_held_out_share_is_evaluated_and_never_trained_on():
         assert torch.equal(labels, data.train_y[evaluated])
         seen = torch.cat([y for _, y in data.client_batches(k, torch.Generator().manual_seed(0), epochs=1)])
         assert len(seen) == len(trained)
+    assert data.num_train_examples == sum(map(data.client_size, range(data.num_clients))) < whole.num_train_examples
     # without a held-out share, per-client evaluation reads the client's own training examples
     assert torch.equal(torch.cat([y for _, y in whole.client_eval_batches(2)]), whole.train_y[whole._client_indices[2]])
 

@@ -74,6 +74,7 @@ class QuadraticData:
         self.sizes = sizes
         self.batch_size = int(round(sizes.mean()))
         self.num_clients = len(sizes)
+        self.num_train_examples = int(sizes.sum())
 
     def client_size(self, client_id: int) -> int:
         return int(self.sizes[client_id])

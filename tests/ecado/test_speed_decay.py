@@ -37,6 +37,23 @@ def test_speed_decay_by_hand():
     assert faster.ratio() == 1.0
 
 
+def test_a_speed_given_as_a_measurement_is_taken_for_the_first_and_the_last_step_alone():
+    """Speeds 4, 3, 2 as functions: only the first is measured while the steps run, the last when the ratio is
+    asked for, and the ratio is the one of the numbers, (2/4)^(3/2)."""
+    measured: list[float] = []
+
+    def measure(speed: float):
+        return lambda: measured.append(speed) or speed
+
+    lazy, eager = SpeedDecay(), SpeedDecay()
+    for speed in (4.0, 3.0, 2.0):
+        lazy.observe(measure(speed), 1.0)
+        eager.observe(speed, 1.0)
+    assert measured == [4.0]
+    assert lazy.ratio() == eager.ratio() == pytest.approx(0.5**1.5)
+    assert measured == [4.0, 2.0]
+
+
 @pytest.mark.parametrize("steps", [2, 5, 20])
 def test_a_geometric_client_path_is_continued_to_the_clients_own_optimum_and_not_past_it(steps):
     """Forward Euler on F = h x^2 / 2 from x0: x_n = q^n x0 with q = 1 - dt h, speeds q^n h |x0|, so the tracked

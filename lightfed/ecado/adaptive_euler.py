@@ -259,7 +259,8 @@ class AdaptiveEuler(LocalRule):
         self, dt: float, error: float, allowed: float, velocity: Tensor, speed: float | Callable[[], float]
     ) -> None:
         """Records the step, its error in units of the tolerance's own (gamma x error / allowed error) and the speed
-        |v| it started at (or how to measure it: ``velocity`` stays in its work array until the next step's)."""
+        |v| it started at (or how to measure it: ``velocity`` stays in its work array through the next step, the last
+        step's until the report)."""
         self.forced += error > allowed
         if self.decay is not None:
             self.decay.observe(speed, dt)

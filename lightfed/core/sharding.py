@@ -19,6 +19,19 @@ def block_size(size: int) -> int:
     return 1 << min(max((size // MIN_BLOCKS).bit_length() - 1, 0), MAX_BLOCK.bit_length() - 1)
 
 
+def sum_rows(rows: Tensor, out: Tensor | None = None) -> Tensor:
+    """The sum of ``rows`` over its first dimension, one row added at a time, so that every column gets the same bits
+    whichever slice of the columns a process holds: torch's own sum over the rows, from 8 rows up on a CPU, adds the
+    columns of its vectorised part and those of the rest in different orders (1 ulp apart in float32)."""
+    total = rows.new_empty(rows.shape[1:]) if out is None else out
+    if len(rows) == 0:
+        return total.zero_()
+    total.copy_(rows[0])
+    for row in rows[1:]:
+        total.add_(row)
+    return total
+
+
 def local(tensor: Tensor, op: str) -> Tensor:
     """The all-reduce of one process."""
     return tensor
@@ -111,25 +124,34 @@ class CoordinateSums:
         """As ``squares``, the sums of the values."""
         return self._reduce([self._blocks(tensor, squares=False) for tensor in tensors])
 
-    def _blocks(self, tensor: Tensor, squares: bool) -> Tensor:
-        """This shard's block sums of ``tensor``, each over its rows in row order, float64."""
-        rows = torch.atleast_2d(tensor)
+    def row_blocks(self, rows: Tensor, squares: bool) -> Tensor:
+        """``[rows, this shard's blocks]``: each row's sum (``squares``: of squares) within each block, in the rows'
+        dtype, then float64; ``rows_total`` adds them up over every process."""
         whole = rows.shape[-1] // self.block * self.block
         parts = [rows[:, :whole].unflatten(1, (-1, self.block))]
         if whole < rows.shape[-1]:  # the vector's last block, shorter
             parts.append(rows[:, whole:].unsqueeze(1))
         reduced = [torch.linalg.vector_norm(part, dim=-1) if squares else part.sum(-1) for part in parts]
         per_block = (torch.cat(reduced, 1) if len(reduced) > 1 else reduced[0]).double()
-        if squares:
-            per_block.square_()
+        return per_block.square_() if squares else per_block
+
+    def rows_total(self, blocks: Tensor) -> Tensor:
+        """Per row of ``row_blocks``' (several calls' rows may be concatenated), the sum over every process's
+        coordinates: one all-reduce, float64 ``[rows]``."""
+        return self._reduce(blocks)
+
+    def _blocks(self, tensor: Tensor, squares: bool) -> Tensor:
+        """This shard's block sums of ``tensor``, each over its rows in row order, float64."""
+        rows = torch.atleast_2d(tensor)
+        per_block = self.row_blocks(rows, squares)
         return per_block[0] if len(rows) == 1 else per_block.T.contiguous().sum(1)  # one row: its own sum, exactly
 
-    def _reduce(self, blocks: list[Tensor]) -> Tensor:
-        """Every process's block sums of each tensor (one all-reduce), added in block order."""
-        if self.first == 0 and all(len(values) == self.blocks for values in blocks):  # every block is this shard's
-            padded = torch.stack(blocks)
+    def _reduce(self, blocks: list[Tensor] | Tensor) -> Tensor:
+        """Every process's block sums of each row (one all-reduce), added in block order."""
+        stacked = blocks if isinstance(blocks, Tensor) else torch.stack(blocks)
+        if self.first == 0 and stacked.shape[1] == self.blocks:  # every block is this shard's
+            padded = stacked
         else:
-            padded = torch.zeros(len(blocks), self.blocks, dtype=torch.float64, device=blocks[0].device)
-            for row, values in zip(padded, blocks, strict=True):
-                row[self.first : self.first + len(values)] = values
+            padded = torch.zeros(len(stacked), self.blocks, dtype=torch.float64, device=stacked.device)
+            padded[:, self.first : self.first + stacked.shape[1]] = stacked
         return self.all_reduce(padded, "sum").sum(1)

@@ -8,7 +8,7 @@ from torch import Tensor
 
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.requirements import Requirements
-from lightfed.core.sharding import CoordinateSums
+from lightfed.core.sharding import CoordinateSums, sum_rows
 from lightfed.ecado.adaptive_euler import AdaptiveEuler, ErrorScale, StepLimit
 from lightfed.ecado.circuit import BeyondWindow, ErrorNorm
 from lightfed.ecado.curvature import CurvatureEstimate
@@ -245,7 +245,7 @@ class AdaptiveFedECADO(FedECADO):
         if self.damping == "constant":
             inductance.fill_(self.inductance)
         elif self.damping == "shared":  # L_i = R_i R_eq / 4 = 1 / (4 G_i sum_j G_j)
-            torch.mul(conductance, conductance.sum(0, keepdim=True), out=inductance).mul_(4).reciprocal_()
+            torch.mul(conductance, sum_rows(conductance), out=inductance).mul_(4).reciprocal_()
         else:
             branches = len(updates.client_ids) if self.damping == "collective" else 1
             critical_inductance(conductance, branches, out=inductance)

@@ -19,7 +19,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from lightfed.core.sharding import CoordinateSums
+from lightfed.core.sharding import CoordinateSums, sum_rows
 from lightfed.core.workspace import Workspace
 from lightfed.ecado.max_abs import max_abs
 from lightfed.errors import ConfigError, DivergenceError
@@ -115,7 +115,7 @@ class WindowSolver:
         self.previous_h = 0.0
         self.error = self._array("error")
         self._central = workspace.get("central", x_c.shape, branches.couplings)  # the change's row sum
-        shape = torch.broadcast_shapes(branches.inductance.shape, branches.resistance.shape)
+        shape = (len(branches.couplings), max(branches.inductance.shape[-1], branches.resistance.shape[-1]))
         self._inverse = workspace.get("inverse", shape, branches.couplings)
 
     def trial(self, h: float) -> float:
@@ -125,11 +125,11 @@ class WindowSolver:
         progress = branches.progress(self.s + h).to(self.next.dtype)[:, None]
         a = torch.mul(branches.deltas, progress, out=self.next).add_(branches.start)  # Gamma(s + h)
         a.addcmul_(R, branches.couplings, value=-1).mul_(-h).addcmul_(L, self.currents).mul_(inverse)
-        x_next = torch.sum(a, 0, out=self.x_next).mul_(-h).add_(self.x_c).sub_(self.frozen, alpha=h)
-        x_next.div_(inverse.sum(0).mul_(h * h).add_(1))
+        x_next = sum_rows(a, out=self.x_next).mul_(-h).add_(self.x_c).sub_(self.frozen, alpha=h)
+        x_next.div_(sum_rows(inverse).mul_(h * h).add_(1))
         a.addcmul_(inverse, x_next, value=h)  # I' = a + b x_c'
         change = torch.sub(a, self.currents, out=self.change)
-        central = torch.sum(change, 0, out=self._central).mul_(h / 2)
+        central = sum_rows(change, out=self._central).mul_(h / 2)
         inductors = change
         if self.previous_change is not None:
             inductors = torch.sub(change, self.previous_change, alpha=h / self.previous_h, out=self.error)
@@ -143,9 +143,8 @@ class WindowSolver:
                 self.coordinates.all_reduce(torch.stack([max_abs(central), max_abs(inductors) / 2]), "max").max()
             )
         size = self.coordinates.size
-        squares = self.coordinates.squares(central, inductors)
-        counts = torch.tensor([size, 4 * len(inductors) * size], dtype=torch.float64, device=squares.device)
-        return float((squares / counts).sqrt().max())
+        central_square, inductors_square = self.coordinates.squares(central, inductors).tolist()
+        return max(math.sqrt(central_square / size), math.sqrt(inductors_square / (4 * len(inductors) * size)))
 
     def accept(self, h: float) -> None:
         """Moves to the solution of the last trial (step h); the caller's x_c and I^k are never written."""

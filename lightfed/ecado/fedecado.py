@@ -7,6 +7,7 @@ synchronised by linear interpolation/extrapolation (``lightfed.ecado.circuit``).
 the paper's printed ones: ``lightfed/ecado/circuit.py`` and the FedECADO spec.
 """
 
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -18,7 +19,7 @@ from torch import Tensor
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.requirements import Requirements
 from lightfed.core.sharded_client_states import ShardedClientStates
-from lightfed.core.sharding import CoordinateSums
+from lightfed.core.sharding import CoordinateSums, sum_rows
 from lightfed.core.workspace import Workspace
 from lightfed.ecado.circuit import (
     BeyondWindow,
@@ -50,17 +51,22 @@ def critical_branch_inductance(resistance: Tensor, scale: float = 1.0) -> Tensor
     1 / sqrt(scale) (scale 1: critical), natural frequency 2 / (R_eq sqrt(scale)). With R_i ~ T_i that frequency
     times the round's window is at least 2 x active clients whatever the windows' size, so the share of the clients'
     progress x_c captures in a round is fixed (a ramp followed critically lags by 2 / omega)."""
-    equivalent = resistance.reciprocal().sum(0, keepdim=True).reciprocal()
+    equivalent = sum_rows(resistance.reciprocal()).reciprocal()
     return resistance * equivalent * (scale / 4)
 
 
 def window_metrics(
-    result: WindowResult, move: Tensor, total_current: Tensor, windows: Tensor, coordinates: CoordinateSums
+    result: WindowResult, diagnostics: Tensor, windows: Tensor, coordinates: CoordinateSums
 ) -> dict[str, float]:
-    """Server steps taken, rejected and forced, max LTE of the accepted steps, step sizes, norms of x_c's ``move``
-    and of the total current (over every process's slice)."""
+    """Server steps taken, rejected and forced, max LTE of the accepted steps, step sizes, and from ``diagnostics``
+    (rows: x_c's move, the total current, the clients' data-weighted mean delta, the move times the mean delta) the
+    norms of the move and of the total current and the ``progress_share``: how much of the clients' mean progress the
+    move took this round, the projection <move, mean delta> / |mean delta|^2 (1: FedAvg's step; the rest stays in the
+    branch currents). One reduction over every process's slice."""
+    squares = coordinates.row_blocks(diagnostics[:3], squares=True)
+    blocks = torch.cat([squares, coordinates.row_blocks(diagnostics[3:], squares=False)])
+    move_square, current_square, mean_square, dot = coordinates.rows_total(blocks).tolist()
     steps = [h for h, _ in result.accepted]
-    move_norm, current = coordinates.squares(move, total_current).sqrt().tolist()
     return {
         "server_steps": float(len(steps)),
         "server_rejected": float(result.rejected),
@@ -69,25 +75,12 @@ def window_metrics(
         "step_min": min(steps),
         "step_mean": sum(steps) / len(steps),
         "step_max": max(steps),
-        "xc_move_norm": move_norm,
-        "current_sum_norm": current,
+        "xc_move_norm": math.sqrt(move_square),
+        "current_sum_norm": math.sqrt(current_square),
         "window_max": float(windows.max()),
         "window_min": float(windows.min()),
+        "progress_share": dot / mean_square if mean_square > 0 else 0.0,
     }
-
-
-def progress_share(
-    move: Tensor, deltas: Tensor, weights: Tensor, coordinates: CoordinateSums, workspace: Workspace | None = None
-) -> float:
-    """How much of the clients' data-weighted mean progress the server's move took this round: the projection
-    <move, mean delta> / |mean delta|^2 (1: FedAvg's step; the rest stays in the branch currents). Its two (d,)
-    temporaries come from ``workspace`` when given."""
-    workspace = workspace or Workspace()
-    mean = workspace.get("mean_delta", (1, deltas.shape[1]), deltas)
-    torch.matmul((weights / weights.sum()).to(deltas)[None], deltas, out=mean)
-    product = torch.mul(move, mean[0], out=workspace.get("product", move.shape, move))
-    dot, square = coordinates.sums(product), coordinates.squares(mean)
-    return float(dot / square) if square > 0 else 0.0
 
 
 def window_end(windows: Tensor, time_scale: Tensor, rule: str) -> float:
@@ -426,7 +419,7 @@ class FedECADO(ShardedStrategy):
             end=self._window_end(windows, updates),
             decay=updates.reports.get("decay"),
         )
-        frozen = torch.sum(couplings, 0, out=self._workspace.get("frozen", params.shape, self.total_current))
+        frozen = sum_rows(couplings, out=self._workspace.get("frozen", params.shape, self.total_current))
         torch.sub(self.total_current, frozen, out=frozen)  # the inactive clients' currents
         coordinates = CoordinateSums(self.num_params, self.shard, updates.all_reduce)
         result = integrate_window(
@@ -434,14 +427,18 @@ class FedECADO(ShardedStrategy):
         )
         for row, client_id in enumerate(updates.client_ids):
             self.client_states.overwrite(client_id, "current", result.currents[row])
-        torch.sum(result.currents, 0, out=self.total_current).add_(frozen)
+        sum_rows(result.currents, out=self.total_current).add_(frozen)
         self.step = result.next_step
         self.time += branches.window_end
-        move = torch.sub(result.x_c, params, out=self._workspace.get("move", params.shape, params))
-        self._metrics = window_metrics(result, move, self.total_current, windows, coordinates)
-        self._metrics["progress_share"] = progress_share(
-            move, updates.deltas, self._data_weights(updates), coordinates, self._workspace
-        )
+        diagnostics = self._workspace.get("diagnostics", (4, *params.shape), params)  # see window_metrics
+        move, mean = torch.sub(result.x_c, params, out=diagnostics[0]), diagnostics[2]
+        diagnostics[1].copy_(self.total_current)
+        weights = self._data_weights(updates)
+        mean.zero_()
+        for delta, weight in zip(updates.deltas, (weights / weights.sum()).tolist(), strict=True):
+            mean.add_(delta, alpha=weight)
+        torch.mul(move, mean, out=diagnostics[3])
+        self._metrics = window_metrics(result, diagnostics, windows, coordinates)
         self._metrics["server_seconds"] = time.perf_counter() - began
         return result.x_c
 

@@ -17,33 +17,15 @@ class ShardedDistances:
 
     def squared_norms(self, rows: Tensor) -> Tensor:
         """||rows[i]||^2 over every process's coordinates, float64 ``[rows]``: one all-reduce."""
-        return self._reduce(self._block_squares(rows))
+        return self.sums.rows_total(self.sums.row_blocks(rows, squares=True))
 
     def pairwise(self, rows: Tensor) -> Tensor:
         """||rows[i] - rows[j]||^2, a symmetric float64 ``[rows, rows]`` matrix with a zero diagonal: one all-reduce
         of the per-pair block sums (one row's differences with the later rows in memory at a time)."""
         count = len(rows)
         upper = torch.triu_indices(count, count, offset=1, device=rows.device)
-        parts = [self._block_squares(rows[i + 1 :] - rows[i]) for i in range(count)]
+        parts = [self.sums.row_blocks(rows[i + 1 :] - rows[i], squares=True) for i in range(count)]
         distances = torch.zeros(count, count, dtype=torch.float64, device=rows.device)
         if upper.shape[1]:
-            distances[upper[0], upper[1]] = self._reduce(torch.cat(parts))
+            distances[upper[0], upper[1]] = self.sums.rows_total(torch.cat(parts))
         return distances + distances.T
-
-    def _block_squares(self, rows: Tensor) -> Tensor:
-        """``[rows, this shard's blocks]``: each row's sum of squares within each block, in the rows' dtype, then
-        float64 (the blocks as ``CoordinateSums`` cuts them)."""
-        block = self.sums.block
-        whole = rows.shape[-1] // block * block
-        parts = [rows[:, :whole].unflatten(1, (-1, block))]
-        if whole < rows.shape[-1]:  # the vector's last block, shorter
-            parts.append(rows[:, whole:].unsqueeze(1))
-        return torch.cat([torch.linalg.vector_norm(part, dim=-1) for part in parts], 1).double().square_()
-
-    def _reduce(self, blocks: Tensor) -> Tensor:
-        """Per row of ``blocks``, every process's block sums (one all-reduce of a zero-padded matrix), added in block
-        order."""
-        sums = self.sums
-        padded = torch.zeros(len(blocks), sums.blocks, dtype=torch.float64, device=blocks.device)
-        padded[:, sums.first : sums.first + blocks.shape[1]] = blocks
-        return sums.all_reduce(padded, "sum").sum(1)

@@ -5,7 +5,7 @@ import random
 import pytest
 import torch
 
-from lightfed.core.sharding import CoordinateShards, CoordinateSums, block_size
+from lightfed.core.sharding import CoordinateShards, CoordinateSums, block_size, sum_rows
 
 
 def test_block_size_by_hand():
@@ -56,6 +56,22 @@ def test_any_split_gives_the_same_bits_as_one_shard_and_the_float64_sums(shape):
         assert abs(float(whole[0]) - float(expected)) <= 1e-6 * float(reference.abs().pow(1 + squares).sum())
         for cuts in _splits(shape[-1], seed=len(shape)):
             assert all(torch.equal(result, whole) for result in _split_sums(rows, cuts, squares)), cuts
+
+
+@pytest.mark.parametrize("rows", [1, 4, 8, 10, 33])
+def test_the_rows_sum_of_any_split_of_the_columns_is_the_columns_of_the_whole(rows):
+    """torch's sum over 8 rows or more is not (``sum(0)`` of a slice differs from the whole's columns by an ulp)."""
+    matrix = torch.randn(rows, 29_066, generator=torch.Generator().manual_seed(rows))
+    whole = sum_rows(matrix)
+    bound = rows * torch.finfo(torch.float32).eps * matrix.double().abs().sum(0)  # sequential rounding
+    assert ((whole.double() - matrix.double().sum(0)).abs() <= bound).all()
+    for cuts in _splits(29_066, seed=rows):
+        bounds = [0, *cuts, 29_066]
+        pieces = [sum_rows(matrix[:, start:stop].contiguous()) for start, stop in zip(bounds, bounds[1:])]
+        assert torch.equal(torch.cat(pieces), whole), cuts
+    out = torch.empty(29_066)
+    assert sum_rows(matrix, out=out) is out and torch.equal(out, whole)
+    assert torch.equal(sum_rows(matrix[:0]), torch.zeros(29_066))
 
 
 def test_several_tensors_at_once_and_empty_shards():

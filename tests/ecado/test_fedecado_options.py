@@ -9,7 +9,7 @@ from lightfed.core.messages import ClientPlan
 from lightfed.ecado.circuit import Branches, StepControl, WindowSolver, integrate_window
 from lightfed.core.sharding import CoordinateSums
 from lightfed.ecado import fedecado as fedecado_module
-from lightfed.ecado.fedecado import critical_branch_inductance, progress_share
+from lightfed.ecado.fedecado import critical_branch_inductance, window_metrics
 from lightfed.errors import ConfigError
 from lightfed.strategies import FedECADO
 from tests.ecado.ecado_quadratics import (
@@ -245,12 +245,16 @@ def test_bad_options_are_refused_in_one_line():
 
 def test_the_progress_share_is_the_moves_projection_on_the_data_weighted_mean_delta():
     """Deltas (1, 0) and (0, 1) with data weights 3 and 1: the mean delta is (0.75, 0.25); a move of (0.75, 0.25) is
-    all of it, (1.5, 0.5) twice, (0.25, -0.75) (orthogonal) none."""
-    deltas = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
-    weights = torch.tensor([3.0, 1.0], dtype=torch.float64)
-    coordinates = CoordinateSums(2)
+    all of it, (1.5, 0.5) twice, (0.25, -0.75) (orthogonal) none. The norms are the move's and the current's."""
+    from lightfed.ecado.circuit import WindowResult
+
+    mean = torch.tensor([[1.0, 0.0], [0.0, 1.0]]).T @ torch.tensor([0.75, 0.25])
+    result = WindowResult(torch.zeros(2), torch.zeros(1, 2), 0.1, trials=[(0.1, 0.0, True)])
     for move, share in [((0.75, 0.25), 1.0), ((1.5, 0.5), 2.0), ((0.25, -0.75), 0.0)]:
-        assert progress_share(torch.tensor(move), deltas, weights, coordinates) == pytest.approx(share)
+        move, current = torch.tensor(move), torch.tensor([3.0, 4.0])
+        metrics = window_metrics(result, torch.stack([move, current, mean, move * mean]), torch.ones(1), CoordinateSums(2))
+        assert metrics["progress_share"] == pytest.approx(share)
+        assert metrics["xc_move_norm"] == pytest.approx(float(move.norm())) and metrics["current_sum_norm"] == 5.0
 
 
 def test_the_curvature_sample_size_reaches_both_clients_rules():

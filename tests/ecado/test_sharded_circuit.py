@@ -51,6 +51,37 @@ def test_a_window_integrated_on_two_slices_takes_the_steps_of_the_whole(norm):
     assert torch.equal(torch.cat([r.currents for r in results], dim=1), expected.currents)
 
 
+def test_a_float32_window_of_ten_clients_on_two_slices_gets_the_bits_of_the_whole():
+    """Ten float32 rows and a slice boundary at an odd multiple of 16 coordinates (digits' 29,066 weights on two
+    processes): torch's sum over 8 rows or more adds the columns near a slice's end in another order than the same
+    columns inside the whole vector, so every sum over the clients is one row at a time (``sum_rows``)."""
+    g = torch.Generator().manual_seed(3)
+    a, d = 10, 29066
+    whole = Branches(torch.randn(d, generator=g), torch.randn(a, d, generator=g) * 1e-2,
+                     torch.rand(a, generator=g, dtype=torch.float64) + 0.2, torch.randn(a, d, generator=g) * 1e-3,
+                     torch.rand(a, 1, generator=g) + 0.1, torch.rand(a, 1, generator=g) + 0.1)
+    frozen = torch.randn(d, generator=g) * 1e-3
+    control = StepControl(tolerance=1e-3, min_step=1e-6, norm="rms")
+    expected = integrate_window(whole.start, frozen, whole, 0.3, control)
+    group, results = ThreadGroup(2), [None, None]
+    assert CoordinateShards(d, 2, 0).local.stop % 32 == 16
+
+    def solve(rank: int) -> None:
+        part = CoordinateShards(d, 2, rank).local
+        branches = Branches(whole.start[part].clone(), whole.deltas[:, part].contiguous(), whole.windows,
+                            whole.couplings[:, part].contiguous(), whole.resistance, whole.inductance)
+        coordinates = CoordinateSums(d, part, lambda tensor, op: group.all_reduce(rank, tensor, op))
+        results[rank] = integrate_window(branches.start, frozen[part].clone(), branches, 0.3, control, coordinates)
+
+    threads = [threading.Thread(target=solve, args=(rank,)) for rank in range(2)]
+    [thread.start() for thread in threads]
+    [thread.join() for thread in threads]
+    assert len(expected.trials) > 1
+    assert results[0].trials == results[1].trials == expected.trials
+    assert torch.equal(torch.cat([r.x_c for r in results]), expected.x_c)
+    assert torch.equal(torch.cat([r.currents for r in results], dim=1), expected.currents)
+
+
 def _held_bytes(strategy) -> dict[str, int]:
     """Bytes of the per-client tensors this process holds: vectors and 0-d numbers."""
     held = {"vectors": 0, "numbers": 0}
@@ -95,7 +126,7 @@ def _fit(root: Path, config: str, devices: int, *overrides: str) -> Path:
     subprocess.run(
         [sys.executable, "-m", "lightfed", "fit", "--config", str(Path(config).with_name("base.yaml")),
          "--config", config, "--trainer.devices", str(devices),
-         "--trainer.clients_per_round", "4", "--trainer.local_epochs", "1", "--trainer.client_eval_interval", "0",
+         "--trainer.clients_per_round", "10", "--trainer.local_epochs", "1", "--trainer.client_eval_interval", "0",
          "--trainer.root_dir", str(root), "--trainer.name", "run", "--trainer.progress_bar", "false",
          "--trainer.check_replicas", "true", *overrides],  # every round: the same global weights on every process
         check=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, timeout=600,
@@ -112,7 +143,8 @@ def _strategy_metrics(checkpoint: Path) -> list[dict[str, float]]:
 @pytest.mark.parametrize("name", ["fedecado", "adaptive_fedecado"])
 def test_the_digits_config_on_two_processes_gives_the_weights_of_one(tmp_path, name):
     """Bit-identical: every sum over coordinates (the rms error norm above all) is summed in blocks that do not
-    depend on the shard boundaries (``lightfed.core.sharding.BlockSums``)."""
+    depend on the shard boundaries (``lightfed.core.sharding.CoordinateSums``), every sum over the round's ten clients
+    one row at a time (``sum_rows``)."""
     config = str(ROOT / "configs" / "digits" / f"{name}.yaml")
     paths = {devices: _fit(tmp_path / f"devices{devices}", config, devices, "--trainer.rounds", "3") for devices in (1, 2)}
     one, two = (torch.load(paths[devices], weights_only=False) for devices in (1, 2))

@@ -46,7 +46,7 @@ def _splits(size: int, seed: int) -> list[list[int]]:
     return splits + [[i * block for i in sorted(rng.sample(range(1, blocks), k - 1))] for k in range(2, 7)]
 
 
-@pytest.mark.parametrize("shape", [(5003,), (3, 5003), (4, 29_066)])
+@pytest.mark.parametrize("shape", [(5003,), (3, 5003), (4, 29_066), (10, 29_066)])
 def test_any_split_gives_the_same_bits_as_one_shard_and_the_float64_sums(shape):
     rows = torch.randn(*shape, generator=torch.Generator().manual_seed(0)) + 0.3
     reference = rows.double()

@@ -4,6 +4,7 @@ of the beta = theta - 2f picked values closest to their median."""
 import torch
 from torch import Tensor
 
+from lightfed.core.sharding import sum_rows
 from lightfed.errors import ConfigError
 from lightfed.strategies.krum import krum_scores
 from lightfed.strategies.pairwise_distances import ShardedDistances
@@ -28,7 +29,7 @@ def closest_to_median_mean(values: Tensor, beta: int) -> Tensor:
     row), summed in float64."""
     median = trimmed_mean(values, (len(values) - 1) // 2)
     rows = (values - median).abs().argsort(dim=0, stable=True)[:beta]
-    return values.gather(0, rows).double().mean(0).to(values.dtype)
+    return (sum_rows(values.gather(0, rows).double()) / len(rows)).to(values.dtype)
 
 
 class Bulyan(ShardedStrategy):

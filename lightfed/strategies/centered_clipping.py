@@ -4,6 +4,7 @@ averaged, move the center; the center is the previous round's aggregate."""
 import torch
 from torch import Tensor
 
+from lightfed.core.sharding import sum_rows
 from lightfed.errors import ConfigError
 from lightfed.strategies.base import ServerContext
 from lightfed.strategies.pairwise_distances import ShardedDistances
@@ -38,7 +39,7 @@ class CenteredClipping(ShardedStrategy):
             differences = updates.deltas - self.center
             norms = distances.squared_norms(differences).sqrt()
             scales = (self.tau / norms).clamp(max=1.0)
-            self.center += (scales[:, None] * differences.double()).mean(0).to(self.center.dtype)
+            self.center += (sum_rows(scales[:, None] * differences.double()) / len(differences)).to(self.center.dtype)
         return params + self.server_lr * self.center
 
     def sharded_state(self) -> dict[str, Tensor]:

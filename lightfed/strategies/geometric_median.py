@@ -5,14 +5,15 @@ import math
 
 from torch import Tensor
 
+from lightfed.core.sharding import sum_rows
 from lightfed.errors import ConfigError
 from lightfed.strategies.pairwise_distances import ShardedDistances
 from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
 
 
 def weighted_mean(rows: Tensor, weights: Tensor) -> Tensor:
-    """sum_i weights_i rows_i / sum_i weights_i, per coordinate in float64."""
-    return ((weights[:, None] * rows.double()).sum(0) / weights.sum()).to(rows.dtype)
+    """sum_i weights_i rows_i / sum_i weights_i, per coordinate in float64 (``sum_rows``: the same bits for any shard)."""
+    return (sum_rows(weights[:, None] * rows.double()) / weights.sum()).to(rows.dtype)
 
 
 class GeometricMedian(ShardedStrategy):

@@ -4,6 +4,7 @@ neighbours."""
 import torch
 from torch import Tensor
 
+from lightfed.core.sharding import sum_rows
 from lightfed.errors import ConfigError
 from lightfed.strategies.pairwise_distances import ShardedDistances
 from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
@@ -46,7 +47,7 @@ class Krum(ShardedStrategy):
     def aggregate_shard(self, params: Tensor, updates: ShardedRound) -> Tensor:
         distances = ShardedDistances(self.num_params, self.shard, updates.all_reduce).pairwise(updates.deltas)
         rows = krum_order(distances, self.num_byzantine)[: self.kept(len(distances))].sort().values
-        return params + self.server_lr * updates.deltas[rows].double().mean(0).to(params.dtype)
+        return params + self.server_lr * (sum_rows(updates.deltas[rows].double()) / len(rows)).to(params.dtype)
 
 
 class MultiKrum(Krum):

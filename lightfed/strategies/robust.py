@@ -2,16 +2,18 @@
 
 from torch import Tensor
 
+from lightfed.core.sharding import sum_rows
 from lightfed.errors import ConfigError
 from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
 
 
 def trimmed_mean(deltas: Tensor, trim: int) -> Tensor:
     """Per coordinate, the mean of the rows left after dropping the ``trim`` smallest and ``trim`` largest values
-    (summed in float64, so the result does not depend on how the coordinates are sharded)."""
+    (summed in float64 one row at a time, ``sum_rows``, so the result does not depend on how the coordinates are
+    sharded)."""
     count = deltas.shape[0]
     kept = deltas.sort(dim=0).values[trim : count - trim]
-    return kept.double().mean(0).to(deltas.dtype)
+    return (sum_rows(kept.double()) / len(kept)).to(deltas.dtype)
 
 
 class TrimmedMean(ShardedStrategy):

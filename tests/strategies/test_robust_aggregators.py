@@ -13,6 +13,7 @@ from lightfed.strategies.base import ServerContext
 from lightfed.strategies.bulyan import bulyan_selection, closest_to_median_mean
 from lightfed.strategies.geometric_median import weighted_mean
 from lightfed.strategies.pairwise_distances import ShardedDistances
+from lightfed.strategies.robust import trimmed_mean
 from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
 from tests.conftest import fit_in_subprocess
 
@@ -44,6 +45,24 @@ def test_pairwise_distances_through_two_shards_are_those_of_one():
     total = seen[0] + seen[1]
     for shard in shards:
         assert torch.equal(ShardedDistances(4099, shard, lambda t, op: total).pairwise(rows[:, shard]), whole)
+
+
+def test_the_means_over_the_clients_on_any_shard_are_the_whole_vectors_bits():
+    """float64 rows, so no cast to float32 hides a last bit: torch's mean over the rows of a slice differs from the
+    same columns of the whole (5003 coordinates on 2-4 processes); the means add one row at a time."""
+    rows = torch.randn(10, 5003, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    weights = torch.rand(10, generator=torch.Generator().manual_seed(1), dtype=torch.float64) + 0.5
+    means = {
+        "trimmed": lambda part: trimmed_mean(part, 2),
+        "weighted": lambda part: weighted_mean(part, weights),
+        "closest to the median": lambda part: closest_to_median_mean(part, 4),
+    }
+    for name, mean in means.items():
+        whole = mean(rows)
+        for world in (2, 3, 4):
+            bounds = CoordinateShards(5003, world).bounds
+            assert torch.equal(torch.cat([mean(rows[:, start:stop]) for start, stop in bounds]), whole), (name, world)
+    torch.testing.assert_close(weighted_mean(rows, weights), (weights[:, None] * rows).sum(0) / weights.sum())
 
 
 def test_krum_and_multi_krum_by_hand():

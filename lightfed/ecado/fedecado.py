@@ -83,6 +83,14 @@ def window_metrics(
     }
 
 
+def data_weighted_mean(rows: Tensor, weights: Tensor, out: Tensor) -> Tensor:
+    """sum_i w_i rows_i / sum_i w_i into ``out``, one row at a time (as ``sum_rows``: the same bits on any shard)."""
+    out.zero_()
+    for row, weight in zip(rows, (weights / weights.sum()).tolist(), strict=True):
+        out.add_(row, alpha=weight)
+    return out
+
+
 def window_end(windows: Tensor, time_scale: Tensor, rule: str) -> float:
     """The round's integration end: the longest window ("max") or the data-weighted (1 / beta_i) mean ("mean")."""
     if rule == "max":
@@ -433,10 +441,7 @@ class FedECADO(ShardedStrategy):
         diagnostics = self._workspace.get("diagnostics", (4, *params.shape), params)  # see window_metrics
         move, mean = torch.sub(result.x_c, params, out=diagnostics[0]), diagnostics[2]
         diagnostics[1].copy_(self.total_current)
-        weights = self._data_weights(updates)
-        mean.zero_()
-        for delta, weight in zip(updates.deltas, (weights / weights.sum()).tolist(), strict=True):
-            mean.add_(delta, alpha=weight)
+        data_weighted_mean(updates.deltas, self._data_weights(updates), out=mean)
         torch.mul(move, mean, out=diagnostics[3])
         self._metrics = window_metrics(result, diagnostics, windows, coordinates)
         self._metrics["server_seconds"] = time.perf_counter() - began

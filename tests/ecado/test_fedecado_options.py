@@ -9,7 +9,7 @@ from lightfed.core.messages import ClientPlan
 from lightfed.ecado.circuit import Branches, StepControl, WindowSolver, integrate_window
 from lightfed.core.sharding import CoordinateSums
 from lightfed.ecado import fedecado as fedecado_module
-from lightfed.ecado.fedecado import critical_branch_inductance, window_metrics
+from lightfed.ecado.fedecado import critical_branch_inductance, data_weighted_mean, window_metrics
 from lightfed.errors import ConfigError
 from lightfed.strategies import FedECADO
 from tests.ecado.ecado_quadratics import (
@@ -248,7 +248,9 @@ def test_the_progress_share_is_the_moves_projection_on_the_data_weighted_mean_de
     all of it, (1.5, 0.5) twice, (0.25, -0.75) (orthogonal) none. The norms are the move's and the current's."""
     from lightfed.ecado.circuit import WindowResult
 
-    mean = torch.tensor([[1.0, 0.0], [0.0, 1.0]]).T @ torch.tensor([0.75, 0.25])
+    deltas, weights = torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([3.0, 1.0], dtype=torch.float64)
+    mean = data_weighted_mean(deltas, weights, out=torch.empty(2))
+    assert torch.equal(mean, torch.tensor([0.75, 0.25]))
     result = WindowResult(torch.zeros(2), torch.zeros(1, 2), 0.1, trials=[(0.1, 0.0, True)])
     for move, share in [((0.75, 0.25), 1.0), ((1.5, 0.5), 2.0), ((0.25, -0.75), 0.0)]:
         move, current = torch.tensor(move), torch.tensor([3.0, 4.0])

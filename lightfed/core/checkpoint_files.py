@@ -8,6 +8,7 @@ import pickle
 import re
 import warnings
 from collections import OrderedDict
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -43,22 +44,21 @@ def write_file(path: Path, state: Any, keep_as: Path | None = None) -> None:
     except (OSError, RuntimeError) as error:
         for leftover in (tmp, kept):
             if leftover is not None:
-                leftover.unlink(missing_ok=True)
-        raise _write_error(path, error) from None
+                with suppress(OSError):  # a read-only file system refuses this too: the reason is the write's
+                    leftover.unlink(missing_ok=True)
+        raise write_error(path, error) from None
 
 
-def _write_error(path: Path, error: BaseException) -> CheckpointWriteError:
-    """The one-line error for a failed write of ``path``, with the operating system's reason (torch reports a full
-    disk as a RuntimeError raised while handling the OSError)."""
+def write_error(path: Path, error: BaseException, what: str = "checkpoint") -> CheckpointWriteError:
+    """The one-line error for a failed write of ``path`` (a ``what``), with the operating system's reason (torch
+    reports a full disk as a RuntimeError raised while handling the OSError)."""
     cause: BaseException | None = error
     while cause is not None and not isinstance(cause, OSError):
         cause = cause.__cause__ or cause.__context__
-    if cause is None:
-        return CheckpointWriteError(f"cannot write checkpoint {path}: {_one_line(error)}; resume with --ckpt_path last")
+    if cause is None or cause.strerror is None:
+        return CheckpointWriteError(f"cannot write {what} {path}: {_one_line(error)}; resume with --ckpt_path last")
     advice = "free space" if cause.errno == errno.ENOSPC else f"make {path.parent} writable"
-    return CheckpointWriteError(
-        f"cannot write checkpoint {path}: {cause.strerror}; {advice} and resume with --ckpt_path last"
-    )
+    return CheckpointWriteError(f"cannot write {what} {path}: {cause.strerror}; {advice} and resume with --ckpt_path last")
 
 
 def read_file(path: Path, mmap: bool = False) -> Any:

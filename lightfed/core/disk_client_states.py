@@ -1,6 +1,7 @@
 """Per-client state on disk: an append-only log of segment files per process, read for the clients of a round and
-written only for the clients that changed; a checkpoint links the segments (no copy) and names them with their
-checksums, so its cost follows the clients trained since the last one, not the population."""
+written only for the clients that changed; a checkpoint links the segments and names them with their checksums, so its
+cost follows the clients trained since the last one, not the population. Each segment has two files, so that the two
+newest checkpoints never share one: damage to a file costs one checkpoint, not both."""
 
 import hashlib
 import os
@@ -8,6 +9,7 @@ import shutil
 import tempfile
 import threading
 import weakref
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -15,12 +17,14 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from lightfed.core.checkpoint_files import file_checksum, read_file, write_file
+from lightfed.core.checkpoint_files import file_checksum, read_file, write_error, write_file
 from lightfed.core.client_states import ClientStates, ReadPart, State
+from lightfed.core.folder_lock import FolderLock, remove_abandoned
 from lightfed.core.process_states import LINKED
 from lightfed.errors import ConfigError
 
 MAX_SEGMENTS = 32  # more live segments than this: the next checkpoint first copies the live records into a new one
+FOLDER_PREFIX = "client-states-"  # a store's own folder under ``client_states_folder``
 
 
 class Record(NamedTuple):
@@ -46,6 +50,8 @@ class Segment:
     size: int = 0
     sha256: str | None = None  # set when sealed
     index_path: Path | None = None  # its records, written when sealed
+    index_sha256: str | None = None
+    spares: tuple[Path, Path] | None = None  # its files (data, index) in the checkpoint before the newest: other inodes
 
 
 class DiskClientStates(ClientStates):
@@ -55,14 +61,20 @@ class DiskClientStates(ClientStates):
     ``get`` reads one tensor from its file (memory: only the tensors in use), ``set`` appends one; a checkpoint seals
     the file written since the last one and links every file that still holds a live tensor beside the process file,
     with its SHA-256. Resumable on any number of processes, like ``ClientStates``.
+
+    The store's folder is locked while the process lives; a new store removes the folders of stores whose process
+    died (a kill leaves nothing behind for long).
     """
 
     def __init__(self, folder: str | Path | None = None) -> None:
         super().__init__()
         root = Path(tempfile.gettempdir() if folder is None else folder)
         root.mkdir(parents=True, exist_ok=True)
-        self.folder = Path(tempfile.mkdtemp(prefix="client-states-", dir=root))
-        weakref.finalize(self, shutil.rmtree, self.folder, True)  # linked checkpoint files stay
+        remove_abandoned(root, f"{FOLDER_PREFIX}*")
+        self.folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX, dir=root))
+        lock = FolderLock(self.folder)
+        lock.acquire()
+        weakref.finalize(self, _remove, self.folder, lock)  # linked checkpoint files stay
         self._where: dict[int, dict[str, Record]] = {}
         self._segments: dict[int, Segment] = {}
         self._journal: int | None = None  # the segment that ``set`` appends to
@@ -95,8 +107,13 @@ class DiskClientStates(ClientStates):
         if self._journal is None:
             self._journal = self._new_segment(self.folder / f"segment_{self._next}.bin")
         segment = self._segments[self._journal]
-        with open(segment.path, "ab") as file:
-            file.write(data)
+        try:
+            with open(segment.path, "ab") as file:
+                file.write(data)
+        except OSError as error:  # a full disk: the journal is cut back to its records
+            with suppress(OSError):
+                os.truncate(segment.path, segment.size)
+            raise write_error(segment.path, error, "client state file") from None
         record = Record(self._journal, segment.size, str(value.dtype).removeprefix("torch."), tuple(value.shape))
         segment.digest.update(data)
         segment.size += len(data)
@@ -127,8 +144,13 @@ class DiskClientStates(ClientStates):
         return bool(self._where)
 
     def write_segments(self, folder: Path, prefix: str) -> dict[str, Any]:
-        """Seals the journal and links every segment that holds a live tensor into ``folder`` (a copy across file
-        systems); returns what the process file holds in their place: their names and checksums, in log order."""
+        """Seals the journal and puts every segment that holds a live tensor into ``folder``; returns what the process
+        file holds in their place: their names and checksums, in log order.
+
+        A new segment's files are linked (copied across file systems); an older one's are not those of the newest
+        checkpoint, whose folder becomes the previous one's: a link of its files in the checkpoint before (other
+        inodes), or a verified copy where there is none (its first checkpoint after the one that sealed it, or after
+        a resume). A file of that name already in ``folder`` is kept only when its checksum verifies."""
         if len(self._live()) > MAX_SEGMENTS:
             self._compact()
         if self._journal is not None:
@@ -141,18 +163,27 @@ class DiskClientStates(ClientStates):
         linked = []
         for number in sorted(live):
             segment = self._segments[number]
-            assert segment.index_path is not None and segment.sha256 is not None
-            index_sha256 = file_checksum(segment.index_path)
-            name = f"{prefix}_{segment.sha256[:16]}_{index_sha256[:16]}"  # by content: a name never changes meaning
-            data, index = folder / f"{name}.bin", folder / f"{name}.index.pt"
-            _link(segment.path, data)
-            _link(segment.index_path, index)
-            if segment.path.parent == self.folder:  # the checkpoint's name keeps it
-                segment.path.unlink()
-                segment.index_path.unlink()
-            segment.path, segment.index_path = data, index  # the newest checkpoint's names outlive older ones'
+            assert segment.index_path is not None and segment.sha256 is not None and segment.index_sha256 is not None
+            name = f"{prefix}_{segment.sha256[:16]}_{segment.index_sha256[:16]}"  # by content: one meaning per name
+            files = (segment.path, segment.index_path)
+            targets = (folder / f"{name}.bin", folder / f"{name}.index.pt")
+            if targets[0] != files[0]:  # (the same checkpoint written again: its files are in place)
+                own = files[0].parent == self.folder
+                for file, target, spare, sha256 in zip(
+                    files, targets, segment.spares or (None, None), (segment.sha256, segment.index_sha256)
+                ):
+                    _place(target, sha256, link=file if own else spare, copy=file, avoid=None if own else file)
+                    if own:  # the checkpoint's name keeps it
+                        file.unlink()
+                segment.spares = None if own else files
+                segment.path, segment.index_path = targets  # the newest checkpoint's names outlive older ones'
             linked.append(
-                {"data": data.name, "index": index.name, "sha256": segment.sha256, "index_sha256": index_sha256}
+                {
+                    "data": targets[0].name,
+                    "index": targets[1].name,
+                    "sha256": segment.sha256,
+                    "index_sha256": segment.index_sha256,
+                }
             )
         return {LINKED: linked}
 
@@ -169,7 +200,8 @@ class DiskClientStates(ClientStates):
             for entry in saved[LINKED]:
                 number = self._new_segment(Path(saved["folder"]) / entry["data"])
                 segment = self._segments[number]
-                segment.sha256, segment.index_path = entry["sha256"], Path(saved["folder"]) / entry["index"]
+                segment.sha256, segment.index_sha256 = entry["sha256"], entry["index_sha256"]
+                segment.index_path = Path(saved["folder"]) / entry["index"]
                 segment.records = read_file(segment.index_path)
                 for client_id, records in segment.records.items():
                     if client_id % world == rank:
@@ -199,6 +231,7 @@ class DiskClientStates(ClientStates):
         segment.sha256 = segment.digest.hexdigest()
         segment.index_path = segment.path.with_suffix(".index.pt")
         write_file(segment.index_path, segment.records)
+        segment.index_sha256 = file_checksum(segment.index_path)
 
     def _compact(self) -> None:
         """Appends every live tensor outside the journal to it: the older segments then hold no live tensor."""
@@ -236,18 +269,49 @@ def _dtype(name: str) -> torch.dtype:
     return dtype
 
 
-def _link(source: Path, target: Path) -> None:
-    """``target`` becomes another name of ``source`` (a copy when they are on different file systems), unless a file
-    of that name (named by its content) and of its size is there already: one a kill cut short is replaced. The name
-    appears only once the link or the durable copy is complete (through a temporary name in the same folder)."""
-    if target.exists() and target.stat().st_size == source.stat().st_size:
-        return
+def _remove(folder: Path, lock: FolderLock) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    lock.release()
+
+
+def _place(target: Path, sha256: str, link: Path | None, copy: Path, avoid: Path | None) -> None:
+    """Makes ``target`` a file of checksum ``sha256``: another name of ``link`` (a hard link), or else a copy of
+    ``copy`` verified as it is read. A file already named ``target`` stays when it verifies and is not ``avoid``
+    (a file it must not share an inode with): one left by a kill, or by a checkpoint that was given up. The name
+    appears only once the file is complete (through a temporary name in the same folder); a failed write (a full
+    disk) leaves no temporary file and raises a one-line ``CheckpointWriteError``."""
+    if target.is_file() and not (avoid is not None and avoid.is_file() and target.samefile(avoid)):
+        if file_checksum(target) == sha256:
+            return
     partial = target.with_name(f".{target.name}.partial")
-    partial.unlink(missing_ok=True)
     try:
-        os.link(source, partial)
-    except OSError:
-        shutil.copyfile(source, partial)
-        with open(partial, "rb") as file:
-            os.fsync(file.fileno())
-    os.replace(partial, target)
+        partial.unlink(missing_ok=True)
+        try:
+            if link is None:
+                raise OSError("nothing to link")
+            os.link(link, partial)
+        except OSError:
+            _copy_verified(copy, partial, sha256)
+        os.replace(partial, target)
+    except OSError as error:
+        with suppress(OSError):
+            partial.unlink(missing_ok=True)
+        raise write_error(target, error, "client state file") from None
+
+
+def _copy_verified(source: Path, target: Path, sha256: str) -> None:
+    """Copies ``source`` to ``target`` durably; a ``source`` that no longer has checksum ``sha256`` is a
+    ``ConfigError`` (it changed after it was written)."""
+    digest = hashlib.sha256()
+    with open(source, "rb") as reading, open(target, "wb") as writing:
+        for chunk in iter(lambda: reading.read(1 << 20), b""):
+            digest.update(chunk)
+            writing.write(chunk)
+        writing.flush()
+        os.fsync(writing.fileno())
+    if digest.hexdigest() != sha256:
+        target.unlink()
+        raise ConfigError(
+            f"client state file {source} does not match its checksum: it changed after it was written; resume with "
+            "--ckpt_path last (a damaged checkpoint gives way to the one before)"
+        )

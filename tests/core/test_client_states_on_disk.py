@@ -2,6 +2,7 @@
 states of the in-memory store, with the states really in linked files, and a resume to them; refused on the sharded
 path in one line."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,9 @@ from lightfed.core.saved_client_states import saved_client_states
 from lightfed.ecado.fedecado import FedECADO
 from lightfed.errors import ConfigError
 from lightfed.personalization import FedPer
-from lightfed.strategies import FedAvg
+from lightfed.strategies import FedAvg, Scaffold
 from tests.asynchronous.test_asynchronous import MASFL, SMALL
-from tests.conftest import small_trainer
+from tests.conftest import small_data, small_model, small_trainer
 from tests.personalization.conftest import linear_net, pathological_data
 
 
@@ -66,3 +67,26 @@ def test_the_sharded_path_refuses_the_disk_store_and_a_bad_store_is_refused(tmp_
         small_trainer(tmp_path, client_states="disk").fit(linear_net(), pathological_data(8), FedECADO())
     with pytest.raises(ConfigError, match='trainer.client_states must be "memory" or "disk", got \'ssd\''):
         small_trainer(tmp_path, client_states="ssd")
+
+
+def _scaffold(root: Path, rounds: int, **options) -> torch.Tensor:
+    trainer = small_trainer(root, rounds=rounds, logger=False, client_states="disk", client_states_folder=str(root),
+                            clients_in_parallel=1, name="run")
+    trainer.fit(small_model(momentum=0.0), small_data(), Scaffold(), **options)
+    return torch.load(trainer.checkpoint_path, weights_only=True)["params"]
+
+
+def test_a_damaged_segment_is_never_used_again_and_the_run_resumes_to_its_uninterrupted_weights(tmp_path, capsys):
+    expected = _scaffold(tmp_path / "whole", 8)
+    _scaffold(tmp_path / "cut", 4)
+    states = tmp_path / "cut" / "run" / "version_0" / "checkpoints" / FOLDER
+    new_in_round_4 = [path for path in (states / "round_4").glob("*.bin") if not (states / "round_3" / path.name).exists()]
+    damaged = bytearray(new_in_round_4[0].read_bytes())
+    damaged[3::4] = bytes(byte ^ 0x40 for byte in damaged[3::4])  # every float32's exponent: the same size
+    new_in_round_4[0].write_bytes(damaged)
+    _scaffold(tmp_path / "cut", 6, ckpt_path="last")  # round 4's checkpoint gives way to round 3's; round 4 again
+    shared = [path for path in (states / "round_6").glob("*.bin") if (states / "round_5" / path.name).exists()]
+    assert shared
+    os.truncate(shared[0], 1000)  # a segment both checkpoints hold: the previous one's is another file
+    assert torch.equal(_scaffold(tmp_path / "cut", 8, ckpt_path="last"), expected)
+    assert capsys.readouterr().out.count("cannot be read") == 2

@@ -1,6 +1,6 @@
 """The disk store of per-client state: the same values as the in-memory store, checkpoints that write only the
-clients that changed (the rest are links to files already written), verified by checksums, resumable on any number
-of processes, and a state larger than the process's memory limit."""
+clients that changed (the rest are links to files already written) and share no file with the checkpoint before,
+verified by checksums, resumable on any number of processes, and a state larger than the process's memory limit."""
 
 import errno
 import os
@@ -58,19 +58,28 @@ def test_it_gives_back_what_the_in_memory_store_gives_back(tmp_path):
     assert len(on_disk) == 1 and on_disk.state_dict().keys() == {3}
 
 
-def test_a_checkpoint_writes_only_the_clients_trained_since_the_last_one(tmp_path):
+def test_a_checkpoint_writes_only_the_clients_trained_before_the_last_one_and_shares_no_file_with_it(tmp_path):
     store = _store(tmp_path, range(100))
-    first = _checkpoint(tmp_path / "states", "round_1", [store])
+    _checkpoint(tmp_path / "states", "round_1", [store])
     for client_id in (3, 50):  # two clients train again
         store.set(client_id, "c", torch.full((4,), -1.0))
     second = _checkpoint(tmp_path / "states", "round_2", [store])
-    new = [path for path in second.glob("*.bin") if not any(path.samefile(old) for old in first.glob("*.bin"))]
-    assert [path.stat().st_size for path in new] == [2 * 4 * 4]  # 2 clients x 4 float32: the only data written
-    assert sum(path.stat().st_nlink > 1 for path in second.glob("*.bin")) == 1  # the first segment: a link
+    store.set(7, "c", torch.full((4,), -2.0))
+    before = {_inode(path) for path in tmp_path.rglob("*") if path.is_file()}
+    third = _checkpoint(tmp_path / "states", "round_3", [store])
+    written = [path for path in third.glob("*.bin") if _inode(path) not in before]
+    assert [path.stat().st_size for path in written] == [2 * 4 * 4]  # a copy of round 2's 2 clients x 4 float32
+    assert len(list(third.glob("*.bin"))) == 3  # the 100 clients' first values (a link), round 2's, client 7's
+    assert not {_inode(path) for path in second.iterdir()} & {_inode(path) for path in third.iterdir()}
     resumed = DiskClientStates(tmp_path / "other")
-    resumed.load_process_states(lambda rank: reader(second, 1)(rank)["clients"], 1, 0, 1)
+    resumed.load_process_states(lambda rank: reader(third, 1)(rank)["clients"], 1, 0, 1)
     assert torch.equal(resumed.get(50, "c"), torch.full((4,), -1.0))
+    assert torch.equal(resumed.get(7, "c"), torch.full((4,), -2.0))
     assert torch.equal(resumed.get(51, "c"), torch.full((4,), 51.0))
+
+
+def _inode(path: Path) -> tuple[int, int]:
+    return path.stat().st_dev, path.stat().st_ino
 
 
 def test_it_reads_on_after_the_checkpoints_its_files_came_from_are_pruned(tmp_path):

@@ -1,13 +1,16 @@
 """The ``lightfed`` command: ``fit``, ``validate`` and ``test`` with LightningCLI's conventions on jsonargparse, and
 ``compare``; a user's error ends as one line ``lightfed: error: ...`` with exit status 2."""
 
+import errno
 import re
 import signal
 import sys
 from argparse import ArgumentError
+from pathlib import Path
 
 from lightfed import launcher
 from lightfed.adapters import run_exit_handlers
+from lightfed.core.checkpoint_files import write_error
 from lightfed.core.preemption import hold_requests
 from lightfed.errors import LightfedError
 from lightfed.experiments.compare import main as compare
@@ -58,9 +61,11 @@ def _run_and_report(argv: list[str], command_line: bool) -> None:
         if failure is not None:
             sys.exit(failure)
     except Exception as error:
-        user_error = _user_error(error)
+        user_error, refused_write = _user_error(error), _refused_write(error)
         if user_error is not None:
             message = str(user_error)
+        elif refused_write is not None:
+            message = refused_write
         elif isinstance(error, ArgumentError):  # a config or command line jsonargparse could not parse
             where = f"lightfed {argv[0]} --help" if argv[:1] and argv[0] in SUBCOMMANDS else "lightfed --help"
             message = f"{_parse_error_line(error)} ({where} lists every option)"
@@ -75,6 +80,15 @@ def _user_error(error: BaseException | None) -> LightfedError | None:
     while error is not None and not isinstance(error, LightfedError):
         error = error.__cause__ or error.__context__
     return error
+
+
+def _refused_write(error: BaseException | None) -> str | None:
+    """A write the file system refused (full, over quota, read-only) wherever it happened, in one line."""
+    while error is not None and not isinstance(error, OSError):
+        error = error.__cause__ or error.__context__
+    if error is None or error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS) or not error.filename:
+        return None
+    return str(write_error(Path(error.filename), error, "file"))
 
 
 def _parse_error_line(error: ArgumentError) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from lightning.fabric import Fabric
 
-from lightfed.core.checkpoint_files import UnreadableFile, file_checksum, read_file, write_file
+from lightfed.core.checkpoint_files import UnreadableFile, file_checksum, read_file, write_error, write_file
 from lightfed.errors import ConfigError
 
 FOLDER = "process_states"
@@ -27,7 +27,10 @@ def write_process_state(folder: Path, rank: int, world: int, state: dict[str, An
     """Writes this process's ``state`` into ``folder`` atomically (through a temporary file); returns the file's
     checksum, for the checkpoint that names the file."""
     path = folder / file_name(rank, world)
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise write_error(folder, error) from None
     written = {key: _linked(value, folder, f"{key}_{rank}_of_{world}") for key, value in state.items()}
     write_file(path, written)
     return file_checksum(path)

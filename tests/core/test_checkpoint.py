@@ -259,3 +259,14 @@ def test_last_and_auto_take_the_previous_checkpoint_when_last_is_gone(tmp_path, 
     _two_checkpoints(folder)
     (folder / LAST).unlink()
     assert resolve_checkpoint(ckpt_path, tmp_path) == folder / PREVIOUS
+
+
+def test_a_read_only_folder_is_one_line_even_when_the_clean_up_is_refused_too(tmp_path, monkeypatch):
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(torch, "save", read_only)
+    monkeypatch.setattr(Path, "unlink", read_only)
+    with pytest.raises(CheckpointWriteError, match=f"^cannot write checkpoint {tmp_path}/last.ckpt: Read-only file "
+                       f"system; make {tmp_path} writable and resume with --ckpt_path last$"):
+        save_checkpoint(tmp_path / "last.ckpt", {"round": 1})

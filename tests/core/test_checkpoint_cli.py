@@ -14,6 +14,7 @@ import torch
 from lightfed.cli import main, run
 from lightfed.core.checkpoint import load_checkpoint, save_checkpoint
 from lightfed.core.checkpoint_files import file_checksum
+from lightfed.core.run_output import RunOutput
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "configs" / "digits"
@@ -160,3 +161,14 @@ def test_a_full_disk_stops_the_run_in_one_line_with_its_checkpoints_intact(cut, 
     _fit(cut, 3, "--ckpt_path", "last")
     resumed, full = (load_checkpoint(_checkpoints(root) / "last.ckpt") for root in (cut, runs / "full"))
     assert torch.equal(resumed["params"], full["params"])
+
+
+def test_a_run_folder_turned_read_only_mid_run_stops_the_run_in_one_line(cut, capsys, monkeypatch):
+    def read_only(self, line) -> None:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self.metrics_file))
+
+    monkeypatch.setattr(RunOutput, "append", read_only)
+    err = _one_line_and_exit_2(_command("fit", cut, "--ckpt_path", "last", "--trainer.rounds", "3"), capsys)
+    metrics = _checkpoints(cut).parent / "metrics.jsonl"
+    assert err == f"lightfed: error: cannot write file {metrics}: Read-only file system; make {metrics.parent} " \
+                  "writable and resume with --ckpt_path last\n"

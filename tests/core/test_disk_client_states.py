@@ -3,6 +3,7 @@ clients that changed (the rest are links to files already written) and share no 
 verified by checksums, resumable on any number of processes, and a state larger than the process's memory limit."""
 
 import errno
+import gc
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import lightfed.core.disk_client_states as disk
 from lightfed.core.client_states import ClientStates
 from lightfed.core.disk_client_states import DiskClientStates
 from lightfed.core.process_states import process_files_problem, prune, reader, write_process_state
-from lightfed.errors import ConfigError
+from lightfed.errors import CheckpointWriteError, ConfigError
 
 VALUES = {
     "c": torch.arange(6.0).reshape(2, 3),
@@ -185,3 +186,76 @@ def test_a_copy_cut_short_by_a_kill_is_replaced_when_the_round_is_checkpointed_a
     resumed.load_process_states(lambda rank: reader(killed, 1)(rank)["clients"], 1, 0, 1)
     assert [resumed.get(client_id, "c").tolist() for client_id in range(4)] == [[float(i)] * 4 for i in range(4)]
     assert not [path for path in killed.iterdir() if path.name.startswith(".")]  # no temporary copy left
+
+
+class _FullDisk:
+    """A file whose writes stop with ENOSPC once ``room`` bytes of them are written."""
+
+    def __init__(self, file, room: list[int]) -> None:
+        self.file, self.room = file, room
+
+    def write(self, data) -> int:
+        fits = min(len(data), self.room[0])
+        self.file.write(bytes(data)[:fits])
+        self.room[0] -= fits
+        if fits < len(data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return fits
+
+    def __getattr__(self, name):
+        return getattr(self.file, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.file.close()
+
+
+def _disk_full_after(monkeypatch, room: int) -> None:
+    """The disk store's files fill the disk after ``room`` more bytes."""
+    left = [room]
+
+    def opened(path, mode="r", *args, **kwargs):
+        file = open(path, mode, *args, **kwargs)
+        return _FullDisk(file, left) if "w" in mode or "a" in mode else file
+
+    monkeypatch.setattr(disk, "open", opened, raising=False)
+
+
+def test_a_full_disk_while_a_client_state_is_written_is_one_line_and_leaves_nothing_behind(tmp_path, monkeypatch):
+    store = _store(tmp_path, range(3))
+    _disk_full_after(monkeypatch, 8)  # half of the next client's 16 bytes
+    with pytest.raises(CheckpointWriteError, match=r"^cannot write client state file \S+segment_0.bin: No space left "
+                       "on device; free space and resume with --ckpt_path last$"):
+        store.set(3, "c", torch.zeros(4))
+    assert store.folder.joinpath("segment_0.bin").stat().st_size == 3 * 16  # cut back to the clients it holds
+    monkeypatch.undo()
+    assert store.get(3, "c") is None and torch.equal(store.get(2, "c"), torch.full((4,), 2.0))
+    folder = store.folder
+    del store
+    gc.collect()
+    assert not folder.exists()
+
+
+def test_a_full_disk_while_a_checkpoint_copies_a_segment_is_one_line_and_leaves_no_partial_file(tmp_path, monkeypatch):
+    def cross_device(source, target):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    store = _store(tmp_path, range(3))
+    monkeypatch.setattr(disk.os, "link", cross_device)  # the work folder on another file system: a copy
+    _disk_full_after(monkeypatch, 8)
+    with pytest.raises(CheckpointWriteError, match=r"^cannot write client state file \S+\.bin: No space left on "
+                       "device; free space and resume with --ckpt_path last$"):
+        _checkpoint(tmp_path / "states", "round_1", [store])
+    assert not [path for path in (tmp_path / "states").rglob("*") if path.name.startswith(".")]
+
+
+def test_the_folder_of_a_store_whose_process_died_is_removed_by_the_next_store(tmp_path):
+    script = "import os, sys; from lightfed.core.disk_client_states import DiskClientStates as D; s = D(sys.argv[1]); os._exit(0)"
+    subprocess.run([sys.executable, "-c", script, tmp_path], check=True, timeout=300)  # os._exit: as a kill does
+    (abandoned,) = tmp_path.glob("client-states-*")
+    alive = DiskClientStates(tmp_path)
+    assert not abandoned.exists() and alive.folder.exists()
+    DiskClientStates(tmp_path)  # a live store's folder stays
+    assert alive.folder.exists()

@@ -228,3 +228,22 @@ def test_from_python_a_resume_with_another_optimizer_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"model\.init_args\.optimizer\.init_args\.lr 0\.1 -> 0\.5"):
         small_trainer(tmp_path, rounds=2).fit(small_model(lr=0.5), small_data(), FedAvg(), ckpt_path="last")
     small_trainer(tmp_path, rounds=2).fit(small_model(lr=0.1), small_data(), FedAvg(), ckpt_path="last")
+
+
+def test_a_run_folder_in_use_by_another_process_is_refused_until_that_process_dies(tiny, tmp_path, capsys):
+    run(["fit", *tiny])
+    folder = tmp_path / "runs" / "tiny" / "version_0"
+    holder = subprocess.Popen(  # another resume of the run, in the middle of it
+        [sys.executable, "-c", "import sys; from pathlib import Path; from lightfed.core.run_output import in_use_check; "
+         "lock = in_use_check(Path(sys.argv[1])); print('held', flush=True); sys.stdin.read()", str(folder)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    before = _snapshot(folder)
+    line = _refused(capsys, "fit", *tiny, "--ckpt_path", "last", "--trainer.rounds", "3")
+    assert line == f"lightfed: error: the run folder {folder} is in use by process {holder.pid}: wait until that " \
+                   "run ends or stop it, then resume with --ckpt_path last"
+    assert _snapshot(folder) == before
+    holder.kill()  # a killed process leaves no lock behind
+    holder.wait(timeout=300)
+    run(["fit", *tiny, "--ckpt_path", "last", "--trainer.rounds", "3"])
+    assert _rounds(folder) == [1, 2, 3]

@@ -15,6 +15,7 @@ from lightning.fabric.loggers import CSVLogger, Logger, TensorBoardLogger
 
 from lightfed.adapters import csv_logger_version, point_csv_logger_at, tensorboard_file_writer
 from lightfed.core.final_report import logged_part, summary
+from lightfed.core.folder_lock import FolderLock
 from lightfed.core.run_folder import CONFIG, claim_run_folder, write_run_config
 from lightfed.errors import ConfigError, LightfedError
 
@@ -61,6 +62,17 @@ def check_writable(folder: Path) -> None:
         raise ConfigError(f"cannot make the run folder {folder}: {existing} {reason}; change trainer.root_dir")
 
 
+def in_use_check(folder: Path) -> FolderLock:
+    """The lock of the run ``folder``, taken; a folder another process uses (its run, or a resume of it) is refused."""
+    lock = FolderLock(folder)
+    if not lock.acquire() and not lock.held_by_this_process:
+        raise ConfigError(
+            f"the run folder {folder} is in use by process {lock.holder or '(unknown)'}: wait until that run ends or "
+            "stop it, then resume with --ckpt_path last"
+        )
+    return lock
+
+
 def run_folder_of(checkpoint: Path) -> Path | None:
     """The run folder a checkpoint file belongs to (``<run>/checkpoints/last.ckpt``); None for a file elsewhere."""
     return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
@@ -94,11 +106,13 @@ class RunOutput:
     TensorBoard there unless false, and the given ones, which get the run's config when it starts) and
     ``metrics.jsonl``: one JSON line per round, ``{"round": <rounds done>, <metric>: <value>, ...}``, flushed at once (a
     later line for a round replaces an earlier one), and the final report's line. Every process calls every method;
-    process 0 writes the files. A logger's own error is a ``LoggerError``."""
+    process 0 writes the files and holds the run folder's lock from ``start`` to ``finish`` (another process's run or
+    resume of the same folder is refused). A logger's own error is a ``LoggerError``."""
 
     def __init__(self, fabric: Fabric, experiment: Path, logger: bool | Logger | list[Logger]) -> None:
         self.fabric, self.experiment, self.logger = fabric, experiment, logger
         self.log_dir: Path | None = None  # set when a run starts
+        self.lock: FolderLock | None = None
         self.loggers: list[Logger] = []
         self.hparams: dict[str, Any] = {}
 
@@ -111,6 +125,7 @@ class RunOutput:
         if self.fabric.is_global_zero:
             resumed = None if resume_from is None else run_folder_of(resume_from)
             folder = resumed or claim_run_folder(self.experiment, version)
+            self.lock = in_use_check(folder)
             if run_config is not None:
                 write_run_config(folder, run_config)
                 written = yaml.safe_load((folder / CONFIG).read_text())
@@ -205,3 +220,5 @@ class RunOutput:
                     for summary in hparams(flat_hparams(self.hparams), metrics):
                         writer.add_summary(summary)
                 logger.finalize("success")
+        if self.lock is not None:
+            self.lock.release()

@@ -107,6 +107,14 @@ def _parse_error_line(error: ArgumentError) -> str:
     if neither:
         return f"data.dataset: {neither.group(1)} is neither a lightfed DatasetSource nor a LightningDataModule"
     unknown_class = re.search(r"^(Parser key \S+ )?.*Problem with given class_path ('[^']+'): (.*?)( - |$)", message)
+    argument = re.search(
+        r"Parser key \"\w+\": - Expected .*?Expected a <class '(\w+)'>.*?Given value: (.*?)\. Got value", message
+    )
+    if unknown_class and argument:  # the class imports; one of its arguments does not parse
+        keys, expected = ".".join(re.findall(r'Parser key "([^"]+)"', message)), f"a {argument[1]}"
+        if argument[2].lower().lstrip("+-") in ("nan", "inf", "infinity"):
+            expected = "a finite number"
+        return f"{keys}: expected {expected}, got {argument[2]!r}"
     if unknown_class:
         key, path, reason = unknown_class.group(1) or "", unknown_class.group(2), unknown_class.group(3)
         return f"{key}cannot import {path}: {reason}"

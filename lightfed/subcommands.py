@@ -13,6 +13,7 @@ from lightfed.asynchronous.schedule import Asynchrony
 from lightfed.asynchronous.trainer import AsyncFederatedTrainer
 from lightfed.core.lost_process import ProcessLostError, collective_failed, lost_process_line, timed_out
 from lightfed.core.run_output import LoggerError
+from lightfed.core.trainer_base import check_seed
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.models import SmallCNN
@@ -77,6 +78,7 @@ def run(argv: list[str] | None = None, fork: bool = False) -> dict[str, float]:
     sub_config = config[name]
     if fork:
         launcher.start(vars(sub_config.trainer))
+    check_seed(sub_config.seed_everything)
     seed_everything(sub_config.seed_everything, verbose=False)  # before the model is built
     try:
         objects = parser.instantiate(config)[name]

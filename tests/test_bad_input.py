@@ -23,6 +23,8 @@ PARSE_ERRORS = [  # (id, arguments, fragments of the line)
     ("missing_config", ["--config", "missing.yaml"], ["File does not exist", "missing.yaml", HELP]),
     ("yaml_syntax", ["--config", "BAD_YAML"], ["Problems parsing config", HELP]),
     ("binary_config", ["--config", "BINARY"], ["a --config file is not UTF-8 text (invalid start byte at byte 0)"]),
+    ("lr_nan", ["--model.init_args.optimizer.init_args.lr", "nan"],
+     ["model.optimizer.lr: expected a finite number, got 'nan'", HELP]),
 ]
 REFUSED = [
     ("clients_per_round", ["--trainer.clients_per_round", "21"],
@@ -57,6 +59,16 @@ REFUSED = [
     ("parallel_dp", ["-c", DP, "--trainer.clients_in_parallel", "2"],
      ["trainer.clients_in_parallel must be 1 or 'auto' with trainer.privacy"]),
     ("root_dir_under_a_file", ["--trainer.root_dir", "A_FILE/runs"], ["A_FILE is not a folder; change trainer.root_dir"]),
+    ("negative_lr", ["--model.init_args.optimizer.init_args.lr", "-0.1"],
+     ["SmallCNN.configure_optimizers: ValueError: Invalid learning rate: -0.1"]),
+    ("yaml_nan_lr", ["--model.init_args.optimizer.init_args.lr", ".nan"],
+     ["SmallCNN.configure_optimizers: the learning rate must be a number, got [nan]"]),
+    ("negative_seed", ["--seed_everything", "-1"], ["seed_everything must be an integer from 0 to 4294967295, got -1"]),
+    ("huge_seed", ["--seed_everything", str(2**66)], [f"seed_everything must be an integer from 0 to 4294967295, got {2**66}"]),
+    ("long_name", ["--trainer.name", "n" * 300], ["trainer.name has a part of 300 bytes: a file name holds at most 255"]),
+    *[(f"name_{i}", ["--trainer.name", name], [f"trainer.name must name a folder inside trainer.root_dir (relative, "
+                                               f"without '.' or '..' parts), got {name!r}"])
+      for i, name in enumerate(["../x", "a/../../x", "..", ".", "", "/tmp/x"])],
 ]
 
 

@@ -4,6 +4,8 @@ import torch
 
 from lightfed.core.messages import ClientPlan
 from lightfed.core.saved_client_states import saved_client_states
+from lightfed.data import Digits, DirichletPartitioner
+from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError, DivergenceError
 from lightfed.strategies import FedAvg, Scaffold
 from tests.conftest import small_data, small_model, small_trainer
@@ -55,6 +57,27 @@ def test_a_diverged_run_stops_and_keeps_its_last_good_checkpoint(tmp_path):
         trainer.fit(small_model(), small_data(), BlowsUpInRoundThree())
     checkpoint = torch.load(trainer.log_dir / "checkpoints" / "last.ckpt", weights_only=False)
     assert checkpoint["round"] == 2 and torch.isfinite(checkpoint["params"]).all()
+
+
+def test_a_divergence_from_nan_in_the_data_names_the_data_not_the_learning_rate(tmp_path):
+    class DigitsWithANaN(Digits):
+        def load(self, seed):
+            splits = super().load(seed)
+            splits.train_x[:, 0, 0, 0] = float("nan")  # every training image: whichever clients a round samples
+            return splits
+
+    data = FederatedDataModule(DigitsWithANaN(), DirichletPartitioner(8, alpha=0.5), batch_size=16)
+    with pytest.raises(DivergenceError, match=r"NaN/Inf in round 1: client \d+'s training examples hold NaN or Inf; "
+                       "clean the data"):
+        small_trainer(tmp_path).fit(small_model(), data, FedAvg())
+
+
+def test_a_model_without_trainable_parameters_is_refused_before_anything_is_written(tmp_path):
+    model = small_model()
+    model.requires_grad_(False)
+    with pytest.raises(ConfigError, match="^SmallCNN has no trainable parameters: a client would have nothing to train$"):
+        small_trainer(tmp_path).fit(model, small_data(), FedAvg())
+    assert not list(tmp_path.iterdir())
 
 
 def test_more_clients_per_round_than_clients_is_refused(tmp_path):
@@ -155,7 +178,7 @@ def test_replica_check_names_a_process_whose_global_weights_differ(tmp_path, mon
     trainer.fit(small_model(), small_data(), FedAvg())  # one process: its weights are process 0's
     monkeypatch.setattr(trainer.fabric, "broadcast", lambda weights, src=0: weights + 1e-7)  # a drifted replica
     with pytest.raises(RuntimeError, match="process 0 holds other global weights than process 0 after round 3"):
-        trainer.engine._check(2, torch.zeros(3), torch.zeros(1))
+        trainer.engine._check(2, torch.zeros(3), torch.zeros(1), [0])
 
 
 def test_fit_sets_no_attribute_the_constructor_did_not_declare(tmp_path):

@@ -57,8 +57,10 @@ def write_error(path: Path, error: BaseException, what: str = "checkpoint") -> C
         cause = cause.__cause__ or cause.__context__
     if cause is None or cause.strerror is None:
         return CheckpointWriteError(f"cannot write {what} {path}: {_one_line(error)}; resume with --ckpt_path last")
-    advice = "free space" if cause.errno == errno.ENOSPC else f"make {path.parent} writable"
-    return CheckpointWriteError(f"cannot write {what} {path}: {cause.strerror}; {advice} and resume with --ckpt_path last")
+    advice = "free space" if cause.errno in (errno.ENOSPC, errno.EDQUOT) else f"make {path.parent} writable"
+    return CheckpointWriteError(
+        f"cannot write {what} {path}: {cause.strerror}; {advice} and resume with --ckpt_path last"
+    )
 
 
 def read_file(path: Path, mmap: bool = False) -> Any:

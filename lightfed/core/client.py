@@ -26,6 +26,23 @@ from lightfed.privacy.base import ClientPrivacy
 from lightfed.schedules import RoundSchedule
 
 
+def configured_optimizer(module: LightningModule) -> Optimizer:
+    """The one optimizer ``module.configure_optimizers`` builds; a setting it refuses (torch's optimizers raise
+    ValueError for a negative or NaN learning rate) is a one-line ``ConfigError`` naming the module."""
+    try:
+        optimizer = single_optimizer(module.configure_optimizers())
+    except (ValueError, TypeError) as error:
+        if isinstance(error, ConfigError):
+            raise
+        raise ConfigError(f"{type(module).__name__}.configure_optimizers: {type(error).__name__}: {error}") from error
+    rates = [group["lr"] for group in optimizer.param_groups if "lr" in group]
+    if not all(torch.isfinite(torch.as_tensor(rate)).all() for rate in rates):
+        raise ConfigError(
+            f"{type(module).__name__}.configure_optimizers: the learning rate must be a number, got {rates}"
+        )
+    return optimizer
+
+
 def single_optimizer(configured: object) -> Optimizer:
     """The optimizer from ``configure_optimizers``; schedulers and several optimizers are refused."""
     if isinstance(configured, Mapping) and set(configured) == {"optimizer"}:
@@ -74,7 +91,7 @@ class ClientTrainer:
         self.module = cast(LightningModule, fabric.strategy.precision.convert_module(module))
         self.data = data
         self.flat = FlatModule(self.module, fabric.device)
-        optimizer = single_optimizer(module.configure_optimizers())
+        optimizer = configured_optimizer(module)
         self._initial_groups = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
         wrapped = fabric.setup_optimizers(optimizer)
         assert not isinstance(wrapped, tuple)  # one optimizer in, one out

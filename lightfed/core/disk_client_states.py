@@ -169,9 +169,8 @@ class DiskClientStates(ClientStates):
             targets = (folder / f"{name}.bin", folder / f"{name}.index.pt")
             if targets[0] != files[0]:  # (the same checkpoint written again: its files are in place)
                 own = files[0].parent == self.folder
-                for file, target, spare, sha256 in zip(
-                    files, targets, segment.spares or (None, None), (segment.sha256, segment.index_sha256)
-                ):
+                spares, checksums = segment.spares or (None, None), (segment.sha256, segment.index_sha256)
+                for file, target, spare, sha256 in zip(files, targets, spares, checksums, strict=True):
                     _place(target, sha256, link=file if own else spare, copy=file, avoid=None if own else file)
                     if own:  # the checkpoint's name keeps it
                         file.unlink()

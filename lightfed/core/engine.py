@@ -16,11 +16,11 @@ from torch import Tensor
 from lightfed.attacks.collusion import HeldUpdates
 from lightfed.core.client import ClientTrainer
 from lightfed.core.client_workers import ClientWorkers
+from lightfed.core.divergence import divergence_error
 from lightfed.core.messages import ClientPlan
 from lightfed.core.server_paths import RoundJobs, server_path
 from lightfed.core.sharding import AllReduce, CoordinateShards, local
 from lightfed.core.sums import Sums
-from lightfed.errors import DivergenceError
 from lightfed.privacy.base import ClientPrivacy
 from lightfed.strategies.base import Strategy
 
@@ -154,7 +154,7 @@ class RoundEngine:
         sums.buffer.copy_(self.all_reduce(sums.buffer, "sum"))
         params = path.aggregate(round, layout, sums, params)
         buffers = (sums["_buffers"] / sums["_examples"]).to(buffers.dtype)
-        self._check(round, params, buffers)
+        self._check(round, params, buffers, layout.client_ids)
         metrics = {
             "round/clients": float(sums["_clients"]),
             "round/client_train_loss": float(sums["_train_loss"] / sums["_clients"]),
@@ -163,7 +163,7 @@ class RoundEngine:
         }
         return RoundResult(params, buffers, metrics, float(sums["_stop"]) > 0)
 
-    def _check(self, round: int, params: Tensor, buffers: Tensor) -> None:
+    def _check(self, round: int, params: Tensor, buffers: Tensor, client_ids: list[int]) -> None:
         if self.check_replicas:
             weights = torch.cat([params, buffers.to(params.dtype)])
             if not torch.equal(self.fabric.broadcast(weights.clone()), weights):
@@ -172,7 +172,4 @@ class RoundEngine:
                     f"{round + 1}: a strategy's aggregate depends on something that differs between processes"
                 )
         if not (torch.isfinite(params).all() and torch.isfinite(buffers).all()):
-            raise DivergenceError(
-                f"the global weights became NaN/Inf in round {round + 1}; lower the learning rate (model lr or "
-                "strategy.server_lr)"
-            )
+            raise divergence_error(round + 1, self.client.data, client_ids)

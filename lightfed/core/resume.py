@@ -9,7 +9,7 @@ from lightning import LightningModule
 from lightning.fabric import Fabric
 
 from lightfed.core.checkpoint import resolve_checkpoint
-from lightfed.core.client import single_optimizer
+from lightfed.core.client import configured_optimizer
 from lightfed.core.fingerprint import check_fingerprint, fingerprint
 from lightfed.core.run_folder import version_folder
 from lightfed.core.run_state import RunState
@@ -31,7 +31,7 @@ def _class_name(component: object) -> str:
 
 def _optimizer(model: LightningModule) -> dict[str, Any]:
     """The optimizer ``configure_optimizers`` builds, as a config would name it (hyperparameters leave it out)."""
-    optimizer = single_optimizer(model.configure_optimizers())
+    optimizer = configured_optimizer(model)
     return {"class_path": _class_name(optimizer), "init_args": optimizer.defaults}
 
 

@@ -19,3 +19,9 @@ def check_step(model: LightningModule, step: str) -> None:
     """Refuses a model without ``step``, the global model's evaluation."""
     if not is_overridden(step, model, LightningModule):
         raise ConfigError(f"{type(model).__name__} must define {step} to evaluate the global model")
+
+
+def check_parameters(model: LightningModule) -> None:
+    """Refuses a model with nothing to train: no parameter that requires a gradient."""
+    if not any(parameter.requires_grad for parameter in model.parameters()):
+        raise ConfigError(f"{type(model).__name__} has no trainable parameters: a client would have nothing to train")

@@ -29,6 +29,8 @@ from lightfed.schedules import RoundSchedule
 from lightfed.strategies.base import Strategy
 
 PRECISIONS = ("32-true", "16-mixed", "bf16-mixed")
+MAX_SEED = 2**32 - 1  # numpy's
+MAX_FILE_NAME = 255  # bytes, on Linux's and macOS's file systems
 
 
 class TrainerBase:
@@ -146,6 +148,8 @@ class TrainerBase:
                 TensorBoard in the run folder (a CSV logger without a version: ``<run>/csv``). ``metrics.jsonl`` is
                 written in the run folder either way.
         """
+        check_seed(seed)
+        check_name(name)
         check_settings(
             precision,
             gradient_clip_val,
@@ -256,6 +260,7 @@ class TrainerBase:
         self.fabric.call("setup", trainer=self, data=data)
         run_checks.check_clients(self.clients_per_round, data)
         run_checks.check_step(model, "validation_step")
+        run_checks.check_parameters(model)
         self.fingerprint = run_fingerprint(run_config, self.seed, model, data, strategy, self._fingerprinted())
         resume_from = checkpoint_to_resume(self.fabric, ckpt_path, self.output.experiment, self.version)
         return None if resume_from is None else (resume_from, RunState.load(resume_from, self.fabric.print))
@@ -350,6 +355,25 @@ def check_settings(
             raise ConfigError(f"trainer.{key} must be >= {low}, got {value}")
     if version is not None and version < 0:
         raise ConfigError(f"trainer.version must be >= 0 or null, got {version}")
+
+
+def check_seed(seed: int) -> None:
+    """Refuses a seed numpy cannot take (Lightning's ``seed_everything`` seeds numpy with it)."""
+    if not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"seed_everything must be an integer from 0 to {MAX_SEED}, got {seed}")
+
+
+def check_name(name: str) -> None:
+    """Refuses an experiment name that is not a folder inside ``root_dir`` (empty, ``.``, absolute, with ``..``) or
+    with a part too long for a file name."""
+    parts = name.split("/")
+    if not name or name.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise ConfigError(
+            f"trainer.name must name a folder inside trainer.root_dir (relative, without '.' or '..' parts), got {name!r}"
+        )
+    longest = max(len(part.encode()) for part in parts)
+    if longest > MAX_FILE_NAME:
+        raise ConfigError(f"trainer.name has a part of {longest} bytes: a file name holds at most {MAX_FILE_NAME}")
 
 
 def build_fabric(

@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 import traceback
+import warnings
 
 from lightfed.adapters import run_exit_handlers
 
@@ -91,12 +92,20 @@ _forks: Forks | None = None  # in the process that forked the others
 _parent: int | None = None  # in a fork: the process it was forked from (process 0 of the run)
 
 
+def quiet_srun_hint() -> None:
+    """Silences Lightning's hint that ``srun`` is on the PATH but not used, outside a SLURM job (no ``SLURM_JOB_ID``),
+    where it would print on every run and nothing is to be done."""
+    if "SLURM_JOB_ID" not in os.environ:
+        warnings.filterwarnings("ignore", message="The `srun` command is available on your system but is not used")
+
+
 def start(trainer: dict) -> None:
     """Starts processes 1.. of a single-node CPU run (``trainer``: the parsed trainer settings) as forks of this one,
     which has imported and parsed everything already (Lightning would start each as a new interpreter that does both
     again). The forks find the launcher's environment variables, so ``Fabric.launch`` starts nothing more; elsewhere
     (a GPU, several nodes, a cluster's own launcher, threads running) this does nothing and Lightning starts the
     processes as usual."""
+    quiet_srun_hint()
     from lightning.fabric.plugins.environments import (
         LightningEnvironment,
         LSFEnvironment,

@@ -1,3 +1,6 @@
+import os
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -186,3 +189,16 @@ def test_fit_sets_no_attribute_the_constructor_did_not_declare(tmp_path):
     declared = set(vars(trainer))
     trainer.fit(small_model(), small_data(), FedAvg())
     assert set(vars(trainer)) == declared
+
+
+def test_srun_on_the_path_outside_a_slurm_job_prints_no_hint(tmp_path, monkeypatch, recwarn):
+    srun = tmp_path / "bin" / "srun"
+    srun.parent.mkdir()
+    srun.write_text("#!/bin/sh\n")
+    srun.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{srun.parent}:{os.environ['PATH']}")
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.delenv("SLURM_NTASKS", raising=False)
+    with warnings.catch_warnings():  # this test's filters only
+        small_trainer(tmp_path)
+    assert not [warning for warning in recwarn if "srun" in str(warning.message)]

@@ -9,6 +9,7 @@ from lightning.fabric.loggers import Logger
 from torch import Tensor
 
 from lightfed.adapters import set_collective_timeout
+from lightfed.launcher import quiet_srun_hint
 from lightfed.attacks.base import Attack
 from lightfed.callbacks import Callback, ProgressBar
 from lightfed.core import run_checks
@@ -380,6 +381,7 @@ def build_fabric(
     accelerator: str, devices: int | str, num_nodes: int, precision: str, callbacks: list, collective_timeout: float
 ) -> Fabric:
     """A ``Fabric`` whose collectives wait ``collective_timeout`` seconds; Lightning's refusal as a ``ConfigError``."""
+    quiet_srun_hint()
     try:
         fabric = Fabric(
             accelerator=accelerator,

@@ -40,8 +40,6 @@ SLURM_DIR = REPO / "SLURM"
 QUICKSTART = "configs/quickstart.yaml"
 SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/local/sbin", "/usr/sbin", "/sbin"])
 NEEDED = ["munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "sinfo", "runuser"]
-# the in-process reference runs see `srun` on PATH outside a job, which Fabric warns about
-pytestmark = pytest.mark.filterwarnings("ignore:The `srun` command is available")
 # the tiny digits federation of the tests: quickstart without per-client evaluation
 QUICK = ["--trainer.client_eval_interval", "0"]
 

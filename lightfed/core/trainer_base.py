@@ -9,7 +9,6 @@ from lightning.fabric.loggers import Logger
 from torch import Tensor
 
 from lightfed.adapters import set_collective_timeout
-from lightfed.launcher import quiet_srun_hint
 from lightfed.attacks.base import Attack
 from lightfed.callbacks import Callback, ProgressBar
 from lightfed.core import run_checks
@@ -25,6 +24,7 @@ from lightfed.core.run_state import RunState
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.heterogeneity import LocalWork
+from lightfed.launcher import quiet_srun_hint
 from lightfed.privacy.base import ClientPrivacy
 from lightfed.schedules import RoundSchedule
 from lightfed.strategies.base import Strategy

@@ -2,7 +2,7 @@
 
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from itertools import count
 from pathlib import Path
@@ -16,6 +16,7 @@ from lightning.fabric.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightfed.adapters import csv_logger_version, point_csv_logger_at, tensorboard_file_writer
 from lightfed.core.final_report import logged_part, summary
 from lightfed.core.folder_lock import FolderLock
+from lightfed.core.hparams import flat_hparams, summary_hparams
 from lightfed.core.run_folder import CONFIG, claim_run_folder, write_run_config
 from lightfed.errors import ConfigError, LightfedError
 
@@ -41,17 +42,6 @@ def reported(logger: Logger) -> Iterator[None]:
         yield
     except Exception as error:
         raise LoggerError(f"{type(logger).__module__}.{type(logger).__qualname__}", "failed", error) from error
-
-
-def flat_hparams(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"trainer": {"rounds": 5}}`` -> ``{"trainer/rounds": 5}``; values TensorBoard cannot show become strings."""
-    flat: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, Mapping):
-            flat.update(flat_hparams(value, f"{prefix}{key}/"))
-        else:
-            flat[f"{prefix}{key}"] = value if isinstance(value, (bool, int, float, str)) else str(value)
-    return flat
 
 
 def check_writable(folder: Path) -> None:
@@ -209,16 +199,19 @@ class RunOutput:
                 logger.experiment.add_histogram(name, values, global_step=step)
 
     def finish(self, metrics: dict[str, float]) -> None:
-        """TensorBoard loggers record the run's hyperparameters against its last ``metrics`` (the HPARAMS tab, so a
-        sweep compares in TensorBoard; the values are the scalars already logged); every logger is finalized."""
+        """TensorBoard loggers record the run's settings for the HPARAMS tab (``lightfed.core.hparams``: the settings
+        that tell runs apart first; the metrics are the scalars already logged, the test metrics included); every
+        logger is finalized."""
         from torch.utils.tensorboard.summary import hparams  # TensorBoard only where a run logs to it
 
         for logger in self.loggers:
             with reported(logger):
                 if isinstance(logger, TensorBoardLogger) and metrics and self.fabric.is_global_zero:
                     writer = tensorboard_file_writer(logger)
-                    for summary in hparams(flat_hparams(self.hparams), metrics):
-                        writer.add_summary(summary)
+                    settings = {**summary_hparams(self.hparams), **flat_hparams(self.hparams)}
+                    _, session_start, session_end = hparams(settings, metrics)  # no experiment summary: see hparams.py
+                    writer.add_summary(session_start)
+                    writer.add_summary(session_end)
                 logger.finalize("success")
         if self.lock is not None:
             self.lock.release()

@@ -78,13 +78,13 @@ def test_sharded_states_read_only_their_own_file_when_the_processes_are_the_same
     assert torch.equal(loaded.get(3, "current"), torch.arange(5.0, 10.0))
 
 
-def _new_bytes(folder, earlier) -> int:
+def _new_bytes(folder, *earlier) -> int:
     """Bytes of the segment files in ``folder`` that are not another name of a file in ``earlier`` (hard links)."""
-    linked = {path.stat().st_ino for path in earlier.glob("*.bin")} if earlier.exists() else set()
+    linked = {path.stat().st_ino for each in earlier if each.exists() for path in each.glob("*.bin")}
     return sum(path.stat().st_size for path in folder.glob("*.bin") if path.stat().st_ino not in linked)
 
 
-def test_a_checkpoint_writes_only_the_sharded_states_set_since_the_last_one(tmp_path):
+def test_a_checkpoint_writes_only_the_sharded_states_set_since_the_one_before(tmp_path):
     whole = {i: torch.randn(1000) for i in range(6)}
     states = ShardedClientStates(slice(0, 1000), 1000)
     for client_id, vector in whole.items():  # a 1000-float current and a 0-d round per client
@@ -92,19 +92,23 @@ def test_a_checkpoint_writes_only_the_sharded_states_set_since_the_last_one(tmp_
         states.set(client_id, "round", torch.tensor(client_id))
     vector, scalar = 4000, 8  # bytes: float32 x 1000, one int64
     _write(tmp_path / "a", 1, lambda rank: states)
-    assert _new_bytes(tmp_path / "a", tmp_path / "none") == 6 * (vector + scalar)
+    assert _new_bytes(tmp_path / "a") == 6 * (vector + scalar)
     for client_id in (1, 4):
         whole[client_id] = torch.randn(1000)
         states.overwrite(client_id, "current", whole[client_id])
     _write(tmp_path / "b", 1, lambda rank: states)
-    assert _new_bytes(tmp_path / "b", tmp_path / "a") == 2 * vector  # the rest is linked, not written
-    shutil.rmtree(tmp_path / "a")  # pruned: the newer checkpoint's links keep the segments
+    assert _new_bytes(tmp_path / "b", tmp_path / "a") == 2 * vector + 6 * (vector + scalar)  # and a's, once: a copy
+    whole[3] = torch.zeros(1000)
+    states.overwrite(3, "current", whole[3])
+    _write(tmp_path / "c", 1, lambda rank: states)  # a's segment: a's file again; b's new one: a copy
+    assert _new_bytes(tmp_path / "c", tmp_path / "a", tmp_path / "b") == vector + 2 * vector
+    shutil.rmtree(tmp_path / "a")  # pruned: the newer checkpoints' links keep the segments
     resumed = ShardedClientStates(slice(0, 1000), 1000)
-    resumed.load_process_states(_read(tmp_path / "b", 1), saved_world=1, rank=0, world=1)
+    resumed.load_process_states(_read(tmp_path / "c", 1), saved_world=1, rank=0, world=1)
     assert all(torch.equal(resumed.get(i, "current"), v) and resumed.get(i, "round") == i for i, v in whole.items())
-    resumed.overwrite(3, "current", torch.zeros(1000))
-    _write(tmp_path / "c", 1, lambda rank: resumed)  # the resumed log goes on: one client's bytes
-    assert _new_bytes(tmp_path / "c", tmp_path / "b") == vector
+    resumed.overwrite(2, "current", torch.zeros(1000))
+    _write(tmp_path / "d", 1, lambda rank: resumed)  # after a resume: one client's bytes and a copy of each segment
+    assert _new_bytes(tmp_path / "d", tmp_path / "b", tmp_path / "c") == vector + 6 * (vector + scalar) + 3 * vector
 
 
 def test_sharded_states_load_from_files_that_hold_the_tensors(tmp_path):

@@ -214,6 +214,7 @@ class FederatedTrainer(TrainerBase):
         checkpoint = saved.checkpoint()
         engine.client.module.on_load_checkpoint(checkpoint)
         self.fabric.call("on_load_checkpoint", trainer=self, checkpoint=checkpoint)
+        self.fabric.print(f"resuming {self.log_dir} from round {self.round}")
 
     def _rounds(self, data: FederatedDataModule, strategy: Strategy) -> SampledRounds:
         """Which clients train in each round, from what."""

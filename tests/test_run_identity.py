@@ -245,5 +245,7 @@ def test_a_run_folder_in_use_by_another_process_is_refused_until_that_process_di
     assert _snapshot(folder) == before
     holder.kill()  # a killed process leaves no lock behind
     holder.wait(timeout=300)
+    capsys.readouterr()
     run(["fit", *tiny, "--ckpt_path", "last", "--trainer.rounds", "3"])
+    assert f"resuming {folder} from round 2\n" in capsys.readouterr().out
     assert _rounds(folder) == [1, 2, 3]

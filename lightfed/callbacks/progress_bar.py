@@ -7,7 +7,7 @@ from lightfed.callbacks.base import Callback, TrainerState
 
 class ProgressBar(Callback):
     """tqdm over ``trainer.rounds``, starting at the resumed round, with ``trainer.monitor`` (measured on the validation
-    split for a ``val_*`` metric) as its postfix."""
+    split for a ``val_*`` metric) as its postfix; closed after the last round, before the run prints its ending."""
 
     def on_fit_start(self, trainer: TrainerState) -> None:
         self.bar = tqdm(
@@ -18,6 +18,8 @@ class ProgressBar(Callback):
         self.bar.update(1)
         if trainer.monitor in metrics:
             self.bar.set_postfix({trainer.monitor: f"{metrics[trainer.monitor]:.4f}"})
+        if trainer.round >= trainer.rounds or trainer.should_stop:
+            self.bar.close()
 
     def on_fit_end(self, trainer: TrainerState, metrics: dict[str, float]) -> None:
         self.bar.close()

@@ -1,11 +1,12 @@
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from lightfed import Callback, FedAvg
-from lightfed.callbacks import EarlyStopping
+from lightfed.callbacks import EarlyStopping, ProgressBar
 from lightfed.core.run_output import METRICS_FILE
 from lightfed.cli import run
 from lightfed.errors import ConfigError
@@ -161,3 +162,15 @@ def test_sigterm_mid_round_on_two_processes_checkpoints_that_round_and_exits_cle
     resumed = torch.load(checkpoint, weights_only=False)
     full = torch.load(tmp_path / "full" / "quickstart" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
     assert resumed["round"] == full["round"] == 4 and torch.equal(resumed["params"], full["params"])
+
+
+def test_the_progress_bar_is_closed_after_the_last_round_before_the_run_prints_its_ending():
+    fabric = SimpleNamespace(is_global_zero=True)
+    state = SimpleNamespace(fabric=fabric, rounds=2, round=0, monitor="val_acc", should_stop=False)
+    bar = ProgressBar()
+    bar.on_fit_start(state)
+    for done in (1, 2):
+        assert not bar.bar.disable  # open while rounds remain
+        state.round = done
+        bar.on_round_end(state, done - 1, {"val_acc": 0.5})
+    assert bar.bar.disable and bar.bar.n == 2  # closed: its line ends before the final report's

@@ -1,4 +1,5 @@
-"""The outputs of a comparison from its runs' logs: ``table.md``, ``accuracy.png`` and ``results.json``."""
+"""The outputs of a comparison from its runs' logs: ``table.md``/``.tex``/``.csv``, ``accuracy.png``/``.pdf``/``.svg``
+and ``results.json``."""
 
 import json
 from dataclasses import asdict
@@ -6,6 +7,7 @@ from pathlib import Path
 
 from lightfed.experiments.execution import divergence_marker
 from lightfed.experiments.markdown import render_pivot, render_table, render_usable
+from lightfed.experiments.paper_tables import render_csv, render_latex
 from lightfed.experiments.plan import Run, setting_label
 from lightfed.experiments.plot import plot_curves
 from lightfed.experiments.run_logs import best_round_test_value, read_log
@@ -55,8 +57,8 @@ def collect(
     pivot: str | None = None,
 ) -> list[Run]:
     """Reads every planned run's logs and writes table.md (with ``pivot``, also the final metric with one column per
-    value of that swept key), accuracy.png and results.json; returns the runs still to run (neither finished nor
-    diverged)."""
+    value of that swept key), the main table as table.tex and table.csv, accuracy.png/.pdf/.svg and results.json;
+    returns the runs still to run (neither finished nor diverged)."""
     results = [run_record(run, rounds, out / "runs", metric, target, mode) for run in runs]
     unfinished = [
         run for run, record in zip(runs, results, strict=True) if record["status"] in ("unfinished", "missing")
@@ -79,8 +81,13 @@ def collect(
         summary["usable"] = {"fraction": usable, "best": best, "configs": rates}
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text(table)
-    plot_curves(curves, metric, target, out / "accuracy.png")
+    (out / "table.tex").write_text(render_latex(rows, metric, target, mode))
+    (out / "table.csv").write_text(render_csv(rows, metric, target))
+    plot_curves(curves, metric, target, out / "accuracy")
     (out / "results.json").write_text(json.dumps(summary, indent=1))
     print(table, end="", flush=True)
-    print(f"table: {out / 'table.md'}, plot: {out / 'accuracy.png'}, results: {out / 'results.json'}", flush=True)
+    print(
+        f"tables: {out / 'table'}.md/.tex/.csv, plot: {out / 'accuracy'}.png/.pdf/.svg, results: {out / 'results.json'}",
+        flush=True,
+    )
     return unfinished

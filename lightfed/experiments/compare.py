@@ -1,4 +1,4 @@
-"""``lightfed compare``: configs over seeds and hyperparameter sweeps; a Markdown table, a plot and the raw results.
+"""``lightfed compare``: configs over seeds and hyperparameter sweeps; tables, a plot and the raw results.
 
 Every run is ``lightfed fit [--config BASE ...] --config C <overrides>`` named ``<config stem>__<setting>__seed<S>``
 under ``OUT/runs`` (with the folder in front of a stem two configs share); its history is read back from its
@@ -7,10 +7,14 @@ from this one.
 Outputs::
 
     OUT/table.md       one row per (config, setting): final and best (validation) metric over seeds, the test metric at
-                       each run's best round, rounds to --target, time;
+                       each run's best round, rounds to --target, time; mean ± std with the std to 2 significant
+                       digits and the mean to its decimal place; no setting column when nothing is swept;
                        with --usable F also each config's share of runs whose final metric reaches F x the best run's
                        with --pivot KEY also the final metric with one column per value of the --grid key KEY
-    OUT/accuracy.png   metric versus round, mean over seeds, shaded min-max, one line per (config, setting)
+    OUT/table.tex      the first table of table.md as a LaTeX booktabs tabular
+    OUT/table.csv      its numbers at full precision, mean and std in separate columns named as results.json's rows
+    OUT/accuracy.png   metric versus round, mean over seeds, shaded min-max, one line per (config, setting), each
+                       with its own line style and marker; the same figure as accuracy.pdf and accuracy.svg
     OUT/results.json   every planned run: config, setting, seed, argv, status, final, best, rounds to target, history,
                        its final record (test metrics) and the test metric at its best round
     OUT/runs/<name>/version_<n>/   the runs' logs, configs and checkpoints (the newest version of a name counts)

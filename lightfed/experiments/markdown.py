@@ -12,15 +12,19 @@ def format_rounds(row: dict) -> str:
 
 
 def mean_std(mean: float | None, std: float | None, n: int) -> str:
-    return "—" if mean is None else f"{mean:.4f}" + (f" ± {std:.4f}" if n > 1 else "")
+    """``mean ± std`` with the std to 2 significant digits and the mean to the same decimal place; 4 decimals when
+    the std is 0, and the mean alone for one run."""
+    if mean is None:
+        return "—"
+    if n <= 1 or not std:
+        return f"{mean:.4f}" + (" ± 0.0000" if n > 1 else "")
+    places = 1 - int(f"{std:.1e}".split("e")[1])  # std = d.d x 10^e: its second digit is at 10^(e-1)
+    return " ± ".join(f"{round(value, places):.{max(places, 0)}f}" for value in (mean, std))
 
 
-def render_table(rows: list[dict], metric: str, target: float | None, mode: str = "max") -> str:
-    """Markdown table, one row per (config, setting); a row holds ``config``, ``setting`` and summarise_group's keys."""
-
-    def cell(text: object) -> str:
-        return str(text).replace("|", "\\|")
-
+def table_cells(rows: list[dict], metric: str, target: float | None, mode: str = "max") -> list[list[str]]:
+    """The main table as text, header first: one row per (config, setting), a row holding ``config``, ``setting``
+    and summarise_group's keys; without the setting column when every row's is ``defaults`` (nothing swept)."""
     test = metric_on_test_set(metric)
     header = ["config", "setting", "runs", f"final {metric}", f"best {metric}"]
     if test is not None:
@@ -28,7 +32,7 @@ def render_table(rows: list[dict], metric: str, target: float | None, mode: str 
     if target is not None:
         header.append(f"rounds to {metric} {'≥' if mode == 'max' else '≤'} {target:g}")
     header.append("time/run (s)")
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    table = [header]
     for row in rows:
         cells = [
             row["config"],
@@ -45,10 +49,26 @@ def render_table(rows: list[dict], metric: str, target: float | None, mode: str 
         if target is not None:
             cells.append(format_rounds(row))
         cells.append("—" if row["wall_time_s_mean"] is None else f"{row['wall_time_s_mean']:.1f}")
-        lines.append("| " + " | ".join(cell(c) for c in cells) + " |")
+        table.append(cells)
+    if not swept(rows):
+        return [[cell for i, cell in enumerate(line) if i != 1] for line in table]
+    return table
+
+
+def swept(rows: list[dict]) -> bool:
+    """Whether any row has a setting other than the configs as they are."""
+    return any(row["setting"] != "defaults" for row in rows)
+
+
+def render_table(rows: list[dict], metric: str, target: float | None, mode: str = "max") -> str:
+    """Markdown ``table_cells`` with a note on what the columns hold."""
+    header, *body = table_cells(rows, metric, target, mode)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |" for cells in body]
+    test = metric_on_test_set(metric)
     note = (
-        "\nruns: finished/planned. final, best: mean ± std over the finished runs (best: each run's best evaluated "
-        "round)."
+        "\nruns: finished/planned. final, best: mean ± std over the finished runs (the std to 2 significant digits, "
+        "the mean to its decimal place; best: each run's best evaluated round)."
         + (
             f" {test} at best {metric}: the test set, read once at the end of each run, at the round with "
             f"the best {metric} (if not every run has it: with/finished)."

@@ -2,23 +2,38 @@
 
 import statistics
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+FORMATS = ("png", "pdf", "svg")
+LINESTYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D", "v", "x", "*")  # 4 x 7: the first 28 curves differ in line style and marker both
 
 
-def plot_curves(curves: dict[str, list[list[list[float]]]], metric: str, target: float | None, path: Path) -> None:
-    """``curves``: label -> the histories of its seeds; mean line, min-max band over the rounds all seeds logged."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def plot_curves(curves: dict[str, list[list[list[float]]]], metric: str, target: float | None, path: Path) -> "Figure":
+    """``curves``: label -> the histories of its seeds; mean line, min-max band over the rounds all seeds logged.
+    Each curve has its own line style and marker, so two curves that coincide both stay visible. Saves ``path``
+    with each suffix of ``FORMATS`` and returns the figure."""
+    from matplotlib.figure import Figure
     from matplotlib.ticker import AutoLocator
 
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for label, histories in curves.items():
+    fig = Figure(figsize=(8, 5))
+    ax = fig.subplots()
+    for index, (label, histories) in enumerate(curves.items()):
         steps = sorted(set.intersection(*(set(s for s, _ in h) for h in histories)))
         per_seed = [{step: value for step, value in h} for h in histories]
         values = [[h[s] for h in per_seed] for s in steps]
-        marker = "." if len(steps) < 30 else None
-        (line,) = ax.plot(steps, [statistics.fmean(v) for v in values], label=label, marker=marker)
+        every = max(1, len(steps) // 10)  # about 10 markers a curve, shifted from one curve to the next
+        (line,) = ax.plot(
+            steps,
+            [statistics.fmean(v) for v in values],
+            label=label,
+            linestyle=LINESTYLES[index % len(LINESTYLES)],
+            marker=MARKERS[index % len(MARKERS)],
+            markevery=(index % every, every),
+        )
         if len(histories) > 1:
             ax.fill_between(
                 steps, [min(v) for v in values], [max(v) for v in values], color=line.get_color(), alpha=0.2
@@ -35,5 +50,6 @@ def plot_curves(curves: dict[str, list[list[list[float]]]], metric: str, target:
     if curves:
         ax.legend(fontsize="small" if len(curves) < 8 else "x-small")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    for suffix in FORMATS:
+        fig.savefig(path.with_suffix(f".{suffix}"), dpi=120)
+    return fig

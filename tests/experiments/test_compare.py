@@ -1,6 +1,7 @@
 """lightfed compare: spec parsing, sweeps, metrics files, summaries and tables by hand; then small end-to-end
 comparisons, one of them with two worker processes."""
 
+import csv
 import json
 import math
 import os
@@ -169,7 +170,7 @@ def test_table_rendering():
     lines = table.splitlines()
     assert lines[0] == ("| config | setting | runs | final val_acc | best val_acc | test_acc at best val_acc | "
                         "rounds to val_acc ≥ 0.75 | time/run (s) |")
-    assert lines[2] == "| fedavg | strategy.server_lr=0.5 | 2/2 | 0.8000 ± 0.1414 | 0.8500 ± 0.0707 | 0.6500 ± 0.0707 | 2.5 (2/2) | 15.0 |"
+    assert lines[2] == "| fedavg | strategy.server_lr=0.5 | 2/2 | 0.80 ± 0.14 | 0.850 ± 0.071 | 0.650 ± 0.071 | 2.5 (2/2) | 15.0 |"
     assert lines[3] == "| fedprox | defaults | 1/2 | 0.7000 | 0.8000 | 0.6000 | 2 (1/1) | 10.0 |"
     assert lines[4] == "| fedyogi | defaults | 0/2 | — | — | — | — | — |"
     assert "rounds to" not in markdown.render_table(rows, "val_acc", None)
@@ -307,9 +308,14 @@ def test_sweep_writes_table_plot_and_results(sweep):
         assert final["final"] and run["test_at_best"] == final["best_test_acc"]  # the test set, read once at the end
     # the table's numbers are the runs' numbers
     first = [r["final"] for r in runs[:2]]
-    assert f"{statistics.fmean(first):.4f} ± {statistics.stdev(first):.4f}" in rows[0]
+    assert markdown.mean_std(statistics.fmean(first), statistics.stdev(first), 2) in rows[0]
     assert results["rows"][0]["final_mean"] == pytest.approx(statistics.fmean(first))
     assert all(math.isfinite(row["final_std"]) for row in results["rows"])
+    # the same table for papers: LaTeX with its rows, CSV at full precision; the plot also as PDF and SVG
+    assert (out / "table.tex").read_text().count(" \\\\\n") == 1 + len(rows)
+    with open(out / "table.csv", newline="") as file:
+        assert [float(row["final_mean"]) for row in csv.DictReader(file)] == [r["final_mean"] for r in results["rows"]]
+    assert (out / "accuracy.pdf").read_bytes()[:4] == b"%PDF" and b"<svg" in (out / "accuracy.svg").read_bytes()
 
 
 def test_collect_reproduces_the_table_from_the_logs(sweep):
@@ -333,7 +339,7 @@ def test_a_diverging_run_is_reported_and_left_out_of_the_numbers(tmp_path, capsy
     captured = capsys.readouterr()
     assert "seed=0: failed: the global weights became NaN/Inf" in captured.out
     assert "no finished logs" not in captured.err  # diverged is an outcome, not a run still to do
-    assert _table_rows(out)[0] == "| quickstart | defaults | 0/1 | — | — | — | — |"  # no --target: no rounds column
+    assert _table_rows(out)[0] == "| quickstart | 0/1 | — | — | — | — |"  # no --target, no sweep: no rounds or setting column
     assert _table_rows(out)[1] == "| quickstart | 0/1 | 1 | 0% |"  # --usable: diverged counts, as not usable
     (run,) = json.loads((out / "results.json").read_text())["runs"]
     assert run["status"] == "diverged" and len(run["history"]) < 2 and "final" not in run
@@ -414,7 +420,7 @@ def test_three_strategies_by_two_seeds_on_digits(tmp_path):
     assert compare.main(argv) == 0
     rows = [line for line in (out / "table.md").read_text().splitlines() if line.startswith("| ")][1:]
     assert [row.split(" | ")[0].strip("| ") for row in rows] == ["fedavg", "fedprox", "scaffold"]
-    assert all(row.split(" | ")[2] == "2/2" for row in rows)
+    assert all(row.split(" | ")[1] == "2/2" for row in rows)  # no setting column: nothing is swept
     assert (out / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(json.loads((out / "results.json").read_text())["runs"]) == 6
 

@@ -25,7 +25,7 @@ def test_the_pivot_puts_each_value_of_the_key_in_its_own_column_by_hand():
     table = markdown.render_pivot(rows, settings, FRACTION, "val_acc").splitlines()
     assert table[0] == "| config | setting | trainer.attack.fraction=0 | trainer.attack.fraction=0.3 |"
     assert table[2] == "| fedavg | trainer.attack=SignFlipping | 0.9000 | 0.5000 |"
-    assert table[3] == "| krum | trainer.attack=SignFlipping | 0.8000 ± 0.0100 | — |"
+    assert table[3] == "| krum | trainer.attack=SignFlipping | 0.800 ± 0.010 | — |"
     assert table[-1] == "final val_acc by trainer.attack.fraction: mean ± std over the finished runs."
 
 

@@ -444,7 +444,7 @@ def test_sweep_array_runs_one_task_per_run_resumes_a_warned_task_and_collects(cl
         # the collect job found both runs finished
         results = json.loads((out / "results.json").read_text())
         assert [r["status"] for r in results["runs"]] == ["finished", "finished"]
-        assert "| quickstart | defaults | 2/2 |" in (out / "table.md").read_text()
+        assert "| quickstart | 2/2 |" in (out / "table.md").read_text()  # nothing swept: no setting column
 
 
 def test_two_node_job_survives_a_requeue_and_matches_one_node_with_two_processes(cluster, tmp_path, job_env):

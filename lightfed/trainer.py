@@ -158,6 +158,7 @@ class FederatedTrainer(TrainerBase):
             sampled,
             self.client_states,
             self.client_states_folder,
+            self.rounds,
         )
         strategy.setup(context)
         fixed = run_requirements(strategy, self.privacy).client_state  # client i trains on process i % world size

@@ -4,7 +4,8 @@ client kept across rounds in the mechanism's own per-client store (and in checkp
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from itertools import takewhile
 from operator import itemgetter
 from typing import TYPE_CHECKING, Literal, cast
 from weakref import WeakKeyDictionary
@@ -21,7 +22,7 @@ from lightfed.core.local_context import LocalContext
 from lightfed.core.local_session import LocalSession
 from lightfed.core.messages import ClientPlan
 from lightfed.core.requirements import Requirements
-from lightfed.data.module import Batch
+from lightfed.data.module import Batch, FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.privacy.accountant import (
     STATE,
@@ -85,7 +86,8 @@ class DPSGD(ClientPrivacy):
                 (target_epsilon, target_delta) over every step each client is planned to take in the run.
             max_grad_norm: Clipping bound C of every per-example gradient.
             target_epsilon: Privacy budget per client: with a noise multiplier, the run stops (with a checkpoint)
-                before any client would exceed it; without one, it sets each client's noise.
+                before any client would exceed it (refused when a client of round 1 would); without one, it sets each
+                client's noise.
             target_delta: Delta at which epsilon is computed and logged.
             accountant: Opacus accountant: "rdp" (Renyi DP) or "prv" (privacy random variables).
             max_physical_batch_size: Largest batch evaluated at once; larger Poisson batches are split and their
@@ -103,6 +105,11 @@ class DPSGD(ClientPrivacy):
             raise ConfigError(f"trainer.privacy.max_grad_norm must be > 0, got {max_grad_norm}")
         if target_epsilon is not None and target_epsilon <= 0:
             raise ConfigError(f"trainer.privacy.target_epsilon must be > 0, got {target_epsilon}")
+        if target_epsilon is not None and noise_multiplier == 0:
+            raise ConfigError(
+                "trainer.privacy.target_epsilon needs noise: with noise_multiplier 0 epsilon is infinite from the first "
+                "step (set noise_multiplier > 0, or null to set it from the budget)"
+            )
         if not 0 < target_delta < 1:
             raise ConfigError(f"trainer.privacy.target_delta must be in (0, 1), got {target_delta}")
         if max_physical_batch_size is not None and max_physical_batch_size < 1:
@@ -142,6 +149,26 @@ class DPSGD(ClientPrivacy):
         return module
 
     # ----------------------------------------------------------------- noise and accounting
+
+    def setup(
+        self,
+        data: FederatedDataModule,
+        clients_per_round: int,
+        planned: Callable[[], Iterable[ClientPlan]],
+    ) -> None:
+        """Also refuses a noise multiplier whose round 1 alone takes one of its clients past ``target_epsilon``."""
+        super().setup(data, clients_per_round, planned)
+        if self.noise_multiplier is None or self.target_epsilon is None:
+            return  # without a noise multiplier, each client's noise is set to spend its budget over the run
+        first = takewhile(lambda plan: plan.round == 0, planned())
+        epsilon, plan = max(((self.epsilon_after(plan), plan) for plan in first), key=itemgetter(0))
+        if epsilon > self.target_epsilon:
+            raise ConfigError(
+                f"trainer.privacy.target_epsilon {self.target_epsilon:g} is spent by round 1 alone: client "
+                f"{plan.client_id}'s {self.steps(plan)} steps of noise_multiplier {self.noise_multiplier:g} at sample "
+                f"rate {self.schedule(plan.client_id)[0]:.4g} have epsilon {epsilon:.4g} (delta {self.target_delta:g}); "
+                "raise trainer.privacy.noise_multiplier or target_epsilon, or lower trainer.local_epochs or local_steps"
+            )
 
     def schedule(self, client_id: int) -> tuple[float, int]:
         """The client's Poisson sample rate and steps per epoch."""
@@ -186,13 +213,15 @@ class DPSGD(ClientPrivacy):
     def _spent(self, accountant: IAccountant) -> float:
         return spent_epsilon(accountant, self.target_delta)
 
-    def would_exceed(self, plan: ClientPlan) -> bool:
-        if self.target_epsilon is None:
-            return False
+    def epsilon_after(self, plan: ClientPlan) -> float:
+        """The client's epsilon at ``target_delta`` once it has trained ``plan``."""
         accountant = load_accountant(self.accountant, self.client_states.get(plan.client_id, STATE))
         noise = self.step_noise(plan.client_id, gradients_per_step(plan))
         compose(accountant, noise, self.schedule(plan.client_id)[0], self.steps(plan))
-        return self._spent(accountant) > self.target_epsilon
+        return self._spent(accountant)
+
+    def would_exceed(self, plan: ClientPlan) -> bool:
+        return self.target_epsilon is not None and self.epsilon_after(plan) > self.target_epsilon
 
     def metrics(self, fabric: Fabric) -> dict[str, float]:
         """Max and mean of epsilon over the clients that have trained (each process holds its own clients')."""

@@ -111,6 +111,7 @@ class SecureAggregation(SumsStrategyWrapper):
         ).to(torch.float64)
         self._scratch: Sums | None = None
         self._graphs: dict[int, tuple[list[int], dict[int, list[int]], set[int]]] = {}
+        self.check_rounds(context.rounds)
 
     def cohort(self, round: int) -> list[int]:
         """The round's clients (as the synchronous trainer samples them): the parties of the protocol."""
@@ -130,6 +131,11 @@ class SecureAggregation(SumsStrategyWrapper):
                 )
             self._graphs = {round: (cohort, graph, dropped)}
         return self._graphs[round]
+
+    def check_rounds(self, rounds: int) -> None:
+        """Refuses settings that cannot unmask one of the first ``rounds`` rounds: the seed decides them all up front."""
+        for round in range(rounds):
+            self.protocol(round)
 
     def sum_sizes(self) -> dict[str, int]:
         scalars = (SUBMITTED, IDS, SQUARED_ERROR, CLIPPED, CLIENT_SECONDS)

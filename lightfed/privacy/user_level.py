@@ -81,7 +81,8 @@ class UserLevelDP(SumsStrategyWrapper):
             noise: "central": the server adds the noise to the sum; "distributed": each client adds its share
                 N(0, std^2 / clients per round) to its own contribution (with secure aggregation, the server sees
                 only the noised sum); needs "fixed" sampling.
-            target_epsilon: Budget: the run stops before a round that would take epsilon past it.
+            target_epsilon: Budget: the run stops before a round that would take epsilon past it (refused when
+                round 1 alone would, or without noise).
             target_delta: Delta at which epsilon is computed and logged.
             accountant: Opacus accountant: "rdp" (Renyi DP) or "prv" (privacy random variables).
         """
@@ -105,6 +106,8 @@ class UserLevelDP(SumsStrategyWrapper):
             "clip_lr must be > 0": clip_lr > 0,
             "count_stddev must be >= 0": count_stddev is None or count_stddev >= 0,
             "target_epsilon must be > 0": target_epsilon is None or target_epsilon > 0,
+            "target_epsilon needs noise: with noise_multiplier 0 epsilon is infinite from round 1 (set noise_multiplier "
+            "> 0 or target_epsilon null)": target_epsilon is None or noise_multiplier > 0,
             "target_delta must be in (0, 1)": 0 < target_delta < 1,
             "sample_rate must be in (0, 1] with sampling: poisson": sampling == "fixed"
             or (sample_rate is not None and 0 < sample_rate <= 1),
@@ -146,6 +149,17 @@ class UserLevelDP(SumsStrategyWrapper):
         self.seed = context.seed
         self.accountant = load_accountant(self.mechanism, None)
         self.epsilon = 0.0 if z > 0 else math.inf
+        if self.target_epsilon is not None:  # a budget that round 1 alone exceeds is refused
+            one = load_accountant(self.mechanism, None)
+            compose(one, z, self.rate, 1)
+            first = spent_epsilon(one, self.target_delta)
+            if first > self.target_epsilon:
+                rate = "trainer.clients_per_round" if self.sampling == "fixed" else "strategy.sample_rate"
+                raise ConfigError(
+                    f"strategy.target_epsilon {self.target_epsilon:g} is spent by round 1 alone: one round of "
+                    f"noise_multiplier {z:g} at sampling rate {self.rate:.4g} has epsilon {first:.4g} (delta "
+                    f"{self.target_delta:g}); raise strategy.noise_multiplier or target_epsilon, or lower {rate}"
+                )
         self.round = 0
         self._coins: tuple[int, Any] = (-1, None)  # the Poisson coins of the last round drawn
         self.clip_used, self.unclipped_fraction = self.clip, math.nan

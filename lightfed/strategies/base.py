@@ -31,6 +31,7 @@ class ServerContext:
     sampled_clients: int = 0  # clients the run samples from (0: all num_clients; fewer with trainer.unseen_clients)
     client_states: str = "memory"  # where ``Strategy.client_states`` lives: "memory" or "disk" (trainer.client_states)
     client_states_folder: str | None = None  # with "disk": where each process keeps its files (null: a temporary one)
+    rounds: int = 0  # rounds the run trains (trainer.rounds; 0: not given)
 
     @property
     def num_params(self) -> int:

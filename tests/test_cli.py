@@ -94,6 +94,7 @@ def test_a_truncated_last_checkpoint_falls_back_to_the_previous_one_with_a_warni
     assert torch.equal(torch.load(folder / "last.ckpt", weights_only=False)["params"], full["params"])
 
 
+@pytest.mark.slow
 def test_two_processes_give_the_weights_of_one(tmp_path):
     """Run through the real command, as users do: the command forks the second process, which joins over gloo."""
     config = QUICKSTART
@@ -114,6 +115,7 @@ def test_two_processes_give_the_weights_of_one(tmp_path):
     assert not list((tmp_path / "devices2" / "run").glob("version_1"))  # one run folder, written by rank 0
 
 
+@pytest.mark.slow
 def test_scaffold_resumes_on_two_processes_and_on_one_from_the_per_process_files(tmp_path):
     """SCAFFOLD keeps each client's control variate on the process that trains it (i % 2), which writes it into its
     own checkpoint file. A two-process run cut after round 2 resumes on two processes (each reads its own file) to the
@@ -216,6 +218,7 @@ def _readme_own_model_and_data() -> tuple[str, str]:
     return code, re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
 
 
+@pytest.mark.slow
 def test_the_readmes_own_model_and_data_train_to_the_same_weights_on_one_and_two_processes(tmp_path):
     """The README's mine.py and mine.yaml, run by the lightfed command in their folder (no PYTHONPATH)."""
     code, config = _readme_own_model_and_data()

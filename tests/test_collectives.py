@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 FABRIC_ALL_REDUCE = ["barrier", "all_reduce"]  # Lightning's Fabric.all_reduce waits in a barrier first
@@ -20,6 +22,7 @@ ROUND = [
 ]
 
 
+@pytest.mark.slow
 def test_a_fedavg_round_on_two_processes_makes_the_counted_collectives(tmp_path):
     """Round 2 of 3 of the quickstart (evaluated and checkpointed, no per-client evaluation), on each process:
     torch.distributed's calls from the start of the round to the start of the next."""

@@ -34,6 +34,7 @@ def _weights(root: Path) -> dict:
 
 
 @pytest.mark.parametrize("devices", [1, 2])
+@pytest.mark.slow
 def test_sigkill_at_random_moments_and_resume_gives_the_uninterrupted_weights(tmp_path, devices):
     marker = tmp_path / "training"
     subprocess.run(_command(tmp_path / "full", devices), check=True, cwd=ROOT, capture_output=True, timeout=600,

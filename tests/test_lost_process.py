@@ -45,6 +45,7 @@ def last_checkpoint(root: Path) -> Path:
     return root / "quickstart" / "version_0" / "checkpoints" / "last.ckpt"
 
 
+@pytest.mark.slow
 def test_a_frozen_process_stops_the_run_after_the_collective_timeout_with_one_line_naming_it(tmp_path):
     """Process 1 stops itself (SIGSTOP) as round 3 begins: process 0 waits in round 3's reduction for
     collective_timeout seconds, says so in one line and ends the frozen process; round 2's checkpoint is whole."""
@@ -57,6 +58,7 @@ def test_a_frozen_process_stops_the_run_after_the_collective_timeout_with_one_li
     assert torch.load(last_checkpoint(tmp_path), weights_only=False)["round"] == 2
 
 
+@pytest.mark.slow
 def test_a_killed_process_is_named_with_its_signal_by_the_process_that_started_it(tmp_path):
     done = fit_two_processes(tmp_path, signal_at_round_three(["SIGKILL"], rank=1))
     (line,) = error_lines(done.stderr)
@@ -65,6 +67,7 @@ def test_a_killed_process_is_named_with_its_signal_by_the_process_that_started_i
     assert str(last_checkpoint(tmp_path)) in line
 
 
+@pytest.mark.slow
 def test_when_the_first_process_dies_the_second_names_it(tmp_path):
     done = fit_two_processes(tmp_path, signal_at_round_three(["SIGKILL"], rank=0))
     (line,) = error_lines(done.stderr)
@@ -72,6 +75,7 @@ def test_when_the_first_process_dies_the_second_names_it(tmp_path):
     assert "process 0 of 2 died in the reduction of round 3" in line
 
 
+@pytest.mark.slow
 def test_a_process_that_dies_while_the_first_is_busy_is_named_without_waiting_for_a_collective(tmp_path):
     """Process 1 is killed as round 3 begins while process 0 is busy for 120 s outside any collective: process 0's
     waiter for its fork says which process died and ends the command after its grace (5 s), not 120 s later."""

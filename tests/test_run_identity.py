@@ -114,6 +114,7 @@ def test_runs_claiming_at_the_same_moment_get_folders_of_their_own(tmp_path):
     assert names == sorted(f"version_{n}" for n in range(8))
 
 
+@pytest.mark.slow
 def test_four_runs_started_at_once_with_one_name_get_four_folders(tmp_path):
     config = tmp_path / "tiny.yaml"
     config.write_text(TINY)

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
 OPTIONAL = ["opacus", "sklearn", "tensorboard", "torch.utils.tensorboard"]  # imported by the runs that use them
@@ -20,6 +22,7 @@ def _modules_after(code: str) -> set[str]:
     return set(done.stdout.split())
 
 
+@pytest.mark.slow
 def test_import_lightfed_and_parsing_the_quickstart_leave_optional_packages_unimported():
     modules = _modules_after(
         "import lightfed\nfrom lightfed.cli import build_parser\n"
@@ -29,6 +32,7 @@ def test_import_lightfed_and_parsing_the_quickstart_leave_optional_packages_unim
     assert not [name for name in OPTIONAL if name in modules]
 
 
+@pytest.mark.slow
 def test_the_privacy_accountant_imports_opacus_where_it_is_used():
     modules = _modules_after(
         "from lightfed.privacy.accountant import load_accountant, spent_epsilon\n"
@@ -47,6 +51,7 @@ def _fit_on_two_processes(tmp_path: Path, callback: str) -> subprocess.Completed
     )
 
 
+@pytest.mark.slow
 def test_the_second_process_of_a_cpu_run_is_a_fork_of_the_command(tmp_path):
     """No second interpreter that imports and parses everything again: process 1 is forked after the parse."""
     assert _fit_on_two_processes(tmp_path, "RecordProcess").returncode == 0
@@ -55,6 +60,7 @@ def test_the_second_process_of_a_cpu_run_is_a_fork_of_the_command(tmp_path):
     assert second["parent"] == first["pid"]
 
 
+@pytest.mark.slow
 def test_a_failing_second_process_fails_the_command(tmp_path):
     done = _fit_on_two_processes(tmp_path, "FailOnSecondProcess")
     assert done.returncode != 0

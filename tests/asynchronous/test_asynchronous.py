@@ -200,6 +200,7 @@ def test_asynchronous_strategy_without_the_asynchronous_section_is_refused(tmp_p
     assert "MasFL is asynchronous: add an `asynchronous:` section" in err
 
 
+@pytest.mark.slow
 def test_two_processes_give_the_weights_and_client_states_of_one(tmp_path):
     """Client i trains on process i % 2, where its control variate lives; the schedule is the same on both, and
     both processes hold the same global weights after every aggregation (check_replicas)."""

@@ -198,6 +198,7 @@ def test_lie_replaces_the_malicious_rows_from_the_benign_updates_the_attackers_k
                 assert torch.equal(deltas[row], trained[client_id])
 
 
+@pytest.mark.slow
 def test_a_colluding_attack_gives_the_same_model_on_one_and_two_processes(tmp_path):
     """The held updates meet through one all-reduce; the crafted updates are the same on every process."""
 

@@ -136,6 +136,7 @@ def test_a_logger_from_the_command_line_and_the_hparams_of_tensorboard(tmp_path)
     assert b"trainer/clients_per_round" in content and b"val_acc" in content
 
 
+@pytest.mark.slow
 def test_sigterm_mid_round_on_two_processes_checkpoints_that_round_and_exits_cleanly(tmp_path):
     """Both processes get SIGTERM while round 2 trains: each finishes round 2, it is checkpointed, both exit 0 without
     a traceback, and resuming gives the weights of an uninterrupted run."""

@@ -38,6 +38,7 @@ def checkpointed_round(root: Path) -> int:
 
 
 @pytest.mark.parametrize("devices", [1, 2])
+@pytest.mark.slow
 def test_ctrl_c_stops_after_the_round_in_flight_checkpoints_it_and_ends_as_ctrl_c_does(tmp_path, devices):
     """Ctrl-C (SIGINT to every process, as a terminal sends it) while round 2 trains: round 2 is finished and
     checkpointed, one line says so, and the command ends by SIGINT (status 130 in a shell, which stops its loop)."""
@@ -59,6 +60,7 @@ def test_a_second_ctrl_c_stops_every_process_at_once_in_one_line(tmp_path):
     assert checkpointed_round(tmp_path) == 1  # round 2 was in flight
 
 
+@pytest.mark.slow
 def test_sigusr1_before_the_run_listens_is_honoured_once_it_does(tmp_path):
     """SIGUSR1 while the command builds the model (whose default action ends a process): the run trains its first
     round, checkpoints it and stops as a warned run does."""

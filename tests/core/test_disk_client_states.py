@@ -138,6 +138,7 @@ def _sha(path: Path) -> str:
     return file_checksum(path)
 
 
+@pytest.mark.slow
 def test_a_state_larger_than_the_memory_limit_works(tmp_path):
     """128 MB of client state under an address-space limit of 64 MB above what the process has mapped."""
     script = textwrap.dedent(

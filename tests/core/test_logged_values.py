@@ -1,3 +1,4 @@
+import pytest
 import torch
 from torchmetrics.classification import MulticlassAccuracy
 
@@ -39,6 +40,7 @@ def test_logging_never_writes_to_the_logged_tensors():
     assert logged.compute() == {"loss": (2.0 + 5.0 + 4.0) / 4}
 
 
+@pytest.mark.slow
 def test_a_metric_logged_in_training_step_is_reduced_when_a_process_trains_no_client(tmp_path):
     """One client a round on two processes: every round one process trains nothing, yet joins the metric's sync
     (it used to wait for the other forever); the accuracy is the one-process run's."""

@@ -143,6 +143,7 @@ def test_bad_schedule_and_clipping_settings_are_refused(tmp_path):
         small_trainer(tmp_path, lr_schedule=CosineDecay()).fit(small_model(), small_data(), AdaptiveFedECADO())
 
 
+@pytest.mark.slow
 def test_epoch_end_metrics_a_cosine_schedule_and_clipping_from_yaml_on_one_and_two_processes(tmp_path):
     """``lightfed fit`` from YAML: a metric computed only in ``on_validation_epoch_end`` is the whole pass's accuracy,
     ``on_train_epoch_end`` sees the local epochs, and 1 and 2 processes reach the same weights."""

@@ -159,6 +159,7 @@ def test_clients_in_parallel_threads_read_a_map_dataset_one_read_at_a_time(folde
     assert dataset.train.reads >= 2 * 4 * 6 * 8 and dataset.train.overlaps == 0
 
 
+@pytest.mark.slow
 def test_one_and_two_processes_train_a_yaml_file_federation_to_the_same_weights(folders, tmp_path):
     """``lightfed fit`` from YAML with MapDataset, DataLoader workers and augmentation, on 1 and 2 processes."""
     train, test = folders

@@ -197,6 +197,7 @@ def test_a_client_on_a_flat_loss_drifts_with_steps_capped_at_the_passivity_bound
 
 @pytest.mark.parametrize("world", [1, 2])
 @pytest.mark.parametrize("tolerance", [1e-4, 1e-3, 1e-2, 1e-1])
+@pytest.mark.slow
 def test_converges_to_the_weighted_optimum_for_every_tolerance(tolerance, world):
     """The spec's toy: 16 clients, diagonal quadratics, e_i ~ U{1..50}; gamma is the only setting. On one process
     and with the server solve sharded over two."""

@@ -28,6 +28,7 @@ class FakeImages(DatasetSource):
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: f"{p.parent.name}-{p.stem}")
+@pytest.mark.slow
 def test_paper_config_runs_one_round_on_fake_data(config, tmp_path):
     classes = 100 if config.parent.name == "cifar100" else 10
     size = 32 if "VGG11" in config.read_text() else 8  # VGG-11's classifier needs 32x32

@@ -141,6 +141,7 @@ def _strategy_metrics(checkpoint: Path) -> list[dict[str, float]]:
 
 
 @pytest.mark.parametrize("name", ["fedecado", "adaptive_fedecado"])
+@pytest.mark.slow
 def test_the_digits_config_on_two_processes_gives_the_weights_of_one(tmp_path, name):
     """Bit-identical: every sum over coordinates (the rms error norm above all) is summed in blocks that do not
     depend on the shard boundaries (``lightfed.core.sharding.CoordinateSums``), every sum over the round's ten clients
@@ -160,6 +161,7 @@ def test_the_digits_config_on_two_processes_gives_the_weights_of_one(tmp_path, n
     assert abs(server["server"]["total_current"].numel() - one["params"].numel() / 2) <= 64  # each process about half
 
 
+@pytest.mark.slow
 def test_fedecado_resumed_on_two_processes_gives_the_uninterrupted_weights(tmp_path):
     config = str(ROOT / "configs" / "digits" / "fedecado.yaml")
     straight = torch.load(_fit(tmp_path / "straight", config, 2, "--trainer.rounds", "3"), weights_only=False)

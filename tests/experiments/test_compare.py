@@ -385,6 +385,7 @@ def test_two_workers_give_the_table_of_one(tmp_path, capfd, monkeypatch):
     assert [r["status"] for r in two] == ["finished", "finished"]
 
 
+@pytest.mark.slow
 def test_lightfed_compare_and_python_m_run_the_tool(tmp_path, capsys):
     argv = ["--configs", QUICKSTART, "--seeds", "0", "1", "--out", str(tmp_path), "--list"]
     with pytest.raises(SystemExit) as exit:

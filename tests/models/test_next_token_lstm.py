@@ -6,6 +6,7 @@ from pathlib import Path
 
 import lightning as L
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -85,6 +86,7 @@ def test_a_federation_of_writers_learns_most_of_what_their_text_allows(tmp_path)
     assert tested["test_acc"] > 0.35  # uniform guessing: 1/16
 
 
+@pytest.mark.slow
 def test_the_text_config_trains_to_the_same_weights_on_one_and_two_processes(tmp_path) -> None:
     def final_checkpoint(devices: int) -> dict:
         root = tmp_path / f"devices{devices}"

@@ -50,6 +50,7 @@ def test_personal_weights_survive_a_resume_on_one_process(tmp_path, method):
     assert _same(_fit(tmp_path / "cut", method, 1, 3, "--ckpt_path", "last"), straight)
 
 
+@pytest.mark.slow
 def test_fedbn_personal_weights_survive_a_resume_on_two_processes_and_from_two_onto_one(tmp_path):
     straight = _fit(tmp_path / "straight", "fedbn", 2, 3)
     folder = tmp_path / "straight" / "run" / "version_0" / "checkpoints" / "process_states" / "round_3"

@@ -161,6 +161,7 @@ def test_it_carries_user_level_dp_whose_clients_add_the_noise_before_quantizatio
     assert torch.allclose(params, expected, atol=8 * step_size(4.0, 24))
 
 
+@pytest.mark.slow
 def test_one_and_two_processes_give_the_same_model(tmp_path):
     def params(devices: int) -> torch.Tensor:
         root = tmp_path / f"devices{devices}"

@@ -172,6 +172,7 @@ def test_the_budget_stops_the_run_with_a_checkpoint_of_the_last_round_within_it(
     assert checkpoint["round"] == 2
 
 
+@pytest.mark.slow
 def test_one_and_two_processes_give_the_same_model(tmp_path):
     def params(devices: int) -> torch.Tensor:
         root = tmp_path / f"devices{devices}"

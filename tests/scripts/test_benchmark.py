@@ -54,6 +54,7 @@ def test_the_synthetic_cifar_data_holds_every_clients_examples_and_the_test_set(
     assert splits.train_x.shape == (200, 3, 32, 32) and splits.test_x.shape == (8, 3, 32, 32)
 
 
+@pytest.mark.slow
 def test_every_path_runs_and_ends_with_the_same_weights(tmp_path):
     """The whole benchmark on a tiny workload: every path's timings and ratios are printed, and all paths trained
     the same clients on the same batches from the same weights, so their final global weights agree."""

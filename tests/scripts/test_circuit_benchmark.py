@@ -108,6 +108,7 @@ def test_repeats_give_median_times_and_the_median_of_each_repeats_own_ratio():
     assert failed == {"failed": "exit 1: out of memory"}
 
 
+@pytest.mark.slow
 def test_a_tiny_digits_run_prints_a_row_per_strategy_with_consistent_ratios(tmp_path):
     proc = subprocess.run([sys.executable, str(SCRIPT), *TINY], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -5,9 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_prints_one_row_per_work_with_ratios_to_the_fedavg_aggregate():
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "circuit_step_benchmark.py"), "--clients", "3",
                           "--size", "100000", "--repeats", "2", "--device", "cpu"],

@@ -25,6 +25,7 @@ def gpu_check(*args: str, **env: str) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
+@pytest.mark.slow
 def test_the_dry_run_lists_every_check_and_every_command_line_parses():
     result = gpu_check("--dry-run")
     assert result.returncode == 0, result.stderr
@@ -45,6 +46,7 @@ def test_the_dry_run_lists_every_check_and_every_command_line_parses():
     assert lines[-1] == f"gpu_check: dry run: {CHECKS} of {CHECKS} command lines parse"
 
 
+@pytest.mark.slow
 def test_the_dry_run_names_every_command_line_that_does_not_parse():
     result = gpu_check("--dry-run", GPU_CHECK_ARGS="--trainer.no_such_option 1")
     assert result.returncode == 1
@@ -83,6 +85,7 @@ echo "test set, final model (round 2): test_loss=1.0 test_acc=0.5; best val_acc 
 }
 
 
+@pytest.mark.slow
 def test_the_runs_go_a_few_at_a_time_then_the_rest_in_order_and_one_table_names_each_result(tmp_path):
     for name, text in STAND_INS.items():
         (tmp_path / name).write_text(text)

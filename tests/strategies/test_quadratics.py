@@ -2,6 +2,7 @@
 
 import lightning as L
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -84,6 +85,7 @@ def test_scaffold_reaches_the_exact_optimum_where_fedavg_stays_biased(tmp_path):
     assert _relative_error(w_fedavg, optimum) > 1e-2
 
 
+@pytest.mark.slow
 def test_fednova_removes_the_objective_inconsistency_of_unequal_local_steps(tmp_path):
     lr, steps = 0.01, "randint:1:10"
     w_nova, data = _fit(tmp_path / "nova", FedNova(), same_curvature=True, lr=lr, rounds=400, local_steps=steps)

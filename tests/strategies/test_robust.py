@@ -55,6 +55,7 @@ def test_the_median_trains_through_the_sharded_path_on_one_process(tmp_path):
     assert metrics["round/clients"] == 4 and 0.1 < metrics["val_acc"] <= 1
 
 
+@pytest.mark.slow
 def test_one_and_two_processes_give_the_same_model_and_client_states(tmp_path):
     """Through the real command: with two processes each owns half the coordinates of every client's delta (one
     all-to-all), computes the median of its half and keeps its half of every client's state; the gathered model and

@@ -151,6 +151,7 @@ class RobustCycle(ShardedStrategy):
         return self.rules[updates.round % len(self.rules)].aggregate_shard(params, updates)
 
 
+@pytest.mark.slow
 def test_one_and_two_processes_give_the_same_model(tmp_path):
     """Every rule's distances and norms through two processes' coordinate shards: the same final weights, bit for bit
     (and the same on both processes every round: check_replicas)."""

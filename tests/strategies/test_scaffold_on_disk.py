@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from lightfed.core.saved_client_states import saved_client_states
@@ -42,6 +43,7 @@ def test_on_disk_it_gives_the_weights_and_states_of_the_in_memory_store_and_resu
         assert all(torch.equal(states[i]["c"], s["c"]) for i, s in expected.items())
 
 
+@pytest.mark.slow
 def test_on_disk_a_two_process_run_resumes_bit_for_bit_on_two_processes_and_on_one(tmp_path):
     """Every run keeps its files in a folder of its own under ``states`` (a resume must name the same folder)."""
     digits = ROOT / "configs" / "digits"

@@ -86,6 +86,13 @@ def test_each_layer_reaches_the_resolved_config(capsys, files):
     assert resolved["strategy.class_path"].startswith(  # privacy and personalization wrappers too
         ("lightfed.strategies.", "lightfed.privacy.", "lightfed.personalization.")
     )
+    assert resolved["trainer.name"] != "lightfed"  # every shipped config names its runs' folder
+
+
+@pytest.mark.parametrize("files", [f for f in LAYERS if f[-1] in ADD_ONS], ids=lambda files: files[-1])
+def test_an_add_on_gives_its_runs_a_folder_of_their_own(capsys, files):
+    """A private run never shares the experiment folder of the same run without privacy."""
+    assert _resolved(capsys, files)["trainer.name"] != _resolved(capsys, files[:-1])["trainer.name"]
 
 
 def test_an_overlay_replaces_the_bases_optimizer_settings_and_model_class(capsys):

@@ -105,12 +105,19 @@ def run(argv: list[str] | None = None, fork: bool = False) -> dict[str, float]:
         if launcher.is_fork() and lost is None and not timed_out(error):
             sys.exit(1)  # process 0 saw the same failure and says what happened
         raise ProcessLostError(lost_process_line(error, trainer, name == "fit", lost)) from error
-    trainer.fabric.print(" ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items()) if not k.startswith("round/")))
+    trainer.fabric.print(headline(metrics))
     if name == "fit":
         trainer.fabric.print(f"logs, config and checkpoints: {trainer.log_dir}")
     else:
         trainer.fabric.print(f"evaluated: {trainer.log_dir or 'the initial model (no --ckpt_path)'}")
     return metrics
+
+
+def headline(metrics: dict[str, float]) -> str:
+    """The last round's metrics that matter at a glance, in one short line: the run's own (``train_loss``,
+    ``val_*``) and the means of per-client evaluation; the strategy's diagnostics and the rest are in the logs."""
+    shown = {k: v for k, v in metrics.items() if "/" not in k or (k.startswith("clients/") and k.endswith("_mean"))}
+    return "last round: " + " ".join(f"{k}={v:.4g}" for k, v in sorted(shown.items())) + " (all metrics: the logs)"
 
 
 def _add_import_paths(argv: list[str]) -> None:

@@ -11,6 +11,7 @@ import torch
 
 from lightfed.cli import main, run
 from lightfed.core.saved_client_states import saved_client_states
+from lightfed.subcommands import headline
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
@@ -238,3 +239,10 @@ def test_the_readmes_own_model_and_data_train_to_the_same_weights_on_one_and_two
     assert one["round"] == two["round"] == 5 and torch.equal(one["params"], two["params"])
     final = json.loads((runs[0] / "metrics.jsonl").read_text().splitlines()[-1])
     assert final["test_acc"] > 0.8  # three blobs 3 apart in 2 dimensions
+
+
+def test_the_run_ends_on_a_short_headline_not_a_dump_of_the_strategys_metrics():
+    metrics = {"train_loss": 0.5, "val_acc": 0.9, "strategy/c_norm": 1.0, "round/time_s": 2.0,
+               "clients/personal/val_acc_mean": 0.98, "clients/personal/val_acc_min": 0.9}
+    assert headline(metrics) == ("last round: clients/personal/val_acc_mean=0.98 train_loss=0.5 val_acc=0.9 "
+                                 "(all metrics: the logs)")

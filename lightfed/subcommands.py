@@ -115,8 +115,13 @@ def run(argv: list[str] | None = None, fork: bool = False) -> dict[str, float]:
 
 def headline(metrics: dict[str, float]) -> str:
     """The last round's metrics that matter at a glance, in one short line: the run's own (``train_loss``,
-    ``val_*``) and the means of per-client evaluation; the strategy's diagnostics and the rest are in the logs."""
-    shown = {k: v for k, v in metrics.items() if "/" not in k or (k.startswith("clients/") and k.endswith("_mean"))}
+    ``val_*``), the means of per-client evaluation and a private run's epsilon; the strategy's diagnostics and the
+    rest are in the logs."""
+    shown = {
+        k: v
+        for k, v in metrics.items()
+        if "/" not in k or (k.startswith("clients/") and k.endswith("_mean")) or "epsilon" in k.rsplit("/", 1)[-1]
+    }
     return "last round: " + " ".join(f"{k}={v:.4g}" for k, v in sorted(shown.items())) + " (all metrics: the logs)"
 
 

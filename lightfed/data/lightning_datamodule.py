@@ -7,10 +7,12 @@ import numpy as np
 import torch
 from lightning import LightningDataModule
 from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.fabric.utilities.rank_zero import rank_zero_warn
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
 
 from lightfed.data.datasets import DatasetSource, DatasetSplits, size
-from lightfed.errors import ConfigError
+from lightfed.data.overlap import contained
+from lightfed.errors import ConfigError, LightfedError
 
 LABEL_NAMES = ("label", "labels", "target", "targets", "y")  # where a dict example's label is found by name
 
@@ -62,16 +64,15 @@ class DataModuleSource(DatasetSource):
         return self._splits
 
     def _read(self, seed: int) -> DatasetSplits:
-        module = self.datamodule
         torch.manual_seed(seed)
-        module.prepare_data()
+        self._call("prepare_data")
         torch.manual_seed(seed)
-        module.setup("fit")
+        self._call("setup", "fit")
         train = self._dataset("train_dataloader")
         if train is None:
             raise ConfigError(f"{self.name} has no train_dataloader; define one that returns a DataLoader")
         torch.manual_seed(seed)
-        module.setup("test")
+        self._call("setup", "test")
         val = self._dataset("val_dataloader")  # after both setups, to be compared with the test set
         test = self._dataset("test_dataloader")
         if test is None:
@@ -80,11 +81,16 @@ class DataModuleSource(DatasetSource):
                     f"{self.name} has neither test_dataloader nor val_dataloader; define one for the test set"
                 )
             test, val = val, None
-        if val is not None and _same_examples(val, test):
+        if val is not None and contained(val, test):
             raise ConfigError(
-                f"{self.name}'s validation dataset is its test dataset, so the best round would be chosen on the "
-                "test set; give val_dataloader other examples, or make it raise (lightfed then holds out "
-                "data.val_fraction of the training set)"
+                f"{self.name}'s validation dataset is its test dataset (its examples are test examples), so the best "
+                "round would be chosen on the test set; give val_dataloader other examples, or make it raise "
+                "(lightfed then holds out data.val_fraction of the training set)"
+            )
+        if val is not None and contained(val, train):
+            rank_zero_warn(
+                f"{self.name}'s validation examples are training examples: the best round is chosen on data the "
+                "clients train on"
             )
         labels = self._labels(train)
         client_ids = _attribute(train, ("client_ids",))
@@ -96,10 +102,21 @@ class DataModuleSource(DatasetSource):
             if client_ids is not None:  # nor their client ids
                 client_ids = np.concatenate([client_ids, np.full(size(val), -1)])
             train = ConcatDataset([train, val])
-        num_classes = self.num_classes or getattr(module, "num_classes", None)
+        num_classes = self.num_classes or getattr(self.datamodule, "num_classes", None)
         if not isinstance(num_classes, int):
             num_classes = int(labels.max()) + 1 if labels is not None and len(labels) else 0
         return DatasetSplits(train, test, num_classes, labels, client_ids, val_indices=val_indices)
+
+    def _call(self, hook: str, *args: Any) -> None:
+        """The module's own ``hook``; an error it raises is named in one line with its module (the cause kept)."""
+        try:
+            getattr(self.datamodule, hook)(*args)
+        except LightfedError:
+            raise
+        except Exception as error:
+            message = " ".join(str(error).split())
+            called = f"{self.name}.{hook}({', '.join(map(repr, args))})"
+            raise ConfigError(f"{called} raised {type(error).__name__}: {message}") from error
 
     def _dataset(self, hook: str) -> Dataset | None:
         """The dataset of the module's ``hook`` DataLoader; None where the module does not define the hook."""
@@ -129,18 +146,6 @@ class DataModuleSource(DatasetSource):
                 f"label_key {key!r} does not give the labels of {self.name}'s examples ({error}); "
                 "name the position or key that holds each example's label"
             ) from None
-
-
-def _same_examples(a: Dataset, b: Dataset) -> bool:
-    """Whether two datasets are one object, or Subsets of one dataset with the same indices."""
-    if a is b:
-        return True
-    return (
-        isinstance(a, Subset)
-        and isinstance(b, Subset)
-        and a.dataset is b.dataset
-        and np.array_equal(np.asarray(a.indices), np.asarray(b.indices))
-    )
 
 
 def _attribute(dataset: Dataset, names: Sequence[str]) -> np.ndarray | None:

@@ -148,3 +148,46 @@ class TrainHasClientIds(BlobsDataModule):
 def test_client_ids_of_the_training_set_are_read_though_the_validation_set_has_none():
     splits = DataModuleSource(TrainHasClientIds()).load(0)
     assert splits.train_client_ids.tolist() == [i % 4 for i in range(240)] + [-1] * 30
+
+
+class ValidationFrom(BlobsDataModule):
+    """A validation set made from the test or the training examples, as a user might by mistake."""
+
+    def __init__(self, made: str) -> None:
+        super().__init__()
+        self.made = made
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader({
+            "copy_of_test": lambda: TensorDataset(*(t.clone() for t in self.test.tensors)),
+            "subset_of_test": lambda: Subset(self.test, [5, 7, 9]),
+            "rows_of_test": lambda: TensorDataset(*(t[10:20].clone() for t in self.test.tensors)),
+            "subset_of_train": lambda: Subset(self.train, range(30)),
+            "own": lambda: self.val,
+        }[self.made]())
+
+
+@pytest.mark.parametrize("made", ["copy_of_test", "subset_of_test", "rows_of_test"])
+def test_a_validation_set_of_test_examples_is_refused_whatever_object_holds_them(made):
+    with pytest.raises(ConfigError, match=r"ValidationFrom's validation dataset is its test dataset"):
+        DataModuleSource(ValidationFrom(made)).load(0)
+
+
+def test_a_validation_set_of_training_examples_is_warned_about_and_an_own_one_is_not(recwarn):
+    DataModuleSource(ValidationFrom("subset_of_train")).load(0)
+    assert [str(w.message) for w in recwarn if "validation examples are training examples" in str(w.message)]
+    recwarn.clear()
+    DataModuleSource(ValidationFrom("own")).load(0)
+    assert not [w for w in recwarn if "validation" in str(w.message)]
+
+
+class BrokenSetup(BlobsDataModule):
+    def setup(self, stage: str) -> None:
+        raise ValueError("no such file: /data/blobs.npz\n(check the path)")
+
+
+def test_an_error_in_the_users_own_setup_is_one_line_naming_the_module(tmp_path, capsys):
+    with pytest.raises(ConfigError, match=r"^BrokenSetup.setup\('fit'\) raised ValueError: no such file: "
+                       r"/data/blobs.npz \(check the path\)$") as raised:
+        DataModuleSource(BrokenSetup()).load(0)
+    assert isinstance(raised.value.__cause__, ValueError)  # the user's traceback is kept as the cause

@@ -38,6 +38,10 @@ class TensorSplits:
     def num_train(self) -> int:
         return len(self.train_y)
 
+    @property
+    def num_test(self) -> int:
+        return len(self.test_y)
+
 
 @dataclass(frozen=True)
 class DatasetSplits:
@@ -57,6 +61,10 @@ class DatasetSplits:
     @property
     def num_train(self) -> int:
         return size(self.train)
+
+    @property
+    def num_test(self) -> int:
+        return size(self.test)
 
 
 def size(dataset: Dataset) -> int:

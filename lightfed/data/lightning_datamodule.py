@@ -107,10 +107,10 @@ class DataModuleSource(DatasetSource):
             num_classes = int(labels.max()) + 1 if labels is not None and len(labels) else 0
         return DatasetSplits(train, test, num_classes, labels, client_ids, val_indices=val_indices)
 
-    def _call(self, hook: str, *args: Any) -> None:
+    def _call(self, hook: str, *args: Any) -> Any:
         """The module's own ``hook``; an error it raises is named in one line with its module (the cause kept)."""
         try:
-            getattr(self.datamodule, hook)(*args)
+            return getattr(self.datamodule, hook)(*args)
         except LightfedError:
             raise
         except Exception as error:
@@ -121,9 +121,11 @@ class DataModuleSource(DatasetSource):
     def _dataset(self, hook: str) -> Dataset | None:
         """The dataset of the module's ``hook`` DataLoader; None where the module does not define the hook."""
         try:
-            loader = getattr(self.datamodule, hook)()
-        except MisconfigurationException:  # LightningDataModule's own hook: "must be implemented"
-            return None
+            loader = self._call(hook)
+        except ConfigError as error:
+            if isinstance(error.__cause__, MisconfigurationException):  # LightningDataModule's own: "must be implemented"
+                return None
+            raise
         if not isinstance(loader, DataLoader):
             raise ConfigError(f"{self.name}.{hook} must return one DataLoader, got {type(loader).__name__}")
         return loader.dataset

@@ -111,6 +111,7 @@ class FederatedDataModule:
         """Loads the dataset, holds out the validation split and splits the rest across clients, deterministically
         from ``seed``."""
         splits = self.dataset.load(seed)
+        check_not_empty(getattr(self.dataset, "name", type(self.dataset).__name__), splits)
         rng = np.random.default_rng([seed, VALIDATION_STREAM])
         indices, val_indices = self._partition(splits, seed, rng)
         if self.client_val_fraction > 0:
@@ -268,6 +269,16 @@ class FederatedDataModule:
         """Batches of one client's held-out share (``client_val_fraction`` > 0), else of its training examples, in
         order, for per-client evaluation."""
         return self._source.client_eval_batches(client_id)
+
+
+def check_not_empty(name: str, splits: TensorSplits | DatasetSplits) -> None:
+    """Refuses a dataset without training examples or without test examples (the run's final report reads them),
+    before anything is trained."""
+    own_val = getattr(splits, "val_indices", None)  # a dataset's own validation examples are no client's
+    trained = splits.num_train - (0 if own_val is None else len(own_val))
+    for part, count in (("training", trained), ("test", splits.num_test)):
+        if count == 0:
+            raise ConfigError(f"{name} has no {part} examples: check its settings (size, split, files)")
 
 
 def _augmented(augmentation: Augmentation, batch: Batch, generator: torch.Generator | None) -> Batch:

@@ -12,7 +12,7 @@ def contained(part: Dataset, whole: Dataset) -> bool:
     """Whether every example of ``part`` (not empty) is an example of ``whole``: by index where both select rows of
     one dataset, by content where both are rows of ``TensorDataset``s. Other datasets are compared by index only
     (reading every image of a folder to hash it would cost a pass over the data, and random transforms change it)."""
-    if size(part) == 0:
+    if size(part) == 0 or size(whole) == 0:
         return False
     (part_base, part_rows), (whole_base, whole_rows) = _rows(part), _rows(whole)
     if part_base is whole_base:

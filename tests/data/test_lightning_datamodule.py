@@ -191,3 +191,28 @@ def test_an_error_in_the_users_own_setup_is_one_line_naming_the_module(tmp_path,
                        r"/data/blobs.npz \(check the path\)$") as raised:
         DataModuleSource(BrokenSetup()).load(0)
     assert isinstance(raised.value.__cause__, ValueError)  # the user's traceback is kept as the cause
+
+
+class Empty(BlobsDataModule):
+    def __init__(self, part: str) -> None:
+        super().__init__()
+        self.part = part
+
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        setattr(self, self.part.removesuffix("_shuffled"), blobs(0, 3))
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.train, shuffle=self.part == "train_shuffled")
+
+
+@pytest.mark.parametrize("part, message", [
+    ("train", "Empty has no training examples: check its settings"),
+    ("test", "Empty has no test examples: check its settings"),
+    ("train_shuffled", r"Empty.train_dataloader\(\) raised ValueError: num_samples should be a positive integer"),
+])
+def test_a_dataset_without_training_or_test_examples_is_refused_before_training(tmp_path, part, message):
+    data = FederatedDataModule(DataModuleSource(Empty(part)), IIDPartitioner(2))
+    with pytest.raises(ConfigError, match=f"^{message}"):
+        small_trainer(tmp_path, rounds=1, clients_per_round=2).fit(SmallCNN(width=8), data, FedAvg())
+    assert not list(tmp_path.iterdir())

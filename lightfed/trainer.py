@@ -57,6 +57,7 @@ class FederatedTrainer(TrainerBase):
         engine, source, evaluation = self._set_up(model, data, strategy)
         resume_from = None if resume is None else resume[0]
         self.output.start(resume_from, self.version, run_config, {"seed": self.seed, "rounds": self.rounds})
+        self.output.write_label_names(data.label_names)
         if resume is not None:
             self._resume(*resume, engine, source)
         else:

@@ -21,6 +21,7 @@ from lightfed.core.run_folder import CONFIG, claim_run_folder, write_run_config
 from lightfed.errors import ConfigError, LightfedError
 
 METRICS_FILE = "metrics.jsonl"
+LABELS_FILE = "labels.json"
 CSV_FOLDER = "csv"  # a CSV logger's folder in the run folder; csv_1, csv_2, ... for the starts of a resumed run
 HPARAMS_FILE = "hparams.yaml"  # the config beside a Fabric CSVLogger's metrics.csv (Lightning's CSVLogger's name)
 
@@ -123,6 +124,11 @@ class RunOutput:
         self.hparams = hparams if written is None else written
         self.loggers = run_loggers(self.folder, self.logger)
         self.log_hyperparams()
+
+    def write_label_names(self, names: list[str] | None) -> None:
+        """``labels.json``, what each label code stands for, where the dataset coded its labels (process 0)."""
+        if names is not None and self.fabric.is_global_zero:
+            (self.folder / LABELS_FILE).write_text(json.dumps(dict(enumerate(names)), indent=1))
 
     def log_hyperparams(self) -> None:
         """The run's config to every logger but TensorBoard (which takes it with the final metrics, ``finish``); for

@@ -57,6 +57,7 @@ class DatasetSplits:
     train_client_ids: np.ndarray | None = None
     client_indices: Sequence[np.ndarray] | None = None
     val_indices: np.ndarray | None = None
+    label_names: list[str] | None = None  # what each label code stands for, where the dataset coded its labels
 
     @property
     def num_train(self) -> int:

@@ -84,6 +84,8 @@ class HuggingFace(DatasetSource):
         self.example_transform = example_transform
         self.train_split, self.test_split, self.test_fraction = train_split, test_split, test_fraction
         self.num_classes, self.in_memory = num_classes, in_memory
+        self.label_names: list[str] | None = None  # the labels coded, in code order, when they are not integers
+        self._label_codes: dict[Any, int] = {}
 
     def load(self, seed: int) -> DatasetSplits:
         """The train and test rows as map-style datasets, with their labels and natural client ids as arrays."""
@@ -100,13 +102,14 @@ class HuggingFace(DatasetSource):
                 "set inputs, label and client_id to its columns"
             )
         test = splits[self.test_split] if self.test_split is not None and self.test_split in splits else None
+        self._check_columns(train, test)
         if self.client_id is None:
             ids = None
         elif test is None or self.client_id not in test.column_names:
             ids = natural_id_codes(_column(train, self.client_id))[0]
         else:
             ids = natural_id_codes(_column(train, self.client_id), _column(test, self.client_id))[0]
-        labels = None if self.label is None else _labels(train, self.label)
+        labels, self.label_names = (None, None) if self.label is None else self._labels(train, test)
         if test is None:
             rng = np.random.default_rng([seed, TEST_STREAM])
             test_rows = held_out(len(train), held_count(len(train), self.test_fraction), rng, ids, labels)
@@ -114,7 +117,62 @@ class HuggingFace(DatasetSource):
             test, train = train.select(test_rows), train.select(kept)
             labels = None if labels is None else labels[kept]
             ids = None if ids is None else ids[kept]
-        return DatasetSplits(self._examples(train), self._examples(test), self._num_classes(train, labels), labels, ids)
+        return DatasetSplits(
+            self._examples(train), self._examples(test), self._num_classes(train, labels), labels, ids,
+            label_names=self.label_names,
+        )  # fmt: skip
+
+    def _check_columns(self, train: "datasets.Dataset", test: "datasets.Dataset | None") -> None:
+        """Refuses, before anything is trained, client ids of one type in train and another in test, and an input
+        column of lists of different lengths that no transform makes one shape."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if self.client_id is not None and test is not None and self.client_id in test.column_names:
+            kinds = [_column(split, self.client_id).type for split in (train, test)]
+            if len({pa.types.is_integer(kind) for kind in kinds}) > 1:
+                raise ConfigError(
+                    f"client_id column {self.client_id!r} is {kinds[0]} in {self.train_split!r} and {kinds[1]} in "
+                    f"{self.test_split!r}: give both splits ids of one type"
+                )
+        for name in self.inputs:
+            column = _column(train, name)
+            if name in self.transforms or self.example_transform is not None or not pa.types.is_list(column.type):
+                continue
+            lengths = pc.list_value_length(column)
+            low, high = pc.min(lengths).as_py(), pc.max(lengths).as_py()
+            if low != high:
+                raise ConfigError(
+                    f"column {name!r} holds lists of {low} to {high} values: give it a transform (transforms) that "
+                    "makes every example one shape, e.g. by padding"
+                )
+
+    def _labels(
+        self, train: "datasets.Dataset", test: "datasets.Dataset | None"
+    ) -> tuple[np.ndarray, list[str] | None]:
+        """The label column of the training rows as int64: integers (a ``ClassLabel``) as they are, anything else
+        (strings) as codes of its sorted values over both splits, which the examples then carry too; the values
+        coded, in code order (None for integers). Empty (None) and negative labels are refused."""
+        import pyarrow as pa
+
+        from lightfed.data.natural_ids import natural_id_codes
+
+        assert self.label is not None
+        columns = [_column(split, self.label) for split in (train, test) if split is not None]
+        columns = [column for column in columns if column.type == columns[0].type]  # a test split without labels
+        if any(column.null_count for column in columns):
+            raise ConfigError(f"label column {self.label!r} has empty (None) labels: drop or label those rows")
+        if pa.types.is_integer(columns[0].type):
+            labels = np.asarray(columns[0].to_numpy(), dtype=np.int64)
+            if len(labels) and labels.min() < 0:
+                raise ConfigError(
+                    f"label column {self.label!r} has negative labels ({labels.min()}: a ClassLabel's missing "
+                    "label is -1): drop or label those rows"
+                )
+            return labels, None
+        names = sorted({value.as_py() for column in columns for value in column.unique()})
+        self._label_codes = {name: code for code, name in enumerate(names)}
+        return natural_id_codes(*columns)[0], [str(name) for name in names]
 
     def _open(self) -> "datasets.DatasetDict":
         """The dataset's splits: ``load_from_disk`` for a saved dataset, ``load_dataset`` for anything else."""
@@ -136,8 +194,12 @@ class HuggingFace(DatasetSource):
                     self.path, self.name, data_files=self.data_files, revision=self.revision,
                     keep_in_memory=keep_in_memory,
                 )  # fmt: skip
-        except (FileNotFoundError, ValueError, ConnectionError) as error:
-            raise ConfigError(f"datasets could not open {self.path!r}: {' '.join(str(error).split())}") from None
+        except Exception as error:  # datasets' own, or what it hit: a missing file, an empty split, a bad row
+            cause = error
+            while cause.__cause__ is not None:  # datasets wraps the reason ("An error occurred while generating")
+                cause = cause.__cause__
+            reason = " ".join(f"{type(cause).__name__}: {cause}".split())
+            raise ConfigError(f"datasets could not open {self.path!r}: {reason}") from error
         if isinstance(opened, datasets.Dataset):
             return datasets.DatasetDict({self.train_split: opened})
         return opened
@@ -155,7 +217,9 @@ class HuggingFace(DatasetSource):
         return int(labels.max()) + 1 if labels is not None and len(labels) else 0
 
     def example(self, row: dict[str, Any]) -> Any:
-        """One row (a dict of column values) as a training example."""
+        """One row (a dict of column values) as a training example; a coded label as its code."""
+        if self._label_codes and self.label is not None:
+            row = {**row, self.label: self._label_codes[row[self.label]]}
         values = {column: self.transforms.get(column, to_tensor)(row[column]) for column in row}
         if self.single_input and self.label is not None and self.example_transform is None:
             example: Any = (values[self.inputs[0]], values[self.label])
@@ -187,19 +251,6 @@ class Rows(Dataset):
 def _column(rows: "datasets.Dataset", name: str) -> Any:
     """A column as Arrow (no copy into Python objects), in the order of the rows."""
     return rows.with_format("arrow")[name]
-
-
-def _labels(rows: "datasets.Dataset", name: str) -> np.ndarray:
-    """The label column as int64: integers (a ``ClassLabel``) as they are, anything else as codes of its sorted
-    values."""
-    import pyarrow as pa
-
-    from lightfed.data.natural_ids import natural_id_codes
-
-    column = _column(rows, name)
-    if pa.types.is_integer(column.type):
-        return np.asarray(column.to_numpy(), dtype=np.int64)
-    return natural_id_codes(column)[0]
 
 
 def _file_list(data_files: str | list[str] | dict[str, str | list[str]] | None) -> list[str]:

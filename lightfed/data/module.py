@@ -104,6 +104,7 @@ class FederatedDataModule:
         self.eval_examples = eval_examples
         self.holdout_draws = holdout_draws
         self.num_classes = 0
+        self.label_names: list[str] | None = None  # what each label code stands for, where the dataset coded them
         self._batches: TensorBatches | LoaderBatches | None = None
         self._client_indices: ClientGroups = ClientGroups.of([])
 
@@ -123,6 +124,7 @@ class FederatedDataModule:
         splits, val_indices = evaluated_sample(splits, val_indices, self.eval_examples, seed)
         self.device = device
         self.num_classes = splits.num_classes
+        self.label_names = getattr(splits, "label_names", None)
         common = (indices, val_indices, eval_indices, self.batch_size, self.eval_batch_size, device)
         if isinstance(splits, TensorSplits):
             self._batches = TensorBatches(splits, *common, self.on_device)

@@ -1,5 +1,6 @@
 """lightfed.data.HuggingFace on tiny local datasets shaped like the hub's FEMNIST, Shakespeare and CIFAR-10."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,9 @@ from lightfed.data import DirichletPartitioner, HuggingFace, NaturalIdPartitione
 from lightfed.data.hf_transforms import LEAF_CHARACTERS, next_characters
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
+from lightfed.models import MLP
+from lightfed.strategies import FedAvg
+from tests.conftest import small_trainer
 
 datasets = pytest.importorskip("datasets")
 PIL = pytest.importorskip("PIL.Image")
@@ -136,3 +140,64 @@ def test_the_held_out_test_rows_draw_from_a_stream_of_their_own():
     from lightfed.data import evaluated_sample, hugging_face, validation
 
     assert hugging_face.TEST_STREAM not in (validation.VALIDATION_STREAM, evaluated_sample.EVAL_STREAM)
+
+
+def _saved(tmp_path: Path, train: dict, test: dict | None = None) -> str:
+    """A dataset of ``train`` (and ``test``) columns saved to disk; its folder."""
+    splits = {"train": datasets.Dataset.from_dict(train)}
+    if test is not None:
+        splits["test"] = datasets.Dataset.from_dict(test)
+    datasets.DatasetDict(splits).save_to_disk(str(tmp_path / "saved"))
+    return str(tmp_path / "saved")
+
+
+def _features(num: int, width: int = 4) -> list[list[float]]:
+    return [[float(i % 3)] * width for i in range(num)]
+
+
+def test_string_labels_reach_the_model_as_codes_and_the_run_says_the_mapping(tmp_path):
+    names = ["cat", "dog", "emu"]
+    train = {"x": _features(60), "label": [names[i % 3] for i in range(60)]}
+    test = {"x": _features(12), "label": [names[(i + 1) % 3] for i in range(12)]}
+    source = HuggingFace(_saved(tmp_path, train, test), inputs="x")
+    splits = source.load(0)
+    assert splits.label_names == names and splits.num_classes == 3
+    assert [int(splits.train[i][1]) for i in range(3)] == [0, 1, 2] and int(splits.test[0][1]) == 1
+    assert splits.train_labels.tolist() == [i % 3 for i in range(60)]
+    data = FederatedDataModule(source, DirichletPartitioner(2, alpha=1.0), batch_size=8)
+    model = MLP(in_features=4, num_classes=3, hidden=(8,))
+    trainer = small_trainer(tmp_path / "runs", rounds=1, clients_per_round=2, local_steps=2)
+    trainer.fit(model, data, FedAvg())
+    assert json.loads((trainer.log_dir / "labels.json").read_text()) == {"0": "cat", "1": "dog", "2": "emu"}
+
+
+@pytest.mark.parametrize("train, test, message", [
+    ({"x": _features(8), "label": [0, 1, None, 1, 0, 1, 0, 1]}, None, r"label column 'label' has empty \(None\)"),
+    ({"x": _features(8), "label": [0, 1, -1, 1, 0, 1, 0, 1]}, None, "label column 'label' has negative labels"),
+    ({"x": [[1.0] * (1 + i % 2) for i in range(8)], "label": [0, 1] * 4}, None,
+     "column 'x' holds lists of 1 to 2 values: give it a transform"),
+    ({"x": _features(8), "label": [0, 1] * 4, "writer": list(range(8))},
+     {"x": _features(2), "label": [0, 1], "writer": ["a", "b"]}, "client_id column 'writer' is int64 in 'train' and string"),
+])
+def test_bad_rows_are_refused_in_one_line_before_anything_is_written(tmp_path, train, test, message):
+    source = HuggingFace(_saved(tmp_path, train, test), inputs="x", client_id="writer" if "writer" in train else None)
+    data = FederatedDataModule(source, DirichletPartitioner(2, alpha=1.0), batch_size=4)
+    with pytest.raises(ConfigError, match=message):
+        small_trainer(tmp_path / "runs").fit(MLP(in_features=4, num_classes=2, hidden=(8,)), data, FedAvg())
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_empty_train_split_is_refused_in_one_line_before_anything_is_written(tmp_path):
+    """datasets itself cannot open an empty split: its reason, in one line (a split it opens empty is refused by the
+    data module: tests/data/test_lightning_datamodule.py)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([("x", pa.list_(pa.float64())), ("label", pa.int64())])
+    pq.write_table(pa.table({"x": [], "label": []}, schema=schema), tmp_path / "train.parquet")
+    pq.write_table(pa.table({"x": _features(2), "label": [0, 1]}, schema=schema), tmp_path / "test.parquet")
+    files = {"train": str(tmp_path / "train.parquet"), "test": str(tmp_path / "test.parquet")}
+    data = FederatedDataModule(HuggingFace("parquet", data_files=files, inputs="x"), DirichletPartitioner(2), batch_size=4)
+    with pytest.raises(ConfigError, match="datasets could not open 'parquet': .*BatchSize must be greater than 0"):
+        small_trainer(tmp_path / "runs").fit(MLP(in_features=4, num_classes=2, hidden=(8,)), data, FedAvg())
+    assert not (tmp_path / "runs").exists()

@@ -195,7 +195,7 @@ class HuggingFace(DatasetSource):
                     keep_in_memory=keep_in_memory,
                 )  # fmt: skip
         except Exception as error:  # datasets' own, or what it hit: a missing file, an empty split, a bad row
-            cause = error
+            cause: BaseException = error
             while cause.__cause__ is not None:  # datasets wraps the reason ("An error occurred while generating")
                 cause = cause.__cause__
             reason = " ".join(f"{type(cause).__name__}: {cause}".split())

@@ -123,7 +123,9 @@ class DataModuleSource(DatasetSource):
         try:
             loader = self._call(hook)
         except ConfigError as error:
-            if isinstance(error.__cause__, MisconfigurationException):  # LightningDataModule's own: "must be implemented"
+            if isinstance(
+                error.__cause__, MisconfigurationException
+            ):  # LightningDataModule's own: "must be implemented"
                 return None
             raise
         if not isinstance(loader, DataLoader):

@@ -182,7 +182,7 @@ def test_one_and_two_processes_give_the_same_model(tmp_path):
             "--trainer.clients_per_round", "4",
             "--trainer.client_eval_interval", "0", "--trainer.check_replicas", "true",
         )
-        return torch.load(root / "quickstart" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)["params"]
+        return torch.load(root / "user-level-dp-adaptive" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)["params"]
 
     assert torch.equal(params(1), params(2))
 

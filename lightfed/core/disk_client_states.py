@@ -285,17 +285,22 @@ def _place(target: Path, sha256: str, link: Path | None, copy: Path, avoid: Path
     partial = target.with_name(f".{target.name}.partial")
     try:
         partial.unlink(missing_ok=True)
-        try:
-            if link is None:
-                raise OSError("nothing to link")
-            os.link(link, partial)
-        except OSError:
+        if link is None or not _linked(link, partial):
             _copy_verified(copy, partial, sha256)
         os.replace(partial, target)
     except OSError as error:
         with suppress(OSError):
             partial.unlink(missing_ok=True)
         raise write_error(target, error, "client state file") from None
+
+
+def _linked(source: Path, target: Path) -> bool:
+    """Whether ``target`` became another name of ``source`` (not across file systems, nor where links are refused)."""
+    try:
+        os.link(source, target)
+    except OSError:
+        return False
+    return True
 
 
 def _copy_verified(source: Path, target: Path, sha256: str) -> None:

@@ -111,7 +111,6 @@ class FederatedTrainer(TrainerBase):
         evaluated = engine.strategy.evaluated(self.params)  # the weights evaluated (self.params: the iterate)
         if self.due(self.eval_interval) and evaluation.client.data.has_validation:  # evaluate
             validation = evaluation.global_model("validation_step", evaluated, self.buffers)
-            self.best.update(self.round, validation, evaluated, self.buffers)
             self.fabric.call("on_evaluation_end", trainer=self, metrics=validation)
             metrics.update(validation)
         metrics["round/time_s"] = time.perf_counter() - began
@@ -121,8 +120,10 @@ class FederatedTrainer(TrainerBase):
             everyone = set(range(evaluation.client.data.num_clients))  # asynchronous runs report no unseen clients
             seen = everyone if self.asynchronous else {plan.client_id for plan in source.planned(self.round)}
             for name, values in evaluation.clients(self.round, evaluated, self.buffers, self.monitor, seen).items():
-                self.output.log_histogram(name, values, self.round)
-                metrics.update(spread(values, name))
+                if self.unseen_clients or not name.startswith("clients/unseen/"):  # else only until first sampled
+                    self.output.log_histogram(name, values, self.round)
+                    metrics.update(spread(values, name))
+        self.best.update(self.round, metrics, evaluated, self.buffers)
         self.last_metrics = metrics
         self.fabric.call("on_round_end", trainer=self, round=round, metrics=metrics)
         checkpoint = self.should_stop or self.due(self.checkpoint_interval)
@@ -169,8 +170,9 @@ class FederatedTrainer(TrainerBase):
         if self.privacy is not None:  # its accountants live in its own per-client store
             self.privacy.setup(data, self.clients_per_round, partial(source.planned, self.rounds))
         self.round, self.should_stop, self.last_metrics, self._process_states = 0, False, {}, None
-        self.best = BestRound(self.monitor)
         personal = personalization_of(strategy)
+        personal_monitor = personal is not None and self.client_eval_interval  # the clients' own models are selected
+        self.best = BestRound(f"clients/personal/{self.monitor}_mean" if personal_monitor else self.monitor)
         if personal is not None:
             personal.bind(workers.clients[0].module, data)
         settings = ClientEvaluation(

@@ -185,7 +185,7 @@ for i in "${!NAMES[@]}"; do
     log=$(log_of "$i")
     read -r code seconds < "$log.result"
     if [ "$code" = 0 ]; then result=ok; else result="FAIL ($code)"; FAILED=$((FAILED + 1)); fi
-    detail=$(grep "^test set, final model" "$log" | tail -n 1 | cut -d ';' -f 1)
+    detail=$(grep "^test set, final global model" "$log" | tail -n 1 | cut -d ';' -f 1)
     [ -n "$detail" ] || detail=$(grep -v '^\s*$' "$log" | tail -n 1)
     ROWS+=("| ${NAMES[$i]} | $result | $seconds | ${detail//|/\\|} |")
 done

@@ -77,8 +77,8 @@ def test_the_final_record_holds_the_test_metrics_of_the_final_model_and_of_the_b
     }
     assert trainer.final_report == final
     printed = capsys.readouterr().out.splitlines()[0]
-    assert printed.startswith(f"test set, final model (round 4): test_loss={final_scores[1]:.4g} test_acc={final_scores[0]:.4g}; ")
-    assert printed.endswith(f"; best val_acc {best_val:.4g} in round {best_round}: test_loss={best_scores[1]:.4g} "
+    assert printed.startswith(f"test set, final global model (round 4): test_loss={final_scores[1]:.4g} test_acc={final_scores[0]:.4g}; ")
+    assert printed.endswith(f"; best val_acc {best_val:.4g} in round {best_round}, its global model: test_loss={best_scores[1]:.4g} "
                             f"test_acc={best_scores[0]:.4g}")
 
 

@@ -27,9 +27,14 @@ def final_report(
     return report
 
 
+FINAL = "~final/"  # TensorBoard's Time Series sorts its card groups by name (first part of the tag) and opens two
+
+
 def logged_part(report: dict[str, Any]) -> dict[str, float]:
-    """What the loggers record of the report: the test metrics, the final model's and the best round's."""
-    return {k: v for k, v in report.items() if k.startswith(("test_", "best_test_"))}
+    """What the loggers record of the report: the test metrics, the final model's and the best round's, named
+    ``~final/<name>`` so that these one-off values come after every per-round curve in TensorBoard's Time Series
+    (``~`` sorts after letters)."""
+    return {f"{FINAL}{k}": v for k, v in report.items() if k.startswith(("test_", "best_test_"))}
 
 
 def summary(report: dict[str, Any]) -> str:
@@ -40,8 +45,9 @@ def summary(report: dict[str, Any]) -> str:
             f"{k.removeprefix(prefix)}={v:.4g}" for k, v in report.items() if k.startswith(f"{prefix}test_")
         )
 
-    line = f"test set, final model (round {report['round']}): {scores('') or 'no test_step'}"
+    line = f"test set, final global model (round {report['round']}): {scores('') or 'no test_step'}"
     if "best_round" in report:
-        monitor = report["monitor"]
-        line += f"; best {monitor} {report[f'best_{monitor}']:.4g} in round {report['best_round']}: {scores('best_') or 'no test_step'}"
+        monitor, best = report["monitor"], report["best_round"]
+        line += f"; best {monitor} {report[f'best_{monitor}']:.4g} in round {best}, its global model: "
+        line += scores("best_") or "no test_step"
     return line

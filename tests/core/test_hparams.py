@@ -35,7 +35,20 @@ def test_two_strategies_compared_show_what_differs_first_with_the_test_metrics(t
     columns, metrics = _hparams_tab(str(tmp_path / "runs"))
     assert columns[:2] == ["Run", "Strategy"]  # the settings that differ, capitalized summary first
     assert {"Seed", "LR", "Clients"} <= set(columns[:10]) and "Strategy/mu" in columns
-    assert {"test_acc", "best_test_acc", "val_acc"} <= set(metrics)
+    assert {"~final/test_acc", "~final/best_test_acc", "val_acc"} <= set(metrics)
+    multiplexer = EventMultiplexer()
+    multiplexer.AddRunsFromDirectory(str(tmp_path / "runs" / "FedAvg"))
+    multiplexer.Reload()
+    for tag in _time_series_opened(multiplexer):  # every card of the groups it opens is a per-round curve
+        assert len(multiplexer.Tensors(next(iter(multiplexer.Runs())), tag)) == 2, tag
+
+
+def _time_series_opened(multiplexer: EventMultiplexer) -> list[str]:
+    """The scalar tags of the groups TensorBoard's Time Series tab opens: tags sorted, grouped by their first part,
+    the first two groups expanded."""
+    tags = sorted({tag for run in multiplexer.Runs().values() for tag in run["tensors"] if "_hparams_" not in tag})
+    groups = list(dict.fromkeys(tag.split("/", 1)[0] for tag in tags))
+    return [tag for tag in tags if tag.split("/", 1)[0] in groups[:2]]
 
 
 def test_the_summary_columns_of_a_config():

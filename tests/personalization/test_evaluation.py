@@ -1,10 +1,13 @@
 """Per-client evaluation (global, personal, fine-tuned, unseen clients) gives the numbers of a direct computation."""
 
+import json
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from lightfed.core.evaluation import EVALUATED, FINETUNE, ClientEvaluation
+from lightfed.core.run_output import METRICS_FILE
 from lightfed.core.seeding import derived_seed, sample_clients
 from lightfed.personalization import FedPer
 from lightfed.strategies import FedAvg
@@ -81,3 +84,17 @@ def test_fine_tuning_in_evaluation_leaves_the_runs_weights_as_they_are(tmp_path)
         return trainer.params
 
     assert torch.equal(weights(), weights(client_eval_interval=1, client_eval_finetune_steps=STEPS))
+
+
+def test_a_personalization_run_selects_its_best_round_on_the_clients_personal_models(tmp_path):
+    """The best round is the one with the highest mean personal accuracy over clients; the clients that are unseen
+    only until first sampled (no ``unseen_clients``) are not logged."""
+    trainer = small_trainer(tmp_path, rounds=4, client_eval_interval=1, clients_per_round=3, clients_in_parallel=1)
+    trainer.fit(linear_net(LR), pathological_data(6, client_val_fraction=0.3), FedPer(FedAvg(), personal=["net.1.bias"]))
+    lines = [json.loads(line) for line in (trainer.log_dir / METRICS_FILE).read_text().splitlines()]
+    rounds, report = [line for line in lines if not line.get("final")], lines[-1]
+    personal = [line["clients/personal/val_acc_mean"] for line in rounds]
+    assert report["monitor"] == "clients/personal/val_acc_mean"
+    assert report["best_clients/personal/val_acc_mean"] == max(personal)
+    assert report["best_round"] == 1 + personal.index(max(personal))
+    assert not any(key.startswith("clients/unseen") for line in rounds for key in line)

@@ -80,7 +80,7 @@ echo "start $name $(date +%s%N)" >> "$RECORD"
 sleep 2
 echo "end $name $(date +%s%N)" >> "$RECORD"
 [ "$name" = fedadam-16-mixed ] && exit 3
-echo "test set, final model (round 2): test_loss=1.0 test_acc=0.5; best val_acc 0.5 in round 2"
+echo "test set, final global model (round 2): test_loss=1.0 test_acc=0.5; best val_acc 0.5 in round 2"
 """,
 }
 
@@ -107,7 +107,7 @@ def test_the_runs_go_a_few_at_a_time_then_the_rest_in_order_and_one_table_names_
     assert [row[0] for row in rows[:3]] == ["| fedavg 32-true", "| fedavg 16-mixed", "| fedavg bf16-mixed"]
     failed = [row[0] for row in rows if row[1] != "ok"]
     assert failed == ["| fedadam 16-mixed"] and rows[4][1] == "FAIL (3)"
-    assert rows[0][3] == "test set, final model (round 2): test_loss=1.0 test_acc=0.5 |"
+    assert rows[0][3] == "test set, final global model (round 2): test_loss=1.0 test_acc=0.5 |"
     assert rows[-1][0] == "| data_benchmark.py" and rows[-1][3] == "data_benchmark.py done |"
     assert any(row[0] == "|   = the first streams run" and "max \\|streams-again - streams\\| = 0" in row[3]
                for row in rows)

@@ -11,9 +11,9 @@ from pathlib import Path
 from lightfed import launcher
 from lightfed.adapters import run_exit_handlers
 from lightfed.core.checkpoint_files import write_error
-from lightfed.core.preemption import hold_requests
 from lightfed.errors import LightfedError
 from lightfed.experiments.compare import main as compare
+from lightfed.run.preemption import hold_requests
 from lightfed.subcommands import SUBCOMMANDS, build_parser, run
 
 

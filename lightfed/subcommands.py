@@ -11,12 +11,12 @@ from lightning.fabric.loggers import Logger
 from lightfed import launcher
 from lightfed.asynchronous.schedule import Asynchrony
 from lightfed.asynchronous.trainer import AsyncFederatedTrainer
-from lightfed.core.lost_process import ProcessLostError, collective_failed, lost_process_line, timed_out
-from lightfed.core.run_output import LoggerError
-from lightfed.core.trainer_base import check_seed
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.models import SmallCNN
+from lightfed.run.lost_process import ProcessLostError, collective_failed, lost_process_line, timed_out
+from lightfed.run.run_output import LoggerError
+from lightfed.run.trainer_base import check_seed
 from lightfed.strategies import FedAvg, Strategy
 from lightfed.trainer import FederatedTrainer
 

@@ -6,23 +6,23 @@ from pathlib import Path
 
 from lightning import LightningModule
 
-from lightfed.core.checkpoint import kept_checkpoint, restore_rng_states
 from lightfed.core.client_states import ProcessStores
-from lightfed.core.client_workers import ClientWorkers
-from lightfed.core.engine import RoundEngine
-from lightfed.core.evaluation import BestRound, ClientEvaluation, Evaluation, check_client_evaluation, spread
-from lightfed.core.final_report import final_report
 from lightfed.core.process_states import FOLDER as PROCESS_STATES
 from lightfed.core.process_states import load_process_states, prune, save_process_states
-from lightfed.core.resume import check_resume
-from lightfed.core.rounds import SampledRounds
-from lightfed.core.run_output import run_folder_of
-from lightfed.core.run_state import RunState
-from lightfed.core.trainer_base import TrainerBase
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import DivergenceError
 from lightfed.personalization.personalized import personalization_of
 from lightfed.privacy.base import BudgetReached
+from lightfed.run.checkpoint import kept_checkpoint, restore_rng_states
+from lightfed.run.client_workers import ClientWorkers
+from lightfed.run.engine import RoundEngine
+from lightfed.run.evaluation import BestRound, ClientEvaluation, Evaluation, check_client_evaluation, spread
+from lightfed.run.final_report import final_report
+from lightfed.run.resume import check_resume
+from lightfed.run.rounds import SampledRounds
+from lightfed.run.run_output import run_folder_of
+from lightfed.run.run_state import RunState
+from lightfed.run.trainer_base import TrainerBase
 from lightfed.strategies.base import ServerContext, Strategy
 from lightfed.strategies.requirements import check_requirements, run_requirements
 
@@ -31,7 +31,7 @@ class FederatedTrainer(TrainerBase):
     """Runs federated rounds of a LightningModule under a server ``Strategy`` on one ``lightning.fabric.Fabric``.
 
     Each process holds one module instance; the clients of a round are split across processes and combined by the
-    round engine (``lightfed.core.engine``). ``fit`` is the round loop; callbacks (``lightfed.callbacks``) observe it
+    round engine (``lightfed.run.engine``). ``fit`` is the round loop; callbacks (``lightfed.callbacks``) observe it
     through the attributes ``lightfed.callbacks.TrainerState`` lists.
     """
 

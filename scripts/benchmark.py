@@ -61,9 +61,9 @@ import time
 from functools import partial
 from pathlib import Path
 
-from lightfed.core.cores import available_cores
 from lightfed.experiments.measurement import emit, peak_rss_mb, result_lines, round_periods, set_threads
 from lightfed.experiments.synthetic_cifar import SyntheticCIFAR
+from lightfed.run.cores import available_cores
 
 PATHS = ("reference", "concurrent", "lightfed", "lightfed-parallel", "lightfed-sequential")
 LIGHTFED = ("lightfed", "lightfed-parallel", "lightfed-sequential")
@@ -151,6 +151,7 @@ def make_source(args: argparse.Namespace) -> SyntheticCIFAR:
 def make_model(args: argparse.Namespace):
     """SmallCNN with weights fixed by the seed: both paths start from the same ones."""
     import torch
+
     from lightfed.models import SmallCNN
 
     torch.manual_seed(args.seed)
@@ -290,13 +291,14 @@ def reference_rank(args: argparse.Namespace, rank: int, port: int) -> None:
     """One process of a reference loop: what a careful hand-written FedAvg simulation does, and nothing more. The
     ``reference`` path trains one client after another; ``concurrent`` trains them on ``workers`` threads at once."""
     set_threads(threads_per_process(args))
+    from concurrent.futures import ThreadPoolExecutor
+
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
-    from concurrent.futures import ThreadPoolExecutor
 
-    from lightfed.data import IIDPartitioner
     from lightfed.core.seeding import CLIENT, derived_seed, sample_clients
+    from lightfed.data import IIDPartitioner
 
     baseline_mb = peak_rss_mb()
     world = args.devices

@@ -90,9 +90,9 @@ from pathlib import Path
 
 import yaml
 
-from lightfed.core.cores import available_cores
 from lightfed.experiments.measurement import emit, peak_rss_mb, result_lines, round_periods, set_threads
 from lightfed.experiments.synthetic_cifar import SyntheticCIFAR
+from lightfed.run.cores import available_cores
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 STRATEGIES = ("FedAvg", "FedECADO", "AdaptiveFedECADO", "AdaptiveFedECADO-retro")
@@ -273,6 +273,7 @@ def make_data(run: dict, seed: int):
 
 def make_model(run: dict, seed: int):
     import torch
+
     from lightfed import models
 
     torch.manual_seed(seed)  # every strategy starts from the same weights
@@ -283,6 +284,7 @@ def make_model(run: dict, seed: int):
 
 def make_strategy(name: str, kwargs: dict):
     import torch
+
     from lightfed.strategies import AdaptiveFedECADO, FedAvg, FedECADO
 
     class TimedFedAvg(FedAvg):

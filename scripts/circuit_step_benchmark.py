@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 import torch
 
-from lightfed.strategies.base import ServerContext
 from lightfed.ecado.circuit import Branches, WindowSolver
 from lightfed.strategies import AdaptiveFedECADO, FedECADO
+from lightfed.strategies.base import ServerContext
 from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
 
 

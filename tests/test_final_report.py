@@ -11,11 +11,11 @@ import torch
 import torch.nn.functional as F
 
 from lightfed.callbacks import Callback, EarlyStopping
-from lightfed.core.evaluation import BestRound
-from lightfed.core.run_output import METRICS_FILE
 from lightfed.data import Digits, DirichletPartitioner
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
+from lightfed.run.evaluation import BestRound
+from lightfed.run.run_output import METRICS_FILE
 from lightfed.strategies import FedAvg
 from tests.conftest import small_data, small_model, small_trainer
 

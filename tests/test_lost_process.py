@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from lightfed.core.lost_process import collective_failed, lost_process_line
 from lightfed.errors import ConfigError
+from lightfed.run.lost_process import collective_failed, lost_process_line
 from tests.conftest import small_trainer
 from tests.session import run_in_session
 

@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from lightfed.cli import main, run
-from lightfed.core.fingerprint import RESUMABLE, check_fingerprint, fingerprint
-from lightfed.core.run_folder import claim_run_folder
 from lightfed.data import Digits, DirichletPartitioner
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
+from lightfed.run.fingerprint import RESUMABLE, check_fingerprint, fingerprint
+from lightfed.run.run_folder import claim_run_folder
 from lightfed.strategies import FedAvg
 from tests.conftest import small_data, small_model, small_trainer
 
@@ -235,7 +235,7 @@ def test_a_run_folder_in_use_by_another_process_is_refused_until_that_process_di
     run(["fit", *tiny])
     folder = tmp_path / "runs" / "tiny" / "version_0"
     holder = subprocess.Popen(  # another resume of the run, in the middle of it
-        [sys.executable, "-c", "import sys; from pathlib import Path; from lightfed.core.run_output import in_use_check; "
+        [sys.executable, "-c", "import sys; from pathlib import Path; from lightfed.run.run_output import in_use_check; "
          "lock = in_use_check(Path(sys.argv[1])); print('held', flush=True); sys.stdin.read()", str(folder)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline() == "held\n"

@@ -8,13 +8,13 @@ from torch import Tensor
 
 from lightfed.asynchronous.schedule import Asynchrony, BufferedSchedule
 from lightfed.callbacks.base import Callback, TrainerState
-from lightfed.core.engine import Job, RoundEngine
-from lightfed.core.rounds import SampledRounds, client_plan
 from lightfed.core.seeding import derived_seed
 from lightfed.core.sums import Sums
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.heterogeneity import LocalWork
+from lightfed.run.engine import Job, RoundEngine
+from lightfed.run.rounds import SampledRounds, client_plan
 from lightfed.strategies.async_base import AsyncSetting, AsyncStrategy
 from lightfed.strategies.base import Strategy
 from lightfed.trainer import FederatedTrainer

@@ -1,1 +1,2 @@
-"""The engine: local training of one client, the round's sums and reduction, flat views, messages, checkpoints."""
+"""The bottom layer, what algorithms are written with: flat views, sums, coordinate shards, messages, requirements,
+the local-rule protocol, per-client state stores and their files, seeding."""

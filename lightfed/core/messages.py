@@ -6,7 +6,7 @@ from typing import Any
 
 from torch import Tensor
 
-from lightfed.local.base import LocalRule
+from lightfed.core.local_rule import LocalRule
 
 
 @dataclass(frozen=True)

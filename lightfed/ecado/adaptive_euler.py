@@ -9,13 +9,13 @@ import torch
 from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
+from lightfed.core.local_rule import LocalRule
 from lightfed.core.requirements import Requirements, Sent
 from lightfed.ecado.circuit import ErrorNorm
 from lightfed.ecado.curvature import ClientCurvature, CurvatureEstimate
 from lightfed.ecado.max_abs import max_abs
 from lightfed.ecado.speed_decay import SpeedDecay
 from lightfed.errors import ConfigError, DivergenceError
-from lightfed.local.base import LocalRule
 
 ErrorScale = Literal["absolute", "state", "step"]
 StepLimit = Literal["none", "monotone", "descent", "stability"]

@@ -6,6 +6,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from lightfed.core.local_rule import LocalRule
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.requirements import Requirements
 from lightfed.core.sharding import CoordinateSums, sum_rows
@@ -14,7 +15,6 @@ from lightfed.ecado.circuit import BeyondWindow, ErrorNorm
 from lightfed.ecado.curvature import CurvatureEstimate
 from lightfed.ecado.fedecado import FedECADO, StateDevice, WindowEnd, window_end
 from lightfed.errors import ConfigError
-from lightfed.local.base import LocalRule
 from lightfed.strategies.base import ServerContext
 from lightfed.strategies.sharded_base import ShardedRound
 

@@ -16,6 +16,7 @@ from typing import Any, Literal, cast
 import torch
 from torch import Tensor
 
+from lightfed.core.local_rule import LocalRule
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.requirements import Requirements
 from lightfed.core.sharded_client_states import ShardedClientStates
@@ -34,7 +35,6 @@ from lightfed.ecado.coupling import CouplingCurrent, CouplingScale
 from lightfed.ecado.curvature import CurvatureEstimate
 from lightfed.ecado.max_abs import max_abs
 from lightfed.errors import ConfigError
-from lightfed.local.base import LocalRule
 from lightfed.strategies.base import NOTHING, ServerContext
 from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
 

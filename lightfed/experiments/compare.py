@@ -46,12 +46,12 @@ import shlex
 import sys
 from pathlib import Path
 
-from lightfed.core.cores import available_cores
 from lightfed.distributions import usage
 from lightfed.experiments.collect import collect
 from lightfed.experiments.execution import execute, execute_all
 from lightfed.experiments.plan import Run, plan_runs, resolve_rounds
 from lightfed.experiments.sweep_specs import RANDOM_KINDS, SpecError, parse_grid, parse_random, parse_set, plan_settings
+from lightfed.run.cores import available_cores
 
 
 def build_parser() -> argparse.ArgumentParser:

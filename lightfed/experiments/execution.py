@@ -6,10 +6,10 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from lightfed.core.cores import available_cores
 from lightfed.errors import DivergenceError, LightfedError
 from lightfed.experiments.plan import Run, setting_label
 from lightfed.experiments.sweep_specs import SpecError
+from lightfed.run.cores import available_cores
 
 
 def divergence_marker(runs_dir: Path, name: str) -> Path:

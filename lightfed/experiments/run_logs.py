@@ -6,7 +6,7 @@ import math
 import sys
 from pathlib import Path
 
-from lightfed.core.run_output import METRICS_FILE
+from lightfed.run.run_output import METRICS_FILE
 
 
 def metric_on_test_set(metric: str) -> str | None:

@@ -1,6 +1,6 @@
 """Client-side update rules that strategies hand to their clients."""
 
-from lightfed.local.base import LocalRule
+from lightfed.core.local_rule import LocalRule
 from lightfed.local.correction import GradientCorrection
 from lightfed.local.momentum_correction import MomentumCorrection
 from lightfed.local.proximal import ProximalTerm

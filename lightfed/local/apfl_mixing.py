@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
-from lightfed.local.base import LocalRule
+from lightfed.core.local_rule import LocalRule
 
 
 class APFLMixing(LocalRule):

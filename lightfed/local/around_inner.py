@@ -4,8 +4,8 @@ from typing import Any
 
 from torch import Tensor
 
+from lightfed.core.local_rule import LocalRule
 from lightfed.core.requirements import Requirements
-from lightfed.local.base import LocalRule
 
 
 class AroundInner(LocalRule):

@@ -2,7 +2,7 @@
 
 from torch import Tensor
 
-from lightfed.local.base import LocalRule
+from lightfed.core.local_rule import LocalRule
 
 
 class GradientCorrection(LocalRule):

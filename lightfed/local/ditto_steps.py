@@ -6,11 +6,11 @@ import torch
 from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
+from lightfed.core.local_rule import LocalRule
 from lightfed.core.logged_values import LoggedValues
 from lightfed.core.training_loss import training_loss
 from lightfed.errors import ConfigError
 from lightfed.local.around_inner import AroundInner
-from lightfed.local.base import LocalRule
 
 
 class DittoSteps(AroundInner):

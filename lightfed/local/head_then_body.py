@@ -2,8 +2,8 @@
 
 from torch import Tensor
 
+from lightfed.core.local_rule import LocalRule
 from lightfed.core.requirements import Requirements
-from lightfed.local.base import LocalRule
 from lightfed.local.personal_layers import PersonalLayers
 
 

@@ -6,8 +6,8 @@ import torch
 from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
+from lightfed.core.local_rule import LocalRule
 from lightfed.core.requirements import Requirements, Sent
-from lightfed.local.base import LocalRule
 
 EPS = 1e-12  # guards the normalisation of a zero direction
 

@@ -6,8 +6,8 @@ import torch
 from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
+from lightfed.core.local_rule import LocalRule
 from lightfed.local.around_inner import AroundInner
-from lightfed.local.base import LocalRule
 
 
 class PersonalLayers(AroundInner):

@@ -3,7 +3,7 @@
 from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
-from lightfed.local.base import LocalRule
+from lightfed.core.local_rule import LocalRule
 
 
 class ProximalTerm(LocalRule):

@@ -4,8 +4,8 @@ import torch
 from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
+from lightfed.core.local_rule import LocalRule
 from lightfed.errors import ConfigError
-from lightfed.local.base import LocalRule
 from lightfed.optim.sam import check_sam_settings, sam_perturbation
 
 

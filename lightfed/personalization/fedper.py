@@ -6,10 +6,10 @@ from dataclasses import replace
 from lightning import LightningModule
 from torch import Tensor
 
+from lightfed.core.local_rule import LocalRule
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.sums import Sums
 from lightfed.data.module import FederatedDataModule
-from lightfed.local.base import LocalRule
 from lightfed.local.personal_layers import PersonalLayers
 from lightfed.personalization.personal_coordinates import PersonalCoordinates, declared_patterns, matching
 from lightfed.personalization.personalized import PERSONAL, PERSONAL_BUFFERS, Personalized

@@ -7,11 +7,11 @@ from dataclasses import replace
 from lightning import LightningModule
 from torch import Tensor
 
+from lightfed.core.local_rule import LocalRule
 from lightfed.core.messages import ClientPlan
 from lightfed.core.requirements import Requirements
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
-from lightfed.local.base import LocalRule
 from lightfed.local.head_then_body import HeadThenBody
 from lightfed.personalization.fedper import FedPer
 from lightfed.personalization.personalized import PERSONAL, PERSONAL_BUFFERS

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from lightfed.asynchronous.trainer import AsyncFederatedTrainer
-from lightfed.asynchronous.schedule import Asynchrony
-from lightfed.data.module import FederatedDataModule
 from lightfed.asynchronous.delays import Exponential
+from lightfed.asynchronous.schedule import Asynchrony
+from lightfed.asynchronous.trainer import AsyncFederatedTrainer
+from lightfed.data.module import FederatedDataModule
 from lightfed.local import MomentumCorrection
 from lightfed.strategies import AdaMasFL, FedBuff, MasFL
 from tests.strategies.test_quadratics import CLIENTS, EXAMPLES, LeastSquares, LeastSquaresClients, _optimum

@@ -5,12 +5,12 @@ import math
 import pytest
 import torch
 
-from lightfed.strategies.base import ServerContext
+from lightfed.core.messages import ClientUpdate
+from lightfed.core.sums import Sums
 from lightfed.errors import ConfigError
 from lightfed.strategies import CA2FL, FADAS, AdaMasFL, AsyncSetting, FedBuff, MasFL
+from lightfed.strategies.base import ServerContext
 from lightfed.strategies.requirements import check_requirements
-from lightfed.core.sums import Sums
-from lightfed.core.messages import ClientUpdate
 
 
 def _update(client_id: int, delta=(0.0,), grad_mean=None, local_time: float = 1.0) -> ClientUpdate:

@@ -7,9 +7,9 @@ import torch
 
 from lightfed import Callback, FedAvg
 from lightfed.callbacks import EarlyStopping, ProgressBar
-from lightfed.core.run_output import METRICS_FILE
 from lightfed.cli import run
 from lightfed.errors import ConfigError
+from lightfed.run.run_output import METRICS_FILE
 from tests.conftest import small_data, small_model, small_trainer
 
 ROOT = Path(__file__).resolve().parents[2]

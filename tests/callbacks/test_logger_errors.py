@@ -41,7 +41,7 @@ def test_a_full_disk_under_tensorboard_is_named_not_lightnings_guess(tmp_path, m
 
     from lightning.fabric.loggers import TensorBoardLogger
 
-    from lightfed.core.run_output import LoggerError, reported
+    from lightfed.run.run_output import LoggerError, reported
 
     logger = TensorBoardLogger(tmp_path)
 

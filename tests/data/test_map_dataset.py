@@ -9,13 +9,21 @@ import torch
 from lightning.fabric import Fabric
 from torch.utils.data import TensorDataset
 
-from lightfed.core.client import ClientTrainer
 from lightfed.core.messages import ClientPlan
-from lightfed.data import DatasetSource, Digits, DirichletPartitioner, IIDPartitioner, MapDataset, NaturalIdPartitioner, TensorSplits
+from lightfed.data import (
+    DatasetSource,
+    Digits,
+    DirichletPartitioner,
+    IIDPartitioner,
+    MapDataset,
+    NaturalIdPartitioner,
+    TensorSplits,
+)
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.models import MLP
 from lightfed.privacy import DPSGD
+from lightfed.run.client import ClientTrainer
 from lightfed.strategies import FedAvg
 from tests.conftest import fit_in_subprocess, small_model, small_trainer
 from tests.data.npy_folder import NpyFolder, write_digits

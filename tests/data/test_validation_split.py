@@ -6,7 +6,15 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from lightfed.data import Digits, DirichletPartitioner, IIDPartitioner, MapDataset, MarkovText, NaturalIdPartitioner, Synthetic
+from lightfed.data import (
+    Digits,
+    DirichletPartitioner,
+    IIDPartitioner,
+    MapDataset,
+    MarkovText,
+    NaturalIdPartitioner,
+    Synthetic,
+)
 from lightfed.data.module import FederatedDataModule
 from lightfed.data.validation import held_out
 from lightfed.errors import ConfigError
@@ -155,8 +163,9 @@ def test_per_client_evaluation_reads_each_clients_held_out_share(tmp_path):
 
 def test_the_digits_and_cifar_configs_state_their_split():
     """Each base states the split (0.1 held out; digits keeps 0.2 for its test set) and no overlay changes it."""
-    import yaml
     from pathlib import Path
+
+    import yaml
 
     configs = Path(__file__).resolve().parents[2] / "configs"
     folders = ["digits", "cifar10", "cifar100", "adaptfed/cifar10", "adaptfed/cifar100"]

@@ -4,16 +4,22 @@ import numpy as np
 import pytest
 import torch
 
-from lightfed.strategies.base import ServerContext
+from lightfed.core.messages import ClientPlan
+from lightfed.ecado.adaptive_euler import AdaptiveEuler, passivity_bound
+from lightfed.ecado.adaptive_fedecado import critical_inductance
 from lightfed.ecado.circuit import Branches, WindowSolver
 from lightfed.errors import ConfigError
-from lightfed.ecado.adaptive_euler import AdaptiveEuler, passivity_bound
 from lightfed.strategies import AdaptiveFedECADO
-from lightfed.ecado.adaptive_fedecado import critical_inductance
-from lightfed.core.messages import ClientPlan
+from lightfed.strategies.base import ServerContext
 from tests.conftest import small_data, small_model, small_trainer
-from tests.ecado.ecado_quadratics import (QuadraticContext, Quadratics, diagonal_quadratics, run_rounds, sharded_round,
-                                         train_client)
+from tests.ecado.ecado_quadratics import (
+    QuadraticContext,
+    Quadratics,
+    diagonal_quadratics,
+    run_rounds,
+    sharded_round,
+    train_client,
+)
 
 ROUNDS = 40
 PAPER_CLIENT = dict(first_step="passivity", client_norm="max")  # eq. 16 on the raw weights, max-abs errors

@@ -4,14 +4,14 @@ import numpy as np
 import pytest
 import torch
 
-from lightfed.strategies.base import ServerContext
 from lightfed.core.messages import ClientPlan
-from lightfed.ecado.circuit import Branches, StepControl, WindowSolver, integrate_window
 from lightfed.core.sharding import CoordinateSums
 from lightfed.ecado import fedecado as fedecado_module
+from lightfed.ecado.circuit import Branches, StepControl, WindowSolver, integrate_window
 from lightfed.ecado.fedecado import critical_branch_inductance, data_weighted_mean, window_metrics
 from lightfed.errors import ConfigError
 from lightfed.strategies import FedECADO
+from lightfed.strategies.base import ServerContext
 from tests.ecado.ecado_quadratics import (
     Quadratics,
     dense_quadratics,

@@ -6,9 +6,9 @@ import torch
 from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
-from lightfed.local.base import LocalRule
-from lightfed.strategies import FedAvg
+from lightfed.core.local_rule import LocalRule
 from lightfed.core.messages import ClientPlan
+from lightfed.strategies import FedAvg
 from tests.conftest import small_data, small_model, small_trainer
 
 

@@ -4,11 +4,11 @@ import torch
 from lightning.fabric import Fabric
 from torch import nn
 
-from lightfed.core.client import ClientTrainer
+from lightfed.core.messages import ClientPlan
 from lightfed.errors import ConfigError
 from lightfed.optim import SAM, sam_perturbation
 from lightfed.privacy import DPSGD
-from lightfed.core.messages import ClientPlan
+from lightfed.run.client import ClientTrainer
 from tests.conftest import small_data
 
 A = torch.tensor([1.0, 4.0, 0.5])

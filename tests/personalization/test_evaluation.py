@@ -6,10 +6,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lightfed.core.evaluation import EVALUATED, FINETUNE, ClientEvaluation
-from lightfed.core.run_output import METRICS_FILE
 from lightfed.core.seeding import derived_seed, sample_clients
 from lightfed.personalization import FedPer
+from lightfed.run.evaluation import EVALUATED, FINETUNE, ClientEvaluation
+from lightfed.run.run_output import METRICS_FILE
 from lightfed.strategies import FedAvg
 from tests.conftest import small_trainer
 from tests.personalization.conftest import linear_net, pathological_data

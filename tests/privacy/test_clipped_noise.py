@@ -6,10 +6,10 @@ import torch
 from lightning.fabric import Fabric
 from torch import nn
 
-from lightfed.core.client import ClientTrainer
+from lightfed.core.messages import ClientPlan
 from lightfed.errors import ConfigError
 from lightfed.privacy import ClippedGaussianNoise
-from lightfed.core.messages import ClientPlan
+from lightfed.run.client import ClientTrainer
 from tests.conftest import small_data
 
 

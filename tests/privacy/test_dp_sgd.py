@@ -9,16 +9,16 @@ from lightning.fabric import Fabric
 from opacus.accountants import RDPAccountant
 from torch import nn
 
-from lightfed.core.client import ClientTrainer
+from lightfed.core.messages import ClientPlan
+from lightfed.core.seeding import sample_clients
 from lightfed.data import DatasetSource, TensorSplits
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.local import SharpnessAware
 from lightfed.models import MLP, VGG11
 from lightfed.privacy import DPSGD
-from lightfed.core.seeding import sample_clients
+from lightfed.run.client import ClientTrainer
 from lightfed.strategies import FedAvg
-from lightfed.core.messages import ClientPlan
 from tests.conftest import small_data, small_trainer
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lightfed.core.cores import available_cores
+from lightfed.run.cores import available_cores
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "benchmark.py"

@@ -1,11 +1,11 @@
 import pytest
 import torch
 
-from lightfed.strategies.base import ServerContext
+from lightfed.core.messages import ClientUpdate
+from lightfed.core.sums import Sums
 from lightfed.errors import ConfigError
 from lightfed.strategies import FedAvg
-from lightfed.core.sums import Sums
-from lightfed.core.messages import ClientUpdate
+from lightfed.strategies.base import ServerContext
 
 
 def _update(client_id: int, delta: list[float], examples: int) -> ClientUpdate:

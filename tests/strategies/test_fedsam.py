@@ -1,10 +1,10 @@
 import pytest
 import torch
 
-from lightfed.strategies.base import ServerContext
+from lightfed.core.messages import ClientPlan
 from lightfed.errors import ConfigError
 from lightfed.strategies import FedASAM, FedSAM
-from lightfed.core.messages import ClientPlan
+from lightfed.strategies.base import ServerContext
 from tests.optim.test_sam import Quadratic, _client, grad_at, hand_sam_step
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from lightfed.core.local_rule import LocalRule
 from lightfed.core.saved_client_states import saved_client_states
 from lightfed.core.sharding import CoordinateShards
 from lightfed.errors import ConfigError
-from lightfed.local.base import LocalRule
 from lightfed.strategies import CoordinateMedian, TrimmedMean
 from lightfed.strategies.robust import trimmed_mean
 from lightfed.strategies.sharded_base import ShardedRound

@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from lightfed.strategies.base import ServerContext
+from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.sums import Sums
 from lightfed.errors import ConfigError
 from lightfed.strategies import FedAdagrad, FedAdam, FedAvgM, FedExP, FedNova, FedProx, FedYogi, Scaffold
-from lightfed.core.sums import Sums
-from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.strategies.base import ServerContext
 
 X = torch.tensor([1.0, 2.0, 3.0])
 

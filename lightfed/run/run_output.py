@@ -14,11 +14,11 @@ from lightning.fabric import Fabric
 from lightning.fabric.loggers import CSVLogger, Logger, TensorBoardLogger
 
 from lightfed.adapters import csv_logger_version, point_csv_logger_at, tensorboard_file_writer
-from lightfed.core.final_report import logged_part, summary
 from lightfed.core.folder_lock import FolderLock
-from lightfed.core.hparams import flat_hparams, summary_hparams
-from lightfed.core.run_folder import CONFIG, claim_run_folder, write_run_config
 from lightfed.errors import ConfigError, LightfedError
+from lightfed.run.final_report import logged_part, summary
+from lightfed.run.hparams import flat_hparams, summary_hparams
+from lightfed.run.run_folder import CONFIG, claim_run_folder, write_run_config
 
 METRICS_FILE = "metrics.jsonl"
 LABELS_FILE = "labels.json"
@@ -205,7 +205,7 @@ class RunOutput:
                 logger.experiment.add_histogram(name, values, global_step=step)
 
     def finish(self, metrics: dict[str, float]) -> None:
-        """TensorBoard loggers record the run's settings for the HPARAMS tab (``lightfed.core.hparams``: the settings
+        """TensorBoard loggers record the run's settings for the HPARAMS tab (``lightfed.run.hparams``: the settings
         that tell runs apart first; the metrics are the scalars already logged, the test metrics included); every
         logger is finalized."""
         from torch.utils.tensorboard.summary import hparams  # TensorBoard only where a run logs to it

@@ -11,21 +11,21 @@ from torch import Tensor
 from lightfed.adapters import set_collective_timeout
 from lightfed.attacks.base import Attack
 from lightfed.callbacks import Callback, ProgressBar
-from lightfed.core import run_checks
-from lightfed.core.checkpoint import LAST, rng_states
-from lightfed.core.client_workers import ClientWorkers
-from lightfed.core.engine import RoundEngine
-from lightfed.core.evaluation import BestRound, evaluate_checkpoint
-from lightfed.core.preemption import Preemption
-from lightfed.core.resume import checkpoint_to_resume, run_fingerprint
-from lightfed.core.rounds import SampledRounds
-from lightfed.core.run_output import RunOutput, check_writable, run_folder_of
-from lightfed.core.run_state import RunState
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.heterogeneity import LocalWork
 from lightfed.launcher import quiet_srun_hint
 from lightfed.privacy.base import ClientPrivacy
+from lightfed.run import run_checks
+from lightfed.run.checkpoint import LAST, rng_states
+from lightfed.run.client_workers import ClientWorkers
+from lightfed.run.engine import RoundEngine
+from lightfed.run.evaluation import BestRound, evaluate_checkpoint
+from lightfed.run.preemption import Preemption
+from lightfed.run.resume import checkpoint_to_resume, run_fingerprint
+from lightfed.run.rounds import SampledRounds
+from lightfed.run.run_output import RunOutput, check_writable, run_folder_of
+from lightfed.run.run_state import RunState
 from lightfed.schedules import RoundSchedule
 from lightfed.strategies.base import Strategy
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from lightfed.errors import LightfedError
 
 if TYPE_CHECKING:
-    from lightfed.core.trainer_base import TrainerBase
+    from lightfed.run.trainer_base import TrainerBase
 
 # the innermost of these frames says where the run was: (file, function) -> words (rounds 1-based)
 PHASES = {

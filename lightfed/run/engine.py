@@ -1,7 +1,7 @@
 """The round engine: this process's share of a round's jobs trained, one reduction, the aggregate, the checks.
 
 The synchronous and the asynchronous trainer both run their rounds through it; they differ only in which jobs a
-round has (see ``lightfed.core.rounds`` and ``lightfed.asynchronous.trainer``).
+round has (see ``lightfed.run.rounds`` and ``lightfed.asynchronous.trainer``).
 """
 
 import threading
@@ -14,14 +14,14 @@ from lightning.fabric import Fabric
 from torch import Tensor
 
 from lightfed.attacks.collusion import HeldUpdates
-from lightfed.core.client import ClientTrainer
-from lightfed.core.client_workers import ClientWorkers
-from lightfed.core.divergence import divergence_error
 from lightfed.core.messages import ClientPlan
-from lightfed.core.server_paths import RoundJobs, server_path
 from lightfed.core.sharding import AllReduce, CoordinateShards, local
 from lightfed.core.sums import Sums
 from lightfed.privacy.base import ClientPrivacy
+from lightfed.run.client import ClientTrainer
+from lightfed.run.client_workers import ClientWorkers
+from lightfed.run.divergence import divergence_error
+from lightfed.run.server_paths import RoundJobs, server_path
 from lightfed.strategies.base import Strategy
 
 
@@ -50,7 +50,7 @@ class RoundResult:
 
 class RoundEngine:
     """Trains this process's share of a round's jobs, reduces the bookkeeping and the strategy's sums in one
-    all-reduce, aggregates on the strategy's server path (``lightfed.core.server_paths``: sums, asynchronous sums,
+    all-reduce, aggregates on the strategy's server path (``lightfed.run.server_paths``: sums, asynchronous sums,
     or coordinate shards), and checks the result (finite; with ``check_replicas`` the same on every process).
 
     With several ``workers`` each adds its clients' updates into its own sums (under one lock, so the strategy and

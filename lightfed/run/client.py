@@ -17,12 +17,12 @@ from lightfed.core.local_context import LocalContext
 from lightfed.core.local_session import LocalSession
 from lightfed.core.logged_values import LoggedValues
 from lightfed.core.messages import ClientPlan, ClientUpdate
-from lightfed.core.trainer_view import TrainerView
 from lightfed.core.workspace import Workspace
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.optim.sam import SAM
 from lightfed.privacy.base import ClientPrivacy
+from lightfed.run.trainer_view import TrainerView
 from lightfed.schedules import RoundSchedule
 
 

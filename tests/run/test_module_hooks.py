@@ -13,7 +13,7 @@ from lightfed.errors import ConfigError
 from lightfed.schedules import CosineDecay, ExponentialDecay, StepDecay
 from lightfed.strategies import AdaptiveFedECADO, FedAvg
 from tests.conftest import fit_in_subprocess, small_data, small_model, small_trainer
-from tests.core.hook_modules import DictBatchCNN, RecordingCNN
+from tests.run.hook_modules import DictBatchCNN, RecordingCNN
 
 STEP = ["on_train_batch_start", "on_before_backward", "on_after_backward", "on_before_optimizer_step", "on_train_batch_end"]
 
@@ -160,7 +160,7 @@ trainer:
   gradient_clip_val: 0.5
   lr_schedule: {class_path: lightfed.schedules.CosineDecay, init_args: {min_factor: 0.1}}
 model:
-  class_path: tests.core.hook_modules.EpochMetricCNN
+  class_path: tests.run.hook_modules.EpochMetricCNN
   init_args: {num_classes: 10, in_channels: 1, width: 8,
               optimizer: {class_path: torch.optim.SGD, init_args: {lr: 0.1}}}
 data:

@@ -131,7 +131,7 @@ class Recording(Logger):
 def test_any_logger_gets_the_config_once_and_tensorboard_is_not_added_twice(tmp_path):
     from lightning.fabric.loggers import TensorBoardLogger
 
-    from lightfed.core.run_output import run_loggers
+    from lightfed.run.run_output import run_loggers
 
     recording = Recording()
     run = tmp_path / "exp" / "version_0"

@@ -14,14 +14,14 @@ from lightning.fabric import Fabric
 from lightning.pytorch.utilities.data import extract_batch_size
 from torch import Tensor
 
-from lightfed.core.client import ClientTrainer
-from lightfed.core.fingerprint import check_fingerprint
 from lightfed.core.logged_values import LoggedValues
 from lightfed.core.messages import ClientPlan
-from lightfed.core.run_state import RunState
 from lightfed.core.seeding import derived_rng, derived_seed
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
+from lightfed.run.client import ClientTrainer
+from lightfed.run.fingerprint import check_fingerprint
+from lightfed.run.run_state import RunState
 
 
 def evaluation_pass(

@@ -5,9 +5,9 @@ import torch.nn.functional as F
 from lightning.fabric import Fabric
 from torch import nn
 
-from lightfed.core.client import ClientTrainer
-from lightfed.errors import ConfigError
 from lightfed.core.messages import ClientPlan
+from lightfed.errors import ConfigError
+from lightfed.run.client import ClientTrainer
 from tests.conftest import small_data
 
 
@@ -96,7 +96,7 @@ def test_a_local_rule_changes_every_step_between_backward_and_optimizer_step():
 def test_a_rule_can_re_evaluate_the_batch_set_the_step_size_and_report():
     """A rule that takes the gradient at the trial point x - g and steps along it (an extragradient step) with its
     own step size: the client computes exactly that, and the rule's report comes back with the update."""
-    from lightfed.local.base import LocalRule
+    from lightfed.core.local_rule import LocalRule
 
     class Extragradient(LocalRule):
         def start(self, params, context):
@@ -143,7 +143,7 @@ class TwoGroups(L.LightningModule):
 
 
 def test_a_rule_sees_the_client_through_its_context_and_scales_every_groups_rate():
-    from lightfed.local.base import LocalRule
+    from lightfed.core.local_rule import LocalRule
 
     class DoubledRate(LocalRule):
         def start(self, params, context):

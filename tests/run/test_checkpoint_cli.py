@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from lightfed.cli import main, run
-from lightfed.core.checkpoint import load_checkpoint, save_checkpoint
 from lightfed.core.checkpoint_files import file_checksum
-from lightfed.core.run_output import RunOutput
+from lightfed.run.checkpoint import load_checkpoint, save_checkpoint
+from lightfed.run.run_output import RunOutput
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "configs" / "digits"

@@ -9,7 +9,7 @@ from tensorboard.plugins.base_plugin import TBContext
 from tensorboard.plugins.hparams.backend_context import Context
 
 from lightfed.cli import run
-from lightfed.core.hparams import summary_hparams
+from lightfed.run.hparams import summary_hparams
 from tests.test_run_identity import TINY
 
 

@@ -12,11 +12,11 @@ from lightning import LightningModule
 from lightning.fabric import Fabric
 
 from lightfed.adapters import copy_without_trainer
-from lightfed.core.client import ClientTrainer
-from lightfed.core.cores import available_cores
 from lightfed.core.logged_values import LoggedValues
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
+from lightfed.run.client import ClientTrainer
+from lightfed.run.cores import available_cores
 
 Work = Callable[[int, ClientTrainer, int], None]  # (worker, its client, job index)
 SERIAL_BETWEEN_BELOW = 2**20  # weights of a model whose rounds' work between the workers' runs takes one thread

@@ -6,10 +6,10 @@ from typing import Any
 
 from torch import Tensor
 
-from lightfed.core.engine import Job, RoundEngine
 from lightfed.core.messages import ClientPlan
 from lightfed.core.seeding import CLIENT, derived_seed, sample_clients
 from lightfed.heterogeneity import LocalWork
+from lightfed.run.engine import Job, RoundEngine
 
 
 def client_plan(seed: int, local_work: LocalWork, round: int, client_id: int) -> ClientPlan:

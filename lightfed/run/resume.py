@@ -8,13 +8,13 @@ import yaml
 from lightning import LightningModule
 from lightning.fabric import Fabric
 
-from lightfed.core.checkpoint import resolve_checkpoint
-from lightfed.core.client import configured_optimizer
-from lightfed.core.fingerprint import check_fingerprint, fingerprint
-from lightfed.core.run_folder import version_folder
-from lightfed.core.run_state import RunState
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
+from lightfed.run.checkpoint import resolve_checkpoint
+from lightfed.run.client import configured_optimizer
+from lightfed.run.fingerprint import check_fingerprint, fingerprint
+from lightfed.run.run_folder import version_folder
+from lightfed.run.run_state import RunState
 
 
 def checkpoint_to_resume(fabric: Fabric, ckpt_path: str | None, experiment: Path, version: int | None) -> Path | None:

@@ -6,7 +6,7 @@ from lightning import LightningModule
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor
 
-from lightfed.core.evaluation import BestRound, Evaluation
+from lightfed.run.evaluation import BestRound, Evaluation
 
 
 def final_report(

@@ -7,8 +7,8 @@ from typing import Any
 
 from torch import Tensor
 
-from lightfed.core.checkpoint import load_checkpoint, save_checkpoint
 from lightfed.errors import ConfigError
+from lightfed.run.checkpoint import load_checkpoint, save_checkpoint
 
 
 @dataclass

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from lightfed.core import cores
-from lightfed.core.cores import available_cores
+from lightfed.run import cores
+from lightfed.run.cores import available_cores
 
 
 def test_the_affinity_mask_where_there_is_one():

@@ -9,14 +9,14 @@ import torch.nn.functional as F
 from torch.nn.utils import parameters_to_vector
 
 from lightfed import Callback
-from lightfed.core import client_workers
 from lightfed.data import Digits, DirichletPartitioner
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.privacy import DPSGD
+from lightfed.run import client_workers
 from lightfed.strategies import AdaptiveFedECADO, FedAvg, FedECADO, FedProx, Scaffold
 from tests.conftest import small_data, small_model, small_trainer
-from tests.core.metric_model import SmallCNNWithTrainAccuracy
+from tests.run.metric_model import SmallCNNWithTrainAccuracy
 
 # Every worker adds its clients' updates into its own float64 sums: a different order of the same additions, exact to
 # well below float32 rounding. Local training is the same arithmetic on one torch thread either way.

@@ -11,9 +11,17 @@ import numpy as np
 import pytest
 import torch
 
-from lightfed.core.checkpoint import LAST, PREVIOUS, load_checkpoint, resolve_checkpoint, restore_rng_states, rng_states, save_checkpoint
 from lightfed.core.process_states import FOLDER, file_name, reader, write_process_state
 from lightfed.errors import CheckpointWriteError, ConfigError
+from lightfed.run.checkpoint import (
+    LAST,
+    PREVIOUS,
+    load_checkpoint,
+    resolve_checkpoint,
+    restore_rng_states,
+    rng_states,
+    save_checkpoint,
+)
 
 
 class Payload:

@@ -21,6 +21,7 @@ from lightfed.run.final_report import final_report
 from lightfed.run.resume import check_resume
 from lightfed.run.rounds import SampledRounds
 from lightfed.run.run_output import run_folder_of
+from lightfed.run.run_parts import RunParts
 from lightfed.run.run_state import RunState
 from lightfed.run.trainer_base import TrainerBase
 from lightfed.strategies.base import ServerContext, Strategy
@@ -54,50 +55,51 @@ class FederatedTrainer(TrainerBase):
         if resume is not None and check_resume(*resume, self.fingerprint, self.rounds, self.fabric.print):
             self.output.log_dir = run_folder_of(resume[0])
             return resume[1].metrics
-        engine, source, evaluation = self._set_up(model, data, strategy)
+        parts = self._set_up(model, data, strategy)
         resume_from = None if resume is None else resume[0]
         self.output.start(resume_from, self.version, run_config, {"seed": self.seed, "rounds": self.rounds})
         self.output.write_label_names(data.label_names)
         if resume is not None:
-            self._resume(*resume, engine, source)
+            self._resume(*resume, parts)
         else:
-            source.begin(engine, self.params, self.buffers)
+            parts.source.begin(parts.engine, self.params, self.buffers)
         self.output.resume(self.round, self.last_metrics)
         self.fabric.call("on_fit_start", trainer=self)
         self.preemption.listen(self.fabric, self)
-        engine.workers.call("on_fit_start")
+        parts.training.call("on_fit_start")
         try:
             while self.round < self.rounds and not self.should_stop:
-                self._round(engine, source, evaluation)
+                self._round(parts)
         except BaseException as error:
             self.fabric.call("on_exception", trainer=self, error=error)
             self.preemption.stop_listening()
             raise
         finally:
-            engine.workers.close()
-        engine.workers.call("on_fit_end")
+            parts.training.close()
+        parts.training.call("on_fit_end")
         if not self.stop_requested:  # a run stopped to be resumed reports when it ends
-            evaluated = engine.strategy.evaluated(self.params)
-            self.final_report = final_report(evaluation, self.round, evaluated, self.buffers, self.best)
+            evaluated = strategy.evaluated(self.params)
+            self.final_report = final_report(parts.evaluation, self.round, evaluated, self.buffers, self.best)
             self.output.report(self.final_report)
         self.fabric.call("on_fit_end", trainer=self, metrics=self.last_metrics)
         self.output.finish(self.last_metrics)
         self.preemption.stop_listening()
-        evaluation.client.flat.load(self.params, self.buffers)
+        parts.training.reference.flat.load(self.params, self.buffers)
         if self.stop_requested and self.should_stop and self.round < self.rounds:
             self.preemption.finish(self.fabric, self.round, self.checkpoint_path)
         return self.last_metrics
 
-    def _round(self, engine: RoundEngine, source: SampledRounds, evaluation: Evaluation) -> None:
+    def _round(self, parts: RunParts) -> None:
         """One round; its metrics become ``last_metrics`` (``on_round_end`` may add to them)."""
+        source, evaluation = parts.source, parts.evaluation
         round, began = self.round, time.perf_counter()
         self.fabric.call("on_round_start", trainer=self, round=round)
         jobs = source.jobs(round, self.params, self.buffers)  # plan
         try:  # train, reduce (with any process's stop request), aggregate
-            with engine.workers.between_runs():
-                result = engine.run(round, jobs, self.params, self.buffers, self.preemption.requested)
+            with parts.training.between_runs():
+                result = parts.engine.run(round, jobs, self.params, self.buffers, self.preemption.requested)
         except BudgetReached as reached:
-            self._checkpoint(engine, source)
+            self._checkpoint(parts)
             self.fabric.print(f"{reached}: stopped after round {round}; {self.checkpoint_path} holds it")
             self.should_stop = True
             return
@@ -108,7 +110,7 @@ class FederatedTrainer(TrainerBase):
         if result.stop:  # a process was asked to stop (a signal): every process stops after this round
             self.preemption.requested.set()
             self.should_stop = True
-        evaluated = engine.strategy.evaluated(self.params)  # the weights evaluated (self.params: the iterate)
+        evaluated = parts.strategy.evaluated(self.params)  # the weights evaluated (self.params: the iterate)
         if self.due(self.eval_interval) and evaluation.client.data.has_validation:  # evaluate
             validation = evaluation.global_model("validation_step", evaluated, self.buffers)
             self.fabric.call("on_evaluation_end", trainer=self, metrics=validation)
@@ -128,24 +130,22 @@ class FederatedTrainer(TrainerBase):
         self.fabric.call("on_round_end", trainer=self, round=round, metrics=metrics)
         checkpoint = self.should_stop or self.due(self.checkpoint_interval)
         if checkpoint:  # checkpoint, then log what it holds
-            self._checkpoint(engine, source)
+            self._checkpoint(parts)
         self.output.log_round(self.round, metrics)
         if checkpoint:
             self.output.save()
 
-    def _set_up(
-        self, model: LightningModule, data: FederatedDataModule, strategy: Strategy
-    ) -> tuple[RoundEngine, SampledRounds, Evaluation]:
+    def _set_up(self, model: LightningModule, data: FederatedDataModule, strategy: Strategy) -> RunParts:
         """The workers, the initial global model, the strategy and the round engine; nothing is written yet."""
         model = model if self.privacy is None else self.privacy.prepare(model, self.precision)
         self.workers = workers = ClientWorkers.build(
             self.fabric, model, data, self.clients_in_parallel, self.clients_per_round, **self.client_settings
         )
         check_requirements(
-            strategy, workers.clients[0].optimizer.optimizer, self.privacy, self.lr_schedule, self.asynchronous
+            strategy, workers.reference.optimizer.optimizer, self.privacy, self.lr_schedule, self.asynchronous
         )
-        self.params = self.fabric.broadcast(workers.clients[0].flat.params.clone())
-        self.buffers = self.fabric.broadcast(workers.clients[0].flat.buffers.clone())
+        self.params = self.fabric.broadcast(workers.reference.flat.params.clone())
+        self.buffers = self.fabric.broadcast(workers.reference.flat.buffers.clone())
         source = self._rounds(data, strategy)
         self.strategy, self.source = strategy, source
         world, rank = self.fabric.world_size, self.fabric.global_rank
@@ -164,8 +164,16 @@ class FederatedTrainer(TrainerBase):
         )
         strategy.setup(context)
         fixed = run_requirements(strategy, self.privacy).client_state  # client i trains on process i % world size
+        self.fixed_process = fixed
         self.engine = engine = RoundEngine(
-            self.fabric, workers, strategy, self.clients_per_round, fixed, self.check_replicas, self, self.privacy
+            self.fabric,
+            workers,
+            strategy,
+            self.clients_per_round,
+            fixed,
+            self.check_replicas,
+            partial(self.fabric.call, "on_client_end", self),  # (trainer, update)
+            self.privacy,
         )
         if self.privacy is not None:  # its accountants live in its own per-client store
             self.privacy.setup(data, self.clients_per_round, partial(source.planned, self.rounds))
@@ -174,7 +182,7 @@ class FederatedTrainer(TrainerBase):
         personal_monitor = personal is not None and self.client_eval_interval  # the clients' own models are selected
         self.best = BestRound(f"clients/personal/{self.monitor}_mean" if personal_monitor else self.monitor)
         if personal is not None:
-            personal.bind(workers.clients[0].module, data)
+            personal.bind(workers.reference.module, data)
         settings = ClientEvaluation(
             None if personal is None else personal.personal_model,
             self.client_eval_finetune_steps,
@@ -184,39 +192,40 @@ class FederatedTrainer(TrainerBase):
         check_client_evaluation(
             settings, self.privacy, self.unseen_clients, self.clients_per_round, data.num_clients, self.asynchronous
         )
-        return engine, source, Evaluation(self.fabric, workers.clients[0], settings)
+        evaluation = Evaluation(self.fabric, workers.reference, settings)
+        return RunParts(workers, strategy, source, engine, evaluation)
 
-    def _checkpoint(self, engine: RoundEngine, source: SampledRounds) -> None:
+    def _checkpoint(self, parts: RunParts) -> None:
         """Writes what each process alone holds (its clients' states, its slices) in its own file, then ``last.ckpt``
         (process 0): nothing is gathered to one process. A collective call."""
-        strategy, folder, name = engine.strategy, self.checkpoint_path.parent / PROCESS_STATES, f"round_{self.round}"
+        strategy, folder, name = parts.strategy, self.checkpoint_path.parent / PROCESS_STATES, f"round_{self.round}"
         own = ProcessStores(strategy, self.privacy).process_state()
-        held = engine.fixed_process or any(own.values())  # without fixed processes, the same on every process
+        held = self.fixed_process or any(own.values())  # without fixed processes, the same on every process
         files = save_process_states(self.fabric, folder, name, own, held)
         if self.fabric.is_global_zero:
-            checkpoint = self._run_state(strategy, source, files).checkpoint()
-            engine.client.module.on_save_checkpoint(checkpoint)
+            checkpoint = self._run_state(strategy, parts.source, files).checkpoint()
+            parts.training.reference.module.on_save_checkpoint(checkpoint)
             self.fabric.call("on_save_checkpoint", trainer=self, checkpoint=checkpoint)
             RunState.from_checkpoint(checkpoint).save(self.checkpoint_path)
             prune(folder, {name, self._process_states})  # the previous checkpoint's stay
         self._process_states = name if held else None
         self.fabric.barrier()
 
-    def _resume(self, path: Path, saved: RunState, engine: RoundEngine, source: SampledRounds) -> None:
+    def _resume(self, path: Path, saved: RunState, parts: RunParts) -> None:
         """Restores the run from ``saved`` (read from the checkpoint file ``path``); each process reads only its own
         process file when the number of processes is unchanged."""
         self.params, self.buffers = saved.weights_for(self.params, self.buffers)
-        engine.strategy.load_state_dict(saved.strategy)
-        stores = ProcessStores(engine.strategy, self.privacy)
+        parts.strategy.load_state_dict(saved.strategy)
+        stores = ProcessStores(parts.strategy, self.privacy)
         self._process_states = load_process_states(
             stores, path.parent / PROCESS_STATES, saved.process_states, self.fabric.global_rank, self.fabric.world_size
         )
         restore_rng_states(saved.rng)
-        source.load_state_dict(saved.source)
+        parts.source.load_state_dict(saved.source)
         self.round, self.last_metrics = saved.round, saved.metrics
         self.best.load_state_dict(saved.best_round, self.params.device)
         checkpoint = saved.checkpoint()
-        engine.client.module.on_load_checkpoint(checkpoint)
+        parts.training.reference.module.on_load_checkpoint(checkpoint)
         self.fabric.call("on_load_checkpoint", trainer=self, checkpoint=checkpoint)
         self.fabric.print(f"resuming {self.log_dir} from round {self.round}")
 

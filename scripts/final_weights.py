@@ -39,6 +39,16 @@ CASES = {
     "circuit (Adaptive FedECADO)": [
         "-c", "configs/digits/base.yaml", "-c", "configs/digits/adaptive_fedecado.yaml", "--trainer.rounds", "3",
     ],
+    "user-level DP": ["-c", "configs/digits/base.yaml", "-c", "configs/privacy/user-level-fixed.yaml", "--trainer.rounds", "3"],
+    "SecAgg": ["-c", "configs/digits/base.yaml", "-c", "configs/privacy/secagg.yaml", "--trainer.rounds", "3"],
+    "personalization (FedRep)": [
+        "-c", "configs/digits/base.yaml", "-c", "configs/personalization/base.yaml", "-c",
+        "configs/personalization/fedrep.yaml", "--trainer.rounds", "2",
+    ],
+    "attack (Krum, sign flipping)": [
+        "-c", "configs/robust/base.yaml", "-c", "configs/robust/krum.yaml", "--trainer.rounds", "2",
+        "--trainer.attack", "lightfed.attacks.SignFlipping", "--trainer.attack.fraction", "0.2",
+    ],
     "sharded robust (TrimmedMean)": [
         "-c", "configs/digits/base.yaml", "-c", "configs/digits/fedavg.yaml", "--trainer.rounds", "3",
         "--strategy", "lightfed.strategies.TrimmedMean", "--strategy.trim", "0.2",

@@ -2,7 +2,7 @@
 
 import math
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from typing import Any
@@ -16,6 +16,7 @@ from lightfed.core.logged_values import LoggedValues
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.run.client import ClientTrainer
+from lightfed.run.client_training import Deliver, TrainingJob
 from lightfed.run.cores import available_cores
 
 Work = Callable[[int, ClientTrainer, int], None]  # (worker, its client, job index)
@@ -23,7 +24,8 @@ SERIAL_BETWEEN_BELOW = 2**20  # weights of a model whose rounds' work between th
 
 
 class ClientWorkers:
-    """``clients[w]`` trains jobs w, w + W, w + 2W, ... of a round (W workers), all workers at once.
+    """Client training (``lightfed.run.client_training.ClientTraining``) one client at a time per worker: worker w
+    (its lane) trains jobs w, w + W, w + 2W, ... of a round (W workers), all workers at once.
 
     Which worker trains which job and the order in which each worker adds its updates depend only on the job's index,
     never on timing. Worker threads run torch ops on ``threads`` intra-op threads each (1 by default: the workers are
@@ -72,8 +74,20 @@ class ClientWorkers:
         return cls(clients, max(1, cores // workers), strict=clients_in_parallel != "auto")
 
     @property
-    def count(self) -> int:
+    def lanes(self) -> int:
         return len(self.clients)
+
+    @property
+    def reference(self) -> ClientTrainer:
+        return self.clients[0]
+
+    def train(self, jobs: Sequence[TrainingJob], deliver: Deliver) -> None:
+        """Trains ``jobs[k]`` on worker k % W and delivers its update in lane k % W."""
+
+        def work(worker: int, client: ClientTrainer, k: int) -> None:
+            deliver(worker, k, client.train(jobs[k].plan, jobs[k].params, jobs[k].buffers))
+
+        self.run(len(jobs), work)
 
     def run(self, jobs: int, work: Work) -> None:
         """Calls ``work(w, clients[w], k)`` for every job k < ``jobs``, worker w = k % W; re-raises the first error."""
@@ -81,16 +95,16 @@ class ClientWorkers:
         if not self._probed and jobs:
             self._probe(work)
             start = 1
-        if self.count == 1:
+        if self.lanes == 1:
             for k in range(start, jobs):
                 work(0, self.clients[0], k)
             return
         failed = threading.Event()
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.count, "lightfed-client")
+            self._pool = ThreadPoolExecutor(self.lanes, "lightfed-client")
         futures = [
-            self._pool.submit(self._serve, w, range(start + (w - start) % self.count, jobs, self.count), work, failed)
-            for w in range(self.count)
+            self._pool.submit(self._serve, w, range(start + (w - start) % self.lanes, jobs, self.lanes), work, failed)
+            for w in range(self.lanes)
         ]
         errors = [future.exception() for future in futures]
         torch.set_num_threads(main_threads)  # worker threads set the process-wide default too
@@ -145,7 +159,7 @@ class ClientWorkers:
         (30 ms against 19 ms on two) and 0.34 s at VGG-11's 9.5 million (``scripts/circuit_step_benchmark.py``), so
         from about a million weights the threads are kept."""
         small = self.clients[0].flat.params.numel() < SERIAL_BETWEEN_BELOW
-        with _torch_threads(1) if self.count > 1 and small else nullcontext():
+        with _torch_threads(1) if self.lanes > 1 and small else nullcontext():
             yield
 
     def call(self, hook: str) -> None:

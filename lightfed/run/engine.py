@@ -5,7 +5,7 @@ round has (see ``lightfed.run.rounds`` and ``lightfed.asynchronous.trainer``).
 """
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -14,12 +14,11 @@ from lightning.fabric import Fabric
 from torch import Tensor
 
 from lightfed.attacks.collusion import HeldUpdates
-from lightfed.core.messages import ClientPlan
+from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.sharding import AllReduce, CoordinateShards, local
 from lightfed.core.sums import Sums
 from lightfed.privacy.base import ClientPrivacy
-from lightfed.run.client import ClientTrainer
-from lightfed.run.client_workers import ClientWorkers
+from lightfed.run.client_training import ClientTraining, TrainingJob
 from lightfed.run.divergence import divergence_error
 from lightfed.run.server_paths import RoundJobs, server_path
 from lightfed.strategies.base import Strategy
@@ -53,28 +52,28 @@ class RoundEngine:
     all-reduce, aggregates on the strategy's server path (``lightfed.run.server_paths``: sums, asynchronous sums,
     or coordinate shards), and checks the result (finite; with ``check_replicas`` the same on every process).
 
-    With several ``workers`` each adds its clients' updates into its own sums (under one lock, so the strategy and
-    ``on_client_end`` see one update at a time), and the workers' sums are added in worker order.
+    Client ``training`` delivers updates in lanes: each lane's go into its own sums (under one lock, so the strategy
+    and ``on_client_end`` see one update at a time), and the lanes' sums are added in lane order.
     """
 
     def __init__(
         self,
         fabric: Fabric,
-        workers: ClientWorkers,
+        training: ClientTraining,
         strategy: Strategy,
         clients_per_round: int,
         fixed_process: bool,
         check_replicas: bool = False,
-        trainer: object = None,
+        on_client_end: Callable[[ClientUpdate], None] | None = None,
         privacy: ClientPrivacy | None = None,
     ) -> None:
         """``fixed_process``: client i always trains on process i % world (where its per-client state lives).
-        ``trainer``: what the callbacks' ``on_client_end`` hook is given as ``trainer`` (through ``fabric.call``).
-        ``privacy``: its budget is checked on every process before any client of a round trains."""
-        self.fabric, self.workers, self.strategy = fabric, workers, strategy
-        self.client = client = workers.clients[0]
+        ``on_client_end``: called with each update once the strategy has taken it. ``privacy``: its budget is checked
+        on every process before any client of a round trains."""
+        self.fabric, self.training, self.strategy = fabric, training, strategy
+        self.client = client = training.reference
         self.fixed_process, self.check_replicas = fixed_process, check_replicas
-        self.trainer, self.privacy = trainer, privacy
+        self.on_client_end, self.privacy = on_client_end, privacy
         self.shards = CoordinateShards(client.flat.params.numel(), fabric.world_size, fabric.global_rank)
 
         def all_reduce(tensor: Tensor, op: str) -> Tensor:
@@ -93,7 +92,7 @@ class RoundEngine:
             "_stop": 1,
         }
         self.sums = Sums(sizes, fabric.device)
-        self._worker_sums = [self.sums] + [Sums(sizes, fabric.device) for _ in range(workers.count - 1)]
+        self._lane_sums = [self.sums] + [Sums(sizes, fabric.device) for _ in range(training.lanes - 1)]
         self._lock = threading.Lock()
 
     def share(self, jobs: list[Job], rank: int | None = None) -> list[Job]:
@@ -128,28 +127,30 @@ class RoundEngine:
         ]
         if self.privacy is not None:
             self.privacy.check_budget(self.fabric, round, plans)
-        for worker_sums in self._worker_sums:
-            worker_sums.zero_()
+        for lane_sums in self._lane_sums:
+            lane_sums.zero_()
         path.begin(layout, params)
         held = HeldUpdates(self.client.attack, layout.client_ids, params)  # a colluding attack's stage
 
-        def train(worker: int, client: ClientTrainer, index: int) -> None:
-            job, sums = mine[index], self._worker_sums[worker]
-            update = client.train(plans[index], job.params, job.buffers)
+        def deliver(lane: int, index: int, update: ClientUpdate) -> None:
+            sums = self._lane_sums[lane]
             with self._lock:
                 if not held.takes(index, update):
-                    path.add(sums, index, update, job.staleness)
+                    path.add(sums, index, update, mine[index].staleness)
                 sums.add("_buffers", update.buffers, weight=update.num_examples)
                 sums.add("_examples", update.num_examples)
                 sums.add("_train_loss", update.train_loss)
                 sums.add("_clients", 1)
-                self.fabric.call("on_client_end", trainer=self.trainer, update=update)
+                if self.on_client_end is not None:
+                    self.on_client_end(update)
 
-        self.workers.run(len(mine), train)
+        self.training.train(
+            [TrainingJob(plan, job.params, job.buffers) for plan, job in zip(plans, mine, strict=True)], deliver
+        )
         for index, update in held.released(self.all_reduce):
             path.add(sums, index, update, mine[index].staleness)
-        for worker_sums in self._worker_sums[1 : self.workers.count]:
-            sums.buffer.add_(worker_sums.buffer)
+        for lane_sums in self._lane_sums[1 : self.training.lanes]:
+            sums.buffer.add_(lane_sums.buffer)
         sums.add("_stop", float(stop_requested is not None and stop_requested.is_set()))
         sums.buffer.copy_(self.all_reduce(sums.buffer, "sum"))
         params = path.aggregate(round, layout, sums, params)
@@ -158,7 +159,7 @@ class RoundEngine:
         metrics = {
             "round/clients": float(sums["_clients"]),
             "round/client_train_loss": float(sums["_train_loss"] / sums["_clients"]),
-            **self.workers.logged().compute(self.fabric, self.client.module),
+            **self.training.logged().compute(self.fabric, self.client.module),
             **{f"strategy/{k}": v for k, v in self.strategy.metrics().items()},
         }
         return RoundResult(params, buffers, metrics, float(sums["_stop"]) > 0)

@@ -27,14 +27,9 @@ def final_report(
     return report
 
 
-FINAL = "~final/"  # TensorBoard's Time Series sorts its card groups by name (first part of the tag) and opens two
-
-
 def logged_part(report: dict[str, Any]) -> dict[str, float]:
-    """What the loggers record of the report: the test metrics, the final model's and the best round's, named
-    ``~final/<name>`` so that these one-off values come after every per-round curve in TensorBoard's Time Series
-    (``~`` sorts after letters)."""
-    return {f"{FINAL}{k}": v for k, v in report.items() if k.startswith(("test_", "best_test_"))}
+    """What the loggers record of the report: the test metrics, the final model's and the best round's."""
+    return {k: v for k, v in report.items() if k.startswith(("test_", "best_test_"))}
 
 
 def summary(report: dict[str, Any]) -> str:

@@ -193,9 +193,16 @@ class RunOutput:
                 file.write(json.dumps(line) + "\n")
 
     def report(self, report: dict[str, Any]) -> None:
-        """The final report: its line in ``metrics.jsonl``, its test metrics to the loggers, and one printed line."""
+        """The final report: its line in ``metrics.jsonl``, its test metrics to the loggers, and one printed line.
+
+        TensorBoard gets them as ``~final/<name>``: its Time Series sorts its groups of cards by the name's first part
+        and opens the first two, and ``~`` sorts after letters, so these one-off values come after the round curves."""
         self.append(report)
-        self.log(logged_part(report), report["round"])
+        logged = logged_part(report)
+        for logger in self.loggers:
+            with reported(logger):
+                final = isinstance(logger, TensorBoardLogger)
+                logger.log_metrics({f"~final/{k}" if final else k: v for k, v in logged.items()}, step=report["round"])
         self.fabric.print(summary(report))
 
     def log_histogram(self, name: str, values: np.ndarray, step: int) -> None:

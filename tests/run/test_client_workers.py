@@ -40,7 +40,7 @@ def _fit(root, workers, strategy, model=None, **settings):
 def test_parallel_clients_give_the_sequential_weights(tmp_path, strategy):
     sequential, seq_metrics, _ = _fit(tmp_path / "one", 1, strategy())
     parallel, par_metrics, trainer = _fit(tmp_path / "two", 2, strategy())
-    assert trainer.workers.count == 2
+    assert trainer.workers.lanes == 2
     torch.testing.assert_close(parallel, sequential, rtol=0, atol=ATOL)
     assert par_metrics["round/client_train_loss"] == pytest.approx(seq_metrics["round/client_train_loss"], rel=1e-6)
 
@@ -85,7 +85,7 @@ def test_auto_trains_such_a_model_one_client_at_a_time(tmp_path):
     automatic, _, trainer = _fit(tmp_path / "auto", "auto", FedAvg(), model=DropoutCNN(width=8, optimizer=SGD))
     torch.manual_seed(0)
     sequential, _, _ = _fit(tmp_path / "one", 1, FedAvg(), model=DropoutCNN(width=8, optimizer=SGD))
-    assert trainer.workers.count == 1
+    assert trainer.workers.lanes == 1
     assert torch.equal(automatic, sequential)
 
 

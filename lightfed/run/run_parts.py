@@ -1,0 +1,21 @@
+"""What a run builds before its first round, side by side: none of them holds another's parts for the trainer."""
+
+from dataclasses import dataclass
+
+from lightfed.run.client_workers import ClientWorkers
+from lightfed.run.engine import RoundEngine
+from lightfed.run.evaluation import Evaluation
+from lightfed.run.rounds import SampledRounds
+from lightfed.strategies.base import Strategy
+
+
+@dataclass(frozen=True)
+class RunParts:
+    """Client ``training`` (the seam, ``lightfed.run.client_training``), the ``strategy``, the ``source`` of rounds'
+    jobs, the round ``engine`` that runs them, and the global model's ``evaluation``."""
+
+    training: ClientWorkers
+    strategy: Strategy
+    source: SampledRounds
+    engine: RoundEngine
+    evaluation: Evaluation

@@ -11,6 +11,7 @@ from lightning.fabric.loggers import Logger
 from lightfed import launcher
 from lightfed.asynchronous.schedule import Asynchrony
 from lightfed.asynchronous.trainer import AsyncFederatedTrainer
+from lightfed.core.transforms import Transform
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.models import SmallCNN
@@ -44,6 +45,12 @@ def _subcommand_parser(name: str) -> ArgumentParser:
     parser.add_class_arguments(FederatedDataModule, "data")
     # every subcommand takes the strategy, so one config file serves fit, validate and test
     parser.add_subclass_arguments(Strategy, "strategy", required=False, default=None)
+    parser.add_argument(
+        "--transforms",
+        type=list[Transform],
+        default=[],
+        help="What each client's update goes through, in order, before the strategy (lightfed.transforms).",
+    )
     parser.add_argument(
         "--ckpt_path",
         type=str | None,
@@ -95,7 +102,7 @@ def run(argv: list[str] | None = None, fork: bool = False) -> dict[str, float]:
     run_config = parsers[name].dump(sub_config, skip_unset=False)  # keeps null settings (local_epochs: null)
     try:
         if name == "fit":
-            metrics = trainer.fit(model, objects.data, strategy, sub_config.ckpt_path, run_config)
+            metrics = trainer.fit(model, objects.data, strategy, sub_config.ckpt_path, run_config, objects.transforms)
         else:
             metrics = getattr(trainer, name)(model, objects.data, sub_config.ckpt_path, run_config)
     except RuntimeError as error:

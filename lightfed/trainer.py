@@ -1,6 +1,7 @@
 """FederatedTrainer: the round loop (plan, train, reduce, aggregate, evaluate, checkpoint) on one Fabric."""
 
 import time
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
@@ -9,6 +10,7 @@ from lightning import LightningModule
 from lightfed.core.client_states import ProcessStores
 from lightfed.core.process_states import FOLDER as PROCESS_STATES
 from lightfed.core.process_states import load_process_states, prune, save_process_states
+from lightfed.core.transforms import Pipeline, Transform
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import DivergenceError
 from lightfed.personalization.personalized import personalization_of
@@ -45,17 +47,19 @@ class FederatedTrainer(TrainerBase):
         strategy: Strategy,
         ckpt_path: str | None = None,
         run_config: str | None = None,
+        transforms: Sequence[Transform] = (),
     ) -> dict[str, float]:
         """Trains for ``rounds`` rounds; returns the last round's metrics.
 
         ``ckpt_path``: a checkpoint file, or "last" for the newest ``last.ckpt`` of this experiment, to resume from
         ("auto": the same, or a fresh start when there is none). ``run_config``: saved as ``config.yaml``.
+        ``transforms``: what each client's update goes through, in order, before the strategy takes it.
         """
         resume = self._checked(model, data, strategy, ckpt_path, run_config)  # (checkpoint file, its state) or None
         if resume is not None and check_resume(*resume, self.fingerprint, self.rounds, self.fabric.print):
             self.output.log_dir = run_folder_of(resume[0])
             return resume[1].metrics
-        parts = self._set_up(model, data, strategy)
+        parts = self._set_up(model, data, strategy, Pipeline(transforms))
         resume_from = None if resume is None else resume[0]
         self.output.start(resume_from, self.version, run_config, {"seed": self.seed, "rounds": self.rounds})
         self.output.write_label_names(data.label_names)
@@ -135,7 +139,9 @@ class FederatedTrainer(TrainerBase):
         if checkpoint:
             self.output.save()
 
-    def _set_up(self, model: LightningModule, data: FederatedDataModule, strategy: Strategy) -> RunParts:
+    def _set_up(
+        self, model: LightningModule, data: FederatedDataModule, strategy: Strategy, transforms: Pipeline
+    ) -> RunParts:
         """The workers, the initial global model, the strategy and the round engine; nothing is written yet."""
         model = model if self.privacy is None else self.privacy.prepare(model, self.precision)
         self.workers = workers = ClientWorkers.build(
@@ -174,6 +180,7 @@ class FederatedTrainer(TrainerBase):
             self.check_replicas,
             partial(self.fabric.call, "on_client_end", self),  # (trainer, update)
             self.privacy,
+            transforms,
         )
         if self.privacy is not None:  # its accountants live in its own per-client store
             self.privacy.setup(data, self.clients_per_round, partial(source.planned, self.rounds))

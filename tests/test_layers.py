@@ -7,7 +7,7 @@ from tests.test_import_graph import import_graph
 LAYERS = [
     ("foundation", {"errors", "adapters", "distributions", "schedules", "data", "models", "optim"}),
     ("core", {"core", "callbacks", "heterogeneity"}),
-    ("algorithms", {"strategies", "local", "privacy", "attacks", "personalization", "ecado"}),
+    ("algorithms", {"strategies", "local", "privacy", "attacks", "personalization", "ecado", "transforms"}),
     ("run", {"run", "asynchronous", "trainer", "launcher"}),
     ("top", {"cli", "subcommands", "experiments", "__main__", ""}),
 ]

@@ -1,5 +1,6 @@
 """AsyncFederatedTrainer: buffered asynchronous FL on a virtual clock, through the synchronous trainer's engine."""
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -10,6 +11,7 @@ from lightfed.asynchronous.schedule import Asynchrony, BufferedSchedule
 from lightfed.callbacks.base import Callback, TrainerState
 from lightfed.core.seeding import derived_seed
 from lightfed.core.sums import Sums
+from lightfed.core.transforms import Transform
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.heterogeneity import LocalWork
@@ -162,12 +164,13 @@ class AsyncFederatedTrainer(FederatedTrainer):
         strategy: Strategy,
         ckpt_path: str | None = None,
         run_config: str | None = None,
+        transforms: Sequence[Transform] = (),
     ) -> dict[str, float]:
         if isinstance(strategy, AsyncStrategy):  # any other is refused by check_requirements
             steps = self.local_work.steps
             fixed_steps = int(steps.low) if steps is not None and steps.kind == "fixed" else None
             strategy.configure_async(AsyncSetting(self.clients_per_round, fixed_steps, self.rounds))
-        return super().fit(model, data, strategy, ckpt_path, run_config)
+        return super().fit(model, data, strategy, ckpt_path, run_config, transforms)
 
     def _rounds(self, data: FederatedDataModule, strategy: Strategy) -> BufferedRounds:
         assert isinstance(strategy, AsyncStrategy)  # check_requirements refused any other

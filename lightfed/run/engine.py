@@ -17,6 +17,7 @@ from lightfed.attacks.collusion import HeldUpdates
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.sharding import AllReduce, CoordinateShards, local
 from lightfed.core.sums import Sums
+from lightfed.core.transforms import Pipeline
 from lightfed.privacy.base import ClientPrivacy
 from lightfed.run.client_training import ClientTraining, TrainingJob
 from lightfed.run.divergence import divergence_error
@@ -66,14 +67,17 @@ class RoundEngine:
         check_replicas: bool = False,
         on_client_end: Callable[[ClientUpdate], None] | None = None,
         privacy: ClientPrivacy | None = None,
+        transforms: Pipeline | None = None,
     ) -> None:
         """``fixed_process``: client i always trains on process i % world (where its per-client state lives).
         ``on_client_end``: called with each update once the strategy has taken it. ``privacy``: its budget is checked
-        on every process before any client of a round trains."""
+        on every process before any client of a round trains. ``transforms``: what each update goes through before
+        the strategy takes it."""
         self.fabric, self.training, self.strategy = fabric, training, strategy
         self.client = client = training.reference
         self.fixed_process, self.check_replicas = fixed_process, check_replicas
         self.on_client_end, self.privacy = on_client_end, privacy
+        self.transforms = Pipeline() if transforms is None else transforms
         self.shards = CoordinateShards(client.flat.params.numel(), fabric.world_size, fabric.global_rank)
 
         def all_reduce(tensor: Tensor, op: str) -> Tensor:
@@ -85,6 +89,7 @@ class RoundEngine:
         buffers = client.flat.buffers.numel()
         sizes = {
             **self.path.sum_sizes(),
+            **self.transforms.sizes,
             "_buffers": buffers,
             "_examples": 1,
             "_train_loss": 1,
@@ -136,7 +141,7 @@ class RoundEngine:
             sums = self._lane_sums[lane]
             with self._lock:
                 if not held.takes(index, update):
-                    path.add(sums, index, update, mine[index].staleness)
+                    path.add(sums, index, self.transforms.contribution(update, round, sums), mine[index].staleness)
                 sums.add("_buffers", update.buffers, weight=update.num_examples)
                 sums.add("_examples", update.num_examples)
                 sums.add("_train_loss", update.train_loss)
@@ -147,12 +152,13 @@ class RoundEngine:
         self.training.train(
             [TrainingJob(plan, job.params, job.buffers) for plan, job in zip(plans, mine, strict=True)], deliver
         )
-        for index, update in held.released(self.all_reduce):
-            path.add(sums, index, update, mine[index].staleness)
+        for index, update in held.released(self.all_reduce):  # the attack's, through the transforms too
+            path.add(sums, index, self.transforms.contribution(update, round, sums), mine[index].staleness)
         for lane_sums in self._lane_sums[1 : self.training.lanes]:
             sums.buffer.add_(lane_sums.buffer)
         sums.add("_stop", float(stop_requested is not None and stop_requested.is_set()))
         sums.buffer.copy_(self.all_reduce(sums.buffer, "sum"))
+        transformed = self.transforms.recovered(sums, round)
         params = path.aggregate(round, layout, sums, params)
         buffers = (sums["_buffers"] / sums["_examples"]).to(buffers.dtype)
         self._check(round, params, buffers, layout.client_ids)
@@ -161,6 +167,7 @@ class RoundEngine:
             "round/client_train_loss": float(sums["_train_loss"] / sums["_clients"]),
             **self.training.logged().compute(self.fabric, self.client.module),
             **{f"strategy/{k}": v for k, v in self.strategy.metrics().items()},
+            **transformed,
         }
         return RoundResult(params, buffers, metrics, float(sums["_stop"]) > 0)
 

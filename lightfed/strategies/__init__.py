@@ -1,5 +1,5 @@
 """Server algorithms, one per file, on one of three server paths: ``SumsStrategy``, ``ShardedStrategy`` and
-``AsyncStrategy`` (all ``Strategy``); ``StrategyWrapper`` holds an inner strategy (``NormBounding``)."""
+``AsyncStrategy`` (all ``Strategy``); ``StrategyWrapper`` holds an inner strategy."""
 
 from lightfed.ecado.adaptive_fedecado import AdaptiveFedECADO
 from lightfed.ecado.fedecado import FedECADO
@@ -22,7 +22,6 @@ from lightfed.strategies.fedsam import FedASAM, FedSAM
 from lightfed.strategies.geometric_median import GeometricMedian
 from lightfed.strategies.krum import Krum, MultiKrum
 from lightfed.strategies.masfl import MasFL
-from lightfed.strategies.norm_bounding import NormBounding
 from lightfed.strategies.robust import CoordinateMedian, TrimmedMean
 from lightfed.strategies.scaffold import Scaffold
 from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
@@ -56,7 +55,6 @@ __all__ = [
     "Krum",
     "MasFL",
     "MultiKrum",
-    "NormBounding",
     "Scaffold",
     "ServerContext",
     "ShardedRound",

@@ -15,7 +15,7 @@ ASYNCHRONOUS = "lightfed.strategies.FedBuff, CA2FL, FADAS, MasFL or AdaMasFL"
 
 
 def strategy_name(strategy: Strategy) -> str:
-    """The strategy's class name, a wrapper's with its inner strategy's: ``NormBounding(Scaffold)``."""
+    """The strategy's class name, a wrapper's with its inner strategy's: ``UserLevelDP(FedAvg)``."""
     if isinstance(strategy, StrategyWrapper):
         return f"{type(strategy).__name__}({strategy_name(strategy.inner)})"
     return type(strategy).__name__

@@ -17,7 +17,6 @@ from lightfed.strategies import (
     FedNova,
     FedProx,
     FedSAM,
-    NormBounding,
     Scaffold,
 )
 from lightfed.strategies.requirements import check_requirements
@@ -33,7 +32,6 @@ SGD = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
     (AdaptiveFedECADO(), "AdaptiveFedECADO's clients send decay, forced, max_lte, passivity_bound, rejected, "
                          "steps, window computed .*: no option stops them: run AdaptiveFedECADO without"),
     (AdaptFed(), "AdaptFed's clients send history, lr, probe_loss, rp computed .*: no option stops them"),
-    (NormBounding(AdaptFed(), max_norm=1.0), "NormBounding\\(AdaptFed\\)'s clients send history"),
 ])
 def test_a_message_outside_the_accountant_is_refused_with_dp_sgd(strategy, message):
     with pytest.raises(ConfigError, match=message):

@@ -19,7 +19,6 @@ from lightfed.strategies import (
     FedECADO,
     FedNova,
     MasFL,
-    NormBounding,
     Scaffold,
     Strategy,
     TrimmedMean,
@@ -58,7 +57,6 @@ def test_what_each_strategy_declares():
     assert AdaptiveFedECADO().requirements.sent_names == AdaptiveEuler.requirements.sent_names - {"curvature"}
     assert AdaptiveFedECADO().requirements.chooses_client_steps
     assert not TrimmedMean().requirements.client_state  # sharded: clients train anywhere
-    assert NormBounding(Scaffold(), max_norm=1.0).requirements == Scaffold().requirements
     assert MomentumCorrection.requirements.no_weight_decay
 
 
@@ -87,8 +85,6 @@ class NoPath(Strategy):
         (FedNova(), dict(optimizer=torch.optim.Adam(W)), "FedNova assumes plain SGD local steps .* got Adam$"),
         (MasFL(), dict(asynchronous=True, optimizer=_sgd(weight_decay=1e-4)),
          "MasFL sets the whole local step direction: the model's optimizer needs weight_decay 0, got 0.0001"),
-        (NormBounding(Scaffold(), max_norm=1.0), dict(optimizer=_sgd(momentum=0.5)),
-         r"NormBounding\(Scaffold\) assumes plain SGD local steps"),
     ],
 )
 def test_a_run_the_strategy_cannot_do_is_refused_in_one_line(strategy, settings, message):

@@ -1,0 +1,54 @@
+"""Norm bounding (Sun et al. 2019, "Can you really backdoor federated learning?"): every client's delta clipped in L2
+before the strategy takes it."""
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+import torch
+from torch import Tensor
+
+from lightfed.core.messages import ClientUpdate
+from lightfed.core.sums import Sums
+from lightfed.core.transforms import Transform
+from lightfed.errors import ConfigError
+
+CLIPPED, CLIENTS = "norm_bounding/clipped", "norm_bounding/clients"
+
+
+def bounded(delta: Tensor, max_norm: float) -> Tensor:
+    """delta x min(1, max_norm / ||delta||_2) (``delta`` itself when it is within the bound)."""
+    norm = float(torch.linalg.vector_norm(delta))
+    return delta * (max_norm / norm) if norm > max_norm else delta
+
+
+class NormBounding(Transform):
+    """Each client's delta scaled to L2 norm at most ``max_norm``; logs the fraction of the round's clients whose delta
+    was clipped (``norm_bounding/clipped_fraction``)."""
+
+    def __init__(self, max_norm: float) -> None:
+        """
+        Args:
+            max_norm: Largest L2 norm of a client's delta.
+
+        Raises:
+            ConfigError: ``max_norm`` is not positive.
+        """
+        if not max_norm > 0:
+            raise ConfigError(f"NormBounding's max_norm must be > 0, got {max_norm}")
+        self.max_norm = max_norm
+        self.clipped_fraction = 0.0
+
+    def sum_sizes(self) -> dict[str, int]:
+        return {CLIPPED: 1, CLIENTS: 1}
+
+    def contribution(self, update: ClientUpdate, round: int, sums: Sums) -> ClientUpdate:
+        delta = bounded(update.delta, self.max_norm)
+        sums.add(CLIPPED, float(delta is not update.delta))
+        sums.add(CLIENTS, 1)
+        return replace(update, delta=delta)
+
+    def recovered(self, sums: Mapping[str, Tensor], round: int) -> None:
+        self.clipped_fraction = float(sums[CLIPPED] / sums[CLIENTS])
+
+    def metrics(self) -> dict[str, float]:
+        return {"clipped_fraction": self.clipped_fraction}

@@ -7,6 +7,7 @@ from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.sums import Sums
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError, DatasetNotFoundError, DivergenceError, LightfedError
+from lightfed.run.settings import ClientStateSettings, EvaluationSettings, LocalTraining, OutputSettings, Processes
 from lightfed.strategies import FedAvg, ShardedRound, ShardedStrategy, Strategy
 from lightfed.trainer import FederatedTrainer
 
@@ -14,15 +15,20 @@ __all__ = [
     "AsyncFederatedTrainer",
     "Asynchrony",
     "Callback",
+    "ClientStateSettings",
     "ClientPlan",
     "ClientUpdate",
     "ConfigError",
     "DatasetNotFoundError",
     "DivergenceError",
+    "EvaluationSettings",
     "FedAvg",
     "FederatedDataModule",
     "FederatedTrainer",
     "LightfedError",
+    "LocalTraining",
+    "OutputSettings",
+    "Processes",
     "ShardedRound",
     "ShardedStrategy",
     "Strategy",

@@ -17,6 +17,7 @@ from lightfed.errors import ConfigError
 from lightfed.models import SmallCNN
 from lightfed.run.lost_process import ProcessLostError, collective_failed, lost_process_line, timed_out
 from lightfed.run.run_output import LoggerError
+from lightfed.run.settings import trainer_settings
 from lightfed.run.trainer_base import check_seed
 from lightfed.strategies import FedAvg, Strategy
 from lightfed.trainer import FederatedTrainer
@@ -32,7 +33,7 @@ def _subcommand_parser(name: str) -> ArgumentParser:
     parser = ArgumentParser(description=SUBCOMMANDS[name], exit_on_error=False)  # the CLI prints the error in one line
     parser.add_argument("-c", "--config", action=ActionConfigFile, help="YAML config file(s), later ones override.")
     parser.add_argument("--seed_everything", type=int, default=0, help="Seed of model init, sampling and clients.")
-    parser.add_class_arguments(FederatedTrainer, "trainer", skip={"seed"}, instantiate=False)
+    parser.add_function_arguments(trainer_settings, "trainer", skip={"seed"})
     parser.add_argument(
         "--asynchronous",
         type=Asynchrony | None,
@@ -96,9 +97,9 @@ def run(argv: list[str] | None = None, fork: bool = False) -> dict[str, float]:
     strategy = objects.strategy if objects.strategy is not None else FedAvg()
     settings = {**vars(objects.trainer), "seed": sub_config.seed_everything}  # its privacy, callbacks, logger built
     if objects.asynchronous is None:
-        trainer = FederatedTrainer(**settings)
+        trainer = FederatedTrainer.from_settings(**settings)
     else:
-        trainer = AsyncFederatedTrainer(objects.asynchronous, **settings)
+        trainer = AsyncFederatedTrainer.from_settings(objects.asynchronous, **settings)
     run_config = parsers[name].dump(sub_config, skip_unset=False)  # keeps null settings (local_epochs: null)
     try:
         if name == "fit":

@@ -115,18 +115,20 @@ class FederatedTrainer(TrainerBase):
             self.preemption.requested.set()
             self.should_stop = True
         evaluated = parts.strategy.evaluated(self.params)  # the weights evaluated (self.params: the iterate)
-        if self.due(self.eval_interval) and evaluation.client.data.has_validation:  # evaluate
+        if self.due(self.evaluation.interval) and evaluation.client.data.has_validation:  # evaluate
             validation = evaluation.global_model("validation_step", evaluated, self.buffers)
             self.fabric.call("on_evaluation_end", trainer=self, metrics=validation)
             metrics.update(validation)
         metrics["round/time_s"] = time.perf_counter() - began
         if self.privacy is not None:
             metrics.update(self.privacy.metrics(self.fabric))
-        if self.client_eval_interval and self.due(self.client_eval_interval):
+        if self.evaluation.client_interval and self.due(self.evaluation.client_interval):
             everyone = set(range(evaluation.client.data.num_clients))  # asynchronous runs report no unseen clients
             seen = everyone if self.asynchronous else {plan.client_id for plan in source.planned(self.round)}
             for name, values in evaluation.clients(self.round, evaluated, self.buffers, self.monitor, seen).items():
-                if self.unseen_clients or not name.startswith("clients/unseen/"):  # else only until first sampled
+                if self.evaluation.unseen_clients or not name.startswith(
+                    "clients/unseen/"
+                ):  # else only until first sampled
                     self.output.log_histogram(name, values, self.round)
                     metrics.update(spread(values, name))
         self.best.update(self.round, metrics, evaluated, self.buffers)
@@ -143,19 +145,19 @@ class FederatedTrainer(TrainerBase):
         self, model: LightningModule, data: FederatedDataModule, strategy: Strategy, transforms: Pipeline
     ) -> RunParts:
         """The workers, the initial global model, the strategy and the round engine; nothing is written yet."""
-        model = model if self.privacy is None else self.privacy.prepare(model, self.precision)
+        model = model if self.privacy is None else self.privacy.prepare(model, self.processes.precision)
         self.workers = workers = ClientWorkers.build(
-            self.fabric, model, data, self.clients_in_parallel, self.clients_per_round, **self.client_settings
+            self.fabric, model, data, self.processes.clients_in_parallel, self.clients_per_round, **self.client_settings
         )
         check_requirements(
-            strategy, workers.reference.optimizer.optimizer, self.privacy, self.lr_schedule, self.asynchronous
+            strategy, workers.reference.optimizer.optimizer, self.privacy, self.local.lr_schedule, self.asynchronous
         )
         self.params = self.fabric.broadcast(workers.reference.flat.params.clone())
         self.buffers = self.fabric.broadcast(workers.reference.flat.buffers.clone())
         source = self._rounds(data, strategy)
         self.strategy, self.source = strategy, source
         world, rank = self.fabric.world_size, self.fabric.global_rank
-        sampled = data.num_clients - self.unseen_clients  # the clients ``_rounds`` samples from
+        sampled = data.num_clients - self.evaluation.unseen_clients  # the clients ``_rounds`` samples from
         context = ServerContext(
             self.params,
             data.num_clients,
@@ -164,20 +166,19 @@ class FederatedTrainer(TrainerBase):
             self.clients_per_round,
             self.seed,
             sampled,
-            self.client_states,
-            self.client_states_folder,
+            self.client_states.where,
+            self.client_states.folder,
             self.rounds,
         )
         strategy.setup(context)
         fixed = run_requirements(strategy, self.privacy).client_state  # client i trains on process i % world size
-        self.fixed_process = fixed
         self.engine = engine = RoundEngine(
             self.fabric,
             workers,
             strategy,
             self.clients_per_round,
             fixed,
-            self.check_replicas,
+            self.processes.check_replicas,
             partial(self.fabric.call, "on_client_end", self),  # (trainer, update)
             self.privacy,
             transforms,
@@ -186,28 +187,35 @@ class FederatedTrainer(TrainerBase):
             self.privacy.setup(data, self.clients_per_round, partial(source.planned, self.rounds))
         self.round, self.should_stop, self.last_metrics, self._process_states = 0, False, {}, None
         personal = personalization_of(strategy)
-        personal_monitor = personal is not None and self.client_eval_interval  # the clients' own models are selected
+        personal_monitor = (
+            personal is not None and self.evaluation.client_interval
+        )  # the clients' own models are selected
         self.best = BestRound(f"clients/personal/{self.monitor}_mean" if personal_monitor else self.monitor)
         if personal is not None:
             personal.bind(workers.reference.module, data)
         settings = ClientEvaluation(
             None if personal is None else personal.personal_model,
-            self.client_eval_finetune_steps,
-            self.client_eval_clients,
+            self.evaluation.finetune_steps,
+            self.evaluation.clients,
             self.seed,
         )
         check_client_evaluation(
-            settings, self.privacy, self.unseen_clients, self.clients_per_round, data.num_clients, self.asynchronous
+            settings,
+            self.privacy,
+            self.evaluation.unseen_clients,
+            self.clients_per_round,
+            data.num_clients,
+            self.asynchronous,
         )
         evaluation = Evaluation(self.fabric, workers.reference, settings)
-        return RunParts(workers, strategy, source, engine, evaluation)
+        return RunParts(workers, strategy, source, engine, evaluation, fixed)
 
     def _checkpoint(self, parts: RunParts) -> None:
         """Writes what each process alone holds (its clients' states, its slices) in its own file, then ``last.ckpt``
         (process 0): nothing is gathered to one process. A collective call."""
         strategy, folder, name = parts.strategy, self.checkpoint_path.parent / PROCESS_STATES, f"round_{self.round}"
         own = ProcessStores(strategy, self.privacy).process_state()
-        held = self.fixed_process or any(own.values())  # without fixed processes, the same on every process
+        held = parts.fixed_process or any(own.values())  # without fixed processes, the same on every process
         files = save_process_states(self.fabric, folder, name, own, held)
         if self.fabric.is_global_zero:
             checkpoint = self._run_state(strategy, parts.source, files).checkpoint()
@@ -238,4 +246,6 @@ class FederatedTrainer(TrainerBase):
 
     def _rounds(self, data: FederatedDataModule, strategy: Strategy) -> SampledRounds:
         """Which clients train in each round, from what."""
-        return SampledRounds(self.seed, data.num_clients - self.unseen_clients, self.clients_per_round, self.local_work)
+        return SampledRounds(
+            self.seed, data.num_clients - self.evaluation.unseen_clients, self.clients_per_round, self.local_work
+        )

@@ -207,7 +207,7 @@ def run_lightfed(args: argparse.Namespace) -> None:
     clock = RoundClock()
     options = {"lightfed": {}, "lightfed-parallel": {"clients_in_parallel": workers(args)},
                "lightfed-sequential": {"clients_in_parallel": 1}}[args.only]  # lightfed: its default
-    trainer = FederatedTrainer(
+    trainer = FederatedTrainer.from_settings(
         accelerator=args.device,
         devices=args.devices,
         **options,
@@ -235,8 +235,8 @@ def run_lightfed(args: argparse.Namespace) -> None:
         profiler.disable()
     fabric = trainer.fabric
     result = {"path": args.only, "rank": fabric.global_rank, "world": fabric.world_size,
-              "threads": trainer.workers.threads if trainer.workers.count > 1 else torch.get_num_threads(),
-              "workers": trainer.workers.count, "params": sum(p.numel() for p in model.parameters()),
+              "threads": trainer.workers.threads if trainer.workers.lanes > 1 else torch.get_num_threads(),
+              "workers": trainer.workers.lanes, "params": sum(p.numel() for p in model.parameters()),
               **peak_memory(fabric.device, baseline_mb)}
     if fabric.is_global_zero:
         if profiler is not None:

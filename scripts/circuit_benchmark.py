@@ -367,7 +367,7 @@ def run_worker(args: argparse.Namespace) -> None:
     model = make_model(run, args.seed)
     data = make_data(run, args.seed)
     strategy = make_strategy(base_strategy(args, args.worker), strategy_settings(args, run)[args.worker])
-    trainer = FederatedTrainer(
+    trainer = FederatedTrainer.from_settings(
         accelerator=args.accelerator,
         devices=args.devices[0],
         rounds=total + 1,  # never reached: the clock stops the run after ``total`` rounds

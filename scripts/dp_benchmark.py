@@ -83,7 +83,7 @@ def lightfed_rounds(path: str, rounds: int) -> list[tuple[float, float]]:
     privacy = None if path == "no-dp" else DPSGD(NOISE, CLIP, grad_sample_mode=path.removeprefix("dp-"))
     times = RoundTimes()
     with tempfile.TemporaryDirectory() as root:
-        trainer = FederatedTrainer(
+        trainer = FederatedTrainer.from_settings(
             accelerator="cpu",
             rounds=rounds,
             clients_per_round=PER_ROUND,

@@ -97,7 +97,7 @@ def worker(args: argparse.Namespace, clients: int, strategy_name: str) -> dict:
         "scaffold": lambda: Scaffold(),
         "scaffold-disk": lambda: Scaffold(client_states="disk", client_states_folder=root),
     }[strategy_name]()
-    trainer = FederatedTrainer(
+    trainer = FederatedTrainer.from_settings(
         accelerator="cpu",
         rounds=args.rounds,
         clients_per_round=args.clients_per_round,

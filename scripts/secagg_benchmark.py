@@ -63,7 +63,7 @@ def run(settings: dict, rounds: int, local_steps: int) -> list[dict[str, float]]
     data = FederatedDataModule(Digits(test_fraction=0.2), DirichletPartitioner(20, alpha=0.3), batch_size=16)
     metrics = Metrics()
     with tempfile.TemporaryDirectory() as root:
-        trainer = FederatedTrainer(
+        trainer = FederatedTrainer.from_settings(
             accelerator="cpu",
             rounds=rounds,
             clients_per_round=10,

@@ -38,7 +38,7 @@ def small_data(num_clients: int = 8) -> FederatedDataModule:
 def small_trainer(root, **overrides) -> FederatedTrainer:
     settings = dict(accelerator="cpu", rounds=3, clients_per_round=4, local_steps=5, local_epochs=None,
                     root_dir=str(root), progress_bar=False)
-    return FederatedTrainer(**{**settings, **overrides})
+    return FederatedTrainer.from_settings(**{**settings, **overrides})
 
 
 def fit_in_subprocess(config: Path, root: Path, devices: int, *options: str) -> None:

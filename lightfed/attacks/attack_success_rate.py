@@ -18,13 +18,12 @@ class AttackSuccessRate(Callback):
         self.success_rate = success_rate
 
     def on_round_end(self, trainer: Any, round: int, metrics: dict[str, float]) -> None:
-        if not (trainer.round % trainer.eval_interval == 0 or trainer.round == trainer.rounds):
+        if not trainer.due(trainer.evaluation.interval):
             return
-        fabric, engine = trainer.fabric, trainer.engine
-        client = engine.client
+        fabric, client = trainer.fabric, trainer.workers.reference
         if not client.data.has_validation:
             return
-        client.flat.load(engine.strategy.evaluated(trainer.params), trainer.buffers)
+        client.flat.load(trainer.strategy.evaluated(trainer.params), trainer.buffers)
         client.module.eval()
         batches = client.data.val_batches(fabric.global_rank, fabric.world_size)
         counts = torch.tensor(self.success_rate(client.module, batches), device=fabric.device)

@@ -31,13 +31,17 @@ class ClientPrivacy(ABC):
     limits_budget = False  # the run stops before a client would exceed its privacy budget
     accounts = True  # reports an epsilon, which must cover everything a client sends (``Requirements.sends``)
 
-    def prepare(self, module: LightningModule, precision: str) -> LightningModule:
-        """Checks the model (and may convert it in place) before training; refuses 16-bit mixed precision."""
+    def check_precision(self, precision: str) -> None:
+        """Refuses 16-bit mixed precision, which distorts the gradient norms that clipping bounds."""
         if precision != "32-true":
             raise ConfigError(
                 f"differential privacy needs trainer.precision 32-true, got {precision!r}: 16-bit mixed precision "
                 "distorts the gradient norms that clipping bounds"
             )
+
+    def prepare(self, module: LightningModule, precision: str) -> LightningModule:
+        """Checks the model (and may convert it in place) before training; refuses 16-bit mixed precision."""
+        self.check_precision(precision)
         return module
 
     def setup(

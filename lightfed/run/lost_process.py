@@ -43,7 +43,7 @@ def lost_process_line(error: BaseException, trainer: "TrainerBase", fit: bool, l
         lost = (1 - trainer.fabric.global_rank, "")
     who, how = (f"process {lost[0]} of {world}", lost[1]) if lost is not None else (f"one of the {world} processes", "")
     if timed_out(error):
-        waited = f"did not answer for {trainer.collective_timeout:g} s (trainer.collective_timeout)"
+        waited = f"did not answer for {trainer.processes.collective_timeout:g} s (trainer.collective_timeout)"
         how = f"{how} and {waited}" if how else waited
     elif not how:
         how = f"closed its connection (it failed or died: {_reason(error)})"

@@ -12,10 +12,12 @@ from lightfed.strategies.base import Strategy
 @dataclass(frozen=True)
 class RunParts:
     """Client ``training`` (the seam, ``lightfed.run.client_training``), the ``strategy``, the ``source`` of rounds'
-    jobs, the round ``engine`` that runs them, and the global model's ``evaluation``."""
+    jobs, the round ``engine`` that runs them, the global model's ``evaluation``, and whether client i always trains
+    on process i % world size (``fixed_process``: where its per-client state lives)."""
 
     training: ClientWorkers
     strategy: Strategy
     source: SampledRounds
     engine: RoundEngine
     evaluation: Evaluation
+    fixed_process: bool

@@ -21,7 +21,7 @@ def _fit(tmp_path, strategy, concurrency: int, buffer: int, rounds: int, steps: 
     if start is not None:
         with torch.no_grad():
             model.w.copy_(torch.as_tensor(start, dtype=torch.float32))
-    trainer = AsyncFederatedTrainer(
+    trainer = AsyncFederatedTrainer.from_settings(
         Asynchrony(concurrency=concurrency, delays=Exponential()), accelerator="cpu", rounds=rounds,
         clients_per_round=buffer, local_steps=steps, local_epochs=None, eval_interval=rounds,
         checkpoint_interval=rounds, root_dir=str(tmp_path), progress_bar=False,

@@ -143,13 +143,13 @@ def test_any_logger_gets_the_config_once_and_tensorboard_is_not_added_twice(tmp_
 
 
 def test_a_python_logger_gets_the_run_config_and_every_round_beside_tensorboard(tmp_path):
-    from lightfed import FedAvg, FederatedDataModule, FederatedTrainer
+    from lightfed import FedAvg, FederatedDataModule, FederatedTrainer, OutputSettings, Processes
     from lightfed.data import Digits, DirichletPartitioner
     from lightfed.models import SmallCNN
 
     recording = Recording()
-    trainer = FederatedTrainer(accelerator="cpu", rounds=ROUNDS, clients_per_round=4, local_epochs=1,
-                               client_eval_interval=0, progress_bar=False, root_dir=tmp_path, logger=recording)
+    output = OutputSettings(root_dir=str(tmp_path), progress_bar=False, logger=recording)
+    trainer = FederatedTrainer(rounds=ROUNDS, clients_per_round=4, processes=Processes(accelerator="cpu"), output=output)
     trainer.fit(SmallCNN(), FederatedDataModule(Digits(), DirichletPartitioner(8, alpha=0.5), batch_size=16,
                                                 val_fraction=0.1), FedAvg())
     assert recording.hparams == [trainer.hparams] and trainer.hparams["rounds"] == ROUNDS

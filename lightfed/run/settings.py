@@ -1,0 +1,272 @@
+"""The trainer's settings in groups (processes, local training, evaluation, output, client states), each checked
+when built, and ``trainer_settings``, which fills them from the config's flat ``trainer:`` keys."""
+
+from dataclasses import dataclass
+from typing import Any
+
+from lightning.fabric.loggers import Logger
+
+from lightfed.attacks.base import Attack
+from lightfed.callbacks import Callback
+from lightfed.errors import ConfigError
+from lightfed.privacy.base import ClientPrivacy
+from lightfed.schedules import RoundSchedule
+
+PRECISIONS = ("32-true", "16-mixed", "bf16-mixed")
+MAX_FILE_NAME = 255  # bytes, on Linux's and macOS's file systems
+
+
+def at_least(**settings: tuple[float, float]) -> None:
+    """Refuses ``name=(value, lowest allowed)`` below its lowest, naming ``trainer.<name>``."""
+    for key, (value, low) in settings.items():
+        if value < low:
+            raise ConfigError(f"trainer.{key} must be >= {low}, got {value}")
+
+
+@dataclass(frozen=True)
+class Processes:
+    """Where and how the run's processes train; see ``trainer_settings``."""
+
+    accelerator: str = "auto"
+    devices: int | str = 1
+    num_nodes: int = 1
+    precision: str = "32-true"
+    collective_timeout: float = 1800.0
+    clients_in_parallel: int | str = "auto"
+    check_replicas: bool = False
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"trainer.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        workers = self.clients_in_parallel
+        if workers != "auto" and not (isinstance(workers, int) and workers >= 1):
+            raise ConfigError(f"trainer.clients_in_parallel must be 'auto' or an integer >= 1, got {workers!r}")
+        at_least(collective_timeout=(self.collective_timeout, 1))
+
+
+@dataclass(frozen=True)
+class LocalTraining:
+    """What each client does in a round; see ``trainer_settings``."""
+
+    epochs: int | str | None = 1
+    steps: int | str | None = None
+    lr: float | str | None = None
+    redraw: bool = False
+    lr_schedule: RoundSchedule | None = None
+    gradient_clip_val: float | None = None
+    gradient_clip_algorithm: str = "norm"
+
+    def __post_init__(self) -> None:
+        if self.gradient_clip_val is not None and not self.gradient_clip_val > 0:
+            raise ConfigError(f"trainer.gradient_clip_val must be > 0 or null, got {self.gradient_clip_val}")
+        if self.gradient_clip_algorithm not in ("norm", "value"):
+            raise ConfigError(
+                f"trainer.gradient_clip_algorithm must be 'norm' or 'value', got {self.gradient_clip_algorithm!r}"
+            )
+
+
+@dataclass(frozen=True)
+class EvaluationSettings:
+    """When and on what the global model and the clients are evaluated; see ``trainer_settings``."""
+
+    interval: int = 1
+    client_interval: int = 0
+    clients: int | None = None
+    finetune_steps: int = 0
+    unseen_clients: int = 0
+    monitor: str = "val_acc"
+
+    def __post_init__(self) -> None:
+        at_least(
+            eval_interval=(self.interval, 1),
+            client_eval_interval=(self.client_interval, 0),
+            client_eval_clients=(1 if self.clients is None else self.clients, 1),
+            client_eval_finetune_steps=(self.finetune_steps, 0),
+            unseen_clients=(self.unseen_clients, 0),
+        )
+
+
+@dataclass(frozen=True)
+class OutputSettings:
+    """Where a run writes, what it shows and how often it checkpoints; see ``trainer_settings``."""
+
+    root_dir: str = "runs"
+    name: str = "lightfed"
+    version: int | None = None
+    progress_bar: bool = True
+    checkpoint_interval: int = 1
+    logger: bool | Logger | list[Logger] = True
+
+    def __post_init__(self) -> None:
+        check_name(self.name)
+        if self.version is not None and self.version < 0:
+            raise ConfigError(f"trainer.version must be >= 0 or null, got {self.version}")
+        at_least(checkpoint_interval=(self.checkpoint_interval, 1))
+
+
+@dataclass(frozen=True)
+class ClientStateSettings:
+    """Where strategies keep what they remember per client; see ``trainer_settings``."""
+
+    where: str = "memory"
+    folder: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.where not in ("memory", "disk"):
+            raise ConfigError(f'trainer.client_states must be "memory" or "disk", got {self.where!r}')
+
+
+def trainer_settings(
+    accelerator: str = "auto",
+    devices: int | str = 1,
+    num_nodes: int = 1,
+    collective_timeout: float = 1800.0,
+    precision: str = "32-true",
+    rounds: int = 10,
+    clients_per_round: int = 10,
+    local_epochs: int | str | None = 1,
+    local_steps: int | str | None = None,
+    local_lr: float | str | None = None,
+    redraw_local_work: bool = False,
+    eval_interval: int = 1,
+    client_eval_interval: int = 0,
+    client_eval_clients: int | None = None,
+    client_eval_finetune_steps: int = 0,
+    unseen_clients: int = 0,
+    checkpoint_interval: int = 1,
+    monitor: str = "val_acc",
+    seed: int = 0,
+    root_dir: str = "runs",
+    name: str = "lightfed",
+    version: int | None = None,
+    progress_bar: bool = True,
+    check_replicas: bool = False,
+    lr_schedule: RoundSchedule | None = None,
+    gradient_clip_val: float | None = None,
+    gradient_clip_algorithm: str = "norm",
+    clients_in_parallel: int | str = "auto",
+    client_states: str = "memory",
+    client_states_folder: str | None = None,
+    privacy: ClientPrivacy | None = None,
+    attack: Attack | None = None,
+    callbacks: list[Callback] | None = None,
+    logger: bool | Logger | list[Logger] = True,
+) -> dict[str, Any]:
+    """The trainer's keyword arguments (``FederatedTrainer(**trainer_settings(...))``) from the config's ``trainer:``
+    keys, each group checked as it is built (``ConfigError`` in one line naming the key).
+
+    Args:
+        accelerator: Fabric accelerator: "cpu", "gpu", "auto", ...
+        devices: Processes (devices) per node; the clients of a round are split across all of them.
+        num_nodes: Number of nodes.
+        collective_timeout: Seconds a process waits in a collective (a round's reduction, a checkpoint's
+            barrier) for the others before the run stops with a line naming the process that stopped
+            answering. It must exceed the longest wait of a healthy run: the time between the first and the
+            last process reaching a round's reduction (their clients' local work differs) or process 0
+            writing a checkpoint. 1800 (torch's own default) is generous; lower it to learn sooner of a frozen
+            process when rounds are short.
+        precision: "32-true", "16-mixed" or "bf16-mixed" (parameters stay fp32).
+        rounds: Total number of federated rounds (a resumed run continues up to this number).
+        clients_per_round: Clients sampled (without replacement) in each round.
+        local_epochs: Passes over its data each client makes per round: a number or a distribution drawn per
+            client, e.g. "randint:1:50"; set to null when using local_steps.
+        local_steps: Optimizer steps each client takes per round, instead of local_epochs (number or distribution).
+        local_lr: Client learning rate overriding the optimizer's: a number or a distribution drawn per client,
+            e.g. "uniform:1e-4:1e-3" or "loguniform:1e-4:1e-1"; null keeps the optimizer's own.
+        redraw_local_work: Draw local epochs/steps/lr afresh every round instead of once per client.
+        eval_interval: Evaluate the global model on the validation split every this many rounds (and at the end).
+        client_eval_interval: Evaluate the global model on every client's own data every this many rounds
+            (0: never); logs the distribution over clients of ``monitor`` (``clients/<monitor>_{mean,std,min,
+            p10}``; TensorBoard also gets the histogram ``clients/<monitor>``); with a personalization strategy
+            also each client's personal model (``clients/personal/<monitor>_*``), and apart the clients never
+            sampled for training (``clients/unseen/<monitor>_*``). See docs/guides/personalization.md.
+        client_eval_clients: Evaluate only this many clients, a fixed subset drawn from the seed (null: all).
+        client_eval_finetune_steps: Also evaluate each client after this many local steps of the global model on
+            its own data (``clients/finetuned/<monitor>_*``; FedAvg + fine-tuning); 0: not.
+        unseen_clients: The last this many clients never train (the server samples the others), so that
+            per-client evaluation reports clients unseen in training.
+        checkpoint_interval: Write ``last.ckpt`` every this many rounds (and at the end, and before a stop).
+        monitor: Logged metric shown in the progress bar and used for per-client evaluation; the final report
+            takes the test metrics of the round where this validation metric was best (lowest for a loss).
+        seed: Seed of the server's client sampling and of every client's local randomness.
+        root_dir: Folder under which each run gets ``<name>/version_<n>`` with TensorBoard logs, config and
+            checkpoints.
+        name: Experiment name (sub-folder of root_dir).
+        version: The run's folder ``<root_dir>/<name>/version_<version>``: a fresh run claims it (refused when it
+            exists), ``--ckpt_path last`` resumes or evaluates that run. null: a fresh run claims the next free
+            version, "last" means the newest run of the experiment. A run's saved ``config.yaml`` names its own.
+        progress_bar: Show a progress bar over rounds.
+        check_replicas: Debug mode: after every round, check that every process holds exactly the global weights
+            of process 0 (one extra broadcast per round).
+        lr_schedule: The client learning rate over rounds: base rate x factor(round), e.g.
+            ``lightfed.schedules.CosineDecay`` (``StepDecay``, ``ExponentialDecay``); null: constant.
+        gradient_clip_val: Clip each local step's gradient (after the strategy's correction and privacy, before
+            the optimizer step) to this norm, or to this value per entry; null: no clipping.
+        gradient_clip_algorithm: "norm" (``torch.nn.utils.clip_grad_norm_``) or "value" (``clip_grad_value_``).
+        clients_in_parallel: Clients each process trains at once, one thread and one copy of the model each (one
+            torch thread each on a CPU, one CUDA stream each on a GPU); 1: one client at a time. "auto": on a CPU
+            one per core of the process (cores / processes per node), else 1. Not with privacy, with
+            data.num_workers > 0, nor with a model that draws from torch's global random generator while training
+            (dropout): "auto" then trains one client at a time.
+        client_states: Where a strategy keeps what it remembers per client (SCAFFOLD's control variates, the
+            personal weights of a personalization wrapper, MasFL's and CA2FL's last updates, ...): "memory" (each
+            process holds its clients'; a checkpoint rewrites them all) or "disk" (files read for a round's clients
+            and written for those only; a checkpoint writes only the clients trained since the last one; for
+            populations whose state does not fit in memory). The weights are the same either way. Not for the
+            sharded path (FedECADO, robust aggregators), whose per-client state is sharded by coordinate.
+        client_states_folder: With "disk", where each process keeps its files (null: a new temporary folder); on
+            the file system of the run folder, a checkpoint links them instead of copying them.
+        privacy: Differential privacy of the clients' local training, e.g. ``lightfed.privacy.DPSGD`` (Opacus
+            DP-SGD with one accountant per client); logs ``privacy/epsilon_max`` and ``privacy/epsilon_mean``.
+        attack: A simulated attack by a fraction of the clients, e.g. ``lightfed.attacks.SignFlipping``
+            (docs/guides/robustness.md); null: every client is benign.
+        callbacks: More callbacks (``lightfed.callbacks.Callback``), called in this order, after the attack's
+            (which log its metrics) and before the progress bar.
+        logger: Where the per-round metrics go: true for TensorBoard in the run folder, false for none, or
+            logger instances (``lightning.fabric.loggers``), which get the run's config too and write beside
+            TensorBoard in the run folder (a CSV logger without a version: ``<run>/csv``). ``metrics.jsonl`` is
+            written in the run folder either way.
+    """
+    return {
+        "rounds": rounds,
+        "clients_per_round": clients_per_round,
+        "seed": seed,
+        "processes": Processes(
+            accelerator, devices, num_nodes, precision, collective_timeout, clients_in_parallel, check_replicas
+        ),
+        "local": LocalTraining(
+            local_epochs,
+            local_steps,
+            local_lr,
+            redraw_local_work,
+            lr_schedule,
+            gradient_clip_val,
+            gradient_clip_algorithm,
+        ),
+        "evaluation": EvaluationSettings(
+            eval_interval,
+            client_eval_interval,
+            client_eval_clients,
+            client_eval_finetune_steps,
+            unseen_clients,
+            monitor,
+        ),
+        "output": OutputSettings(root_dir, name, version, progress_bar, checkpoint_interval, logger),
+        "client_states": ClientStateSettings(client_states, client_states_folder),
+        "privacy": privacy,
+        "attack": attack,
+        "callbacks": callbacks,
+    }
+
+
+def check_name(name: str) -> None:
+    """Refuses an experiment name that is not a folder inside ``root_dir`` (empty, ``.``, absolute, with ``..``) or
+    with a part too long for a file name."""
+    parts = name.split("/")
+    if not name or name.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise ConfigError(
+            f"trainer.name must name a folder inside trainer.root_dir (relative, without '.' or '..' parts), got {name!r}"
+        )
+    longest = max(len(part.encode()) for part in parts)
+    if longest > MAX_FILE_NAME:
+        raise ConfigError(f"trainer.name has a part of {longest} bytes: a file name holds at most {MAX_FILE_NAME}")

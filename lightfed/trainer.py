@@ -13,20 +13,17 @@ from lightfed.core.process_states import load_process_states, prune, save_proces
 from lightfed.core.transforms import Pipeline, Transform
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import DivergenceError
-from lightfed.personalization.personalized import personalization_of
 from lightfed.privacy.base import BudgetReached
 from lightfed.run.checkpoint import kept_checkpoint, restore_rng_states
 from lightfed.run.client_workers import ClientWorkers
 from lightfed.run.engine import RoundEngine
-from lightfed.run.evaluation import BestRound, ClientEvaluation, Evaluation, check_client_evaluation, spread
 from lightfed.run.final_report import final_report
 from lightfed.run.resume import check_resume
-from lightfed.run.rounds import SampledRounds
 from lightfed.run.run_output import run_folder_of
 from lightfed.run.run_parts import RunParts
 from lightfed.run.run_state import RunState
 from lightfed.run.trainer_base import TrainerBase
-from lightfed.strategies.base import ServerContext, Strategy
+from lightfed.strategies.base import Strategy
 from lightfed.strategies.requirements import check_requirements, run_requirements
 
 
@@ -37,8 +34,6 @@ class FederatedTrainer(TrainerBase):
     round engine (``lightfed.run.engine``). ``fit`` is the round loop; callbacks (``lightfed.callbacks``) observe it
     through the attributes ``lightfed.callbacks.TrainerState`` lists.
     """
-
-    asynchronous = False  # runs the synchronous strategies (``check_requirements``)
 
     def fit(
         self,
@@ -122,15 +117,7 @@ class FederatedTrainer(TrainerBase):
         metrics["round/time_s"] = time.perf_counter() - began
         if self.privacy is not None:
             metrics.update(self.privacy.metrics(self.fabric))
-        if self.evaluation.client_interval and self.due(self.evaluation.client_interval):
-            everyone = set(range(evaluation.client.data.num_clients))  # asynchronous runs report no unseen clients
-            seen = everyone if self.asynchronous else {plan.client_id for plan in source.planned(self.round)}
-            for name, values in evaluation.clients(self.round, evaluated, self.buffers, self.monitor, seen).items():
-                if self.evaluation.unseen_clients or not name.startswith(
-                    "clients/unseen/"
-                ):  # else only until first sampled
-                    self.output.log_histogram(name, values, self.round)
-                    metrics.update(spread(values, name))
+        metrics.update(self._client_metrics(evaluation, source, evaluated))
         self.best.update(self.round, metrics, evaluated, self.buffers)
         self.last_metrics = metrics
         self.fabric.call("on_round_end", trainer=self, round=round, metrics=metrics)
@@ -156,21 +143,7 @@ class FederatedTrainer(TrainerBase):
         self.buffers = self.fabric.broadcast(workers.reference.flat.buffers.clone())
         source = self._rounds(data, strategy)
         self.strategy, self.source = strategy, source
-        world, rank = self.fabric.world_size, self.fabric.global_rank
-        sampled = data.num_clients - self.evaluation.unseen_clients  # the clients ``_rounds`` samples from
-        context = ServerContext(
-            self.params,
-            data.num_clients,
-            world,
-            rank,
-            self.clients_per_round,
-            self.seed,
-            sampled,
-            self.client_states.where,
-            self.client_states.folder,
-            self.rounds,
-        )
-        strategy.setup(context)
+        strategy.setup(self._server_context(data))
         fixed = run_requirements(strategy, self.privacy).client_state  # client i trains on process i % world size
         self.engine = engine = RoundEngine(
             self.fabric,
@@ -186,29 +159,7 @@ class FederatedTrainer(TrainerBase):
         if self.privacy is not None:  # its accountants live in its own per-client store
             self.privacy.setup(data, self.clients_per_round, partial(source.planned, self.rounds))
         self.round, self.should_stop, self.last_metrics, self._process_states = 0, False, {}, None
-        personal = personalization_of(strategy)
-        personal_monitor = (
-            personal is not None and self.evaluation.client_interval
-        )  # the clients' own models are selected
-        self.best = BestRound(f"clients/personal/{self.monitor}_mean" if personal_monitor else self.monitor)
-        if personal is not None:
-            personal.bind(workers.reference.module, data)
-        settings = ClientEvaluation(
-            None if personal is None else personal.personal_model,
-            self.evaluation.finetune_steps,
-            self.evaluation.clients,
-            self.seed,
-        )
-        check_client_evaluation(
-            settings,
-            self.privacy,
-            self.evaluation.unseen_clients,
-            self.clients_per_round,
-            data.num_clients,
-            self.asynchronous,
-        )
-        evaluation = Evaluation(self.fabric, workers.reference, settings)
-        return RunParts(workers, strategy, source, engine, evaluation, fixed)
+        return RunParts(workers, strategy, source, engine, self._evaluation(strategy, data, workers.reference), fixed)
 
     def _checkpoint(self, parts: RunParts) -> None:
         """Writes what each process alone holds (its clients' states, its slices) in its own file, then ``last.ckpt``
@@ -243,9 +194,3 @@ class FederatedTrainer(TrainerBase):
         parts.training.reference.module.on_load_checkpoint(checkpoint)
         self.fabric.call("on_load_checkpoint", trainer=self, checkpoint=checkpoint)
         self.fabric.print(f"resuming {self.log_dir} from round {self.round}")
-
-    def _rounds(self, data: FederatedDataModule, strategy: Strategy) -> SampledRounds:
-        """Which clients train in each round, from what."""
-        return SampledRounds(
-            self.seed, data.num_clients - self.evaluation.unseen_clients, self.clients_per_round, self.local_work
-        )

@@ -15,12 +15,21 @@ from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.heterogeneity import LocalWork
 from lightfed.launcher import quiet_srun_hint
+from lightfed.personalization.personalized import personalization_of
 from lightfed.privacy.base import ClientPrivacy
 from lightfed.run import run_checks
 from lightfed.run.checkpoint import LAST, rng_states
+from lightfed.run.client import ClientTrainer
 from lightfed.run.client_workers import ClientWorkers
 from lightfed.run.engine import RoundEngine
-from lightfed.run.evaluation import BestRound, evaluate_checkpoint
+from lightfed.run.evaluation import (
+    BestRound,
+    ClientEvaluation,
+    Evaluation,
+    check_client_evaluation,
+    evaluate_checkpoint,
+    spread,
+)
 from lightfed.run.preemption import Preemption
 from lightfed.run.resume import checkpoint_to_resume, run_fingerprint
 from lightfed.run.rounds import SampledRounds
@@ -35,7 +44,7 @@ from lightfed.run.settings import (
     at_least,
     trainer_settings,
 )
-from lightfed.strategies.base import Strategy
+from lightfed.strategies.base import ServerContext, Strategy
 
 MAX_SEED = 2**32 - 1  # numpy's
 
@@ -46,6 +55,8 @@ class TrainerBase:
     """A trainer but its round loop (``lightfed.trainer.FederatedTrainer.fit``): its settings (each checked), its
     ``Fabric`` (launched by the first run), its run output, the state the loop keeps, the surface callbacks read
     (``lightfed.callbacks.TrainerState``), the checks before a run, and the evaluation of a checkpoint."""
+
+    asynchronous = False  # runs the synchronous strategies (``check_requirements``)
 
     def __init__(
         self,
@@ -213,6 +224,55 @@ class TrainerBase:
             self.fabric, model, data, path, current, step
         )
         return metrics
+
+    def _server_context(self, data: FederatedDataModule) -> ServerContext:
+        """What the strategy is set up with, from the run's settings and the global model."""
+        return ServerContext(
+            self.params,
+            data.num_clients,
+            self.fabric.world_size,
+            self.fabric.global_rank,
+            self.clients_per_round,
+            self.seed,
+            data.num_clients - self.evaluation.unseen_clients,  # the clients the rounds are sampled from
+            self.client_states.where,
+            self.client_states.folder,
+            self.rounds,
+        )
+
+    def _evaluation(self, strategy: Strategy, data: FederatedDataModule, client: ClientTrainer) -> Evaluation:
+        """The global model's and the clients' evaluation on ``client``'s module; the best round is chosen on the
+        clients' personal models when a personalization strategy's clients are evaluated."""
+        settings, personal = self.evaluation, personalization_of(strategy)
+        personal_best = personal is not None and settings.client_interval > 0
+        self.best = BestRound(f"clients/personal/{self.monitor}_mean" if personal_best else self.monitor)
+        if personal is not None:
+            personal.bind(client.module, data)
+        clients = ClientEvaluation(
+            None if personal is None else personal.personal_model, settings.finetune_steps, settings.clients, self.seed
+        )
+        unseen, per_round = settings.unseen_clients, self.clients_per_round
+        check_client_evaluation(clients, self.privacy, unseen, per_round, data.num_clients, self.asynchronous)
+        return Evaluation(self.fabric, client, clients)
+
+    def _client_metrics(self, evaluation: Evaluation, source: SampledRounds, params: Tensor) -> dict[str, float]:
+        """Every ``client_interval`` rounds: the spread over clients of ``monitor`` for each model evaluated on them
+        (and its TensorBoard histogram); the never-sampled clients' only with ``unseen_clients``."""
+        if not (self.evaluation.client_interval and self.due(self.evaluation.client_interval)):
+            return {}
+        everyone = set(range(evaluation.client.data.num_clients))  # asynchronous runs report no unseen clients
+        seen = everyone if self.asynchronous else {plan.client_id for plan in source.planned(self.round)}
+        metrics: dict[str, float] = {}
+        for name, values in evaluation.clients(self.round, params, self.buffers, self.monitor, seen).items():
+            if self.evaluation.unseen_clients or not name.startswith("clients/unseen/"):  # else: until first sampled
+                self.output.log_histogram(name, values, self.round)
+                metrics.update(spread(values, name))
+        return metrics
+
+    def _rounds(self, data: FederatedDataModule, strategy: Strategy) -> SampledRounds:
+        """Which clients train in each round, from what."""
+        sampled = data.num_clients - self.evaluation.unseen_clients
+        return SampledRounds(self.seed, sampled, self.clients_per_round, self.local_work)
 
     def _run_state(self, strategy: Strategy, source: SampledRounds, process_states: dict[str, Any] | None) -> RunState:
         """The run as a checkpoint holds it, after ``self.round`` rounds (``process_states``: its per-process files)."""

@@ -1,8 +1,9 @@
 """Heterogeneous local work: per-client epochs, steps and learning rates drawn from distributions."""
 
-from lightfed.core.seeding import LOCAL_WORK, derived_rng
+from lightfed.core.seeding import derived_rng
 from lightfed.distributions import Distribution
 from lightfed.errors import ConfigError
+from lightfed.streams import Stream
 
 
 class LocalWork:
@@ -32,8 +33,8 @@ class LocalWork:
 
     def draw(self, seed: int, round: int, client_id: int) -> tuple[int | None, int | None, float | None]:
         """(epochs, steps, lr) of ``client_id`` in ``round``; lr None keeps the optimizer's own."""
-        key = (LOCAL_WORK, client_id, round) if self.redraw_each_round else (LOCAL_WORK, client_id)
-        rng = derived_rng(seed, *key)
+        ids = (client_id, round) if self.redraw_each_round else (client_id,)
+        rng = derived_rng(seed, Stream.LOCAL_WORK, *ids)
         epochs = None if self.epochs is None else int(self.epochs.sample(rng))
         steps = None if self.steps is None else int(self.steps.sample(rng))
         lr = None if self.lr is None else self.lr.sample(rng)

@@ -7,10 +7,7 @@ from typing import Any
 from lightfed.asynchronous.delays import DelayModel, SpeedTiers
 from lightfed.core.seeding import derived_rng
 from lightfed.errors import ConfigError
-
-DISPATCH = 100  # the server's choice of idle clients to start after an aggregation
-DELAY_TRAITS = 101  # each client's fixed delay traits (e.g. its speed tier)
-DELAY = 102  # the duration of one job
+from lightfed.streams import Stream
 
 
 class Asynchrony:
@@ -56,7 +53,7 @@ class BufferedSchedule:
             )
         self.num_clients, self.concurrency, self.buffer_size = num_clients, concurrency, buffer_size
         self.delays, self.seed = delays, seed
-        delays.setup(num_clients, derived_rng(seed, DELAY_TRAITS))
+        delays.setup(num_clients, derived_rng(seed, Stream.DELAY_TRAITS))
         self.clock = 0.0
         self._in_flight: list[Job] = []
         self._dispatched = 0
@@ -80,10 +77,12 @@ class BufferedSchedule:
         """Starts ``count`` (default S) idle clients, drawn uniformly, from ``version`` at the current time."""
         busy = {job.client_id for job in self._in_flight}
         idle = [c for c in range(self.num_clients) if c not in busy]
-        chosen = derived_rng(self.seed, DISPATCH, version).choice(idle, size=count or self.buffer_size, replace=False)
+        chosen = derived_rng(self.seed, Stream.DISPATCH, version).choice(
+            idle, size=count or self.buffer_size, replace=False
+        )
         jobs = []
         for client_id in sorted(int(c) for c in chosen):
-            duration = self.delays.duration(client_id, derived_rng(self.seed, DELAY, version, client_id))
+            duration = self.delays.duration(client_id, derived_rng(self.seed, Stream.DELAY, version, client_id))
             jobs.append(Job(self.clock + duration, self._dispatched, client_id, version))
             self._dispatched += 1
         for job in jobs:

@@ -19,9 +19,9 @@ from lightfed.run.engine import Job, RoundEngine
 from lightfed.run.rounds import SampledRounds, client_plan
 from lightfed.strategies.async_base import AsyncSetting, AsyncStrategy
 from lightfed.strategies.base import Strategy
+from lightfed.streams import Stream
 from lightfed.trainer import FederatedTrainer
 
-WARM_UP = 103  # the clients' warm-up jobs before the first aggregation
 TIME_STEPS = 1000  # TensorBoard steps per virtual time unit of the ``vs_time/`` scalars
 
 
@@ -55,7 +55,7 @@ class BufferedRounds(SampledRounds):
                 Job(client_plan(self.seed, self.local_work, 0, c), params, buffers) for c in range(self.num_clients)
             ]
             for job in engine.share(everyone):
-                plan = replace(job.plan, seed=derived_seed(self.seed, WARM_UP, job.plan.client_id))
+                plan = replace(job.plan, seed=derived_seed(self.seed, Stream.WARM_UP, job.plan.client_id))
                 strategy.accumulate_warm_up(
                     sums, engine.client.train(strategy.configure_warm_up(plan), params, buffers)
                 )

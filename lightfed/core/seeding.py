@@ -1,10 +1,9 @@
-"""Random streams derived from (seed, purpose, round, client), never from a global RNG."""
+"""Random streams derived from (seed, purpose, round, client), never from a global RNG; the purposes are
+``lightfed.streams.Stream``."""
 
 import numpy as np
 
-SAMPLING = 0  # the server's choice of clients in a round
-CLIENT = 1  # one client's local training in a round
-LOCAL_WORK = 2  # a client's local epochs, steps and learning rate
+from lightfed.streams import Stream
 
 
 def derived_rng(seed: int, *key: int) -> np.random.Generator:
@@ -19,5 +18,5 @@ def derived_seed(seed: int, *key: int) -> int:
 
 def sample_clients(seed: int, round: int, num_clients: int, clients_per_round: int) -> list[int]:
     """The sorted ids of the clients that take part in ``round``."""
-    chosen = derived_rng(seed, SAMPLING, round).choice(num_clients, size=clients_per_round, replace=False)
+    chosen = derived_rng(seed, Stream.SAMPLING, round).choice(num_clients, size=clients_per_round, replace=False)
     return sorted(int(c) for c in chosen)

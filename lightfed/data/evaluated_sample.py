@@ -9,9 +9,9 @@ from lightning.fabric.utilities.rank_zero import rank_zero_only
 from torch.utils.data import Subset
 
 from lightfed.data.datasets import DatasetSplits, TensorSplits, size
+from lightfed.streams import DataStream
 
 EVAL_EXAMPLES = 100_000  # the default bound: every run of the project's configs evaluates all of its examples
-EVAL_STREAM = 2  # the sample's random stream beside the partitioner's and the held-out shares', from the run's seed
 
 
 def sample(total: int, count: int | None, rng: np.random.Generator) -> np.ndarray | None:
@@ -26,8 +26,8 @@ def evaluated_sample(
 ) -> tuple[TensorSplits | DatasetSplits, np.ndarray]:
     """The test set and the validation split (indices of training examples) that central evaluation reads: each
     one's fixed sample of ``count`` examples when it holds more (the validation split first, then the test set, from
-    the stream ``EVAL_STREAM`` of ``seed``), and prints which it sampled."""
-    rng = np.random.default_rng([seed, EVAL_STREAM])
+    the stream ``DataStream.EVALUATED_SAMPLE`` of ``seed``), and prints which it sampled."""
+    rng = np.random.default_rng([seed, DataStream.EVALUATED_SAMPLE])
     val = sample(len(val_indices), count, rng)
     if isinstance(splits, TensorSplits):
         num_test = len(splits.test_y)

@@ -12,11 +12,10 @@ from lightfed.data.datasets import DatasetSource, DatasetSplits
 from lightfed.data.hf_transforms import to_tensor
 from lightfed.data.validation import held_count, held_out
 from lightfed.errors import ConfigError
+from lightfed.streams import DataStream
 
 if TYPE_CHECKING:
     import datasets
-
-TEST_STREAM = 3  # the held-out test set's random stream of the run's seed (1: validation split, 2: evaluated sample)
 
 
 class HuggingFace(DatasetSource):
@@ -111,7 +110,7 @@ class HuggingFace(DatasetSource):
             ids = natural_id_codes(_column(train, self.client_id), _column(test, self.client_id))[0]
         labels, self.label_names = (None, None) if self.label is None else self._labels(train, test)
         if test is None:
-            rng = np.random.default_rng([seed, TEST_STREAM])
+            rng = np.random.default_rng([seed, DataStream.TEST])
             test_rows = held_out(len(train), held_count(len(train), self.test_fraction), rng, ids, labels)
             kept = np.delete(np.arange(len(train)), test_rows)
             test, train = train.select(test_rows), train.select(kept)

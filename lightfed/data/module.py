@@ -18,13 +18,13 @@ from lightfed.data.partitioners import Partitioner
 from lightfed.data.tensor_batches import Batch, TensorBatches
 from lightfed.data.validation import (
     HOLDOUT_DRAWS,
-    VALIDATION_STREAM,
     check_fraction,
     held_count,
     held_out,
     split_each,
 )
 from lightfed.errors import ConfigError
+from lightfed.streams import DataStream
 
 
 class FederatedDataModule:
@@ -113,7 +113,7 @@ class FederatedDataModule:
         from ``seed``."""
         splits = self.dataset.load(seed)
         check_not_empty(getattr(self.dataset, "name", type(self.dataset).__name__), splits)
-        rng = np.random.default_rng([seed, VALIDATION_STREAM])
+        rng = np.random.default_rng([seed, DataStream.VALIDATION])
         indices, val_indices = self._partition(splits, seed, rng)
         if self.client_val_fraction > 0:
             indices, eval_indices = split_each(

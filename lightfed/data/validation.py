@@ -7,7 +7,6 @@ import numpy as np
 from lightfed.data.client_groups import ClientGroups, offsets_of
 from lightfed.errors import ConfigError
 
-VALIDATION_STREAM = 1  # the held-out shares' random stream beside the partitioner's, both from the run's seed
 HOLDOUT_DRAWS = ("per_client", "vectorized")  # how split_each draws (data.holdout_draws)
 
 

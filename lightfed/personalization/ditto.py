@@ -11,8 +11,7 @@ from lightfed.errors import ConfigError
 from lightfed.local.ditto_steps import DittoSteps
 from lightfed.personalization.personalized import PERSONAL, PERSONAL_BUFFERS, Personalized
 from lightfed.strategies.base import NOTHING, Strategy
-
-PERSONAL_STEPS = 3  # the random stream of a client's personal steps (``lightfed.core.seeding``)
+from lightfed.streams import Stream
 
 
 class Ditto(Personalized):
@@ -56,7 +55,7 @@ class Ditto(Personalized):
             states.get(plan.client_id, PERSONAL),
             states.get(plan.client_id, PERSONAL_BUFFERS),
             self.lam,
-            derived_seed(plan.seed, PERSONAL_STEPS),
+            derived_seed(plan.seed, Stream.PERSONAL_STEPS),
             epochs,
             steps,
             self.personal_lr,

@@ -8,9 +8,7 @@ import torch
 from torch import Tensor
 
 from lightfed.core.seeding import derived_rng, derived_seed
-
-SECURE_AGGREGATION = 31  # the purpose key of secure aggregation's random streams (the keys in use: user_level.py)
-GRAPH, DROPOUT, PAIR, SELF, ROUNDING = range(5)
+from lightfed.streams import SecureAggregationKey, Stream
 
 
 def neighbour_graph(cohort: list[int], degree: int | None, seed: int, round: int) -> dict[int, list[int]]:
@@ -19,7 +17,12 @@ def neighbour_graph(cohort: list[int], degree: int | None, seed: int, round: int
     either side (a random Harary graph, Bell et al. 2020)."""
     if degree is None or degree >= len(cohort) - 1:
         return {u: [v for v in cohort if v != u] for u in cohort}
-    order = [cohort[i] for i in derived_rng(seed, SECURE_AGGREGATION, GRAPH, round).permutation(len(cohort))]
+    order = [
+        cohort[i]
+        for i in derived_rng(seed, Stream.SECURE_AGGREGATION, SecureAggregationKey.GRAPH, round).permutation(
+            len(cohort)
+        )
+    ]
     n, half = len(order), degree // 2
     return {order[i]: sorted(order[(i + j) % n] for j in range(-half, half + 1) if j) for i in range(n)}
 
@@ -28,7 +31,7 @@ def dropped_clients(cohort: list[int], fraction: float, seed: int, round: int) -
     """floor(fraction x |cohort|) clients of the cohort, drawn from (seed, round), that drop out after the masks are
     agreed and before sending their masked input."""
     count = math.floor(fraction * len(cohort))
-    rng = derived_rng(seed, SECURE_AGGREGATION, DROPOUT, round)
+    rng = derived_rng(seed, Stream.SECURE_AGGREGATION, SecureAggregationKey.DROPOUT, round)
     return {cohort[i] for i in rng.choice(len(cohort), size=count, replace=False)}
 
 
@@ -39,12 +42,16 @@ def _prg(seed: int, size: int, modulus_bits: int) -> Tensor:
 
 def pair_mask(seed: int, round: int, u: int, v: int, size: int, modulus_bits: int) -> Tensor:
     """PRG(s_uv): the mask clients ``u`` and ``v`` agree on, the same for both."""
-    return _prg(derived_seed(seed, SECURE_AGGREGATION, PAIR, round, min(u, v), max(u, v)), size, modulus_bits)
+    return _prg(
+        derived_seed(seed, Stream.SECURE_AGGREGATION, SecureAggregationKey.PAIR, round, min(u, v), max(u, v)),
+        size,
+        modulus_bits,
+    )
 
 
 def self_mask(seed: int, round: int, u: int, size: int, modulus_bits: int) -> Tensor:
     """PRG(b_u): client ``u``'s own mask, which the server removes only for clients whose input arrived."""
-    return _prg(derived_seed(seed, SECURE_AGGREGATION, SELF, round, u), size, modulus_bits)
+    return _prg(derived_seed(seed, Stream.SECURE_AGGREGATION, SecureAggregationKey.SELF, round, u), size, modulus_bits)
 
 
 def masked_input(quantized: Tensor, u: int, neighbours: list[int], seed: int, round: int, modulus_bits: int) -> Tensor:

@@ -14,8 +14,6 @@ from lightfed.core.seeding import derived_seed, sample_clients
 from lightfed.core.sums import Sums
 from lightfed.errors import ConfigError
 from lightfed.privacy.pairwise_masks import (
-    ROUNDING,
-    SECURE_AGGREGATION,
     dropped_clients,
     masked_input,
     neighbour_graph,
@@ -26,6 +24,7 @@ from lightfed.privacy.quantization import dequantize_sum, quantize
 from lightfed.privacy.user_level import UserLevelDP
 from lightfed.strategies.base import NOTHING, ServerContext, Strategy
 from lightfed.strategies.wrapper import SumsStrategyWrapper
+from lightfed.streams import SecureAggregationKey, Stream
 
 MASKED = "secure_aggregation/masked"  # the sum of the masked inputs, mod 2^k (integers, exact in float64)
 SUBMITTED, IDS = "secure_aggregation/submitted", "secure_aggregation/ids"  # who sent a masked input
@@ -158,7 +157,9 @@ class SecureAggregation(SumsStrategyWrapper):
         generator = None
         if self.rounding == "stochastic":
             generator = torch.Generator(contribution.device)
-            generator.manual_seed(derived_seed(self.seed, SECURE_AGGREGATION, ROUNDING, self.round, client_id))
+            generator.manual_seed(
+                derived_seed(self.seed, Stream.SECURE_AGGREGATION, SecureAggregationKey.ROUNDING, self.round, client_id)
+            )
         return quantize(contribution, self.clip.to(contribution.device), self.bits, generator)
 
     def client_message(self, client_id: int, quantized: Tensor) -> Tensor:

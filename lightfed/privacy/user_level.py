@@ -20,11 +20,9 @@ from lightfed.privacy.base import BudgetReached
 from lightfed.strategies.base import NOTHING, ServerContext, Strategy
 from lightfed.strategies.sharded_base import ShardedStrategy
 from lightfed.strategies.wrapper import SumsStrategyWrapper
+from lightfed.streams import Stream, UserLevelKey
 
 CLIPPED, UNCLIPPED = "user_level/clipped_sum", "user_level/unclipped_count"
-STREAM = 30  # this module's purpose key of ``derived_seed``; in use: 0-2 (core.seeding), 3 (Ditto), 4-5 (evaluation),
-# 30 (user-level DP), 31 (secure aggregation), 100-103 (asynchronous)
-CENTRAL_NOISE, POISSON, CLIENT_NOISE = 0, 1, 2
 
 
 class UserLevelDP(SumsStrategyWrapper):
@@ -173,7 +171,10 @@ class UserLevelDP(SumsStrategyWrapper):
         if self.sampling == "fixed":
             return True
         if self._coins[0] != round:
-            self._coins = (round, derived_rng(self.seed, STREAM, POISSON, round).random(self.num_clients))
+            self._coins = (
+                round,
+                derived_rng(self.seed, Stream.USER_LEVEL_DP, UserLevelKey.POISSON, round).random(self.num_clients),
+            )
         return bool(self._coins[1][client_id] < self.rate)
 
     def configure_client(self, plan: ClientPlan, received: Mapping[str, Tensor] = NOTHING) -> ClientPlan:
@@ -193,7 +194,7 @@ class UserLevelDP(SumsStrategyWrapper):
         contribution = {CLIPPED: delta * scale, UNCLIPPED: delta.new_tensor([float(norm <= self.clip) - 0.5])}
         if self.noise == "distributed":
             generator = torch.Generator().manual_seed(
-                derived_seed(self.seed, STREAM, CLIENT_NOISE, self.round, update.client_id)
+                derived_seed(self.seed, Stream.USER_LEVEL_DP, UserLevelKey.CLIENT_NOISE, self.round, update.client_id)
             )
             share = 1 / math.sqrt(self.expected)
             for name, std in ((CLIPPED, self.update_std()), (UNCLIPPED, self.count_std)):
@@ -222,7 +223,9 @@ class UserLevelDP(SumsStrategyWrapper):
             self.epsilon = epsilon
         total, count = sums[CLIPPED].clone(), sums[UNCLIPPED].clone()
         if self.noise == "central":
-            generator = torch.Generator().manual_seed(derived_seed(self.seed, STREAM, CENTRAL_NOISE, round))
+            generator = torch.Generator().manual_seed(
+                derived_seed(self.seed, Stream.USER_LEVEL_DP, UserLevelKey.CENTRAL_NOISE, round)
+            )
             for value, std in ((total, self.update_std()), (count, self.count_std)):
                 noise = torch.randn(value.shape, generator=generator, dtype=torch.float64).to(value.device)
                 value.add_(noise, alpha=std)

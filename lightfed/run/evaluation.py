@@ -22,6 +22,7 @@ from lightfed.errors import ConfigError
 from lightfed.run.client import ClientTrainer
 from lightfed.run.fingerprint import check_fingerprint
 from lightfed.run.run_state import RunState
+from lightfed.streams import Stream
 
 
 def evaluation_pass(
@@ -54,7 +55,6 @@ def evaluation_pass(
 
 PersonalModel = Callable[[int, Tensor, Tensor], tuple[Tensor, Tensor] | None]
 VARIANTS = ("global", "personal", "finetuned")
-FINETUNE, EVALUATED = 4, 5  # random streams (``lightfed.core.seeding``): fine-tuning steps, the evaluated clients
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class ClientEvaluation:
         if self.clients is None or self.clients >= num_clients:
             return list(range(num_clients))
         return sorted(
-            int(c) for c in derived_rng(self.seed, EVALUATED).choice(num_clients, self.clients, replace=False)
+            int(c) for c in derived_rng(self.seed, Stream.EVALUATED).choice(num_clients, self.clients, replace=False)
         )
 
 
@@ -117,7 +117,7 @@ class Evaluation:
             if personal is not None:
                 values[1, client_id] = self._client_value(client_id, *personal, monitor)
             if settings.finetune_steps:
-                seed = derived_seed(settings.seed, FINETUNE, round, client_id)
+                seed = derived_seed(settings.seed, Stream.FINETUNE, round, client_id)
                 plan = ClientPlan(client_id, round, seed, steps=settings.finetune_steps)
                 tuned = self.client.fine_tuned(plan, params, buffers)
                 values[2, client_id] = self._client_value(client_id, *tuned, monitor)

@@ -7,15 +7,16 @@ from typing import Any
 from torch import Tensor
 
 from lightfed.core.messages import ClientPlan
-from lightfed.core.seeding import CLIENT, derived_seed, sample_clients
+from lightfed.core.seeding import derived_seed, sample_clients
 from lightfed.heterogeneity import LocalWork
 from lightfed.run.engine import Job, RoundEngine
+from lightfed.streams import Stream
 
 
 def client_plan(seed: int, local_work: LocalWork, round: int, client_id: int) -> ClientPlan:
     """The plan of ``client_id`` in ``round``: its local work and the seed of its randomness."""
     epochs, steps, lr = local_work.draw(seed, round, client_id)
-    return ClientPlan(client_id, round, derived_seed(seed, CLIENT, round, client_id), epochs, steps, lr)
+    return ClientPlan(client_id, round, derived_seed(seed, Stream.CLIENT, round, client_id), epochs, steps, lr)
 
 
 class SampledRounds:

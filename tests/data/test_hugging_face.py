@@ -136,12 +136,6 @@ def test_a_test_split_that_is_the_train_split_is_refused():
         HuggingFace("parquet", train_split="train", test_split="train")
 
 
-def test_the_held_out_test_rows_draw_from_a_stream_of_their_own():
-    from lightfed.data import evaluated_sample, hugging_face, validation
-
-    assert hugging_face.TEST_STREAM not in (validation.VALIDATION_STREAM, evaluated_sample.EVAL_STREAM)
-
-
 def _saved(tmp_path: Path, train: dict, test: dict | None = None) -> str:
     """A dataset of ``train`` (and ``test``) columns saved to disk; its folder."""
     splits = {"train": datasets.Dataset.from_dict(train)}

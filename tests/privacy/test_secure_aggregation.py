@@ -189,13 +189,6 @@ def test_one_and_two_processes_give_the_same_model(tmp_path):
     assert torch.equal(params(1), params(2))
 
 
-def test_its_random_streams_are_its_own_not_user_level_dps():
-    """Shared keys would draw SecAgg's dropouts from the generator of UserLevelDP's Poisson coins (same round)."""
-    from lightfed.privacy import pairwise_masks, user_level
-
-    assert pairwise_masks.SECURE_AGGREGATION != user_level.STREAM
-
-
 def test_distributed_noise_with_dropouts_is_refused():
     """Each client adds std / sqrt(expected clients): with dropouts their sum falls short of the accounted std."""
     with pytest.raises(ConfigError, match="dropout 0.25 leaves the distributed noise short"):

@@ -22,8 +22,8 @@ from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.optim.sam import SAM
 from lightfed.privacy.base import ClientPrivacy
+from lightfed.run.settings import LocalTraining
 from lightfed.run.trainer_view import TrainerView
-from lightfed.schedules import RoundSchedule
 
 
 def configured_optimizer(module: LightningModule) -> Optimizer:
@@ -66,8 +66,9 @@ class ClientTrainer:
     its hook before each step). Local rules and sessions see the trainer only through its ``LocalContext``.
 
     The module's hooks run at the matching points of a client's training (the table in docs/guides/model-and-data.md)
-    and ``self.trainer`` is a ``TrainerView``. ``lr_schedule`` scales each round's learning rate; ``gradient_clip_val``
-    clips each step's final gradient (after the rule and privacy, before the optimizer step) by its norm or by value.
+    and ``self.trainer`` is a ``TrainerView``. Of the ``local`` settings, ``lr_schedule`` scales each round's learning
+    rate (over ``rounds``) and ``gradient_clip_val`` clips each step's final gradient (after the rule and privacy,
+    before the optimizer step) by its norm or by value.
     An ``attack`` changes the batches and the update of its malicious clients.
     """
 
@@ -77,15 +78,14 @@ class ClientTrainer:
         module: LightningModule,
         data: FederatedDataModule,
         privacy: ClientPrivacy | None = None,
-        lr_schedule: RoundSchedule | None = None,
+        local: LocalTraining | None = None,
         rounds: int = 1,
-        gradient_clip_val: float | None = None,
-        gradient_clip_algorithm: str = "norm",
         attack: Attack | None = None,
     ) -> None:
+        local = local or LocalTraining()
         self.fabric, self.attack = fabric, attack
-        self.lr_schedule, self.rounds = lr_schedule, rounds
-        self.gradient_clip_val, self.gradient_clip_algorithm = gradient_clip_val, gradient_clip_algorithm
+        self.lr_schedule, self.rounds = local.lr_schedule, rounds
+        self.gradient_clip_val, self.gradient_clip_algorithm = local.gradient_clip_val, local.gradient_clip_algorithm
         self.view = TrainerView(fabric)
         module.trainer = self.view  # type: ignore[assignment]  # what a module reads of its trainer, and no more
         self.module = cast(LightningModule, fabric.strategy.precision.convert_module(module))

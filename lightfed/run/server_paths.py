@@ -3,7 +3,7 @@ staleness-aware form) and coordinate shards. The round engine picks one by the s
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 import torch
 from torch import Tensor
@@ -58,45 +58,33 @@ class ServerPath(Protocol):
 class SumsPath:
     """Each update goes into the strategy's sums; the reduced sums give the next model."""
 
-    def __init__(self, strategy: SumsStrategy) -> None:
+    def __init__(self, strategy: SumsStrategy | AsyncStrategy) -> None:
         self.strategy = strategy
 
     def sum_sizes(self) -> dict[str, int]:
         return self.strategy.sum_sizes()
 
     def received(self, jobs: RoundJobs) -> list[dict[str, Tensor]]:
-        return [{} for _ in jobs.mine]
+        return [{} for _ in jobs.mine]  # an asynchronous job receives its model version's package (``Job.package``)
 
     def begin(self, jobs: RoundJobs, params: Tensor) -> None:
         pass
 
     def add(self, sums: Sums, index: int, update: ClientUpdate, staleness: int) -> None:
-        self.strategy.accumulate(sums, update)
+        cast(SumsStrategy, self.strategy).accumulate(sums, update)
 
     def aggregate(self, round: int, jobs: RoundJobs, sums: Sums, params: Tensor) -> Tensor:
-        return self.strategy.aggregate(params, sums, round)
+        return cast(SumsStrategy, self.strategy).aggregate(params, sums, round)
 
 
-class AsyncPath:
+class AsyncPath(SumsPath):
     """The sums path with each update's staleness (how many versions old the model it trained from is)."""
 
-    def __init__(self, strategy: AsyncStrategy) -> None:
-        self.strategy = strategy
-
-    def sum_sizes(self) -> dict[str, int]:
-        return self.strategy.sum_sizes()
-
-    def received(self, jobs: RoundJobs) -> list[dict[str, Tensor]]:
-        return [{} for _ in jobs.mine]  # a job receives the package of its model version (``Job.package``)
-
-    def begin(self, jobs: RoundJobs, params: Tensor) -> None:
-        pass
-
     def add(self, sums: Sums, index: int, update: ClientUpdate, staleness: int) -> None:
-        self.strategy.accumulate(sums, update, staleness)
+        cast(AsyncStrategy, self.strategy).accumulate(sums, update, staleness)
 
     def aggregate(self, round: int, jobs: RoundJobs, sums: Sums, params: Tensor) -> Tensor:
-        return self.strategy.aggregate(params, sums, round, jobs.staleness)
+        return cast(AsyncStrategy, self.strategy).aggregate(params, sums, round, jobs.staleness)
 
 
 class ShardedPath:

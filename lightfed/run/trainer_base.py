@@ -125,15 +125,7 @@ class TrainerBase:
     @property
     def client_settings(self) -> dict[str, Any]:
         """The ``ClientTrainer``'s settings besides its module and data."""
-        local = self.local
-        return dict(
-            privacy=self.privacy,
-            lr_schedule=local.lr_schedule,
-            rounds=self.rounds,
-            gradient_clip_val=local.gradient_clip_val,
-            gradient_clip_algorithm=local.gradient_clip_algorithm,
-            attack=self.attack,
-        )
+        return dict(privacy=self.privacy, local=self.local, rounds=self.rounds, attack=self.attack)
 
     @property
     def stop_requested(self) -> bool:

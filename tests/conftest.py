@@ -36,8 +36,15 @@ def small_data(num_clients: int = 8) -> FederatedDataModule:
 
 
 def small_trainer(root, **overrides) -> FederatedTrainer:
-    settings = dict(accelerator="cpu", rounds=3, clients_per_round=4, local_steps=5, local_epochs=None,
-                    root_dir=str(root), progress_bar=False)
+    settings = dict(
+        accelerator="cpu",
+        rounds=3,
+        clients_per_round=4,
+        local_steps=5,
+        local_epochs=None,
+        root_dir=str(root),
+        progress_bar=False,
+    )
     return FederatedTrainer.from_settings(**{**settings, **overrides})
 
 
@@ -46,12 +53,30 @@ def fit_in_subprocess(config: Path, root: Path, devices: int, *options: str) -> 
 
     A failure shows the run's stderr; a run still going after 600 s is sent SIGABRT first, so that every process of
     the run (its ranks, their DataLoader workers) prints each thread's Python stack (``PYTHONFAULTHANDLER``)."""
-    command = [sys.executable, "-m", "lightfed", "fit", "--config", str(config), "--trainer.devices", str(devices),
-               "--trainer.root_dir", str(root), "--trainer.progress_bar", "false", *options]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1",
-           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    run = subprocess.Popen(command, cwd=root.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           start_new_session=True)
+    command = [
+        sys.executable,
+        "-m",
+        "lightfed",
+        "fit",
+        "--config",
+        str(config),
+        "--trainer.devices",
+        str(devices),
+        "--trainer.root_dir",
+        str(root),
+        "--trainer.progress_bar",
+        "false",
+        *options,
+    ]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONFAULTHANDLER": "1",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+    }
+    run = subprocess.Popen(
+        command, cwd=root.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
     try:
         _, stderr = run.communicate(timeout=600)
     except subprocess.TimeoutExpired:

@@ -12,8 +12,15 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_in_session(command: list[str], timeout_s: float = 600) -> subprocess.CompletedProcess:
     """Runs ``command`` from the repository root (one torch thread per process); fails if a process of its session
     is still there 60 s after the command ended (a process it started and left behind), killing the session."""
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
+    )
     try:
         stdout, stderr = process.communicate(timeout=timeout_s)
     finally:

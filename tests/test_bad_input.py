@@ -16,59 +16,156 @@ SCAFFOLD = str(ROOT / "configs" / "digits" / "scaffold.yaml")
 HELP = "(lightfed fit --help lists every option)"
 
 PARSE_ERRORS = [  # (id, arguments, fragments of the line)
-    ("unknown_class", ["--strategy", "lightfed.strategies.NoSuch"], ["cannot import 'lightfed.strategies.NoSuch'", HELP]),
+    (
+        "unknown_class",
+        ["--strategy", "lightfed.strategies.NoSuch"],
+        ["cannot import 'lightfed.strategies.NoSuch'", HELP],
+    ),
     ("unknown_module", ["--model", "nosuchmodule.Model"], ["No module named 'nosuchmodule'", HELP]),
     ("wrong_type", ["--trainer.rounds", "abc"], ['Parser key "trainer.rounds"', "Got value: abc", HELP]),
     ("unknown_key", ["--trainer.roundz", "3"], ["unrecognized arguments: --trainer.roundz 3", HELP]),
     ("missing_config", ["--config", "missing.yaml"], ["File does not exist", "missing.yaml", HELP]),
     ("yaml_syntax", ["--config", "BAD_YAML"], ["Problems parsing config", HELP]),
     ("binary_config", ["--config", "BINARY"], ["a --config file is not UTF-8 text (invalid start byte at byte 0)"]),
-    ("lr_nan", ["--model.init_args.optimizer.init_args.lr", "nan"],
-     ["model.optimizer.lr: expected a finite number, got 'nan'", HELP]),
+    (
+        "lr_nan",
+        ["--model.init_args.optimizer.init_args.lr", "nan"],
+        ["model.optimizer.lr: expected a finite number, got 'nan'", HELP],
+    ),
 ]
 REFUSED = [
-    ("clients_per_round", ["--trainer.clients_per_round", "21"],
-     ["trainer.clients_per_round (21) is larger than the number of clients (20); lower it or add clients"]),
+    (
+        "clients_per_round",
+        ["--trainer.clients_per_round", "21"],
+        ["trainer.clients_per_round (21) is larger than the number of clients (20); lower it or add clients"],
+    ),
     ("dataset_files", ["--data.dataset", "lightfed.data.CIFAR10", "--data.dataset.root", "nowhere"], ["nowhere"]),
-    ("empty_client", ["--data.partitioner", "lightfed.data.ShardPartitioner", "--data.partitioner.num_clients", "1000"], []),
+    (
+        "empty_client",
+        ["--data.partitioner", "lightfed.data.ShardPartitioner", "--data.partitioner.num_clients", "1000"],
+        [],
+    ),
     ("alpha_zero", ["--data.partitioner.init_args.alpha", "0"], ["alpha must be > 0"]),
-    ("dp_batchnorm", ["-c", DP, "--trainer.privacy.convert_batchnorm", "false", "--model", "lightfed.models.VGG11",
-                      "--model.in_channels", "1", "--model.batch_norm", "true"], ["convert_batchnorm: true"]),
-    ("dp_bf16", ["-c", DP, "--trainer.precision", "bf16-mixed"], ["differential privacy needs trainer.precision 32-true"]),
+    (
+        "dp_batchnorm",
+        [
+            "-c",
+            DP,
+            "--trainer.privacy.convert_batchnorm",
+            "false",
+            "--model",
+            "lightfed.models.VGG11",
+            "--model.in_channels",
+            "1",
+            "--model.batch_norm",
+            "true",
+        ],
+        ["convert_batchnorm: true"],
+    ),
+    (
+        "dp_bf16",
+        ["-c", DP, "--trainer.precision", "bf16-mixed"],
+        ["differential privacy needs trainer.precision 32-true"],
+    ),
     ("dp_16", ["-c", DP, "--trainer.precision", "16-mixed"], ["differential privacy needs trainer.precision 32-true"]),
-    ("async_strategy_in_rounds", ["--strategy", "lightfed.strategies.MasFL"], ["MasFL is asynchronous: add an `asynchronous:` section"]),
-    ("scaffold_momentum", ["-c", SCAFFOLD, "--model.optimizer.momentum", "0.9"],
-     ["Scaffold assumes plain SGD", "momentum 0.9"]),
+    (
+        "async_strategy_in_rounds",
+        ["--strategy", "lightfed.strategies.MasFL"],
+        ["MasFL is asynchronous: add an `asynchronous:` section"],
+    ),
+    (
+        "scaffold_momentum",
+        ["-c", SCAFFOLD, "--model.optimizer.momentum", "0.9"],
+        ["Scaffold assumes plain SGD", "momentum 0.9"],
+    ),
     ("no_devices", ["--trainer.devices", "0"], ["trainer.accelerator 'cpu' with trainer.devices 0"]),
-    ("no_gpu", ["--trainer.accelerator", "gpu"] if not torch.cuda.is_available() else ["--trainer.devices", "-5"],
-     ["trainer.accelerator"]),
+    (
+        "no_gpu",
+        ["--trainer.accelerator", "gpu"] if not torch.cuda.is_available() else ["--trainer.devices", "-5"],
+        ["trainer.accelerator"],
+    ),
     ("rounds_zero", ["--trainer.rounds", "0"], ["trainer.rounds must be >= 1, got 0"]),
     ("precision", ["--trainer.precision", "64"], ["trainer.precision must be one of 32-true, 16-mixed, bf16-mixed"]),
     ("distribution", ["--trainer.local_epochs", "gamma:1:5"], ["trainer.local_epochs: unknown distribution 'gamma'"]),
-    ("bounds", ["--trainer.local_lr", "uniform:1e-3:1e-4"], ["trainer.local_lr: the lower bound of 'uniform:1e-3:1e-4' is above"]),
-    ("fedprox_mu", ["--strategy", "lightfed.strategies.FedProx", "--strategy.mu", "-1"], ["strategy.mu must be >= 0, got -1.0"]),
+    (
+        "bounds",
+        ["--trainer.local_lr", "uniform:1e-3:1e-4"],
+        ["trainer.local_lr: the lower bound of 'uniform:1e-3:1e-4' is above"],
+    ),
+    (
+        "fedprox_mu",
+        ["--strategy", "lightfed.strategies.FedProx", "--strategy.mu", "-1"],
+        ["strategy.mu must be >= 0, got -1.0"],
+    ),
     ("no_last_checkpoint", ["--ckpt_path", "last"], ["--ckpt_path last: no last.ckpt under"]),
-    ("missing_checkpoint", ["--ckpt_path", "nowhere.ckpt"], ["checkpoint nowhere.ckpt does not exist; check --ckpt_path"]),
+    (
+        "missing_checkpoint",
+        ["--ckpt_path", "nowhere.ckpt"],
+        ["checkpoint nowhere.ckpt does not exist; check --ckpt_path"],
+    ),
     ("clip_zero", ["--trainer.gradient_clip_val", "0"], ["trainer.gradient_clip_val must be > 0 or null, got 0.0"]),
-    ("schedule_of_adaptive_fedecado", ["--strategy", "lightfed.strategies.AdaptiveFedECADO", "--trainer.lr_schedule",
-                                       "lightfed.schedules.CosineDecay"], ["remove trainer.lr_schedule"]),
-    ("schedule_gamma", ["--trainer.lr_schedule", "lightfed.schedules.ExponentialDecay", "--trainer.lr_schedule.gamma",
-                        "2"], ["ExponentialDecay needs 0 < gamma <= 1, got 2.0"]),
-    ("parallel_zero", ["--trainer.clients_in_parallel", "0"],
-     ["trainer.clients_in_parallel must be 'auto' or an integer >= 1, got 0"]),
-    ("parallel_dp", ["-c", DP, "--trainer.clients_in_parallel", "2"],
-     ["trainer.clients_in_parallel must be 1 or 'auto' with trainer.privacy"]),
-    ("root_dir_under_a_file", ["--trainer.root_dir", "A_FILE/runs"], ["A_FILE is not a folder; change trainer.root_dir"]),
-    ("negative_lr", ["--model.init_args.optimizer.init_args.lr", "-0.1"],
-     ["SmallCNN.configure_optimizers: ValueError: Invalid learning rate: -0.1"]),
-    ("yaml_nan_lr", ["--model.init_args.optimizer.init_args.lr", ".nan"],
-     ["SmallCNN.configure_optimizers: the learning rate must be a number, got [nan]"]),
+    (
+        "schedule_of_adaptive_fedecado",
+        [
+            "--strategy",
+            "lightfed.strategies.AdaptiveFedECADO",
+            "--trainer.lr_schedule",
+            "lightfed.schedules.CosineDecay",
+        ],
+        ["remove trainer.lr_schedule"],
+    ),
+    (
+        "schedule_gamma",
+        ["--trainer.lr_schedule", "lightfed.schedules.ExponentialDecay", "--trainer.lr_schedule.gamma", "2"],
+        ["ExponentialDecay needs 0 < gamma <= 1, got 2.0"],
+    ),
+    (
+        "parallel_zero",
+        ["--trainer.clients_in_parallel", "0"],
+        ["trainer.clients_in_parallel must be 'auto' or an integer >= 1, got 0"],
+    ),
+    (
+        "parallel_dp",
+        ["-c", DP, "--trainer.clients_in_parallel", "2"],
+        ["trainer.clients_in_parallel must be 1 or 'auto' with trainer.privacy"],
+    ),
+    (
+        "root_dir_under_a_file",
+        ["--trainer.root_dir", "A_FILE/runs"],
+        ["A_FILE is not a folder; change trainer.root_dir"],
+    ),
+    (
+        "negative_lr",
+        ["--model.init_args.optimizer.init_args.lr", "-0.1"],
+        ["SmallCNN.configure_optimizers: ValueError: Invalid learning rate: -0.1"],
+    ),
+    (
+        "yaml_nan_lr",
+        ["--model.init_args.optimizer.init_args.lr", ".nan"],
+        ["SmallCNN.configure_optimizers: the learning rate must be a number, got [nan]"],
+    ),
     ("negative_seed", ["--seed_everything", "-1"], ["seed_everything must be an integer from 0 to 4294967295, got -1"]),
-    ("huge_seed", ["--seed_everything", str(2**66)], [f"seed_everything must be an integer from 0 to 4294967295, got {2**66}"]),
-    ("long_name", ["--trainer.name", "n" * 300], ["trainer.name has a part of 300 bytes: a file name holds at most 255"]),
-    *[(f"name_{i}", ["--trainer.name", name], [f"trainer.name must name a folder inside trainer.root_dir (relative, "
-                                               f"without '.' or '..' parts), got {name!r}"])
-      for i, name in enumerate(["../x", "a/../../x", "..", ".", "", "/tmp/x"])],
+    (
+        "huge_seed",
+        ["--seed_everything", str(2**66)],
+        [f"seed_everything must be an integer from 0 to 4294967295, got {2**66}"],
+    ),
+    (
+        "long_name",
+        ["--trainer.name", "n" * 300],
+        ["trainer.name has a part of 300 bytes: a file name holds at most 255"],
+    ),
+    *[
+        (
+            f"name_{i}",
+            ["--trainer.name", name],
+            [
+                f"trainer.name must name a folder inside trainer.root_dir (relative, "
+                f"without '.' or '..' parts), got {name!r}"
+            ],
+        )
+        for i, name in enumerate(["../x", "a/../../x", "..", ".", "", "/tmp/x"])
+    ],
 ]
 
 
@@ -81,8 +178,9 @@ def _refusal(argv: list[str], capsys) -> str:
     return err
 
 
-@pytest.mark.parametrize("argv, fragments", [case[1:] for case in PARSE_ERRORS + REFUSED],
-                         ids=[case[0] for case in PARSE_ERRORS + REFUSED])
+@pytest.mark.parametrize(
+    "argv, fragments", [case[1:] for case in PARSE_ERRORS + REFUSED], ids=[case[0] for case in PARSE_ERRORS + REFUSED]
+)
 def test_a_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch, argv, fragments):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "BAD_YAML").write_text("trainer: {rounds: [\n")
@@ -104,8 +202,21 @@ def test_a_root_dir_that_cannot_be_written_is_refused(tmp_path, capsys):
 
 
 def test_a_truncated_checkpoint_without_a_previous_one_leaves_the_run_as_it_was(tmp_path, capsys):
-    run(["fit", "--config", QUICKSTART, "--trainer.root_dir", str(tmp_path), "--trainer.progress_bar", "false",
-         "--trainer.rounds", "1", "--trainer.client_eval_interval", "0"])
+    run(
+        [
+            "fit",
+            "--config",
+            QUICKSTART,
+            "--trainer.root_dir",
+            str(tmp_path),
+            "--trainer.progress_bar",
+            "false",
+            "--trainer.rounds",
+            "1",
+            "--trainer.client_eval_interval",
+            "0",
+        ]
+    )
     folder = tmp_path / "quickstart"
     checkpoint = folder / "version_0" / "checkpoints" / "last.ckpt"
     checkpoint.write_bytes(checkpoint.read_bytes()[:1000])

@@ -18,7 +18,18 @@ QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
 
 
 def _fit_quickstart(tmp_path, *overrides: str) -> dict[str, float]:
-    return run(["fit", "--config", QUICKSTART, "--trainer.root_dir", str(tmp_path), "--trainer.progress_bar", "false", *overrides])
+    return run(
+        [
+            "fit",
+            "--config",
+            QUICKSTART,
+            "--trainer.root_dir",
+            str(tmp_path),
+            "--trainer.progress_bar",
+            "false",
+            *overrides,
+        ]
+    )
 
 
 def test_quickstart_reaches_90_percent_and_writes_logs_config_and_checkpoint(tmp_path):
@@ -48,10 +59,25 @@ def test_tensorboard_holds_the_per_round_scalars(tmp_path):
 
 def test_dotted_overrides_and_print_config(capsys):
     with pytest.raises(SystemExit) as exit:
-        main(["fit", "--config", QUICKSTART, "--trainer.rounds", "5", "--strategy.init_args.server_lr", "0.5", "--print_config"])
+        main(
+            [
+                "fit",
+                "--config",
+                QUICKSTART,
+                "--trainer.rounds",
+                "5",
+                "--strategy.init_args.server_lr",
+                "0.5",
+                "--print_config",
+            ]
+        )
     assert exit.value.code == 0
     printed = capsys.readouterr().out
-    assert re.search(r"rounds: 5\n", printed) and "server_lr: 0.5" in printed and "class_path: lightfed.models.SmallCNN" in printed
+    assert (
+        re.search(r"rounds: 5\n", printed)
+        and "server_lr: 0.5" in printed
+        and "class_path: lightfed.models.SmallCNN" in printed
+    )
 
 
 def _printed_config(capsys, *argv: str) -> str:
@@ -64,8 +90,9 @@ def test_a_class_named_in_a_config_keeps_its_own_defaults(capsys):
     """No default model or strategy instance lends its init_args to the class a config or the command line names."""
     cifar = _printed_config(capsys, "--config", str(ROOT / "configs" / "cifar10" / "base.yaml"))
     assert "class_path: lightfed.models.ResNet18GN" in cifar and "in_channels: 3" in cifar  # not SmallCNN's 1
-    fedadam = _printed_config(capsys, "--config", str(ROOT / "configs" / "digits" / "base.yaml"),
-                              "--strategy", "lightfed.strategies.FedAdam")
+    fedadam = _printed_config(
+        capsys, "--config", str(ROOT / "configs" / "digits" / "base.yaml"), "--strategy", "lightfed.strategies.FedAdam"
+    )
     assert "class_path: lightfed.strategies.FedAdam" in fedadam and "server_lr: 0.01" in fedadam  # not FedAvg's 1.0
 
 
@@ -73,8 +100,21 @@ def test_without_model_and_strategy_the_run_uses_smallcnn_and_fedavg(tmp_path):
     config = tmp_path / "bare.yaml"
     text = open(QUICKSTART).read()
     config.write_text(text[: text.index("model:")] + text[text.index("data:") : text.index("strategy:")])
-    metrics = run(["fit", "--config", str(config), "--trainer.rounds", "5", "--trainer.client_eval_interval", "0",
-                   "--trainer.root_dir", str(tmp_path), "--trainer.progress_bar", "false"])
+    metrics = run(
+        [
+            "fit",
+            "--config",
+            str(config),
+            "--trainer.rounds",
+            "5",
+            "--trainer.client_eval_interval",
+            "0",
+            "--trainer.root_dir",
+            str(tmp_path),
+            "--trainer.progress_bar",
+            "false",
+        ]
+    )
     assert metrics["val_acc"] > 0.3  # SmallCNN (lr 0.05) trained by FedAvg on digits
 
 
@@ -103,10 +143,31 @@ def test_two_processes_give_the_weights_of_one(tmp_path):
     def final_params(devices: int):
         root = tmp_path / f"devices{devices}"
         subprocess.run(
-            [sys.executable, "-m", "lightfed", "fit", "--config", config, "--trainer.rounds", "3", "--trainer.name", "run",
-             "--trainer.devices", str(devices), "--trainer.root_dir", str(root), "--trainer.progress_bar", "false",
-             "--trainer.check_replicas", "true"],  # every round: the global weights are the same on every process
-            check=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, timeout=300,
+            [
+                sys.executable,
+                "-m",
+                "lightfed",
+                "fit",
+                "--config",
+                config,
+                "--trainer.rounds",
+                "3",
+                "--trainer.name",
+                "run",
+                "--trainer.devices",
+                str(devices),
+                "--trainer.root_dir",
+                str(root),
+                "--trainer.progress_bar",
+                "false",
+                "--trainer.check_replicas",
+                "true",
+            ],  # every round: the global weights are the same on every process
+            check=True,
+            cwd=tmp_path,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            capture_output=True,
+            timeout=300,
         )
         return torch.load(root / "run" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
 
@@ -127,10 +188,31 @@ def test_scaffold_resumes_on_two_processes_and_on_one_from_the_per_process_files
 
     def fit(root: Path, devices: int, rounds: int, *extra: str) -> dict:
         subprocess.run(
-            [sys.executable, "-m", "lightfed", "fit", *scaffold, "--trainer.rounds", str(rounds),
-             "--trainer.name", "run", "--trainer.devices", str(devices), "--trainer.root_dir", str(root),
-             "--trainer.progress_bar", "false", "--trainer.client_eval_interval", "0", *extra],
-            check=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, timeout=300,
+            [
+                sys.executable,
+                "-m",
+                "lightfed",
+                "fit",
+                *scaffold,
+                "--trainer.rounds",
+                str(rounds),
+                "--trainer.name",
+                "run",
+                "--trainer.devices",
+                str(devices),
+                "--trainer.root_dir",
+                str(root),
+                "--trainer.progress_bar",
+                "false",
+                "--trainer.client_eval_interval",
+                "0",
+                *extra,
+            ],
+            check=True,
+            cwd=tmp_path,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            capture_output=True,
+            timeout=300,
         )
         path = root / "run" / "version_0" / "checkpoints" / "last.ckpt"
         return {**torch.load(path, weights_only=False), "client_states": saved_client_states(path)}
@@ -149,10 +231,12 @@ def test_scaffold_resumes_on_two_processes_and_on_one_from_the_per_process_files
     on_one = fit(tmp_path / "cut_to_one", 1, 3, "--ckpt_path", "last")
     assert (on_one["params"] - straight["params"]).abs().max() <= 1e-5
     assert on_one["client_states"].keys() == straight["client_states"].keys()
-    assert all((s["c"] - on_one["client_states"][i]["c"]).abs().max() <= 1e-5 for i, s in straight["client_states"].items())
+    assert all(
+        (s["c"] - on_one["client_states"][i]["c"]).abs().max() <= 1e-5 for i, s in straight["client_states"].items()
+    )
 
 
-BLOBS_MODULE = '''
+BLOBS_MODULE = """
 import lightning as L, torch
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -168,7 +252,7 @@ class {name}(L.LightningDataModule):
 
     def test_dataloader(self):
         return DataLoader(self.test, batch_size=16)
-'''
+"""
 
 
 def test_a_datamodule_beside_the_config_file_is_found_and_split_by_label(tmp_path, monkeypatch):
@@ -183,8 +267,17 @@ def test_a_datamodule_beside_the_config_file_is_found_and_split_by_label(tmp_pat
         "  partitioner: {class_path: lightfed.data.DirichletPartitioner, init_args: {num_clients: 4, alpha: 0.5}}\n"
     )
     monkeypatch.chdir(tmp_path)
-    metrics = run(["fit", "--config", str(project / "blobs.yaml"), "--trainer.root_dir", str(tmp_path / "runs"),
-                   "--trainer.progress_bar", "false"])
+    metrics = run(
+        [
+            "fit",
+            "--config",
+            str(project / "blobs.yaml"),
+            "--trainer.root_dir",
+            str(tmp_path / "runs"),
+            "--trainer.progress_bar",
+            "false",
+        ]
+    )
     assert metrics["round/clients"] == 4 and metrics["val_acc"] > 0.4  # 3 classes a unit apart
 
 
@@ -210,7 +303,10 @@ def test_a_class_that_is_no_dataset_is_refused_with_what_data_dataset_takes(caps
         main(["fit", "--data.dataset", "torch.nn.Linear"])
     assert exit.value.code == 2
     error = capsys.readouterr().err
-    assert error.count("\n") == 1 and "torch.nn.Linear is neither a lightfed DatasetSource nor a LightningDataModule" in error
+    assert (
+        error.count("\n") == 1
+        and "torch.nn.Linear is neither a lightfed DatasetSource nor a LightningDataModule" in error
+    )
 
 
 def _readme_own_model_and_data() -> tuple[str, str]:
@@ -231,9 +327,23 @@ def test_the_readmes_own_model_and_data_train_to_the_same_weights_on_one_and_two
         project.mkdir()
         (project / "mine.py").write_text(code)
         (project / "mine.yaml").write_text(config)
-        subprocess.run([str(Path(sys.executable).parent / "lightfed"), "fit", "--config", "mine.yaml",
-                        "--trainer.devices", str(devices), "--trainer.progress_bar", "false"],
-                       cwd=project, env=env, check=True, capture_output=True, timeout=600)
+        subprocess.run(
+            [
+                str(Path(sys.executable).parent / "lightfed"),
+                "fit",
+                "--config",
+                "mine.yaml",
+                "--trainer.devices",
+                str(devices),
+                "--trainer.progress_bar",
+                "false",
+            ],
+            cwd=project,
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
         runs.append(project / "runs" / "mine" / "version_0")
     one, two = (torch.load(run / "checkpoints" / "last.ckpt", weights_only=False) for run in runs)
     assert one["round"] == two["round"] == 5 and torch.equal(one["params"], two["params"])
@@ -242,8 +352,17 @@ def test_the_readmes_own_model_and_data_train_to_the_same_weights_on_one_and_two
 
 
 def test_the_run_ends_on_a_short_headline_not_a_dump_of_the_strategys_metrics():
-    metrics = {"train_loss": 0.5, "val_acc": 0.9, "strategy/c_norm": 1.0, "round/time_s": 2.0,
-               "clients/personal/val_acc_mean": 0.98, "clients/personal/val_acc_min": 0.9,
-               "strategy/user_dp/epsilon": 3.0, "strategy/user_dp/clip": 1.0}
-    assert headline(metrics) == ("last round: clients/personal/val_acc_mean=0.98 strategy/user_dp/epsilon=3 "
-                                 "train_loss=0.5 val_acc=0.9 (all metrics: the logs)")
+    metrics = {
+        "train_loss": 0.5,
+        "val_acc": 0.9,
+        "strategy/c_norm": 1.0,
+        "round/time_s": 2.0,
+        "clients/personal/val_acc_mean": 0.98,
+        "clients/personal/val_acc_min": 0.9,
+        "strategy/user_dp/epsilon": 3.0,
+        "strategy/user_dp/clip": 1.0,
+    }
+    assert headline(metrics) == (
+        "last round: clients/personal/val_acc_mean=0.98 strategy/user_dp/epsilon=3 "
+        "train_loss=0.5 val_acc=0.9 (all metrics: the logs)"
+    )

@@ -16,10 +16,29 @@ KILLS = 10
 
 
 def _command(root: Path, devices: int) -> list[str]:
-    return [sys.executable, "-m", "lightfed", "fit", "--config", str(ROOT / "configs" / "quickstart.yaml"),
-            "--trainer.rounds", "8", "--trainer.eval_interval", "2", "--trainer.client_eval_interval", "0",
-            "--trainer.devices", str(devices), "--trainer.root_dir", str(root), "--trainer.progress_bar", "false",
-            "--trainer.callbacks+=tests.fault_marker.MarkTrainingStarted", "--ckpt_path", "auto"]
+    return [
+        sys.executable,
+        "-m",
+        "lightfed",
+        "fit",
+        "--config",
+        str(ROOT / "configs" / "quickstart.yaml"),
+        "--trainer.rounds",
+        "8",
+        "--trainer.eval_interval",
+        "2",
+        "--trainer.client_eval_interval",
+        "0",
+        "--trainer.devices",
+        str(devices),
+        "--trainer.root_dir",
+        str(root),
+        "--trainer.progress_bar",
+        "false",
+        "--trainer.callbacks+=tests.fault_marker.MarkTrainingStarted",
+        "--ckpt_path",
+        "auto",
+    ]
 
 
 def _environment(marker: Path) -> dict[str, str]:
@@ -37,13 +56,25 @@ def _weights(root: Path) -> dict:
 @pytest.mark.slow
 def test_sigkill_at_random_moments_and_resume_gives_the_uninterrupted_weights(tmp_path, devices):
     marker = tmp_path / "training"
-    subprocess.run(_command(tmp_path / "full", devices), check=True, cwd=ROOT, capture_output=True, timeout=600,
-                   env=_environment(marker))
+    subprocess.run(
+        _command(tmp_path / "full", devices),
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+        timeout=600,
+        env=_environment(marker),
+    )
     rng, kills, cuts = random.Random(devices), 0, [tmp_path / "cut_0"]
     while kills < KILLS:  # each start resumes (auto) from the last checkpoint it finds whole
         marker.unlink(missing_ok=True)
-        run = subprocess.Popen(_command(cuts[-1], devices), cwd=ROOT, env=_environment(marker),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        run = subprocess.Popen(
+            _command(cuts[-1], devices),
+            cwd=ROOT,
+            env=_environment(marker),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 600
         while not marker.exists() and run.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -55,8 +86,9 @@ def test_sigkill_at_random_moments_and_resume_gives_the_uninterrupted_weights(tm
         os.killpg(run.pid, signal.SIGKILL)
         run.wait(timeout=600)
         kills += 1
-    subprocess.run(_command(cuts[-1], devices), check=True, cwd=ROOT, capture_output=True, timeout=600,
-                   env=_environment(marker))
+    subprocess.run(
+        _command(cuts[-1], devices), check=True, cwd=ROOT, capture_output=True, timeout=600, env=_environment(marker)
+    )
     full = _weights(tmp_path / "full")
     assert full["round"] == 8
     for cut in map(_weights, cuts):

@@ -52,11 +52,15 @@ def test_val_metrics_and_validate_read_the_validation_split_and_test_reads_the_t
     metrics = small_trainer(tmp_path).fit(model, data, FedAvg())
     val_acc, val_loss = _scores(model, data.val_x, data.val_y)
     test_acc, test_loss = _scores(model, data.test_x, data.test_y)
-    assert metrics["val_acc"] == pytest.approx(val_acc, abs=1e-6) and metrics["val_loss"] == pytest.approx(val_loss, rel=1e-5)
+    assert metrics["val_acc"] == pytest.approx(val_acc, abs=1e-6) and metrics["val_loss"] == pytest.approx(
+        val_loss, rel=1e-5
+    )
     validated = small_trainer(tmp_path).validate(small_model(), small_data(), ckpt_path="last")
     assert validated["val_acc"] == pytest.approx(val_acc, abs=1e-6)
     tested = small_trainer(tmp_path).test(small_model(), small_data(), ckpt_path="last")
-    assert tested["test_acc"] == pytest.approx(test_acc, abs=1e-6) and tested["test_loss"] == pytest.approx(test_loss, rel=1e-5)
+    assert tested["test_acc"] == pytest.approx(test_acc, abs=1e-6) and tested["test_loss"] == pytest.approx(
+        test_loss, rel=1e-5
+    )
 
 
 def test_the_final_record_holds_the_test_metrics_of_the_final_model_and_of_the_best_validation_round(tmp_path, capsys):
@@ -71,15 +75,25 @@ def test_the_final_record_holds_the_test_metrics_of_the_final_model_and_of_the_b
     small_trainer(tmp_path / "short", rounds=best_round).fit(best_model, small_data(), FedAvg())
     final_scores, best_scores = _scores(model, data.test_x, data.test_y), _scores(best_model, data.test_x, data.test_y)
     assert final == {
-        "final": True, "round": 4, "monitor": "val_acc", "best_round": best_round, "best_val_acc": best_val,
-        "test_acc": pytest.approx(final_scores[0], abs=1e-6), "test_loss": pytest.approx(final_scores[1], rel=1e-5),
-        "best_test_acc": pytest.approx(best_scores[0], abs=1e-6), "best_test_loss": pytest.approx(best_scores[1], rel=1e-5),
+        "final": True,
+        "round": 4,
+        "monitor": "val_acc",
+        "best_round": best_round,
+        "best_val_acc": best_val,
+        "test_acc": pytest.approx(final_scores[0], abs=1e-6),
+        "test_loss": pytest.approx(final_scores[1], rel=1e-5),
+        "best_test_acc": pytest.approx(best_scores[0], abs=1e-6),
+        "best_test_loss": pytest.approx(best_scores[1], rel=1e-5),
     }
     assert trainer.final_report == final
     printed = capsys.readouterr().out.splitlines()[0]
-    assert printed.startswith(f"test set, final global model (round 4): test_loss={final_scores[1]:.4g} test_acc={final_scores[0]:.4g}; ")
-    assert printed.endswith(f"; best val_acc {best_val:.4g} in round {best_round}, its global model: test_loss={best_scores[1]:.4g} "
-                            f"test_acc={best_scores[0]:.4g}")
+    assert printed.startswith(
+        f"test set, final global model (round 4): test_loss={final_scores[1]:.4g} test_acc={final_scores[0]:.4g}; "
+    )
+    assert printed.endswith(
+        f"; best val_acc {best_val:.4g} in round {best_round}, its global model: test_loss={best_scores[1]:.4g} "
+        f"test_acc={best_scores[0]:.4g}"
+    )
 
 
 def test_the_best_rounds_weights_survive_a_resume(tmp_path):
@@ -119,9 +133,13 @@ def test_without_a_validation_split_nothing_is_validated_or_selected(tmp_path):
     metrics = trainer.fit(model, data, FedAvg())
     assert not [key for key in metrics if key.startswith("val_")]
     (final,) = _records(trainer)[1]
-    assert final == {"final": True, "round": 3, "monitor": "val_acc",
-                     "test_acc": pytest.approx(_scores(model, data.test_x, data.test_y)[0], abs=1e-6),
-                     "test_loss": pytest.approx(_scores(model, data.test_x, data.test_y)[1], rel=1e-5)}
+    assert final == {
+        "final": True,
+        "round": 3,
+        "monitor": "val_acc",
+        "test_acc": pytest.approx(_scores(model, data.test_x, data.test_y)[0], abs=1e-6),
+        "test_loss": pytest.approx(_scores(model, data.test_x, data.test_y)[1], rel=1e-5),
+    }
     with pytest.raises(ConfigError, match="data.val_fraction is 0: there is no validation split"):
         small_trainer(tmp_path).validate(small_model(), no_validation(), ckpt_path="last")
     refused = tmp_path / "refused"
@@ -133,7 +151,7 @@ def test_without_a_validation_split_nothing_is_validated_or_selected(tmp_path):
 def test_best_round_by_hand():
     best = BestRound("val_acc")
     weights = [torch.full((2,), float(r)) for r in range(5)]
-    for round, value in zip(range(1, 6), [0.5, 0.7, float("nan"), 0.7, 0.6]):
+    for round, value in zip(range(1, 6), [0.5, 0.7, float("nan"), 0.7, 0.6], strict=False):
         best.update(round, {"val_acc": value}, weights[round - 1], weights[round - 1] + 10)
     assert (best.round, best.value) == (2, 0.7) and torch.equal(best.params, weights[1])  # a tie keeps the first
     best.update(6, {"val_loss": 0.1}, weights[0], weights[0])  # another metric: no change

@@ -31,9 +31,13 @@ def test_one_parser_serves_local_work_and_the_comparison_tool():
     local_work = "fixed:VALUE, randint:MIN:MAX, uniform:MIN:MAX or loguniform:MIN:MAX"
     with pytest.raises(ConfigError, match=f"^trainer.local_lr: unknown distribution 'choice'; use {local_work}$"):
         Distribution.parse("choice:0.1,0.2", "trainer.local_lr")  # local work draws numbers only
-    with pytest.raises(ConfigError, match=r"^--random lr: unknown distribution '0.5'; use uniform:MIN:MAX or choice:A,B,...$"):
+    with pytest.raises(
+        ConfigError, match=r"^--random lr: unknown distribution '0.5'; use uniform:MIN:MAX or choice:A,B,...$"
+    ):
         Distribution.parse("0.5", "--random lr", ("uniform", "choice"))  # a plain number is fixed only where fixed is
-    with pytest.raises(ConfigError, match="^--random opt: expected choice:A,B,... with no empty choice, got 'choice:a,,b'$"):
+    with pytest.raises(
+        ConfigError, match="^--random opt: expected choice:A,B,... with no empty choice, got 'choice:a,,b'$"
+    ):
         Distribution.parse("choice:a,,b", "--random opt", ("choice",))
 
 

@@ -23,16 +23,35 @@ TIMEOUT_S = 10  # short, yet longer than any healthy wait of this tiny run on a 
 def fit_two_processes(root: Path, *extra: str) -> subprocess.CompletedProcess:
     """``lightfed fit`` of the quickstart (4 rounds) on 2 CPU processes, with a short collective timeout."""
     return run_in_session(
-        [sys.executable, "-m", "lightfed", "fit", "--config", str(ROOT / "configs" / "quickstart.yaml"),
-         "--trainer.rounds", "4", "--trainer.client_eval_interval", "0", "--trainer.devices", "2",
-         "--trainer.root_dir", str(root), "--trainer.progress_bar", "false",
-         "--trainer.collective_timeout", str(TIMEOUT_S), *extra]
+        [
+            sys.executable,
+            "-m",
+            "lightfed",
+            "fit",
+            "--config",
+            str(ROOT / "configs" / "quickstart.yaml"),
+            "--trainer.rounds",
+            "4",
+            "--trainer.client_eval_interval",
+            "0",
+            "--trainer.devices",
+            "2",
+            "--trainer.root_dir",
+            str(root),
+            "--trainer.progress_bar",
+            "false",
+            "--trainer.collective_timeout",
+            str(TIMEOUT_S),
+            *extra,
+        ]
     )
 
 
 def signal_at_round_three(signals: list[str], rank: int) -> str:
-    spec = {"class_path": "tests.process_faults.SignalAtRound",
-            "init_args": {"signals": signals, "round": 3, "rank": rank}}
+    spec = {
+        "class_path": "tests.process_faults.SignalAtRound",
+        "init_args": {"signals": signals, "round": 3, "rank": rank},
+    }
     return f"--trainer.callbacks+={json.dumps(spec)}"
 
 
@@ -84,8 +103,10 @@ def test_a_process_that_dies_while_the_first_is_busy_is_named_without_waiting_fo
     done = fit_two_processes(tmp_path, signal_at_round_three(["SIGKILL"], rank=1), busy)
     (line,) = error_lines(done.stderr)
     assert done.returncode == -signal.SIGKILL
-    assert line == ("lightfed: error: process 1 of 2 died (killed by SIGKILL); the run stops: resume it from its last "
-                    "checkpoint with --ckpt_path last")
+    assert line == (
+        "lightfed: error: process 1 of 2 died (killed by SIGKILL); the run stops: resume it from its last "
+        "checkpoint with --ckpt_path last"
+    )
 
 
 def test_the_collective_timeout_is_checked(tmp_path):
@@ -103,11 +124,14 @@ def _raised_in(filename: str, message: str) -> RuntimeError:
 
 def test_a_process_no_one_can_name_is_said_with_gloo_s_own_words():
     """A cluster's launcher started the 4 processes (no forks to ask): the line says what gloo knows."""
-    gloo = ("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:561] Connection closed by peer [10.0.0.2]:49378. "
-            "This is typically caused by a remote worker crashing.")
+    gloo = (
+        "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:561] Connection closed by peer [10.0.0.2]:49378. "
+        "This is typically caused by a remote worker crashing."
+    )
     error = _raised_in("/venv/lib/torch/distributed/distributed_c10d.py", gloo)
-    trainer = SimpleNamespace(fabric=SimpleNamespace(world_size=4, global_rank=2), collective_timeout=1800.0,
-                              log_dir=None, round=3)
+    trainer = SimpleNamespace(
+        fabric=SimpleNamespace(world_size=4, global_rank=2), collective_timeout=1800.0, log_dir=None, round=3
+    )
     assert collective_failed(error) and not collective_failed(_raised_in("/work/model.py", gloo))
     assert lost_process_line(error, trainer, True, None) == (
         "one of the 4 processes closed its connection (it failed or died: Connection closed by peer "

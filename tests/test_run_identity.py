@@ -57,7 +57,11 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 
 def _rounds(run: Path) -> list[int]:
-    return [json.loads(line)["round"] for line in (run / "metrics.jsonl").read_text().splitlines() if line.startswith('{"round"')]
+    return [
+        json.loads(line)["round"]
+        for line in (run / "metrics.jsonl").read_text().splitlines()
+        if line.startswith('{"round"')
+    ]
 
 
 def test_a_runs_own_config_names_its_folder_and_last_means_that_run(tiny, tmp_path, capsys):
@@ -121,9 +125,21 @@ def test_four_runs_started_at_once_with_one_name_get_four_folders(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     runs = [
         subprocess.Popen(
-            [sys.executable, "-m", "lightfed", "fit", "--config", str(config), "--trainer.root_dir", str(tmp_path / "runs"),
-             "--seed_everything", str(seed)],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "lightfed",
+                "fit",
+                "--config",
+                str(config),
+                "--trainer.root_dir",
+                str(tmp_path / "runs"),
+                "--seed_everything",
+                str(seed),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
         )
         for seed in range(4)
     ]
@@ -156,7 +172,9 @@ RESUMES = [  # (setting changed on the resume, accepted)
 
 
 @pytest.mark.parametrize("changes, accepted", RESUMES)
-def test_a_resume_with_other_settings_is_refused_and_leaves_the_run_folder_as_it_was(tiny, tmp_path, capsys, changes, accepted):
+def test_a_resume_with_other_settings_is_refused_and_leaves_the_run_folder_as_it_was(
+    tiny, tmp_path, capsys, changes, accepted
+):
     run(["fit", *tiny])
     folder = tmp_path / "runs" / "tiny" / "version_0"
     own = ["--config", str(folder / "config.yaml"), "--ckpt_path", "last"]
@@ -216,7 +234,9 @@ def test_the_checkpointed_round_lost_from_metrics_by_a_kill_is_written_on_resume
 
 def test_from_python_a_resume_with_another_validation_split_is_refused(tmp_path):
     def data(val_fraction: float) -> FederatedDataModule:
-        return FederatedDataModule(Digits(), DirichletPartitioner(8, alpha=0.5), batch_size=16, val_fraction=val_fraction)
+        return FederatedDataModule(
+            Digits(), DirichletPartitioner(8, alpha=0.5), batch_size=16, val_fraction=val_fraction
+        )
 
     small_trainer(tmp_path, rounds=1).fit(small_model(), data(0.1), FedAvg())
     with pytest.raises(ConfigError, match=r"data\.val_fraction 0\.1 -> 0\.2"):
@@ -235,14 +255,24 @@ def test_a_run_folder_in_use_by_another_process_is_refused_until_that_process_di
     run(["fit", *tiny])
     folder = tmp_path / "runs" / "tiny" / "version_0"
     holder = subprocess.Popen(  # another resume of the run, in the middle of it
-        [sys.executable, "-c", "import sys; from pathlib import Path; from lightfed.run.run_output import in_use_check; "
-         "lock = in_use_check(Path(sys.argv[1])); print('held', flush=True); sys.stdin.read()", str(folder)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from lightfed.run.run_output import in_use_check; "
+            "lock = in_use_check(Path(sys.argv[1])); print('held', flush=True); sys.stdin.read()",
+            str(folder),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline() == "held\n"
     before = _snapshot(folder)
     line = _refused(capsys, "fit", *tiny, "--ckpt_path", "last", "--trainer.rounds", "3")
-    assert line == f"lightfed: error: the run folder {folder} is in use by process {holder.pid}: wait until that " \
-                   "run ends or stop it, then resume with --ckpt_path last"
+    assert (
+        line == f"lightfed: error: the run folder {folder} is in use by process {holder.pid}: wait until that "
+        "run ends or stop it, then resume with --ckpt_path last"
+    )
     assert _snapshot(folder) == before
     holder.kill()  # a killed process leaves no lock behind
     holder.wait(timeout=300)

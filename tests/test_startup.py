@@ -17,7 +17,11 @@ def _modules_after(code: str) -> set[str]:
     """The modules a fresh interpreter holds after running ``code``."""
     done = subprocess.run(
         [sys.executable, "-c", f"{code}\nimport sys\nprint(' '.join(sys.modules))"],
-        cwd=ROOT, capture_output=True, text=True, check=True, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     )
     return set(done.stdout.split())
 
@@ -43,10 +47,27 @@ def test_the_privacy_accountant_imports_opacus_where_it_is_used():
 
 def _fit_on_two_processes(tmp_path: Path, callback: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "lightfed", "fit", "--config", QUICKSTART, "--trainer.rounds", "1",
-         "--trainer.devices", "2", "--trainer.root_dir", str(tmp_path / "runs"), "--trainer.progress_bar", "false",
-         f"--trainer.callbacks+=tests.process_probe.{callback}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "lightfed",
+            "fit",
+            "--config",
+            QUICKSTART,
+            "--trainer.rounds",
+            "1",
+            "--trainer.devices",
+            "2",
+            "--trainer.root_dir",
+            str(tmp_path / "runs"),
+            "--trainer.progress_bar",
+            "false",
+            f"--trainer.callbacks+=tests.process_probe.{callback}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "LIGHTFED_TEST_PROBE": str(tmp_path)},
     )
 

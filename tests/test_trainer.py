@@ -24,7 +24,9 @@ def test_resuming_after_round_k_reproduces_the_uninterrupted_run(tmp_path, strat
     small_trainer(tmp_path / "full", rounds=4).fit(model, small_data(), strategy_class(server_lr=0.9))
     uninterrupted = _weights(model)
 
-    small_trainer(tmp_path / "cut", rounds=2).fit(small_model(momentum=0.0), small_data(), strategy_class(server_lr=0.9))
+    small_trainer(tmp_path / "cut", rounds=2).fit(
+        small_model(momentum=0.0), small_data(), strategy_class(server_lr=0.9)
+    )
     resumed_model = small_model(momentum=0.0)
     trainer = small_trainer(tmp_path / "cut", rounds=4)
     trainer.fit(resumed_model, small_data(), strategy_class(server_lr=0.9), ckpt_path="last")
@@ -32,7 +34,9 @@ def test_resuming_after_round_k_reproduces_the_uninterrupted_run(tmp_path, strat
     assert trainer.log_dir.name == "version_0"  # the resumed run keeps logging where it left off
     checkpoint = torch.load(trainer.log_dir / "checkpoints" / "last.ckpt", weights_only=False)
     assert checkpoint["round"] == 4
-    assert len(saved_client_states(trainer.log_dir / "checkpoints" / "last.ckpt")) == (0 if strategy_class is FedAvg else 8)  # 4 rounds x 4 of 8 clients
+    assert len(saved_client_states(trainer.log_dir / "checkpoints" / "last.ckpt")) == (
+        0 if strategy_class is FedAvg else 8
+    )  # 4 rounds x 4 of 8 clients
 
 
 def test_each_round_trains_the_clients_from_the_global_model(tmp_path):
@@ -70,15 +74,20 @@ def test_a_divergence_from_nan_in_the_data_names_the_data_not_the_learning_rate(
             return splits
 
     data = FederatedDataModule(DigitsWithANaN(), DirichletPartitioner(8, alpha=0.5), batch_size=16)
-    with pytest.raises(DivergenceError, match=r"NaN/Inf in round 1: client \d+'s training examples hold NaN or Inf; "
-                       "clean the data"):
+    with pytest.raises(
+        DivergenceError,
+        match=r"NaN/Inf in round 1: client \d+'s training examples hold NaN or Inf; "
+        "clean the data",
+    ):
         small_trainer(tmp_path).fit(small_model(), data, FedAvg())
 
 
 def test_a_model_without_trainable_parameters_is_refused_before_anything_is_written(tmp_path):
     model = small_model()
     model.requires_grad_(False)
-    with pytest.raises(ConfigError, match="^SmallCNN has no trainable parameters: a client would have nothing to train$"):
+    with pytest.raises(
+        ConfigError, match="^SmallCNN has no trainable parameters: a client would have nothing to train$"
+    ):
         small_trainer(tmp_path).fit(model, small_data(), FedAvg())
     assert not list(tmp_path.iterdir())
 

@@ -17,14 +17,23 @@ from tests.strategies.test_quadratics import CLIENTS, EXAMPLES, LeastSquares, Le
 
 def _fit(tmp_path, strategy, concurrency: int, buffer: int, rounds: int, steps: int, lr: float = 0.05, start=None):
     model = LeastSquares(lr)
-    data = FederatedDataModule(LeastSquaresClients(same_curvature=False), batch_size=EXAMPLES, val_fraction=0.0)  # full batch
+    data = FederatedDataModule(
+        LeastSquaresClients(same_curvature=False), batch_size=EXAMPLES, val_fraction=0.0
+    )  # full batch
     if start is not None:
         with torch.no_grad():
             model.w.copy_(torch.as_tensor(start, dtype=torch.float32))
     trainer = AsyncFederatedTrainer.from_settings(
-        Asynchrony(concurrency=concurrency, delays=Exponential()), accelerator="cpu", rounds=rounds,
-        clients_per_round=buffer, local_steps=steps, local_epochs=None, eval_interval=rounds,
-        checkpoint_interval=rounds, root_dir=str(tmp_path), progress_bar=False,
+        Asynchrony(concurrency=concurrency, delays=Exponential()),
+        accelerator="cpu",
+        rounds=rounds,
+        clients_per_round=buffer,
+        local_steps=steps,
+        local_epochs=None,
+        eval_interval=rounds,
+        checkpoint_interval=rounds,
+        root_dir=str(tmp_path),
+        progress_bar=False,
     )
     trainer.fit(model, data, strategy)
     return model.w.detach().double().numpy(), data
@@ -102,7 +111,10 @@ class MeasuredAdaMasFL(AdaMasFL):
         super().accumulate(sums, update, staleness)
         rule = self.rules.pop(update.client_id)
         points = [*rule.points, rule.points[0] + update.delta]
-        self.steps = [*getattr(self, "steps", []), *[(b - a).norm().item() for a, b in zip(points, points[1:])]]
+        self.steps = [
+            *getattr(self, "steps", []),
+            *[(b - a).norm().item() for a, b in zip(points, points[1:], strict=False)],
+        ]
         self.displacements = [*getattr(self, "displacements", []), (update.delta / update.local_time).norm().item()]
 
     def aggregate(self, params, sums, round, staleness):

@@ -21,13 +21,13 @@ def _update(client_id: int, delta=(0.0,), grad_mean=None, local_time: float = 1.
 def _aggregate(strategy, params, updates, round=0, staleness=None):
     sums = Sums(strategy.sum_sizes(), torch.device("cpu"))
     staleness = staleness or [0] * len(updates)
-    for update, tau in zip(updates, staleness):
+    for update, tau in zip(updates, staleness, strict=False):
         strategy.accumulate(sums, update, tau)
     return strategy.aggregate(params, sums, round, staleness)
 
 
-def _ready(strategy, setting=AsyncSetting(buffer_size=2, local_steps=5, rounds=50), num_clients=4, dim=1):
-    strategy.configure_async(setting)
+def _ready(strategy, setting=None, num_clients=4, dim=1):
+    strategy.configure_async(setting or AsyncSetting(buffer_size=2, local_steps=5, rounds=50))
     strategy.setup(ServerContext(torch.zeros(dim), num_clients))
     return strategy
 
@@ -50,7 +50,11 @@ def test_masfl_rebuilds_momentum_from_the_old_c_with_1_over_s_and_moves_c_with_1
 
 @pytest.mark.parametrize(
     "s, k, t, beta, gamma, eta",
-    [(10, 20, 500, 0.6325, 0.03557, 0.002236), (10, 10, 1000, 0.3162, 0.01778, 0.003162), (5, 10, 300, 0.4082, 0.03689, 0.005774)],
+    [
+        (10, 20, 500, 0.6325, 0.03557, 0.002236),
+        (10, 10, 1000, 0.3162, 0.01778, 0.003162),
+        (5, 10, 300, 0.4082, 0.03689, 0.005774),
+    ],
 )
 def test_adamasfl_step_sizes_come_from_s_k_t_alone(s, k, t, beta, gamma, eta):
     ada = _ready(AdaMasFL(), AsyncSetting(s, k, t))
@@ -67,15 +71,20 @@ def test_beta_is_clipped_to_one_when_t_is_below_s_k():
 def test_adamasfl_moves_the_model_by_the_mean_normalised_displacement():
     ada = _ready(AdaMasFL(), AsyncSetting(2, 4, 16), dim=2)  # gamma = 8^(1/4) / 16^(3/4) = 0.2102
     gamma = 8**0.25 / 8
-    updates = [_update(0, delta=[-0.1, 0.0], grad_mean=[0.0, 0.0], local_time=0.1),
-               _update(1, delta=[0.0, 0.05], grad_mean=[0.0, 0.0], local_time=0.1)]
+    updates = [
+        _update(0, delta=[-0.1, 0.0], grad_mean=[0.0, 0.0], local_time=0.1),
+        _update(1, delta=[0.0, 0.05], grad_mean=[0.0, 0.0], local_time=0.1),
+    ]
     params = _aggregate(ada, torch.zeros(2), updates)
     # D_0 = (1, 0), D_1 = (0, -0.5): x <- x - gamma (0.5, -0.25)
     torch.testing.assert_close(params, torch.tensor([-0.5 * gamma, 0.25 * gamma]))
 
 
 def test_ca2fl_with_every_client_in_every_buffer_is_fedbuff():
-    ca2fl, fedbuff = _ready(CA2FL(server_lr=0.5), num_clients=3, dim=2), _ready(FedBuff(server_lr=0.5), num_clients=3, dim=2)
+    ca2fl, fedbuff = (
+        _ready(CA2FL(server_lr=0.5), num_clients=3, dim=2),
+        _ready(FedBuff(server_lr=0.5), num_clients=3, dim=2),
+    )
     x_ca2fl = x_fedbuff = torch.zeros(2)
     for round, deltas in enumerate([[[1.0, 0.0], [2.0, 1.0], [0.0, -3.0]], [[-1.0, 4.0], [0.5, 0.5], [2.0, 2.0]]]):
         updates = [_update(i, delta=d) for i, d in enumerate(deltas)]

@@ -20,8 +20,20 @@ from tests.data.test_datasets import write_fake_mnist
 ROOT = Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "configs" / "async" / "digits"
 MASFL = ["--config", str(DIGITS / "base.yaml"), "--config", str(DIGITS / "masfl.yaml")]
-SMALL = ["--trainer.rounds", "4", "--trainer.clients_per_round", "2", "--asynchronous.concurrency", "4",
-         "--trainer.local_steps", "2", "--data.partitioner.init_args.num_clients", "8", "--trainer.progress_bar", "false"]
+SMALL = [
+    "--trainer.rounds",
+    "4",
+    "--trainer.clients_per_round",
+    "2",
+    "--asynchronous.concurrency",
+    "4",
+    "--trainer.local_steps",
+    "2",
+    "--data.partitioner.init_args.num_clients",
+    "8",
+    "--trainer.progress_bar",
+    "false",
+]
 
 
 def _simulate(concurrency: int, buffer: int = 3, clients: int = 20, rounds: int = 200, delays=None, seed: int = 0):
@@ -47,20 +59,24 @@ def test_concurrency_equal_to_the_buffer_is_synchronous():
 
 def test_more_concurrency_gives_more_staleness():
     means = [np.mean(_staleness(_simulate(concurrency=m)[0])) for m in (3, 6, 12, 20)]
-    assert means[0] == 0 and all(a < b for a, b in zip(means, means[1:]))
+    assert means[0] == 0 and all(a < b for a, b in zip(means, means[1:], strict=False))
     assert means[-1] > 3
 
 
-@pytest.mark.parametrize("delays", [SpeedTiers(), Exponential(2.0), LogNormal()], ids=["tiers", "exponential", "lognormal"])
+@pytest.mark.parametrize(
+    "delays", [SpeedTiers(), Exponential(2.0), LogNormal()], ids=["tiers", "exponential", "lognormal"]
+)
 def test_every_aggregation_takes_exactly_s_arrivals_in_time_order_and_no_client_is_twice_in_flight(delays):
     buffers, in_flight, schedule = _simulate(concurrency=8, delays=delays)
     assert all(len(jobs) == 3 for jobs in buffers)
     assert all(len(clients) == 8 == len(set(clients)) for clients in in_flight)
     arrivals = [max(job.finish for job in jobs) for jobs in buffers]
     assert arrivals == sorted(arrivals) and schedule.clock == arrivals[-1]
-    for jobs, clients in zip(buffers, in_flight):  # an arriving job was in flight, and only once
+    for jobs, clients in zip(buffers, in_flight, strict=False):  # an arriving job was in flight, and only once
         assert {job.client_id for job in jobs} <= set(clients)
-    assert all(min(job.finish for job in jobs) >= previous for jobs, previous in zip(buffers[1:], arrivals))
+    assert all(
+        min(job.finish for job in jobs) >= previous for jobs, previous in zip(buffers[1:], arrivals, strict=False)
+    )
 
 
 def test_the_schedule_is_a_function_of_the_seed_and_resumes_exactly():
@@ -110,7 +126,9 @@ def _fit(tmp_path, *overrides: str) -> dict[str, float]:
     return run(["fit", *MASFL, *SMALL, "--trainer.root_dir", str(tmp_path), *overrides])
 
 
-def test_tensorboard_holds_staleness_virtual_time_and_accuracy_per_aggregation_and_against_time_and_test_reads_it_back(tmp_path):
+def test_tensorboard_holds_staleness_virtual_time_and_accuracy_per_aggregation_and_against_time_and_test_reads_it_back(
+    tmp_path,
+):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     metrics = _fit(tmp_path, "--trainer.eval_interval", "1")
@@ -151,18 +169,43 @@ def test_resumed_run_gives_the_model_and_state_of_an_uninterrupted_one(tmp_path)
     assert straight["source"]["versions"].keys() == resumed["source"]["versions"].keys()
 
 
-@pytest.mark.parametrize("config", sorted(p for p in (ROOT / "configs" / "async").glob("*/*.yaml") if p.stem != "base"),
-                         ids=lambda path: f"{path.parent.name}-{path.stem}")
+@pytest.mark.parametrize(
+    "config",
+    sorted(p for p in (ROOT / "configs" / "async").glob("*/*.yaml") if p.stem != "base"),
+    ids=lambda path: f"{path.parent.name}-{path.stem}",
+)
 def test_every_async_config_trains(tmp_path, config):
     """Digits configs as they are (shortened); Fashion-MNIST configs on fake files in torchvision's layout."""
     overrides = []
     if config.parent.name == "fmnist":
         write_fake_mnist(tmp_path / "data" / "FashionMNIST" / "raw", n=64, rng=np.random.default_rng(0))
-        overrides = ["--data.dataset.init_args.root", str(tmp_path / "data"), "--data.partitioner.init_args.min_size", "4",
-                     "--data.batch_size", "8", "--model.init_args.width", "4", "--trainer.accelerator", "cpu"]
+        overrides = [
+            "--data.dataset.init_args.root",
+            str(tmp_path / "data"),
+            "--data.partitioner.init_args.min_size",
+            "4",
+            "--data.batch_size",
+            "8",
+            "--model.init_args.width",
+            "4",
+            "--trainer.accelerator",
+            "cpu",
+        ]
     layers = ["--config", str(config.with_name("base.yaml")), "--config", str(config)]
-    metrics = run(["fit", *layers, *SMALL, "--trainer.rounds", "2", "--trainer.eval_interval", "1",
-                   "--trainer.root_dir", str(tmp_path / "runs"), *overrides])
+    metrics = run(
+        [
+            "fit",
+            *layers,
+            *SMALL,
+            "--trainer.rounds",
+            "2",
+            "--trainer.eval_interval",
+            "1",
+            "--trainer.root_dir",
+            str(tmp_path / "runs"),
+            *overrides,
+        ]
+    )
     assert metrics["round/clients"] == 2 and 0 <= metrics["val_acc"] <= 1
 
 
@@ -180,11 +223,22 @@ def _error_of(argv: list[str], capsys) -> str:
     [
         (["--strategy", "lightfed.strategies.FedAvg"], "FedAvg is synchronous; with `asynchronous:` use"),
         (["--asynchronous.concurrency", "1"], "(S=2) <= asynchronous.concurrency (M_c=1)"),
-        (["--trainer.local_steps", "null", "--trainer.local_epochs", "1", "--strategy", "lightfed.strategies.AdaMasFL"],
-         "set trainer.local_steps"),
+        (
+            [
+                "--trainer.local_steps",
+                "null",
+                "--trainer.local_epochs",
+                "1",
+                "--strategy",
+                "lightfed.strategies.AdaMasFL",
+            ],
+            "set trainer.local_steps",
+        ),
         (["--model.optimizer.momentum", "0.9"], "MasFL assumes plain SGD local steps (x <- x - lr g)"),
-        (["--trainer.privacy", "lightfed.privacy.DPSGD", "--trainer.privacy.noise_multiplier", "1"],
-         "trainer.privacy is not supported with `asynchronous:` yet"),
+        (
+            ["--trainer.privacy", "lightfed.privacy.DPSGD", "--trainer.privacy.noise_multiplier", "1"],
+            "trainer.privacy is not supported with `asynchronous:` yet",
+        ),
     ],
 )
 def test_bad_asynchronous_settings_get_one_line(tmp_path, capsys, overrides, message):
@@ -206,9 +260,27 @@ def test_two_processes_give_the_weights_and_client_states_of_one(tmp_path):
     both processes hold the same global weights after every aggregation (check_replicas)."""
     _fit(tmp_path / "one", "--trainer.name", "run")
     subprocess.run(
-        [sys.executable, "-m", "lightfed", "fit", *MASFL, *SMALL, "--trainer.name", "run",
-         "--trainer.devices", "2", "--trainer.check_replicas", "true", "--trainer.root_dir", str(tmp_path / "two")],
-        check=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "lightfed",
+            "fit",
+            *MASFL,
+            *SMALL,
+            "--trainer.name",
+            "run",
+            "--trainer.devices",
+            "2",
+            "--trainer.check_replicas",
+            "true",
+            "--trainer.root_dir",
+            str(tmp_path / "two"),
+        ],
+        check=True,
+        cwd=tmp_path,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        timeout=300,
     )
     paths = [tmp_path / n / "run" / "version_0" / "checkpoints" / "last.ckpt" for n in ("one", "two")]
     one, two = ({**torch.load(path, weights_only=False), "client_states": saved_client_states(path)} for path in paths)

@@ -46,8 +46,11 @@ def test_the_malicious_set_has_the_configured_size_and_depends_only_on_the_seed(
 
 @pytest.mark.parametrize(
     ("attack", "expected"),
-    [(SignFlipping(0.3), lambda d: -d), (SignFlipping(0.3, scale=4.0), lambda d: -4 * d),
-     (Scaling(0.3, factor=10.0), lambda d: 10 * d)],
+    [
+        (SignFlipping(0.3), lambda d: -d),
+        (SignFlipping(0.3, scale=4.0), lambda d: -4 * d),
+        (Scaling(0.3, factor=10.0), lambda d: 10 * d),
+    ],
 )
 def test_sign_flipping_negates_and_scaling_scales_only_malicious_updates(attack, expected):
     attack, bad, good = _attacked(attack)
@@ -71,7 +74,7 @@ def test_gaussian_updates_replace_the_update_with_noise_drawn_from_the_clients_s
 def test_label_flipping_maps_y_to_c_minus_1_minus_y_for_malicious_clients_only():
     attack, bad, good = _attacked(LabelFlipping(0.3, num_classes=10))
     batch = (torch.zeros(4, 1, 8, 8), torch.tensor([0, 3, 9, 5]))
-    (x, y), = attack.batches(iter([batch]), ClientPlan(bad, 0, seed=0))
+    ((x, y),) = attack.batches(iter([batch]), ClientPlan(bad, 0, seed=0))
     assert torch.equal(y, torch.tensor([9, 6, 0, 4])) and x is batch[0]
     assert next(attack.batches(iter([batch]), ClientPlan(good, 0, seed=0))) is batch
     with pytest.raises(ConfigError, match="trainer.attack LabelFlipping needs \\(inputs, labels\\) batches"):
@@ -107,7 +110,7 @@ def test_min_max_stays_within_the_largest_benign_distance_and_goes_as_far_as_tha
 def test_the_backdoor_triggers_only_malicious_batches_and_relabels_them():
     attack, bad, good = _attacked(Backdoor(0.3, target=7, size=2, poison_fraction=0.5))
     x, y = torch.rand(6, 1, 8, 8) * 0.5, torch.tensor([0, 1, 2, 3, 4, 5])
-    (px, py), = attack.batches(iter([(x, y)]), ClientPlan(bad, 0, seed=0))
+    ((px, py),) = attack.batches(iter([(x, y)]), ClientPlan(bad, 0, seed=0))
     assert bool((px[:3, :, -2:, -2:] == 1.0).all()) and torch.equal(py[:3], torch.tensor([7, 7, 7]))
     assert torch.equal(px[3:], x[3:]) and torch.equal(py[3:], y[3:]) and torch.equal(px[:3, :, :6], x[:3, :, :6])
     assert not bool((x[..., -2:, -2:] == 1.0).any())  # the caller's batch is left as it was
@@ -205,10 +208,25 @@ def test_a_colluding_attack_gives_the_same_model_on_one_and_two_processes(tmp_pa
     def params(devices: int) -> torch.Tensor:
         root = tmp_path / f"devices{devices}"
         fit_in_subprocess(
-            ROOT / "configs" / "quickstart.yaml", root, devices, "--strategy", "lightfed.strategies.Krum",
-            "--strategy.num_byzantine", "2", "--trainer.attack", "lightfed.attacks.MinMax",
-            "--trainer.attack.fraction", "0.3", "--trainer.rounds", "2", "--trainer.local_epochs", "1",
-            "--trainer.client_eval_interval", "0", "--trainer.check_replicas", "true",
+            ROOT / "configs" / "quickstart.yaml",
+            root,
+            devices,
+            "--strategy",
+            "lightfed.strategies.Krum",
+            "--strategy.num_byzantine",
+            "2",
+            "--trainer.attack",
+            "lightfed.attacks.MinMax",
+            "--trainer.attack.fraction",
+            "0.3",
+            "--trainer.rounds",
+            "2",
+            "--trainer.local_epochs",
+            "1",
+            "--trainer.client_eval_interval",
+            "0",
+            "--trainer.check_replicas",
+            "true",
         )
         return torch.load(root / "quickstart" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)["params"]
 
@@ -225,8 +243,14 @@ def test_evaluation_fine_tunes_a_malicious_client_as_a_benign_one(tmp_path):
     flips its labels equal those of a benign run (evaluation measures, it does not attack)."""
 
     def finetuned(attack) -> dict[str, float]:
-        trainer = small_trainer(tmp_path / str(attack is None), rounds=1, clients_per_round=3, attack=attack,
-                                client_eval_interval=1, client_eval_finetune_steps=2)
+        trainer = small_trainer(
+            tmp_path / str(attack is None),
+            rounds=1,
+            clients_per_round=3,
+            attack=attack,
+            client_eval_interval=1,
+            client_eval_finetune_steps=2,
+        )
         metrics = trainer.fit(linear_net(), pathological_data(6, client_val_fraction=0.3), _KeepsTheModel())
         return {key: value for key, value in metrics.items() if key.startswith("clients/finetuned/")}
 

@@ -50,7 +50,11 @@ class Recorder(Callback):
 
 def _lines(run_dir: Path) -> list[dict]:
     """The round lines (not the final record a finished run ends with)."""
-    return [json.loads(line) for line in (run_dir / METRICS_FILE).read_text().splitlines() if not line.startswith('{"final"')]
+    return [
+        json.loads(line)
+        for line in (run_dir / METRICS_FILE).read_text().splitlines()
+        if not line.startswith('{"final"')
+    ]
 
 
 def test_hooks_are_called_in_order_with_the_round_state(tmp_path):
@@ -84,8 +88,14 @@ def test_metrics_file_holds_each_round_and_a_resumed_round_is_appended(tmp_path)
     with open(trainer.log_dir / METRICS_FILE, "a") as file:
         file.write('{"round": 3, "val_ac')  # a write cut short by a kill during round 3
     small_trainer(tmp_path, rounds=3, logger=False).fit(small_model(), small_data(), FedAvg(), ckpt_path="last")
-    lines = [line for line in (trainer.log_dir / METRICS_FILE).read_text().splitlines() if not line.startswith('{"final"')]
-    assert lines[2] == '{"round": 3, "val_ac' and [json.loads(line)["round"] for line in lines[:2] + lines[3:]] == [1, 2, 3]
+    lines = [
+        line for line in (trainer.log_dir / METRICS_FILE).read_text().splitlines() if not line.startswith('{"final"')
+    ]
+    assert lines[2] == '{"round": 3, "val_ac' and [json.loads(line)["round"] for line in lines[:2] + lines[3:]] == [
+        1,
+        2,
+        3,
+    ]
 
     from lightfed.experiments.run_logs import read_log
 
@@ -103,9 +113,23 @@ def test_early_stopping_from_a_config_stops_every_process_and_keeps_the_checkpoi
         "    - class_path: lightfed.callbacks.EarlyStopping\n"
         "      init_args: {monitor: val_acc, patience: 1, mode: min}\n"
     )
-    metrics = run(["fit", "--config", QUICKSTART, "--config", str(config), "--trainer.rounds", "5",
-                   "--trainer.client_eval_interval", "0", "--trainer.root_dir", str(tmp_path / "runs"),
-                   "--trainer.progress_bar", "false"])
+    metrics = run(
+        [
+            "fit",
+            "--config",
+            QUICKSTART,
+            "--config",
+            str(config),
+            "--trainer.rounds",
+            "5",
+            "--trainer.client_eval_interval",
+            "0",
+            "--trainer.root_dir",
+            str(tmp_path / "runs"),
+            "--trainer.progress_bar",
+            "false",
+        ]
+    )
     run_dir = tmp_path / "runs" / "quickstart" / "version_0"
     lines = _lines(run_dir)
     assert [line["round"] for line in lines] == [1, 2] and lines[1]["val_acc"] > lines[0]["val_acc"]
@@ -123,10 +147,28 @@ def test_early_stopping_settings_are_checked():
 def test_a_logger_from_the_command_line_and_the_hparams_of_tensorboard(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    common = ["fit", "--config", QUICKSTART, "--trainer.rounds", "1", "--trainer.progress_bar", "false",
-              "--trainer.client_eval_interval", "0"]
-    run([*common, "--trainer.root_dir", str(tmp_path / "csv"), "--trainer.logger", "lightning.fabric.loggers.CSVLogger",
-         "--trainer.logger.root_dir", str(tmp_path / "csv_logs")])
+    common = [
+        "fit",
+        "--config",
+        QUICKSTART,
+        "--trainer.rounds",
+        "1",
+        "--trainer.progress_bar",
+        "false",
+        "--trainer.client_eval_interval",
+        "0",
+    ]
+    run(
+        [
+            *common,
+            "--trainer.root_dir",
+            str(tmp_path / "csv"),
+            "--trainer.logger",
+            "lightning.fabric.loggers.CSVLogger",
+            "--trainer.logger.root_dir",
+            str(tmp_path / "csv_logs"),
+        ]
+    )
     csv = next((tmp_path / "csv").rglob("metrics.csv")).read_text()  # a CSV logger without a version: the run folder
     assert "val_acc" in csv.splitlines()[0]
 
@@ -146,10 +188,30 @@ def test_sigterm_mid_round_on_two_processes_checkpoints_that_round_and_exits_cle
 
     def fit(root: Path, *extra: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "lightfed", "fit", "--config", QUICKSTART, "--trainer.rounds", "4",
-             "--trainer.client_eval_interval", "0", "--trainer.devices", "2", "--trainer.root_dir", str(root),
-             "--trainer.progress_bar", "false", *extra],
-            cwd=ROOT, capture_output=True, text=True, timeout=600, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "lightfed",
+                "fit",
+                "--config",
+                QUICKSTART,
+                "--trainer.rounds",
+                "4",
+                "--trainer.client_eval_interval",
+                "0",
+                "--trainer.devices",
+                "2",
+                "--trainer.root_dir",
+                str(root),
+                "--trainer.progress_bar",
+                "false",
+                *extra,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            start_new_session=True,
             env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
         )
 

@@ -19,17 +19,35 @@ QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
 def fit(root: Path, devices: int, *extra: str) -> subprocess.CompletedProcess:
     """``lightfed fit`` of the quickstart (4 rounds); it ends without a traceback and leaves no process behind."""
     done = run_in_session(
-        [sys.executable, "-m", "lightfed", "fit", "--config", QUICKSTART, "--trainer.rounds", "4",
-         "--trainer.client_eval_interval", "0", "--trainer.devices", str(devices), "--trainer.root_dir", str(root),
-         "--trainer.progress_bar", "false", *extra]
+        [
+            sys.executable,
+            "-m",
+            "lightfed",
+            "fit",
+            "--config",
+            QUICKSTART,
+            "--trainer.rounds",
+            "4",
+            "--trainer.client_eval_interval",
+            "0",
+            "--trainer.devices",
+            str(devices),
+            "--trainer.root_dir",
+            str(root),
+            "--trainer.progress_bar",
+            "false",
+            *extra,
+        ]
     )
     assert "Traceback" not in done.stderr, done.stderr
     return done
 
 
 def signals_at_round_two(*signals: str, group: bool = False) -> str:
-    spec = {"class_path": "tests.process_faults.SignalAtRound",
-            "init_args": {"signals": list(signals), "round": 2, "group": group}}
+    spec = {
+        "class_path": "tests.process_faults.SignalAtRound",
+        "init_args": {"signals": list(signals), "round": 2, "group": group},
+    }
     return f"--trainer.callbacks+={json.dumps(spec)}"
 
 
@@ -84,15 +102,31 @@ def test_a_warned_slurm_job_says_whether_its_requeue_succeeded(tmp_path, monkeyp
     """SIGUSR1 in round 2 of a SLURM job: the run stops after round 2 with its checkpoint; the job is said to be
     requeued only when scontrol accepted; otherwise one line gives scontrol's reason and how to resume."""
     refusal = "scontrol: error: Requeue of JobId=4242 not allowed: the job has --no-requeue"
-    bin = {"accepts": lambda: fake_scontrol(tmp_path / "bin", 0, ""),
-           "refuses": lambda: fake_scontrol(tmp_path / "bin", 1, refusal),
-           "missing": lambda: tmp_path}[scontrol]()
+    bin = {
+        "accepts": lambda: fake_scontrol(tmp_path / "bin", 0, ""),
+        "refuses": lambda: fake_scontrol(tmp_path / "bin", 1, refusal),
+        "missing": lambda: tmp_path,
+    }[scontrol]()
     monkeypatch.setenv("PATH", str(bin))
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     monkeypatch.delenv("SLURM_ARRAY_JOB_ID", raising=False)
     root = tmp_path / "runs"
-    run(["fit", "--config", QUICKSTART, "--trainer.rounds", "4", "--trainer.client_eval_interval", "0",
-         "--trainer.root_dir", str(root), "--trainer.progress_bar", "false", signals_at_round_two("SIGUSR1")])
+    run(
+        [
+            "fit",
+            "--config",
+            QUICKSTART,
+            "--trainer.rounds",
+            "4",
+            "--trainer.client_eval_interval",
+            "0",
+            "--trainer.root_dir",
+            str(root),
+            "--trainer.progress_bar",
+            "false",
+            signals_at_round_two("SIGUSR1"),
+        ]
+    )
     out, err = capsys.readouterr()
     assert checkpointed_round(root) == 2
     assert "stopped on request after round 2;" in out and "requeueing SLURM job 4242" in out

@@ -30,7 +30,9 @@ def _fedper(root: Path, rounds: int, store: str, **options) -> tuple[torch.Tenso
     model = linear_net()
     trainer = small_trainer(root, rounds=rounds, logger=False, client_states=store, client_states_folder=str(root))
     trainer.fit(model, pathological_data(8), FedPer(FedAvg(), personal=["net.1.bias"]), **options)
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]), trainer.log_dir / "checkpoints" / "last.ckpt"
+    return torch.cat(
+        [p.detach().reshape(-1) for p in model.parameters()]
+    ), trainer.log_dir / "checkpoints" / "last.ckpt"
 
 
 def test_personal_weights_on_disk_give_the_in_memory_run_and_resume_to_it(tmp_path):
@@ -50,8 +52,21 @@ def test_personal_weights_on_disk_give_the_in_memory_run_and_resume_to_it(tmp_pa
 
 def test_an_asynchronous_strategys_state_on_disk_gives_the_in_memory_run(tmp_path):
     def fit(store: str) -> Path:
-        run(["fit", *MASFL, *SMALL, "--trainer.root_dir", str(tmp_path / store), "--trainer.name", "run",
-             "--trainer.client_states", store, "--trainer.client_states_folder", str(tmp_path / store)])
+        run(
+            [
+                "fit",
+                *MASFL,
+                *SMALL,
+                "--trainer.root_dir",
+                str(tmp_path / store),
+                "--trainer.name",
+                "run",
+                "--trainer.client_states",
+                store,
+                "--trainer.client_states_folder",
+                str(tmp_path / store),
+            ]
+        )
         return tmp_path / store / "run" / "version_0" / "checkpoints" / "last.ckpt"
 
     memory, disk = fit("memory"), fit("disk")
@@ -63,15 +78,24 @@ def test_an_asynchronous_strategys_state_on_disk_gives_the_in_memory_run(tmp_pat
 
 
 def test_the_sharded_path_refuses_the_disk_store_and_a_bad_store_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match='FedECADO keeps its per-client state sharded .* set trainer.client_states "memory"'):
+    with pytest.raises(
+        ConfigError, match='FedECADO keeps its per-client state sharded .* set trainer.client_states "memory"'
+    ):
         small_trainer(tmp_path, client_states="disk").fit(linear_net(), pathological_data(8), FedECADO())
     with pytest.raises(ConfigError, match='trainer.client_states must be "memory" or "disk", got \'ssd\''):
         small_trainer(tmp_path, client_states="ssd")
 
 
 def _scaffold(root: Path, rounds: int, **options) -> torch.Tensor:
-    trainer = small_trainer(root, rounds=rounds, logger=False, client_states="disk", client_states_folder=str(root),
-                            clients_in_parallel=1, name="run")
+    trainer = small_trainer(
+        root,
+        rounds=rounds,
+        logger=False,
+        client_states="disk",
+        client_states_folder=str(root),
+        clients_in_parallel=1,
+        name="run",
+    )
     trainer.fit(small_model(momentum=0.0), small_data(), Scaffold(), **options)
     return torch.load(trainer.checkpoint_path, weights_only=True)["params"]
 
@@ -80,7 +104,9 @@ def test_a_damaged_segment_is_never_used_again_and_the_run_resumes_to_its_uninte
     expected = _scaffold(tmp_path / "whole", 8)
     _scaffold(tmp_path / "cut", 4)
     states = tmp_path / "cut" / "run" / "version_0" / "checkpoints" / FOLDER
-    new_in_round_4 = [path for path in (states / "round_4").glob("*.bin") if not (states / "round_3" / path.name).exists()]
+    new_in_round_4 = [
+        path for path in (states / "round_4").glob("*.bin") if not (states / "round_3" / path.name).exists()
+    ]
     damaged = bytearray(new_in_round_4[0].read_bytes())
     damaged[3::4] = bytes(byte ^ 0x40 for byte in damaged[3::4])  # every float32's exponent: the same size
     new_in_round_4[0].write_bytes(damaged)

@@ -169,8 +169,13 @@ def test_a_state_larger_than_the_memory_limit_works(tmp_path):
         print("ok")
         """
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert result.stdout.strip() == "ok", result.stderr[-2000:]
 
 
@@ -227,8 +232,11 @@ def _disk_full_after(monkeypatch, room: int) -> None:
 def test_a_full_disk_while_a_client_state_is_written_is_one_line_and_leaves_nothing_behind(tmp_path, monkeypatch):
     store = _store(tmp_path, range(3))
     _disk_full_after(monkeypatch, 8)  # half of the next client's 16 bytes
-    with pytest.raises(CheckpointWriteError, match=r"^cannot write client state file \S+segment_0.bin: No space left "
-                       "on device; free space and resume with --ckpt_path last$"):
+    with pytest.raises(
+        CheckpointWriteError,
+        match=r"^cannot write client state file \S+segment_0.bin: No space left "
+        "on device; free space and resume with --ckpt_path last$",
+    ):
         store.set(3, "c", torch.zeros(4))
     assert store.folder.joinpath("segment_0.bin").stat().st_size == 3 * 16  # cut back to the clients it holds
     monkeypatch.undo()
@@ -246,8 +254,11 @@ def test_a_full_disk_while_a_checkpoint_copies_a_segment_is_one_line_and_leaves_
     store = _store(tmp_path, range(3))
     monkeypatch.setattr(disk.os, "link", cross_device)  # the work folder on another file system: a copy
     _disk_full_after(monkeypatch, 8)
-    with pytest.raises(CheckpointWriteError, match=r"^cannot write client state file \S+\.bin: No space left on "
-                       "device; free space and resume with --ckpt_path last$"):
+    with pytest.raises(
+        CheckpointWriteError,
+        match=r"^cannot write client state file \S+\.bin: No space left on "
+        "device; free space and resume with --ckpt_path last$",
+    ):
         _checkpoint(tmp_path / "states", "round_1", [store])
     assert not [path for path in (tmp_path / "states").rglob("*") if path.name.startswith(".")]
 

@@ -56,11 +56,32 @@ def test_a_metric_logged_in_training_step_is_reduced_when_a_process_trains_no_cl
     def last_train_acc(devices: int) -> float:
         out = tmp_path / f"devices{devices}"
         subprocess.run(
-            [sys.executable, "-m", "lightfed", "fit", "--config", str(root / "configs" / "quickstart.yaml"),
-             "--model", "tests.run.metric_model.SmallCNNWithTrainAccuracy", "--trainer.clients_per_round", "1",
-             "--trainer.rounds", "3", "--trainer.client_eval_interval", "0", "--trainer.devices", str(devices),
-             "--trainer.root_dir", str(out), "--trainer.progress_bar", "false"],
-            check=True, cwd=root, capture_output=True, timeout=600,
+            [
+                sys.executable,
+                "-m",
+                "lightfed",
+                "fit",
+                "--config",
+                str(root / "configs" / "quickstart.yaml"),
+                "--model",
+                "tests.run.metric_model.SmallCNNWithTrainAccuracy",
+                "--trainer.clients_per_round",
+                "1",
+                "--trainer.rounds",
+                "3",
+                "--trainer.client_eval_interval",
+                "0",
+                "--trainer.devices",
+                str(devices),
+                "--trainer.root_dir",
+                str(out),
+                "--trainer.progress_bar",
+                "false",
+            ],
+            check=True,
+            cwd=root,
+            capture_output=True,
+            timeout=600,
             env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)},
         )
         lines = (out / "quickstart" / "version_0" / "metrics.jsonl").read_text().splitlines()

@@ -17,7 +17,7 @@ def test_block_size_by_hand():
 def test_shards_are_whole_blocks_within_a_block_of_an_even_split(size, world):
     block, shards = block_size(size), CoordinateShards(size, world)
     assert shards.bounds[0][0] == 0 and shards.bounds[-1][1] == size
-    assert all(stop == start for (_, stop), (start, _) in zip(shards.bounds, shards.bounds[1:]))
+    assert all(stop == start for (_, stop), (start, _) in zip(shards.bounds, shards.bounds[1:], strict=False))
     assert all(start % block == 0 for start, _ in shards.bounds)
     assert max(shards.lengths) - size / world < block
 
@@ -26,12 +26,12 @@ def _split_sums(rows: torch.Tensor, cuts: list[int], squares: bool) -> list[torc
     """Every shard's result of ``CoordinateSums`` when ``rows``' coordinates are split at ``cuts``; the all-reduce
     stands in for processes: a first pass records each shard's zero-padded block sums, a second returns their sum."""
     size, recorded = rows.shape[-1], []
-    bounds = list(zip([0, *cuts], [*cuts, size]))
+    bounds = list(zip([0, *cuts], [*cuts, size], strict=False))
 
     def run(all_reduce) -> list[torch.Tensor]:
         sums = [CoordinateSums(size, slice(start, stop), all_reduce) for start, stop in bounds]
         reduce = [s.squares if squares else s.sums for s in sums]
-        return [f(rows[..., start:stop]) for f, (start, stop) in zip(reduce, bounds)]
+        return [f(rows[..., start:stop]) for f, (start, stop) in zip(reduce, bounds, strict=False)]
 
     run(lambda padded, op: recorded.append(padded.clone()) or padded)
     total = torch.stack(recorded).sum(0)
@@ -67,7 +67,7 @@ def test_the_rows_sum_of_any_split_of_the_columns_is_the_columns_of_the_whole(ro
     assert ((whole.double() - matrix.double().sum(0)).abs() <= bound).all()
     for cuts in _splits(29_066, seed=rows):
         bounds = [0, *cuts, 29_066]
-        pieces = [sum_rows(matrix[:, start:stop].contiguous()) for start, stop in zip(bounds, bounds[1:])]
+        pieces = [sum_rows(matrix[:, start:stop].contiguous()) for start, stop in zip(bounds, bounds[1:], strict=False)]
         assert torch.equal(torch.cat(pieces), whole), cuts
     out = torch.empty(29_066)
     assert sum_rows(matrix, out=out) is out and torch.equal(out, whole)
@@ -79,7 +79,9 @@ def test_several_tensors_at_once_and_empty_shards():
     shards = CoordinateShards(10, 16)  # 10 shards of one coordinate, 6 empty
     recorded = []
     for start, stop in shards.bounds:
-        CoordinateSums(10, slice(start, stop), lambda p, op: recorded.append(p) or p).squares(x[start:stop], y[:, start:stop])
+        CoordinateSums(10, slice(start, stop), lambda p, op: recorded.append(p) or p).squares(
+            x[start:stop], y[:, start:stop]
+        )
     total = torch.stack(recorded).sum(0).sum(1)
     torch.testing.assert_close(total, torch.stack([x.double().square().sum(), y.double().square().sum()]))
 

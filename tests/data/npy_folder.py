@@ -27,8 +27,10 @@ def write_digits(root: Path, num_train: int, num_test: int) -> tuple[Path, Path]
     """The first examples of Digits' seed-0 train and test splits, as the files of two NpyFolders."""
     splits = Digits().load(seed=0)
     folders = []
-    for name, x, y in (("train", splits.train_x[:num_train], splits.train_y[:num_train]),
-                       ("test", splits.test_x[:num_test], splits.test_y[:num_test])):
+    for name, x, y in (
+        ("train", splits.train_x[:num_train], splits.train_y[:num_train]),
+        ("test", splits.test_x[:num_test], splits.test_y[:num_test]),
+    ):
         folder = root / name
         folder.mkdir(parents=True)
         for index, image in enumerate(x.numpy()):

@@ -41,7 +41,9 @@ def test_vectorized_draws_split_every_group_as_the_per_client_draws_do():
         share = np.bincount(strata[group], minlength=3) * len(h) / max(len(group), 1)
         assert np.all(np.abs(np.bincount(strata[h], minlength=3) - share) < 1)
     per_client_kept, per_client_held = split_each(groups, 0.3, np.random.default_rng(0), strata)
-    assert per_client_held.sizes.tolist() == held.sizes.tolist() and kept.sizes.tolist() == per_client_kept.sizes.tolist()
+    assert (
+        per_client_held.sizes.tolist() == held.sizes.tolist() and kept.sizes.tolist() == per_client_kept.sizes.tolist()
+    )
     nothing_kept, nothing_held = _vectorized(groups, 0.0, strata)
     assert nothing_held.sizes.sum() == 0 and np.array_equal(nothing_kept.flat, np.concatenate(groups))
 
@@ -55,7 +57,9 @@ def test_vectorized_draws_pick_every_member_of_a_stratum_equally_often():
     assert np.all(picks[:, 0] < 3) and np.all(picks[:, 1] >= 3)
     frequency = np.bincount(picks.reshape(-1), minlength=5) / copies
     assert np.allclose(frequency, [1 / 3, 1 / 3, 1 / 3, 1 / 2, 1 / 2], atol=0.04)
-    assert not np.array_equal(_vectorized([np.arange(5)] * 10, 0.4, seed=1)[1].flat, _vectorized([np.arange(5)] * 10, 0.4)[1].flat)
+    assert not np.array_equal(
+        _vectorized([np.arange(5)] * 10, 0.4, seed=1)[1].flat, _vectorized([np.arange(5)] * 10, 0.4)[1].flat
+    )
 
 
 def test_a_data_module_with_vectorized_holdout_draws_holds_out_each_clients_share():

@@ -113,8 +113,14 @@ def test_synthetic_iid_clients_share_one_label_distribution() -> None:
 
 @pytest.mark.parametrize(
     "kwargs, word",
-    [({"alpha": -1.0}, "alpha"), ({"beta": -0.5}, "beta"), ({"num_clients": 0}, "num_clients"),
-     ({"test_fraction": 1.0}, "test_fraction"), ({"num_classes": 1}, "num_classes"), ({"dim": 0}, "dim")],
+    [
+        ({"alpha": -1.0}, "alpha"),
+        ({"beta": -0.5}, "beta"),
+        ({"num_clients": 0}, "num_clients"),
+        ({"test_fraction": 1.0}, "test_fraction"),
+        ({"num_classes": 1}, "num_classes"),
+        ({"dim": 0}, "dim"),
+    ],
 )
 def test_synthetic_rejects_bad_settings(kwargs: dict, word: str) -> None:
     with pytest.raises(ConfigError, match=word):
@@ -226,9 +232,7 @@ def test_mnist_reads_fake_idx_files(tmp_path: Path, source_class: type, mean: tu
         (FashionMNIST, "FashionMNIST/raw", "t10k-labels-idx1-ubyte"),
     ],
 )
-def test_missing_files_raise_dataset_not_found(
-    tmp_path: Path, source_class: type, folder: str, files: str
-) -> None:
+def test_missing_files_raise_dataset_not_found(tmp_path: Path, source_class: type, folder: str, files: str) -> None:
     with pytest.raises(DatasetNotFoundError) as caught:
         source_class(root=str(tmp_path / "nowhere")).load(seed=0)
     message = str(caught.value)

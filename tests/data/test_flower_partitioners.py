@@ -61,8 +61,10 @@ def test_pathological_gives_flowers_partition_for_the_same_seed(partitioner, ass
     assert [part.tolist() for part in ours] == theirs
 
 
-@pytest.mark.parametrize("growth, flower", [("linear", "LinearPartitioner"), ("square", "SquarePartitioner"),
-                                            ("exponential", "ExponentialPartitioner")])
+@pytest.mark.parametrize(
+    "growth, flower",
+    [("linear", "LinearPartitioner"), ("square", "SquarePartitioner"), ("exponential", "ExponentialPartitioner")],
+)
 def test_size_skew_without_shuffle_gives_flowers_linear_square_and_exponential_partitions(partitioner, growth, flower):
     ours = SizeSkewPartitioner(6, growth, shuffle=False).partition(LABELS, seed=0)
     assert [part.tolist() for part in ours] == flower_parts(getattr(partitioner, flower)(6), label=LABELS)
@@ -74,12 +76,17 @@ def test_natural_ids_give_flowers_partition_in_flowers_order(partitioner):
     assert [part.tolist() for part in ours] == flower_parts(partitioner.NaturalIdPartitioner("writer"), writer=ids)
 
 
-@pytest.mark.parametrize("name, options", [
-    ("DirichletPartitioner", {"num_partitions": 8, "partition_by": "label", "alpha": 0.3, "min_partition_size": 5}),
-    ("ShardPartitioner", {"num_partitions": 8, "partition_by": "label", "num_shards_per_partition": 2}),
-    ("flwr_datasets.partitioner.InnerDirichletPartitioner", {"partition_sizes": [100] * 6, "partition_by": "label",
-                                                             "alpha": 0.5}),
-])
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("DirichletPartitioner", {"num_partitions": 8, "partition_by": "label", "alpha": 0.3, "min_partition_size": 5}),
+        ("ShardPartitioner", {"num_partitions": 8, "partition_by": "label", "num_shards_per_partition": 2}),
+        (
+            "flwr_datasets.partitioner.InnerDirichletPartitioner",
+            {"partition_sizes": [100] * 6, "partition_by": "label", "alpha": 0.5},
+        ),
+    ],
+)
 def test_flower_partitioner_gives_flowers_partition_with_the_runs_seed(partitioner, name, options):
     ours = [part.tolist() for part in FlowerPartitioner(name, options).partition(LABELS, seed=5)]
     flower_class = getattr(partitioner, name.rpartition(".")[2])
@@ -90,12 +97,15 @@ def test_flower_partitioner_gives_flowers_partition_with_the_runs_seed(partition
 def test_flower_partitioner_splits_a_federation_by_natural_id_and_refuses_what_flower_refuses(partitioner):
     data = FederatedDataModule(Digits(), FlowerPartitioner("IidPartitioner", {"num_partitions": 5}), val_fraction=0.1)
     data.setup(seed=0, device=torch.device("cpu"))
-    assert data.num_clients == 5 and sum(data.client_size(k) for k in range(5)) == 1293  # 1437 less round(143.7) validation
+    assert (
+        data.num_clients == 5 and sum(data.client_size(k) for k in range(5)) == 1293
+    )  # 1437 less round(143.7) validation
     ids = np.repeat(np.arange(4), 5)
     parts = FlowerPartitioner("NaturalIdPartitioner", {"partition_by": "client_id"}).partition(None, 0, ids)
     assert [part.tolist() for part in parts] == [list(range(5 * k, 5 * k + 5)) for k in range(4)]
     with pytest.raises(ConfigError, match="partitions by label but the dataset gives none"):
-        FlowerPartitioner("DirichletPartitioner", {"num_partitions": 2, "partition_by": "label", "alpha": 1.0}).partition(
-            None, 0, ids)
+        FlowerPartitioner(
+            "DirichletPartitioner", {"num_partitions": 2, "partition_by": "label", "alpha": 1.0}
+        ).partition(None, 0, ids)
     with pytest.raises(ConfigError, match="flwr_datasets.partitioner has no Missing"):
         FlowerPartitioner("Missing").partition(LABELS, 0)

@@ -29,8 +29,13 @@ def femnist_like(num: int = 240, size: int = 8) -> "datasets.Dataset":
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 4, num)
     images = [PIL.fromarray((rng.random((size, size)) * 60 + 60 * label).astype(np.uint8)) for label in labels]
-    features = datasets.Features({"image": datasets.Image(), "writer_id": datasets.Value("string"),
-                                  "character": datasets.ClassLabel(names=list("abcd"))})
+    features = datasets.Features(
+        {
+            "image": datasets.Image(),
+            "writer_id": datasets.Value("string"),
+            "character": datasets.ClassLabel(names=list("abcd")),
+        }
+    )
     writers = [WRITERS[i % 4] for i in range(num)]
     return datasets.Dataset.from_dict({"image": images, "writer_id": writers, "character": labels.tolist()}, features)
 
@@ -43,8 +48,14 @@ def saved_femnist(tmp_path_factory) -> Path:
 
 
 def test_a_saved_dataset_splits_by_writer_and_holds_out_each_writers_test_share(saved_femnist):
-    source = HuggingFace(str(saved_femnist), inputs="image", label="character", client_id="writer_id",
-                         test_split=None, test_fraction=0.25)
+    source = HuggingFace(
+        str(saved_femnist),
+        inputs="image",
+        label="character",
+        client_id="writer_id",
+        test_split=None,
+        test_fraction=0.25,
+    )
     data = FederatedDataModule(source, NaturalIdPartitioner(), batch_size=8, val_fraction=0.0)
     data.setup(seed=0, device=CPU)
     splits = source.load(0)
@@ -58,10 +69,27 @@ def test_a_saved_dataset_splits_by_writer_and_holds_out_each_writers_test_share(
 
 
 def test_the_femnist_config_trains_from_a_local_saved_dataset(saved_femnist, tmp_path):
-    metrics = run(["fit", "--config", str(ROOT / "configs" / "hf" / "femnist.yaml"),
-                   "--data.dataset.init_args.path", str(saved_femnist), "--model.init_args.num_classes", "4",
-                   "--trainer.rounds", "2", "--trainer.clients_per_round", "4", "--trainer.accelerator", "cpu",
-                   "--trainer.root_dir", str(tmp_path), "--trainer.progress_bar", "false"])
+    metrics = run(
+        [
+            "fit",
+            "--config",
+            str(ROOT / "configs" / "hf" / "femnist.yaml"),
+            "--data.dataset.init_args.path",
+            str(saved_femnist),
+            "--model.init_args.num_classes",
+            "4",
+            "--trainer.rounds",
+            "2",
+            "--trainer.clients_per_round",
+            "4",
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.root_dir",
+            str(tmp_path),
+            "--trainer.progress_bar",
+            "false",
+        ]
+    )
     assert metrics["round/clients"] == 4 and np.isfinite(metrics["val_loss"])
 
 
@@ -70,17 +98,45 @@ def test_local_parquet_files_train_with_a_dirichlet_split(tmp_path):
     whole = femnist_like(300).rename_columns({"image": "img", "character": "label"}).remove_columns("writer_id")
     whole.select(range(240)).to_parquet(str(tmp_path / "train.parquet"))
     whole.select(range(240, 300)).to_parquet(str(tmp_path / "test.parquet"))
-    metrics = run(["fit", "--config", str(ROOT / "configs" / "hf" / "cifar10.yaml"),
-                   "--data.dataset.init_args.path", "parquet",
-                   "--data.dataset.init_args.data_files",
-                   f"{{train: {tmp_path / 'train.parquet'}, test: {tmp_path / 'test.parquet'}}}",
-                   "--model", "lightfed.models.SmallCNN", "--model.num_classes", "4", "--data.augmentation", "null",
-                   "--data.partitioner.init_args.num_clients", "4", "--data.partitioner.init_args.min_size", "5",
-                   "--trainer.rounds", "2", "--trainer.clients_per_round", "4", "--trainer.local_epochs", "1",
-                   "--trainer.accelerator", "cpu", "--trainer.root_dir", str(tmp_path), "--trainer.progress_bar", "false"])
+    metrics = run(
+        [
+            "fit",
+            "--config",
+            str(ROOT / "configs" / "hf" / "cifar10.yaml"),
+            "--data.dataset.init_args.path",
+            "parquet",
+            "--data.dataset.init_args.data_files",
+            f"{{train: {tmp_path / 'train.parquet'}, test: {tmp_path / 'test.parquet'}}}",
+            "--model",
+            "lightfed.models.SmallCNN",
+            "--model.num_classes",
+            "4",
+            "--data.augmentation",
+            "null",
+            "--data.partitioner.init_args.num_clients",
+            "4",
+            "--data.partitioner.init_args.min_size",
+            "5",
+            "--trainer.rounds",
+            "2",
+            "--trainer.clients_per_round",
+            "4",
+            "--trainer.local_epochs",
+            "1",
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.root_dir",
+            str(tmp_path),
+            "--trainer.progress_bar",
+            "false",
+        ]
+    )
     assert metrics["round/clients"] == 4 and np.isfinite(metrics["val_loss"])
-    splits = HuggingFace("parquet", data_files={"train": str(tmp_path / "train.parquet"),
-                                                "test": str(tmp_path / "test.parquet")}, inputs="img").load(0)
+    splits = HuggingFace(
+        "parquet",
+        data_files={"train": str(tmp_path / "train.parquet"), "test": str(tmp_path / "test.parquet")},
+        inputs="img",
+    ).load(0)
     assert len(splits.train) == 240 and len(splits.test) == 60
     assert splits.train_labels.tolist() == whole["label"][:240]
 
@@ -89,17 +145,39 @@ def test_the_shakespeare_config_trains_on_next_characters(tmp_path):
     rng = np.random.default_rng(0)
     roles = ["HAMLET", "OPHELIA", "GHOST"]
     text = "".join(rng.choice(list("abc de"), 2000))
-    rows = {"character_id": [roles[i % 3] for i in range(90)], "x": [text[i : i + 80] for i in range(90)],
-            "y": [text[i + 80] for i in range(90)]}
+    rows = {
+        "character_id": [roles[i % 3] for i in range(90)],
+        "x": [text[i : i + 80] for i in range(90)],
+        "y": [text[i + 80] for i in range(90)],
+    }
     datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "shakespeare"))
     example = next_characters({"x": rows["x"][0], "y": rows["y"][0]})
     assert example["tokens"].shape == example["targets"].shape == (80,)
     assert LEAF_CHARACTERS[int(example["targets"][-1])] == rows["y"][0]
     assert torch.equal(example["tokens"][1:], example["targets"][:-1])
-    metrics = run(["fit", "--config", str(ROOT / "configs" / "hf" / "shakespeare.yaml"),
-                   "--data.dataset.init_args.path", str(tmp_path / "shakespeare"), "--model.init_args.hidden_size", "8",
-                   "--model.init_args.num_layers", "1", "--trainer.rounds", "1", "--trainer.clients_per_round", "3",
-                   "--trainer.accelerator", "cpu", "--trainer.root_dir", str(tmp_path), "--trainer.progress_bar", "false"])
+    metrics = run(
+        [
+            "fit",
+            "--config",
+            str(ROOT / "configs" / "hf" / "shakespeare.yaml"),
+            "--data.dataset.init_args.path",
+            str(tmp_path / "shakespeare"),
+            "--model.init_args.hidden_size",
+            "8",
+            "--model.init_args.num_layers",
+            "1",
+            "--trainer.rounds",
+            "1",
+            "--trainer.clients_per_round",
+            "3",
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.root_dir",
+            str(tmp_path),
+            "--trainer.progress_bar",
+            "false",
+        ]
+    )
     assert metrics["round/clients"] == 3 and np.isfinite(metrics["val_loss"])
 
 
@@ -128,7 +206,6 @@ def test_a_writer_is_the_same_client_in_train_and_test(tmp_path):
 def test_a_missing_column_is_one_line_that_lists_the_columns(saved_femnist):
     with pytest.raises(ConfigError, match=r"no column 'label' \(it has image, writer_id, character\)"):
         HuggingFace(str(saved_femnist)).load(0)
-
 
 
 def test_a_test_split_that_is_the_train_split_is_refused():
@@ -165,14 +242,23 @@ def test_string_labels_reach_the_model_as_codes_and_the_run_says_the_mapping(tmp
     assert json.loads((trainer.log_dir / "labels.json").read_text()) == {"0": "cat", "1": "dog", "2": "emu"}
 
 
-@pytest.mark.parametrize("train, test, message", [
-    ({"x": _features(8), "label": [0, 1, None, 1, 0, 1, 0, 1]}, None, r"label column 'label' has empty \(None\)"),
-    ({"x": _features(8), "label": [0, 1, -1, 1, 0, 1, 0, 1]}, None, "label column 'label' has negative labels"),
-    ({"x": [[1.0] * (1 + i % 2) for i in range(8)], "label": [0, 1] * 4}, None,
-     "column 'x' holds lists of 1 to 2 values: give it a transform"),
-    ({"x": _features(8), "label": [0, 1] * 4, "writer": list(range(8))},
-     {"x": _features(2), "label": [0, 1], "writer": ["a", "b"]}, "client_id column 'writer' is int64 in 'train' and string"),
-])
+@pytest.mark.parametrize(
+    "train, test, message",
+    [
+        ({"x": _features(8), "label": [0, 1, None, 1, 0, 1, 0, 1]}, None, r"label column 'label' has empty \(None\)"),
+        ({"x": _features(8), "label": [0, 1, -1, 1, 0, 1, 0, 1]}, None, "label column 'label' has negative labels"),
+        (
+            {"x": [[1.0] * (1 + i % 2) for i in range(8)], "label": [0, 1] * 4},
+            None,
+            "column 'x' holds lists of 1 to 2 values: give it a transform",
+        ),
+        (
+            {"x": _features(8), "label": [0, 1] * 4, "writer": list(range(8))},
+            {"x": _features(2), "label": [0, 1], "writer": ["a", "b"]},
+            "client_id column 'writer' is int64 in 'train' and string",
+        ),
+    ],
+)
 def test_bad_rows_are_refused_in_one_line_before_anything_is_written(tmp_path, train, test, message):
     source = HuggingFace(_saved(tmp_path, train, test), inputs="x", client_id="writer" if "writer" in train else None)
     data = FederatedDataModule(source, DirichletPartitioner(2, alpha=1.0), batch_size=4)
@@ -191,7 +277,9 @@ def test_an_empty_train_split_is_refused_in_one_line_before_anything_is_written(
     pq.write_table(pa.table({"x": [], "label": []}, schema=schema), tmp_path / "train.parquet")
     pq.write_table(pa.table({"x": _features(2), "label": [0, 1]}, schema=schema), tmp_path / "test.parquet")
     files = {"train": str(tmp_path / "train.parquet"), "test": str(tmp_path / "test.parquet")}
-    data = FederatedDataModule(HuggingFace("parquet", data_files=files, inputs="x"), DirichletPartitioner(2), batch_size=4)
+    data = FederatedDataModule(
+        HuggingFace("parquet", data_files=files, inputs="x"), DirichletPartitioner(2), batch_size=4
+    )
     with pytest.raises(ConfigError, match="datasets could not open 'parquet': .*BatchSize must be greater than 0"):
         small_trainer(tmp_path / "runs").fit(MLP(in_features=4, num_classes=2, hidden=(8,)), data, FedAvg())
     assert not (tmp_path / "runs").exists()

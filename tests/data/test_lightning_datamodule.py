@@ -158,13 +158,15 @@ class ValidationFrom(BlobsDataModule):
         self.made = made
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader({
-            "copy_of_test": lambda: TensorDataset(*(t.clone() for t in self.test.tensors)),
-            "subset_of_test": lambda: Subset(self.test, [5, 7, 9]),
-            "rows_of_test": lambda: TensorDataset(*(t[10:20].clone() for t in self.test.tensors)),
-            "subset_of_train": lambda: Subset(self.train, range(30)),
-            "own": lambda: self.val,
-        }[self.made]())
+        return DataLoader(
+            {
+                "copy_of_test": lambda: TensorDataset(*(t.clone() for t in self.test.tensors)),
+                "subset_of_test": lambda: Subset(self.test, [5, 7, 9]),
+                "rows_of_test": lambda: TensorDataset(*(t[10:20].clone() for t in self.test.tensors)),
+                "subset_of_train": lambda: Subset(self.train, range(30)),
+                "own": lambda: self.val,
+            }[self.made]()
+        )
 
 
 @pytest.mark.parametrize("made", ["copy_of_test", "subset_of_test", "rows_of_test"])
@@ -187,8 +189,11 @@ class BrokenSetup(BlobsDataModule):
 
 
 def test_an_error_in_the_users_own_setup_is_one_line_naming_the_module(tmp_path, capsys):
-    with pytest.raises(ConfigError, match=r"^BrokenSetup.setup\('fit'\) raised ValueError: no such file: "
-                       r"/data/blobs.npz \(check the path\)$") as raised:
+    with pytest.raises(
+        ConfigError,
+        match=r"^BrokenSetup.setup\('fit'\) raised ValueError: no such file: "
+        r"/data/blobs.npz \(check the path\)$",
+    ) as raised:
         DataModuleSource(BrokenSetup()).load(0)
     assert isinstance(raised.value.__cause__, ValueError)  # the user's traceback is kept as the cause
 
@@ -206,11 +211,14 @@ class Empty(BlobsDataModule):
         return DataLoader(self.train, shuffle=self.part == "train_shuffled")
 
 
-@pytest.mark.parametrize("part, message", [
-    ("train", "Empty has no training examples: check its settings"),
-    ("test", "Empty has no test examples: check its settings"),
-    ("train_shuffled", r"Empty.train_dataloader\(\) raised ValueError: num_samples should be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "part, message",
+    [
+        ("train", "Empty has no training examples: check its settings"),
+        ("test", "Empty has no test examples: check its settings"),
+        ("train_shuffled", r"Empty.train_dataloader\(\) raised ValueError: num_samples should be a positive integer"),
+    ],
+)
 def test_a_dataset_without_training_or_test_examples_is_refused_before_training(tmp_path, part, message):
     data = FederatedDataModule(DataModuleSource(Empty(part)), IIDPartitioner(2))
     with pytest.raises(ConfigError, match=f"^{message}"):

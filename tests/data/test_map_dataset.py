@@ -42,8 +42,15 @@ def file_data(folders, num_workers: int = 0, val_fraction: float = 0.0, **settin
     """The files' federation; no validation split unless asked, so that the clients hold all 96 examples."""
     train, test = folders
     dataset = MapDataset(NpyFolder(str(train)), NpyFolder(str(test)))
-    data = FederatedDataModule(dataset, IIDPartitioner(4), batch_size=8, eval_batch_size=16, num_workers=num_workers,
-                               val_fraction=val_fraction, **settings)
+    data = FederatedDataModule(
+        dataset,
+        IIDPartitioner(4),
+        batch_size=8,
+        eval_batch_size=16,
+        num_workers=num_workers,
+        val_fraction=val_fraction,
+        **settings,
+    )
     data.setup(seed=0, device=CPU)
     return data
 
@@ -72,7 +79,7 @@ def test_an_epoch_reads_each_example_of_the_client_once_in_an_order_fixed_by_the
     assert sorted(epochs[0]) == sorted(epochs[1]) == own and epochs[0] != epochs[1]
     assert torch.equal(torch.cat([y for _, y in batches[:3]]), REFERENCE.train_y[epochs[0]])
     again = list(data.client_batches(1, torch.Generator().manual_seed(5), epochs=2))
-    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(batches, again))
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(batches, again, strict=False))
     other = next(data.client_batches(1, torch.Generator().manual_seed(6), epochs=1))
     assert not torch.equal(other[0], batches[0][0])
 
@@ -81,7 +88,7 @@ def test_workers_read_the_same_batches_and_steps_take_the_first_ones(folders):
     in_process = list(file_data(folders).client_batches(2, torch.Generator().manual_seed(3), epochs=2))
     workers = list(file_data(folders, num_workers=2).client_batches(2, torch.Generator().manual_seed(3), steps=4))
     assert len(workers) == 4  # 4 steps of 3 batches per pass: all of the first pass, one of the second
-    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(in_process, workers))
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(in_process, workers, strict=False))
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])
@@ -121,8 +128,11 @@ def test_labels_come_from_targets_or_the_datasets_attribute():
     data = FederatedDataModule(MapDataset(unlabelled, unlabelled, targets=labels.tolist()), IIDPartitioner(2))
     data.setup(0, CPU)
     assert data.num_classes == 3 and data.num_clients == 2
-    by_writer = FederatedDataModule(MapDataset(unlabelled, unlabelled, client_ids=["b", "a", "b", "c", "a", "a"]),
-                                    NaturalIdPartitioner(), val_fraction=0.0)
+    by_writer = FederatedDataModule(
+        MapDataset(unlabelled, unlabelled, client_ids=["b", "a", "b", "c", "a", "a"]),
+        NaturalIdPartitioner(),
+        val_fraction=0.0,
+    )
     by_writer.setup(0, CPU)
     assert [ids.tolist() for ids in by_writer._client_indices] == [[1, 4, 5], [0, 2], [3]]
 
@@ -223,4 +233,4 @@ def test_dp_sgd_reads_the_same_poisson_batches_from_a_map_dataset_as_from_tensor
 
 def test_a_map_style_dataset_gives_no_tensors_and_says_so(folders):
     with pytest.raises(ConfigError, match="MapDataset is read through DataLoaders: train_x, test_x and the like"):
-        file_data(folders).train_x
+        _ = file_data(folders).train_x

@@ -75,7 +75,9 @@ def test_heterogeneity_sets_how_far_the_writers_chains_are_apart() -> None:
 
 
 def test_the_data_module_gives_one_client_per_writer_and_dict_batches() -> None:
-    data = FederatedDataModule(small_corpus(), NaturalIdPartitioner(), batch_size=4, eval_batch_size=7, val_fraction=0.0)
+    data = FederatedDataModule(
+        small_corpus(), NaturalIdPartitioner(), batch_size=4, eval_batch_size=7, val_fraction=0.0
+    )
     data.setup(seed=0, device=CPU)
     splits = small_corpus().load(0)
     assert data.num_clients == 6
@@ -93,8 +95,17 @@ def test_the_data_module_gives_one_client_per_writer_and_dict_batches() -> None:
 
 @pytest.mark.parametrize(
     "settings",
-    [dict(num_writers=0), dict(vocab_size=1), dict(seq_len=0), dict(order=0), dict(windows_per_writer=1),
-     dict(concentration=0.0), dict(heterogeneity=1.5), dict(test_fraction=1.0), dict(vocab_size=100, order=4)],
+    [
+        dict(num_writers=0),
+        dict(vocab_size=1),
+        dict(seq_len=0),
+        dict(order=0),
+        dict(windows_per_writer=1),
+        dict(concentration=0.0),
+        dict(heterogeneity=1.5),
+        dict(test_fraction=1.0),
+        dict(vocab_size=100, order=4),
+    ],
 )
 def test_bad_settings_are_refused(settings) -> None:
     with pytest.raises(ConfigError):

@@ -23,8 +23,9 @@ class Writers(DatasetSource):
 
     def load(self, seed: int) -> TensorSplits:
         x = torch.arange(7.0).view(7, 1)
-        return TensorSplits(x, torch.zeros(7, dtype=torch.int64), x[:2], torch.zeros(2, dtype=torch.int64), 1,
-                            train_client_ids=IDS)
+        return TensorSplits(
+            x, torch.zeros(7, dtype=torch.int64), x[:2], torch.zeros(2, dtype=torch.int64), 1, train_client_ids=IDS
+        )
 
 
 def test_client_k_holds_the_examples_of_the_kth_id_in_sorted_order_whatever_the_seed() -> None:
@@ -55,13 +56,20 @@ def test_a_dataset_without_ids_is_refused() -> None:
         NaturalIdPartitioner().partition(np.zeros(7, dtype=np.int64), 0)
 
 
-@pytest.mark.parametrize("partitioner, cls", [
-    ('{"class_path": "lightfed.data.QuantitySkewPartitioner", "init_args": {"num_clients": 5, "alpha": 0.3}}',
-     QuantitySkewPartitioner),
-    ('{"class_path": "lightfed.data.BalancedDirichletPartitioner", "init_args": {"num_clients": 5, "alpha": 0.3}}',
-     BalancedDirichletPartitioner),
-    ('{"class_path": "lightfed.data.NaturalIdPartitioner"}', NaturalIdPartitioner),
-])
+@pytest.mark.parametrize(
+    "partitioner, cls",
+    [
+        (
+            '{"class_path": "lightfed.data.QuantitySkewPartitioner", "init_args": {"num_clients": 5, "alpha": 0.3}}',
+            QuantitySkewPartitioner,
+        ),
+        (
+            '{"class_path": "lightfed.data.BalancedDirichletPartitioner", "init_args": {"num_clients": 5, "alpha": 0.3}}',
+            BalancedDirichletPartitioner,
+        ),
+        ('{"class_path": "lightfed.data.NaturalIdPartitioner"}', NaturalIdPartitioner),
+    ],
+)
 def test_the_partitioners_build_from_a_config(partitioner: str, cls: type) -> None:
     parser, _ = build_parser()
     config = parser.parse_args(["fit", "--data.partitioner", partitioner])

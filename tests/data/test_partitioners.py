@@ -49,8 +49,8 @@ def test_parts_are_disjoint_sorted_and_cover_the_dataset(partitioner: Partitione
 @pytest.mark.parametrize("partitioner", PARTITIONERS, ids=lambda p: type(p).__name__)
 def test_same_seed_same_parts_other_seed_other_parts(partitioner: Partitioner) -> None:
     first, again, other = (partitioner.partition(LABELS, seed) for seed in (3, 3, 4))
-    assert all(np.array_equal(a, b) for a, b in zip(first, again))
-    assert not all(np.array_equal(a, b) for a, b in zip(first, other))
+    assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=False))
+    assert not all(np.array_equal(a, b) for a, b in zip(first, other, strict=False))
 
 
 def test_iid_sizes_differ_by_at_most_one() -> None:
@@ -159,8 +159,11 @@ def test_balanced_dirichlet_sizes_differ_by_at_most_one_and_skew_grows_as_alpha_
     assert entropies[0] > 0.95 * np.log(10) and entropies[2] < 0.5 * np.log(10)
 
 
-@pytest.mark.parametrize("partitioner", [QuantitySkewPartitioner(4, min_size=1), BalancedDirichletPartitioner(4)],
-                         ids=lambda p: type(p).__name__)
+@pytest.mark.parametrize(
+    "partitioner",
+    [QuantitySkewPartitioner(4, min_size=1), BalancedDirichletPartitioner(4)],
+    ids=lambda p: type(p).__name__,
+)
 def test_new_partitioners_refuse_empty_clients(partitioner: Partitioner) -> None:
     with pytest.raises(ConfigError, match="client 3 empty|lower min_size"):
         partitioner.partition(np.zeros(3, dtype=np.int64), seed=0)

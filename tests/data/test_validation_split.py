@@ -24,7 +24,9 @@ DIGITS_TRAIN = 1437  # Digits' 1797 examples less its 20 % test set
 
 
 def _digits(seed: int = 0, **settings) -> FederatedDataModule:
-    data = FederatedDataModule(Digits(), DirichletPartitioner(8, alpha=0.5), batch_size=16, eval_batch_size=50, **settings)
+    data = FederatedDataModule(
+        Digits(), DirichletPartitioner(8, alpha=0.5), batch_size=16, eval_batch_size=50, **settings
+    )
     data.setup(seed=seed, device=CPU)
     return data
 
@@ -43,7 +45,9 @@ def test_the_validation_split_is_a_stratified_tenth_of_the_training_examples_tha
     labels = data.train_y.numpy()
     per_class, in_val = np.bincount(labels, minlength=10), np.bincount(labels[val], minlength=10)
     assert np.all(np.abs(in_val - per_class * 144 / DIGITS_TRAIN) < 1)  # each class within one of its share
-    assert torch.equal(data.val_y, data.train_y[data.val_indices]) and torch.equal(data.val_x, data.train_x[data.val_indices])
+    assert torch.equal(data.val_y, data.train_y[data.val_indices]) and torch.equal(
+        data.val_x, data.train_x[data.val_indices]
+    )
     assert np.array_equal(_digits().val_indices.numpy(), val)  # the same seed, the same split
     assert not np.array_equal(_digits(seed=1).val_indices.numpy(), val)
 
@@ -71,13 +75,16 @@ def test_held_out_by_hand():
 
 def test_a_map_style_dataset_holds_out_the_same_examples_as_the_same_tensors():
     tensors = Digits().load(seed=0)
-    dataset = MapDataset(TensorDataset(tensors.train_x, tensors.train_y), TensorDataset(tensors.test_x, tensors.test_y),
-                         targets=tensors.train_y.tolist())
+    dataset = MapDataset(
+        TensorDataset(tensors.train_x, tensors.train_y),
+        TensorDataset(tensors.test_x, tensors.test_y),
+        targets=tensors.train_y.tolist(),
+    )
     mapped = FederatedDataModule(dataset, DirichletPartitioner(8, alpha=0.5), batch_size=16, eval_batch_size=50)
     mapped.setup(seed=0, device=CPU)
     in_memory = _digits()
     assert torch.equal(mapped.val_indices, in_memory.val_indices)
-    assert all(torch.equal(a, b) for a, b in zip(mapped._client_indices, in_memory._client_indices))
+    assert all(torch.equal(a, b) for a, b in zip(mapped._client_indices, in_memory._client_indices, strict=False))
     for world_size in (1, 2):
         batches = [batch for rank in range(world_size) for batch in mapped.val_batches(rank, world_size)]
         assert torch.equal(torch.cat([x for x, _ in batches]), in_memory.val_x)
@@ -155,8 +162,10 @@ def test_per_client_evaluation_reads_each_clients_held_out_share(tmp_path):
     metrics = small_trainer(tmp_path, client_eval_interval=3).fit(model, data, FedAvg())
     model.eval()
     with torch.no_grad():
-        accuracies = [(model(data.train_x[i]).argmax(1) == data.train_y[i]).double().mean().item()
-                      for i in map(data.client_val_indices, range(data.num_clients))]
+        accuracies = [
+            (model(data.train_x[i]).argmax(1) == data.train_y[i]).double().mean().item()
+            for i in map(data.client_val_indices, range(data.num_clients))
+        ]
     assert metrics["clients/val_acc_mean"] == pytest.approx(np.mean(accuracies), abs=1e-6)
     assert metrics["clients/val_acc_min"] == pytest.approx(min(accuracies), abs=1e-6)
 

@@ -107,7 +107,12 @@ class QuadraticContext:
 
 
 def train_client(
-    strategy: ShardedStrategy, problem: Quadratics, plan: ClientPlan, params: Tensor, lr: float, package: dict | None = None
+    strategy: ShardedStrategy,
+    problem: Quadratics,
+    plan: ClientPlan,
+    params: Tensor,
+    lr: float,
+    package: dict | None = None,
 ) -> ClientUpdate:
     """``steps`` local steps of the client loop (lr: the optimizer's learning rate) through the plan's rule;
     ``package``: the whole vectors the client is sent (default: the strategy's own, on one process)."""
@@ -172,14 +177,22 @@ def sharded_round(
         round,
         [update.client_id for update in updates],
         torch.stack([update.delta[shard] for update in updates]),
-        *(torch.tensor([float(getattr(u, name)) for u in updates], dtype=torch.float64)
-          for name in ("num_examples", "num_steps", "local_time")),
+        *(
+            torch.tensor([float(getattr(u, name)) for u in updates], dtype=torch.float64)
+            for name in ("num_examples", "num_steps", "local_time")
+        ),
         staleness=torch.zeros(len(updates), dtype=torch.float64),
         sums={},
         all_reduce=all_reduce or (lambda tensor, op: tensor),
         reports={
-            **{name: torch.tensor([float(r.get(name, 0.0)) for r in reports], dtype=torch.float64) for name in strategy.report_scalars},
-            **{name: torch.stack([r.get(name, zeros)[shard].to(params) for r in reports]) for name in strategy.report_vectors},
+            **{
+                name: torch.tensor([float(r.get(name, 0.0)) for r in reports], dtype=torch.float64)
+                for name in strategy.report_scalars
+            },
+            **{
+                name: torch.stack([r.get(name, zeros)[shard].to(params) for r in reports])
+                for name in strategy.report_vectors
+            },
         },
     )
     return strategy.aggregate_shard(params[shard], sharded)
@@ -216,11 +229,18 @@ def run_rounds(
         all_reduce = (lambda tensor, op: group.all_reduce(rank, tensor, op)) if world > 1 else None
         for round in range(rounds):
             clients = sample_clients(seed, round, n, per_round)
-            downloads = {name: group.all_gather(rank, rows) if world > 1 else rows for name, rows in mine.client_vectors(clients).items()}
+            downloads = {
+                name: group.all_gather(rank, rows) if world > 1 else rows
+                for name, rows in mine.client_vectors(clients).items()
+            }
             updates = []
             for k, client_id in enumerate(clients):
-                plan = ClientPlan(client_id, round, seed=1000 * round + client_id,
-                                  steps=int(steps[client_id] if steps.ndim == 1 else steps[round, client_id]))
+                plan = ClientPlan(
+                    client_id,
+                    round,
+                    seed=1000 * round + client_id,
+                    steps=int(steps[client_id] if steps.ndim == 1 else steps[round, client_id]),
+                )
                 package = {name: rows[k] for name, rows in downloads.items()}
                 updates.append(train_client(mine, problem, plan, params, float(lrs[client_id]), package))
             shard = sharded_round(mine, round, updates, params, all_reduce)

@@ -53,11 +53,17 @@ def test_a_proposal_over_the_tolerance_is_cut_in_one_shot_to_the_largest_step_un
     """F = h x^2 / 2, h = 100, x0 = 1: after a tiny first step the doubled proposal's estimate is too large."""
     problem = Quadratics(np.array([[[100.0]]]), np.array([[0.0]]), np.array([10]))
     context = CountingContext(problem, 0, torch.ones(1, dtype=torch.float64), lr=1.0)
-    rule = AdaptiveEuler(0, torch.zeros(1, dtype=torch.float64), tolerance=1e-4, fallback_step=1.0,
-                         cap_at_first_step=False, lte="retrospective")
+    rule = AdaptiveEuler(
+        0,
+        torch.zeros(1, dtype=torch.float64),
+        tolerance=1e-4,
+        fallback_step=1.0,
+        cap_at_first_step=False,
+        lte="retrospective",
+    )
     _steps(rule, context, 20)
     assert max(rule.errors) <= 1e-4
-    assert all(dt <= 2 * previous for previous, dt in zip(rule.steps, rule.steps[1:]))
+    assert all(dt <= 2 * previous for previous, dt in zip(rule.steps, rule.steps[1:], strict=False))
     # a cut step is 0.9 x the step whose estimate equals the tolerance: its estimate is 0.81 x the tolerance
     cut = sum(error == pytest.approx(0.81e-4) for error in rule.errors[1:])
     assert cut > 0 and cut == rule.rejected - 1  # the first step's trial was cut back once
@@ -82,8 +88,16 @@ def test_the_strategy_converges_with_the_retrospective_client_error():
     steps = rng.integers(1, 51, size=(40, 16))
     x0 = torch.tensor(rng.normal(size=20))
     errors = []
-    run_rounds(AdaptiveFedECADO(tolerance=1e-2, client_lte="retrospective", **EVERY_STEP), problem, 40, 16, steps, np.ones(16), x0,
-               on_round=lambda round, params, strategy: errors.append(problem.relative_error(params)))
+    run_rounds(
+        AdaptiveFedECADO(tolerance=1e-2, client_lte="retrospective", **EVERY_STEP),
+        problem,
+        40,
+        16,
+        steps,
+        np.ones(16),
+        x0,
+        on_round=lambda round, params, strategy: errors.append(problem.relative_error(params)),
+    )
     assert errors[0] > 0.3 and errors[-1] < 1e-2
 
 
@@ -95,6 +109,7 @@ def test_the_probe_first_step_by_hand_and_its_scale_with_gamma():
     """F = 4 x^2 / 2, x0 = 1, p = 1, I = 0, gamma = 0.01: v = -4, probe dt_p = 0.01 |x| / |v| = 0.0025 moves x to 0.99,
     v' = -3.96, D = 0.04, dt = 0.9 sqrt(2 x 0.01 x 0.0025 / 0.04) = 0.9 sqrt(0.00125); its LTE is exactly
     (dt / 2) 4 |v| dt = 0.81 gamma, so it is accepted. The step goes as sqrt(gamma) and as 1 / (loss scale)."""
+
     def first(gamma: float, h: float = 4.0) -> AdaptiveEuler:
         problem = Quadratics(np.array([[[h]]]), np.array([[0.0]]), np.array([10]))
         rule = AdaptiveEuler(0, torch.zeros(1, dtype=torch.float64), tolerance=gamma, first_step="probe")
@@ -117,8 +132,14 @@ def test_the_probe_on_a_flat_loss_steps_one_hundredth_of_the_weights_whatever_ga
     steps are capped there: 12 steps give T = 1.2. No fallback step is involved (the paper's passivity bound would
     give 20 here, and a fallback where it is not positive)."""
     problem = Quadratics(np.zeros((1, 20, 20)), np.zeros((1, 20)), np.array([100]))
-    rule = AdaptiveEuler(0, torch.full((20,), 0.1, dtype=torch.float64), tolerance=gamma, first_step="probe",
-                         step_limit="monotone", error_norm="rms")
+    rule = AdaptiveEuler(
+        0,
+        torch.full((20,), 0.1, dtype=torch.float64),
+        tolerance=gamma,
+        first_step="probe",
+        step_limit="monotone",
+        error_norm="rms",
+    )
     _steps(rule, QuadraticContext(problem, 0, -torch.ones(20, dtype=torch.float64), lr=1.0), 12)
     assert rule.steps == pytest.approx([0.1] * 12) and sum(rule.steps) == pytest.approx(1.2)
     assert math.isnan(rule.bound) and rule.rejected == 0
@@ -131,8 +152,14 @@ def test_the_client_error_norm_by_hand(norm):
     predicts it exactly and the first step is 0.9 sqrt(2 gamma / |A v|), its LTE 0.81 gamma (the monotone limit
     |v| / |A v|, 1/3 or sqrt(5 / 41), does not bind)."""
     problem = Quadratics(np.array([np.diag([1.0, 3.0])]), np.zeros((1, 2)), np.array([10]))
-    rule = AdaptiveEuler(0, torch.zeros(2, dtype=torch.float64), tolerance=1e-3, first_step="probe",
-                         step_limit="monotone", error_norm=norm)
+    rule = AdaptiveEuler(
+        0,
+        torch.zeros(2, dtype=torch.float64),
+        tolerance=1e-3,
+        first_step="probe",
+        step_limit="monotone",
+        error_norm=norm,
+    )
     _steps(rule, QuadraticContext(problem, 0, torch.ones(2, dtype=torch.float64), lr=1.0), 1)
     stiffness = 9.0 if norm == "max" else math.sqrt(41)
     assert rule.steps == pytest.approx([0.9 * math.sqrt(2e-3 / stiffness)]) and rule.rejected == 0
@@ -145,8 +172,16 @@ def test_the_probe_first_step_converges_on_quadratics():
     steps = rng.integers(1, 51, size=(40, 16))
     x0 = torch.tensor(rng.normal(size=20))
     errors = []
-    run_rounds(AdaptiveFedECADO(tolerance=1e-2, first_step="probe", **EVERY_STEP), problem, 40, 16, steps, np.ones(16), x0,
-               on_round=lambda round, params, strategy: errors.append(problem.relative_error(params)))
+    run_rounds(
+        AdaptiveFedECADO(tolerance=1e-2, first_step="probe", **EVERY_STEP),
+        problem,
+        40,
+        16,
+        steps,
+        np.ones(16),
+        x0,
+        on_round=lambda round, params, strategy: errors.append(problem.relative_error(params)),
+    )
     assert errors[0] > 0.3 and errors[-1] < 1e-2
 
 
@@ -156,6 +191,7 @@ def test_the_step_relative_error_by_hand():
     0.0045, where dt h / 2 = 0.009 = 0.9 gamma: LTE 0.00225 x 0.072 = 1.62e-4 against 1.8e-4, recorded as 0.9 gamma.
     The doubled proposal 0.009 (dt h / 2 = 1.8 gamma) is cut back to 0.0045 again. gamma is the step's fraction of the
     stability limit 2 / h: the accepted step is 0.9 x 2 gamma / h for any gamma."""
+
     def first(gamma: float, lte: str = "trial_step") -> AdaptiveEuler:
         problem = Quadratics(np.array([[[4.0]]]), np.array([[0.0]]), np.array([10]))
         rule = AdaptiveEuler(0, torch.zeros(1, dtype=torch.float64), tolerance=gamma, error_scale="step", lte=lte)
@@ -185,7 +221,9 @@ def test_relative_error_scales_take_the_same_steps_when_the_weights_are_scaled(f
     steps = {}
     for scale in ("absolute", "state", "step"):
         for factor in (1.0, 100.0):
-            rule = AdaptiveEuler(3, torch.zeros(20, dtype=torch.float64), tolerance=1e-3, error_scale=scale, first_step=first_step)
+            rule = AdaptiveEuler(
+                3, torch.zeros(20, dtype=torch.float64), tolerance=1e-3, error_scale=scale, first_step=first_step
+            )
             _steps(rule, QuadraticContext(problem, 3, x0 * factor, lr=1.0), 10)
             steps[scale, factor] = rule.steps
             assert max(rule.errors) <= 1e-3 and rule.forced == 0
@@ -200,7 +238,15 @@ def test_the_state_relative_error_converges_on_quadratics_for_every_tolerance(to
     rng = np.random.default_rng(1)
     steps = rng.integers(1, 51, size=(40, 16))
     x0 = torch.tensor(rng.normal(size=20))
-    x = run_rounds(AdaptiveFedECADO(tolerance=tolerance, error_scale="state", **EVERY_STEP), problem, 40, 16, steps, np.ones(16), x0)
+    x = run_rounds(
+        AdaptiveFedECADO(tolerance=tolerance, error_scale="state", **EVERY_STEP),
+        problem,
+        40,
+        16,
+        steps,
+        np.ones(16),
+        x0,
+    )
     assert problem.relative_error(x) < 1e-2 < 0.3 < problem.relative_error(x0)
 
 
@@ -294,8 +340,14 @@ def test_a_retrospective_step_at_a_zero_velocity_keeps_its_proposal():
     = 0) would force, after which the next step divided by it."""
     problem = Quadratics(np.array([[[1.0]]]), np.array([[0.0]]), np.array([10]))
     context = CountingContext(problem, 0, torch.ones(1, dtype=torch.float64), lr=1.0)
-    rule = AdaptiveEuler(0, torch.full((1,), 0.5, dtype=torch.float64), tolerance=1e-2, lte="retrospective",
-                         step_limit="monotone", cap_at_first_step=False)
+    rule = AdaptiveEuler(
+        0,
+        torch.full((1,), 0.5, dtype=torch.float64),
+        tolerance=1e-2,
+        lte="retrospective",
+        step_limit="monotone",
+        cap_at_first_step=False,
+    )
     _steps(rule, context, 1)
     context.flat.params.fill_(0.5)
     for _ in range(2):
@@ -330,8 +382,13 @@ def test_the_squared_gradients_curvature_uses_each_steps_first_gradient_not_its_
     monkeypatch.setattr("lightfed.ecado.curvature.client_hessian_diagonal", no_hutchinson)
     problem = Quadratics(np.array([[[4.0]]]), np.array([[0.0]]), np.array([10]))
     context = CountingContext(problem, 0, torch.ones(1, dtype=torch.float64), lr=1.0)
-    rule = AdaptiveEuler(0, torch.zeros(1, dtype=torch.float64), tolerance=0.01, curvature_batches=1,
-                         curvature_estimate="squared_gradients")
+    rule = AdaptiveEuler(
+        0,
+        torch.zeros(1, dtype=torch.float64),
+        tolerance=0.01,
+        curvature_batches=1,
+        curvature_estimate="squared_gradients",
+    )
     _steps(rule, context, 2)
     assert context.evaluations == 2 + 3  # the two steps' gradients and three trials
     expected = 10 * (4.0**2 + (4 * 0.991) ** 2) / 2

@@ -47,9 +47,19 @@ def test_the_critical_inductance_gives_a_repeated_real_eigenvalue(conductance):
 def _step_response(conductance: float, inductance: float, n: int = 1) -> torch.Tensor:
     """x_c of n alike branches whose clients jump from 0 to 1, through the real Backward-Euler step (small fixed h)."""
     one = torch.ones(n, 1, dtype=torch.float64)
-    branches = Branches(torch.zeros(1, dtype=torch.float64), one.clone(), torch.full((n,), 1e-12, dtype=torch.float64),
-                        torch.zeros(n, 1, dtype=torch.float64), one / conductance, one * inductance, beyond_window="hold")
-    solver, h = WindowSolver(torch.zeros(1, dtype=torch.float64), torch.zeros(1, dtype=torch.float64), branches), 1e-2 / (n * conductance)
+    branches = Branches(
+        torch.zeros(1, dtype=torch.float64),
+        one.clone(),
+        torch.full((n,), 1e-12, dtype=torch.float64),
+        torch.zeros(n, 1, dtype=torch.float64),
+        one / conductance,
+        one * inductance,
+        beyond_window="hold",
+    )
+    solver, h = (
+        WindowSolver(torch.zeros(1, dtype=torch.float64), torch.zeros(1, dtype=torch.float64), branches),
+        1e-2 / (n * conductance),
+    )
     trajectory = []
     for _ in range(2000):
         solver.trial(h)
@@ -83,8 +93,8 @@ def test_the_collective_inductance_critically_damps_n_branches_that_share_the_ca
     collective = eigenvalues(float(critical_inductance(torch.tensor(G), n)))
     assert collective.imag.abs().max() < 1e-3 * n * G  # a double root: perturbed by ~sqrt(machine eps) numerically
     values = collective.real.sort().values
-    torch.testing.assert_close(values[:n - 1], torch.full((n - 1,), -4.0 * n * G, dtype=torch.float64))
-    torch.testing.assert_close(values[n - 1:], torch.full((2,), -2.0 * n * G, dtype=torch.float64), rtol=1e-6, atol=0)
+    torch.testing.assert_close(values[: n - 1], torch.full((n - 1,), -4.0 * n * G, dtype=torch.float64))
+    torch.testing.assert_close(values[n - 1 :], torch.full((2,), -2.0 * n * G, dtype=torch.float64), rtol=1e-6, atol=0)
     branch = eigenvalues(float(critical_inductance(torch.tensor(G))))
     assert branch.imag.abs().max() == pytest.approx(2 * G * (n - 1) ** 0.5)
 
@@ -178,7 +188,9 @@ def test_a_nonpositive_passivity_bound_falls_back_and_is_cut_back_to_the_toleran
     report = train_client(strategy, problem, ClientPlan(0, 0, seed=0, steps=5), x0, lr=1.0).report
     assert report["passivity_bound"] == 0 and report["steps"][0] <= 50.0
     assert report["max_lte"] <= 1e-2 and report["forced"] == 0
-    assert all(b <= 2 * a for a, b in zip(report["steps"], report["steps"][1:]))  # growth at most 2x a step
+    assert all(
+        b <= 2 * a for a, b in zip(report["steps"], report["steps"][1:], strict=False)
+    )  # growth at most 2x a step
     assert max(report["steps"]) <= 50.0  # and never above the round's first trial
 
 
@@ -218,8 +230,17 @@ def test_converges_to_the_weighted_optimum_for_every_tolerance(tolerance, world)
         client_rejected += metrics["client_rejected"]
         assert metrics["client_forced"] == 0 and metrics["inductance_min"] > 0
 
-    run_rounds(AdaptiveFedECADO(tolerance=tolerance, **PAPER_CONTROL), problem, ROUNDS, 16, steps, np.ones(16), x0,
-               on_round=record, world=world)
+    run_rounds(
+        AdaptiveFedECADO(tolerance=tolerance, **PAPER_CONTROL),
+        problem,
+        ROUNDS,
+        16,
+        steps,
+        np.ones(16),
+        x0,
+        on_round=record,
+        world=world,
+    )
     assert errors[-1] < 1e-2 and problem.relative_error(x0) > 0.3
     assert max(client_lte) <= tolerance and client_rejected > 0  # the control bound, every accepted step
 
@@ -286,8 +307,10 @@ def test_the_mean_window_end_advances_by_the_data_weighted_mean_window():
     for rule in ("mean", "max"):
         strategy = AdaptiveFedECADO(tolerance=1e-2, window_end=rule, beyond_window="extrapolate")
         strategy.setup(ServerContext(x0.clone(), len(problem.sizes)))
-        updates = [train_client(strategy, problem, ClientPlan(i, 0, seed=i, steps=int(steps[0, i])), x0, lr=1.0)
-                   for i in range(6)]
+        updates = [
+            train_client(strategy, problem, ClientPlan(i, 0, seed=i, steps=int(steps[0, i])), x0, lr=1.0)
+            for i in range(6)
+        ]
         sharded_round(strategy, 0, updates, x0)
         windows = np.array([u.report["window"] for u in updates])
         p = problem.sizes[:6] / problem.sizes.sum()
@@ -342,7 +365,9 @@ def test_a_curvature_estimated_every_two_rounds_is_estimated_again_two_rounds_la
     problem, steps, x0 = _problem_and_work()
     for every, expected in ((0, 16), (2, 32)):  # 16 clients in each of 4 rounds: rounds 0 (and 2)
         calls.clear()
-        run_rounds(AdaptiveFedECADO(curvature="diagonal", curvature_every=every), problem, 4, 16, steps, np.ones(16), x0)
+        run_rounds(
+            AdaptiveFedECADO(curvature="diagonal", curvature_every=every), problem, 4, 16, steps, np.ones(16), x0
+        )
         assert len(calls) == expected and sorted(set(calls)) == list(range(16))
 
 
@@ -353,8 +378,15 @@ def test_first_round_step_control_learns_the_first_rounds_mean_lr_and_then_takes
     problem, steps, x0 = _problem_and_work()
     rounds: list[dict] = []
     run_rounds(
-        AdaptiveFedECADO(tolerance=1e-2, step_control="first_round"), problem, 3, 16, steps, np.ones(16), x0,
-        on_round=lambda round, params, strategy: rounds.append(dict(strategy.metrics())), world=2,
+        AdaptiveFedECADO(tolerance=1e-2, step_control="first_round"),
+        problem,
+        3,
+        16,
+        steps,
+        np.ones(16),
+        x0,
+        on_round=lambda round, params, strategy: rounds.append(dict(strategy.metrics())),
+        world=2,
     )
     learned = rounds[0]["client_lr_mean"]
     assert rounds[0]["learned_lr"] == learned  # set by the round it was learned in
@@ -375,6 +407,7 @@ def test_first_round_step_control_learns_the_first_rounds_mean_lr_and_then_takes
 def test_first_round_step_control_converges_on_the_quadratics(tolerance, curvature):
     """The learned step is the first round's error-controlled one, inside every client's stability bound here."""
     problem, steps, x0 = _problem_and_work()
-    x = run_rounds(AdaptiveFedECADO(tolerance=tolerance, curvature=curvature), problem, ROUNDS, 16, steps,
-                   np.ones(16), x0)
+    x = run_rounds(
+        AdaptiveFedECADO(tolerance=tolerance, curvature=curvature), problem, ROUNDS, 16, steps, np.ones(16), x0
+    )
     assert problem.relative_error(x) < 1e-6

@@ -111,7 +111,9 @@ def test_loss_differences_give_each_probes_z_h_z_over_all_parameters():
     module = DenseQuadratic(Q @ Q.T).train()
     before = [p.detach().clone() for p in module.parameters()]
     batches = [None, None]  # the loss is the same on every batch: 2 batches x 2 probes
-    estimate = loss_difference_curvature(module, batches, probes=2, generator=torch.Generator().manual_seed(3), step=1e-3)
+    estimate = loss_difference_curvature(
+        module, batches, probes=2, generator=torch.Generator().manual_seed(3), step=1e-3
+    )
     draws = torch.Generator().manual_seed(3)
     z = [torch.randint(0, 2, (5,), generator=draws, dtype=torch.float32).double() * 2 - 1 for _ in range(4)]
     expected = sum(float(zk @ module.A @ zk) for zk in z) / 4 / 7
@@ -119,7 +121,7 @@ def test_loss_differences_give_each_probes_z_h_z_over_all_parameters():
     assert float(estimate) == pytest.approx(expected, rel=1e-6)
     hutchinson = module_hessian_diagonal(module, batches, probes=2, generator=torch.Generator().manual_seed(3))
     assert float(hutchinson.mean()) == pytest.approx(expected, rel=1e-6)  # summed in float32
-    assert module.training and all(torch.equal(p, q) for p, q in zip(module.parameters(), before))
+    assert module.training and all(torch.equal(p, q) for p, q in zip(module.parameters(), before, strict=False))
 
 
 def test_loss_differences_leave_buffers_and_parameters_as_they_were():
@@ -130,7 +132,7 @@ def test_loss_differences_leave_buffers_and_parameters_as_they_were():
     batches = [(torch.tensor([[1.0, 2.0], [3.0, 1.0]]), torch.zeros(2, 2))]
     loss_difference_curvature(module, batches, probes=3, generator=torch.Generator().manual_seed(0), step=0.1)
     assert module.training and torch.equal(module.norm.running_mean, running)
-    assert all(torch.equal(p, q) for p, q in zip(module.parameters(), before))
+    assert all(torch.equal(p, q) for p, q in zip(module.parameters(), before, strict=False))
     with pytest.raises(ValueError, match="no batches"):
         loss_difference_curvature(module, [], probes=1, generator=torch.Generator(), step=0.1)
     with pytest.raises(ConfigError, match="needs float32 or float64 weights"):

@@ -10,8 +10,11 @@ from lightfed.cli import run
 from lightfed.data import DatasetSource, TensorSplits
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIGS = [ROOT / "configs" / folder / f"{name}.yaml" for folder in ("cifar10", "cifar100")
-           for name in ("fedecado", "adaptive_fedecado")]
+CONFIGS = [
+    ROOT / "configs" / folder / f"{name}.yaml"
+    for folder in ("cifar10", "cifar100")
+    for name in ("fedecado", "adaptive_fedecado")
+]
 
 
 class FakeImages(DatasetSource):
@@ -34,12 +37,42 @@ def test_paper_config_runs_one_round_on_fake_data(config, tmp_path):
     size = 32 if "VGG11" in config.read_text() else 8  # VGG-11's classifier needs 32x32
     dataset = f'{{"class_path": "{__name__}.FakeImages", "init_args": {{"num_classes": {classes}, "size": {size}}}}}'
     loose = ["--strategy.init_args.tolerance", "1e6"]  # one or two server steps on d ~ 2e7 parameters
-    metrics = run(["fit", "--config", str(config.with_name("base.yaml")), "--config", str(config),
-                   "--data.dataset", dataset, "--data.batch_size", "4",
-                   "--data.partitioner.init_args.num_clients", "4", "--data.partitioner.init_args.alpha", "100",
-                   "--trainer.clients_per_round", "2", "--trainer.local_epochs", "null", "--trainer.local_steps", "1",
-                   "--trainer.redraw_local_work", "false", "--trainer.rounds", "1", "--trainer.accelerator", "cpu",
-                   "--strategy.init_args.curvature_batches", "1", "--strategy.init_args.curvature_probes", "1",
-                   "--trainer.root_dir", str(tmp_path),
-                   "--trainer.progress_bar", "false", *loose])
+    metrics = run(
+        [
+            "fit",
+            "--config",
+            str(config.with_name("base.yaml")),
+            "--config",
+            str(config),
+            "--data.dataset",
+            dataset,
+            "--data.batch_size",
+            "4",
+            "--data.partitioner.init_args.num_clients",
+            "4",
+            "--data.partitioner.init_args.alpha",
+            "100",
+            "--trainer.clients_per_round",
+            "2",
+            "--trainer.local_epochs",
+            "null",
+            "--trainer.local_steps",
+            "1",
+            "--trainer.redraw_local_work",
+            "false",
+            "--trainer.rounds",
+            "1",
+            "--trainer.accelerator",
+            "cpu",
+            "--strategy.init_args.curvature_batches",
+            "1",
+            "--strategy.init_args.curvature_probes",
+            "1",
+            "--trainer.root_dir",
+            str(tmp_path),
+            "--trainer.progress_bar",
+            "false",
+            *loose,
+        ]
+    )
     assert "val_acc" in metrics and metrics["strategy/server_steps"] >= 1

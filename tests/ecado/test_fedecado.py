@@ -37,14 +37,22 @@ def test_one_step_by_hand():
     1/3 + 1/3 - 1 = -1/3, so (h / 2L)|-1/3| = 1/6.
     """
     one = torch.ones(1, 1, dtype=torch.float64)
-    branches = Branches(torch.zeros(1, dtype=torch.float64), one[0:1].clone(), torch.ones(1, dtype=torch.float64),
-                        torch.zeros(1, 1, dtype=torch.float64), one, one)
+    branches = Branches(
+        torch.zeros(1, dtype=torch.float64),
+        one[0:1].clone(),
+        torch.ones(1, dtype=torch.float64),
+        torch.zeros(1, 1, dtype=torch.float64),
+        one,
+        one,
+    )
     solver = WindowSolver(torch.zeros(1, dtype=torch.float64), torch.zeros(1, dtype=torch.float64), branches)
     error = solver.trial(1.0)
     assert solver.x_next.item() == pytest.approx(1 / 3) and solver.next.item() == pytest.approx(-1 / 3)
     assert error == pytest.approx(1 / 6)
     # with one coordinate the root mean square of each part is its absolute value
-    assert WindowSolver(torch.zeros(1, dtype=torch.float64), torch.zeros(1, dtype=torch.float64), branches, "rms").trial(1.0) == pytest.approx(1 / 6)
+    assert WindowSolver(
+        torch.zeros(1, dtype=torch.float64), torch.zeros(1, dtype=torch.float64), branches, "rms"
+    ).trial(1.0) == pytest.approx(1 / 6)
 
 
 def _voltages(branches: Branches, x_c, currents, s: float):
@@ -67,15 +75,22 @@ def test_the_fused_steps_solve_the_backward_euler_equations_and_estimate_their_e
         error = solver.trial(h)
         x_next, i_next = solver.x_next, solver.next
         gamma = branches.start + branches.deltas * branches.progress(s + h)[:, None]
-        torch.testing.assert_close(L * (i_next - currents), h * (x_next - branches.resistance * (i_next - branches.couplings) - gamma))
+        torch.testing.assert_close(
+            L * (i_next - currents), h * (x_next - branches.resistance * (i_next - branches.couplings) - gamma)
+        )
         torch.testing.assert_close(x_next - x_c, -h * (i_next.sum(0) + frozen))
         voltage_change = _voltages(branches, x_next, i_next, s + h) - _voltages(branches, x_c, currents, s)
-        expected = max(float((currents.sum(0) - i_next.sum(0)).abs().max() * h / 2), float((voltage_change.abs() * h / 2 / L).max()))
+        expected = max(
+            float((currents.sum(0) - i_next.sum(0)).abs().max() * h / 2),
+            float((voltage_change.abs() * h / 2 / L).max()),
+        )
         assert error == pytest.approx(expected, rel=1e-9)
         x_c, currents, s = x_next.clone(), i_next.clone(), s + h
         solver.accept(h)
-    expected_ratio = (torch.tensor(1.0) / branches.windows)
-    assert torch.equal(branches.progress(1.0), expected_ratio.clamp(max=1) if beyond_window == "hold" else expected_ratio)
+    expected_ratio = torch.tensor(1.0) / branches.windows
+    assert torch.equal(
+        branches.progress(1.0), expected_ratio.clamp(max=1) if beyond_window == "hold" else expected_ratio
+    )
 
 
 def test_the_solver_never_writes_the_callers_state_or_couplings():
@@ -95,30 +110,44 @@ def test_a_round_whose_windows_did_not_advance_stops_with_a_divergence_error(win
     DivergenceError, not a solve with no step (whose metrics took max() of nothing)."""
     branches = _branches(windows=torch.full((3,), window, dtype=torch.float64))
     with pytest.raises(DivergenceError, match="simulated time"):
-        integrate_window(torch.zeros(5, dtype=torch.float64), torch.zeros(5, dtype=torch.float64), branches, 1.0,
-                         StepControl(tolerance=1e-3))
+        integrate_window(
+            torch.zeros(5, dtype=torch.float64),
+            torch.zeros(5, dtype=torch.float64),
+            branches,
+            1.0,
+            StepControl(tolerance=1e-3),
+        )
 
 
 def test_accepted_steps_meet_the_tolerance_and_rejected_steps_shrink():
     branches = _branches(a=4, d=50, seed=3)
     control = StepControl(tolerance=1e-3, min_step=1e-6)
-    result = integrate_window(torch.zeros(50, dtype=torch.float64), torch.zeros(50, dtype=torch.float64), branches,
-                              step=1.0, control=control)
+    result = integrate_window(
+        torch.zeros(50, dtype=torch.float64), torch.zeros(50, dtype=torch.float64), branches, step=1.0, control=control
+    )
     assert result.rejected > 0 and len(result.accepted) > 3 and result.forced == 0  # the control did work
     assert all(error <= control.tolerance for _, error in result.accepted)
-    for (h, error, ok), (h_next, _, _) in zip(result.trials, result.trials[1:]):
+    for (h, error, ok), (h_next, _, _) in zip(result.trials, result.trials[1:], strict=False):
         if not ok:
             assert h_next == pytest.approx(h * control.safety * control.tolerance / error) and h_next < h
     assert sum(h for h, _ in result.accepted) == pytest.approx(float(branches.windows.max()))
     # a step grows by at most max_growth after an accepted one
     accepted = [h for h, _ in result.accepted]
-    assert all(b <= control.max_growth * a * (1 + 1e-12) for a, b in zip(accepted[:-2], accepted[1:-1]))
+    assert all(b <= control.max_growth * a * (1 + 1e-12) for a, b in zip(accepted[:-2], accepted[1:-1], strict=False))
 
 
 def test_a_tighter_tolerance_takes_more_and_smaller_steps():
     branches = _branches(a=4, d=50, seed=3)
-    loose, tight = [integrate_window(torch.zeros(50, dtype=torch.float64), torch.zeros(50, dtype=torch.float64),
-                                     branches, 1.0, StepControl(tol, min_step=1e-6)) for tol in (1e-2, 1e-4)]
+    loose, tight = [
+        integrate_window(
+            torch.zeros(50, dtype=torch.float64),
+            torch.zeros(50, dtype=torch.float64),
+            branches,
+            1.0,
+            StepControl(tol, min_step=1e-6),
+        )
+        for tol in (1e-2, 1e-4)
+    ]
     assert len(tight.accepted) > 3 * len(loose.accepted)
     assert max(h for h, _ in tight.accepted) < max(h for h, _ in loose.accepted)
 
@@ -145,11 +174,19 @@ def test_converges_to_the_data_weighted_optimum_of_heterogeneous_quadratics(curv
         errors.append(problem.relative_error(params))
         lte.append(strategy.metrics()["max_lte"])
 
-    strategy = FedECADO(inductance=0.3, inductance_rule="constant", window_end="max", tolerance=1e-2,
-                        sensitivity_step=float(time_steps.mean()),
-                        beyond_window="extrapolate", initial_step=1e-2,
-                        curvature=curvature)
-    run_rounds(strategy, problem, 250, 5, steps, lrs, torch.zeros(20, dtype=torch.float64), on_round=record, world=world)
+    strategy = FedECADO(
+        inductance=0.3,
+        inductance_rule="constant",
+        window_end="max",
+        tolerance=1e-2,
+        sensitivity_step=float(time_steps.mean()),
+        beyond_window="extrapolate",
+        initial_step=1e-2,
+        curvature=curvature,
+    )
+    run_rounds(
+        strategy, problem, 250, 5, steps, lrs, torch.zeros(20, dtype=torch.float64), on_round=record, world=world
+    )
     assert errors[-1] < 1e-6 and errors[0] > 0.5
     assert max(lte) <= 1e-2
     # every client that trained keeps its current; together they sum to zero at the fixed point (server KCL)
@@ -162,9 +199,15 @@ def test_converges_to_the_data_weighted_optimum_of_heterogeneous_quadratics(curv
 def test_without_the_data_size_coupling_the_fixed_point_weighs_clients_equally():
     problem = dense_quadratics()
     time_steps, steps, _ = _toy_setup(problem)
-    strategy = FedECADO(inductance=0.3, inductance_rule="constant", window_end="max", tolerance=1e-2,
-                        sensitivity_step=float(time_steps.mean()),
-                        beyond_window="extrapolate", coupling="unit")
+    strategy = FedECADO(
+        inductance=0.3,
+        inductance_rule="constant",
+        window_end="max",
+        tolerance=1e-2,
+        sensitivity_step=float(time_steps.mean()),
+        beyond_window="extrapolate",
+        coupling="unit",
+    )
     x = run_rounds(strategy, problem, 250, 5, steps, time_steps, torch.zeros(20, dtype=torch.float64))
     unweighted = np.linalg.solve(problem.A.sum(0), np.einsum("nij,nj->i", problem.A, problem.b))
     assert np.linalg.norm(x.numpy() - unweighted) / np.linalg.norm(unweighted) < 1e-6
@@ -177,9 +220,17 @@ def test_holding_short_clients_converges_more_slowly_than_extrapolating_them():
     time_steps, steps, lrs = _toy_setup(problem)
     errors = {}
     for mode in ("extrapolate", "hold"):
-        strategy = FedECADO(inductance=0.3, inductance_rule="constant", window_end="max", tolerance=1e-2,
-                            sensitivity_step=float(time_steps.mean()), beyond_window=mode)
-        errors[mode] = problem.relative_error(run_rounds(strategy, problem, 100, 5, steps, lrs, torch.zeros(20, dtype=torch.float64)))
+        strategy = FedECADO(
+            inductance=0.3,
+            inductance_rule="constant",
+            window_end="max",
+            tolerance=1e-2,
+            sensitivity_step=float(time_steps.mean()),
+            beyond_window=mode,
+        )
+        errors[mode] = problem.relative_error(
+            run_rounds(strategy, problem, 100, 5, steps, lrs, torch.zeros(20, dtype=torch.float64))
+        )
     assert errors["extrapolate"] < 1e-2 < errors["hold"] < 1.0
 
 
@@ -191,10 +242,15 @@ def test_full_participation_and_equal_work_give_the_steady_state_average():
     batch = int(round(problem.sizes.mean()))
     x0 = torch.full((4,), 0.5, dtype=torch.float64)
     for inductance, dt_g, lr, exact in [(0.7, 0.5, 0.01, True), (1e-15, 1e-8, 0.01, False)]:
-        strategy = FedECADO(inductance=inductance, inductance_rule="constant", window_end="max", tolerance=1e30,
-                            sensitivity_step=dt_g,
-                            initial_step=1e6,
-                            curvature="diagonal")
+        strategy = FedECADO(
+            inductance=inductance,
+            inductance_rule="constant",
+            window_end="max",
+            tolerance=1e30,
+            sensitivity_step=dt_g,
+            initial_step=1e6,
+            curvature="diagonal",
+        )
         strategy.setup(ServerContext(x0.clone(), 6))
         updates = []
         for i in range(6):
@@ -230,9 +286,15 @@ def _weights(model) -> torch.Tensor:
 
 def test_trains_through_the_engine_and_resumes_with_its_currents(tmp_path):
     def strategy():
-        return FedECADO(inductance=0.5, inductance_rule="constant", window_end="max", tolerance=1e-2,
-                        sensitivity_step=0.1,
-                        curvature_batches=1, curvature_probes=2)
+        return FedECADO(
+            inductance=0.5,
+            inductance_rule="constant",
+            window_end="max",
+            tolerance=1e-2,
+            sensitivity_step=0.1,
+            curvature_batches=1,
+            curvature_probes=2,
+        )
 
     model = small_model()
     metrics = small_trainer(tmp_path / "full", rounds=3).fit(model, small_data(), strategy())

@@ -41,9 +41,13 @@ def _step_response(scale: float, steps: int = 4000, length: float = 8.0) -> list
     the equilibrium is the R-weighted mean (1 / 1) / (1 / 1 + 1 / 3) = 3/4."""
     resistance = torch.tensor([[1.0], [3.0]], dtype=F64)
     branches = Branches(
-        start=torch.zeros(1, dtype=F64), deltas=torch.tensor([[1.0], [0.0]], dtype=F64),
-        windows=torch.tensor([1e-9, length], dtype=F64), couplings=torch.zeros(2, 1, dtype=F64),
-        resistance=resistance, inductance=critical_branch_inductance(resistance, scale), beyond_window="hold",
+        start=torch.zeros(1, dtype=F64),
+        deltas=torch.tensor([[1.0], [0.0]], dtype=F64),
+        windows=torch.tensor([1e-9, length], dtype=F64),
+        couplings=torch.zeros(2, 1, dtype=F64),
+        resistance=resistance,
+        inductance=critical_branch_inductance(resistance, scale),
+        beyond_window="hold",
     )
     solver = WindowSolver(torch.zeros(1, dtype=F64), torch.zeros(1, dtype=F64), branches)
     path = []
@@ -58,7 +62,7 @@ def test_critically_damped_branches_follow_a_step_without_overshoot():
     """Critical (scale 1): monotone approach to 3/4; scale 4 (damping 1/2): about 16 % overshoot, less BE's own
     damping at this step; scale 1/4 (damping 2): slower than critical."""
     critical, under, over = (_step_response(scale) for scale in (1.0, 4.0, 0.25))
-    assert all(b >= a - 1e-12 for a, b in zip(critical, critical[1:])) and max(critical) <= 0.75 + 1e-9
+    assert all(b >= a - 1e-12 for a, b in zip(critical, critical[1:], strict=False)) and max(critical) <= 0.75 + 1e-9
     assert critical[-1] == pytest.approx(0.75, abs=1e-3)
     assert max(under) > 0.75 * 1.1
     assert over[len(over) // 8] < critical[len(critical) // 8]
@@ -74,8 +78,15 @@ def test_the_critical_round_is_the_same_whatever_the_scale_of_its_windows():
     results = []
     for k in (1.0, 25.0):
         resistance = (k * windows)[:, None].clone()
-        branches = Branches(start, deltas, k * windows, torch.zeros(a, d, dtype=F64), resistance,
-                            critical_branch_inductance(resistance), beyond_window="hold")
+        branches = Branches(
+            start,
+            deltas,
+            k * windows,
+            torch.zeros(a, d, dtype=F64),
+            resistance,
+            critical_branch_inductance(resistance),
+            beyond_window="hold",
+        )
         control = StepControl(1e30, max_growth=1.5)  # no rejections: steps k x (h, 1.5 h, ...)
         results.append(integrate_window(start, torch.zeros(d, dtype=F64), branches, 0.01 * k, control))
     one, scaled = results
@@ -90,8 +101,10 @@ def _one_round(strategy: FedECADO, steps: list[int], lr: float = 0.01, n: int = 
     batch = int(round(problem.sizes.mean()))
     x0 = torch.full((3,), 0.5, dtype=F64)
     strategy.setup(ServerContext(x0.clone(), n))
-    updates = [train_client(strategy, problem, ClientPlan(i, 0, seed=i, steps=steps[i]), x0,
-                            lr * problem.sizes[i] / batch) for i in range(n)]
+    updates = [
+        train_client(strategy, problem, ClientPlan(i, 0, seed=i, steps=steps[i]), x0, lr * problem.sizes[i] / batch)
+        for i in range(n)
+    ]
     return problem, x0, updates, sharded_round(strategy, 0, updates, x0)
 
 
@@ -146,15 +159,25 @@ def test_estimates_stop_when_the_first_round_changes_no_conductance_by_the_cutof
     problem = diagonal_quadratics(n=n, d=3)
     largest = float(_first_round_shares(problem, steps, lr).max())
     cutoff = largest * (1.01 if above else 0.99)
-    strategy = FedECADO(tolerance=1e30, initial_step=1e6, curvature="diagonal", beyond_window="hold",
-                        window_end="max", curvature_cutoff=cutoff)
+    strategy = FedECADO(
+        tolerance=1e30,
+        initial_step=1e6,
+        curvature="diagonal",
+        beyond_window="hold",
+        window_end="max",
+        curvature_cutoff=cutoff,
+    )
     batch = int(round(problem.sizes.mean()))
     x0 = torch.full((3,), 0.5, dtype=F64)
     strategy.setup(ServerContext(x0.clone(), n))
 
     def round_of(round: int, clients: list[int]):
-        updates = [train_client(strategy, problem, ClientPlan(i, round, seed=i, steps=steps[i % 4]), x0,
-                                lr * problem.sizes[i] / batch) for i in clients]
+        updates = [
+            train_client(
+                strategy, problem, ClientPlan(i, round, seed=i, steps=steps[i % 4]), x0, lr * problem.sizes[i] / batch
+            )
+            for i in clients
+        ]
         return updates, sharded_round(strategy, round, updates, x0)
 
     first, _ = round_of(0, [0, 1, 2, 3])
@@ -163,8 +186,11 @@ def test_estimates_stop_when_the_first_round_changes_no_conductance_by_the_cutof
     assert strategy.metrics()["curvature_share"] == strategy.curvature_share
     assert strategy.curvature_negligible is above
     solved = []
-    monkeypatch.setattr(fedecado_module, "integrate_window",
-                        lambda *args, **kwargs: solved.append(args[2]) or integrate_window(*args, **kwargs))
+    monkeypatch.setattr(
+        fedecado_module,
+        "integrate_window",
+        lambda *args, **kwargs: solved.append(args[2]) or integrate_window(*args, **kwargs),
+    )
     second, _ = round_of(1, [1, 4, 5])
     assert [("curvature" in update.report) for update in second] == [False, not above, not above]
     windows = torch.tensor([steps[1], steps[0], steps[1]], dtype=F64)[:, None] * lr
@@ -192,16 +218,25 @@ def test_the_curvature_decision_is_kept_in_the_checkpoint_and_refused_below_zero
 def test_the_mean_window_end_is_the_data_weighted_mean_and_stretches_at_most_to_it():
     """window_end="mean": the server time advances by sum |D_i| T_i / sum |D_i|; with tiny L and R (the steady state)
     and linear paths (one local step each) the extrapolated round is x0 + T_mean x mean_i(delta_i / T_i)."""
-    steps, lr = [1, 1, 1, 1], 0.01
-    strategy = FedECADO(inductance=1e-15, inductance_rule="constant", sensitivity_step=1e-9, tolerance=1e30,
-                        initial_step=1e6, beyond_window="extrapolate", window_end="mean")
+    _steps, _lr = [1, 1, 1, 1], 0.01
+    strategy = FedECADO(
+        inductance=1e-15,
+        inductance_rule="constant",
+        sensitivity_step=1e-9,
+        tolerance=1e30,
+        initial_step=1e6,
+        beyond_window="extrapolate",
+        window_end="mean",
+    )
     lrs = [0.01, 0.02, 0.04, 0.08]
     problem = diagonal_quadratics(n=4, d=3)
     batch = int(round(problem.sizes.mean()))
     x0 = torch.full((3,), 0.5, dtype=F64)
     strategy.setup(ServerContext(x0.clone(), 4))
-    updates = [train_client(strategy, problem, ClientPlan(i, 0, seed=i, steps=1), x0,
-                            lrs[i] * problem.sizes[i] / batch) for i in range(4)]
+    updates = [
+        train_client(strategy, problem, ClientPlan(i, 0, seed=i, steps=1), x0, lrs[i] * problem.sizes[i] / batch)
+        for i in range(4)
+    ]
     x = sharded_round(strategy, 0, updates, x0)
     windows, sizes = torch.tensor(lrs, dtype=F64), torch.tensor(problem.sizes, dtype=F64)
     mean = float((sizes * windows).sum() / sizes.sum())
@@ -222,9 +257,16 @@ def test_default_options_converge_on_heterogeneous_quadratics_faster_than_the_pa
     lrs = time_steps * problem.sizes / int(round(problem.sizes.mean()))
     errors = {}
     earlier_estimate = dict(curvature_batches=4, curvature_probes=8, curvature_examples=None)
-    for name, kwargs in [("default", {}), ("hold", dict(window_end="max", beyond_window="hold", **earlier_estimate)),
-                         ("paper", dict(inductance=0.3, inductance_rule="constant", window_end="max",
-                                        sensitivity_step=float(time_steps.mean())))]:
+    for name, kwargs in [
+        ("default", {}),
+        ("hold", dict(window_end="max", beyond_window="hold", **earlier_estimate)),
+        (
+            "paper",
+            dict(
+                inductance=0.3, inductance_rule="constant", window_end="max", sensitivity_step=float(time_steps.mean())
+            ),
+        ),
+    ]:
         x = run_rounds(FedECADO(tolerance=1e-2, **kwargs), problem, 100, 5, steps, lrs, torch.zeros(20, dtype=F64))
         errors[name] = problem.relative_error(x)
     assert errors["default"] < 1e-4 and errors["hold"] < 1e-3
@@ -254,7 +296,9 @@ def test_the_progress_share_is_the_moves_projection_on_the_data_weighted_mean_de
     result = WindowResult(torch.zeros(2), torch.zeros(1, 2), 0.1, trials=[(0.1, 0.0, True)])
     for move, share in [((0.75, 0.25), 1.0), ((1.5, 0.5), 2.0), ((0.25, -0.75), 0.0)]:
         move, current = torch.tensor(move), torch.tensor([3.0, 4.0])
-        metrics = window_metrics(result, torch.stack([move, current, mean, move * mean]), torch.ones(1), CoordinateSums(2))
+        metrics = window_metrics(
+            result, torch.stack([move, current, mean, move * mean]), torch.ones(1), CoordinateSums(2)
+        )
         assert metrics["progress_share"] == pytest.approx(share)
         assert metrics["xc_move_norm"] == pytest.approx(float(move.norm())) and metrics["current_sum_norm"] == 5.0
 

@@ -27,20 +27,37 @@ def test_a_window_integrated_on_two_slices_takes_the_steps_of_the_whole(norm):
     the same errors to the last bit."""
     g = torch.Generator().manual_seed(3)
     a, d = 4, 50
-    whole = Branches(torch.zeros(d, dtype=torch.float64), torch.randn(a, d, generator=g, dtype=torch.float64),
-                     torch.rand(a, generator=g, dtype=torch.float64) + 0.2, torch.randn(a, d, generator=g, dtype=torch.float64),
-                     torch.rand(a, 1, generator=g, dtype=torch.float64) + 0.1, torch.rand(a, d, generator=g, dtype=torch.float64) + 0.1)
+    whole = Branches(
+        torch.zeros(d, dtype=torch.float64),
+        torch.randn(a, d, generator=g, dtype=torch.float64),
+        torch.rand(a, generator=g, dtype=torch.float64) + 0.2,
+        torch.randn(a, d, generator=g, dtype=torch.float64),
+        torch.rand(a, 1, generator=g, dtype=torch.float64) + 0.1,
+        torch.rand(a, d, generator=g, dtype=torch.float64) + 0.1,
+    )
     control = StepControl(tolerance=1e-3 if norm == "max" else 2e-4, min_step=1e-6, norm=norm)
     expected = integrate_window(whole.start, torch.zeros(d, dtype=torch.float64), whole, 1.0, control)
     group, results = ThreadGroup(2), [None, None]
 
     def solve(rank: int) -> None:
         part = CoordinateShards(d, 2, rank).local
-        branches = Branches(whole.start[part], whole.deltas[:, part], whole.windows, whole.couplings[:, part],
-                            whole.resistance, whole.inductance[:, part])
+        branches = Branches(
+            whole.start[part],
+            whole.deltas[:, part],
+            whole.windows,
+            whole.couplings[:, part],
+            whole.resistance,
+            whole.inductance[:, part],
+        )
         coordinates = CoordinateSums(d, part, lambda tensor, op: group.all_reduce(rank, tensor, op))
-        results[rank] = integrate_window(branches.start, torch.zeros(part.stop - part.start, dtype=torch.float64), branches,
-                                         1.0, control, coordinates)
+        results[rank] = integrate_window(
+            branches.start,
+            torch.zeros(part.stop - part.start, dtype=torch.float64),
+            branches,
+            1.0,
+            control,
+            coordinates,
+        )
 
     threads = [threading.Thread(target=solve, args=(rank,)) for rank in range(2)]
     [thread.start() for thread in threads]
@@ -57,9 +74,14 @@ def test_a_float32_window_of_ten_clients_on_two_slices_gets_the_bits_of_the_whol
     columns inside the whole vector, so every sum over the clients is one row at a time (``sum_rows``)."""
     g = torch.Generator().manual_seed(3)
     a, d = 10, 29066
-    whole = Branches(torch.randn(d, generator=g), torch.randn(a, d, generator=g) * 1e-2,
-                     torch.rand(a, generator=g, dtype=torch.float64) + 0.2, torch.randn(a, d, generator=g) * 1e-3,
-                     torch.rand(a, 1, generator=g) + 0.1, torch.rand(a, 1, generator=g) + 0.1)
+    whole = Branches(
+        torch.randn(d, generator=g),
+        torch.randn(a, d, generator=g) * 1e-2,
+        torch.rand(a, generator=g, dtype=torch.float64) + 0.2,
+        torch.randn(a, d, generator=g) * 1e-3,
+        torch.rand(a, 1, generator=g) + 0.1,
+        torch.rand(a, 1, generator=g) + 0.1,
+    )
     frozen = torch.randn(d, generator=g) * 1e-3
     control = StepControl(tolerance=1e-3, min_step=1e-6, norm="rms")
     expected = integrate_window(whole.start, frozen, whole, 0.3, control)
@@ -68,8 +90,14 @@ def test_a_float32_window_of_ten_clients_on_two_slices_gets_the_bits_of_the_whol
 
     def solve(rank: int) -> None:
         part = CoordinateShards(d, 2, rank).local
-        branches = Branches(whole.start[part].clone(), whole.deltas[:, part].contiguous(), whole.windows,
-                            whole.couplings[:, part].contiguous(), whole.resistance, whole.inductance)
+        branches = Branches(
+            whole.start[part].clone(),
+            whole.deltas[:, part].contiguous(),
+            whole.windows,
+            whole.couplings[:, part].contiguous(),
+            whole.resistance,
+            whole.inductance,
+        )
         coordinates = CoordinateSums(d, part, lambda tensor, op: group.all_reduce(rank, tensor, op))
         results[rank] = integrate_window(branches.start, frozen[part].clone(), branches, 0.3, control, coordinates)
 
@@ -115,8 +143,9 @@ def test_the_curvature_cutoff_is_decided_alike_on_every_process(cutoff):
     results, shares = {}, {}
     for world in (1, 2):
         strategy = FedECADO(inductance=0.3, sensitivity_step=0.05, curvature="diagonal", curvature_cutoff=cutoff)
-        results[world] = run_rounds(strategy, problem, 4, 4, steps, lrs, torch.zeros(20, dtype=torch.float64),
-                                    world=world)
+        results[world] = run_rounds(
+            strategy, problem, 4, 4, steps, lrs, torch.zeros(20, dtype=torch.float64), world=world
+        )
         shares[world] = [(s.curvature_share, s.curvature_negligible) for s in run_rounds.strategies]
     assert shares[2] == shares[1] * 2 and shares[1][0][1] is (cutoff > 1)
     torch.testing.assert_close(results[2], results[1], rtol=0, atol=1e-12)
@@ -124,12 +153,38 @@ def test_the_curvature_cutoff_is_decided_alike_on_every_process(cutoff):
 
 def _fit(root: Path, config: str, devices: int, *overrides: str) -> Path:
     subprocess.run(
-        [sys.executable, "-m", "lightfed", "fit", "--config", str(Path(config).with_name("base.yaml")),
-         "--config", config, "--trainer.devices", str(devices),
-         "--trainer.clients_per_round", "10", "--trainer.local_epochs", "1", "--trainer.client_eval_interval", "0",
-         "--trainer.root_dir", str(root), "--trainer.name", "run", "--trainer.progress_bar", "false",
-         "--trainer.check_replicas", "true", *overrides],  # every round: the same global weights on every process
-        check=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "lightfed",
+            "fit",
+            "--config",
+            str(Path(config).with_name("base.yaml")),
+            "--config",
+            config,
+            "--trainer.devices",
+            str(devices),
+            "--trainer.clients_per_round",
+            "10",
+            "--trainer.local_epochs",
+            "1",
+            "--trainer.client_eval_interval",
+            "0",
+            "--trainer.root_dir",
+            str(root),
+            "--trainer.name",
+            "run",
+            "--trainer.progress_bar",
+            "false",
+            "--trainer.check_replicas",
+            "true",
+            *overrides,
+        ],  # every round: the same global weights on every process
+        check=True,
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        timeout=600,
     )
     return root / "run" / "version_0" / "checkpoints" / "last.ckpt"
 
@@ -137,7 +192,9 @@ def _fit(root: Path, config: str, devices: int, *overrides: str) -> Path:
 def _strategy_metrics(checkpoint: Path) -> list[dict[str, float]]:
     """Every round's ``strategy/*`` metrics but the server's seconds."""
     rounds = [json.loads(line) for line in (checkpoint.parents[1] / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k.startswith("strategy/") and k != "strategy/server_seconds"} for r in rounds]
+    return [
+        {k: v for k, v in r.items() if k.startswith("strategy/") and k != "strategy/server_seconds"} for r in rounds
+    ]
 
 
 @pytest.mark.parametrize("name", ["fedecado", "adaptive_fedecado"])
@@ -147,7 +204,9 @@ def test_the_digits_config_on_two_processes_gives_the_weights_of_one(tmp_path, n
     depend on the shard boundaries (``lightfed.core.sharding.CoordinateSums``), every sum over the round's ten clients
     one row at a time (``sum_rows``)."""
     config = str(ROOT / "configs" / "digits" / f"{name}.yaml")
-    paths = {devices: _fit(tmp_path / f"devices{devices}", config, devices, "--trainer.rounds", "3") for devices in (1, 2)}
+    paths = {
+        devices: _fit(tmp_path / f"devices{devices}", config, devices, "--trainer.rounds", "3") for devices in (1, 2)
+    }
     one, two = (torch.load(paths[devices], weights_only=False) for devices in (1, 2))
     assert torch.equal(two["params"], one["params"])
     assert two["strategy"] == one["strategy"]  # server step and simulated time
@@ -166,6 +225,8 @@ def test_fedecado_resumed_on_two_processes_gives_the_uninterrupted_weights(tmp_p
     config = str(ROOT / "configs" / "digits" / "fedecado.yaml")
     straight = torch.load(_fit(tmp_path / "straight", config, 2, "--trainer.rounds", "3"), weights_only=False)
     _fit(tmp_path / "cut", config, 2, "--trainer.rounds", "2")
-    resumed = torch.load(_fit(tmp_path / "cut", config, 2, "--trainer.rounds", "3", "--ckpt_path", "last"), weights_only=False)
+    resumed = torch.load(
+        _fit(tmp_path / "cut", config, 2, "--trainer.rounds", "3", "--ckpt_path", "last"), weights_only=False
+    )
     assert torch.equal(resumed["params"], straight["params"])
     assert resumed["strategy"] == straight["strategy"]  # server step and simulated time

@@ -95,5 +95,7 @@ def test_decay_converges_on_the_toys_where_linear_extrapolation_diverges():
     rng = np.random.default_rng(1)
     time_steps, work = rng.uniform(1e-2, 1e-1, size=20), rng.integers(1, 11, size=20)
     lrs = time_steps * dense.sizes / int(round(dense.sizes.mean()))
-    x = run_rounds(FedECADO(tolerance=1e-2, beyond_window="decay"), dense, 100, 5, work, lrs, torch.zeros(20, dtype=F64))
+    x = run_rounds(
+        FedECADO(tolerance=1e-2, beyond_window="decay"), dense, 100, 5, work, lrs, torch.zeros(20, dtype=F64)
+    )
     assert dense.relative_error(x) < 1e-3

@@ -22,8 +22,18 @@ ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
 
 # runs one after the other in the test's process, with conftest's one thread
-FAST = ["--rounds", "2", "--set", "data.partitioner.init_args.num_clients=10", "--set", "trainer.clients_per_round=5",
-        "--set", "trainer.client_eval_interval=0", "--workers", "1"]
+FAST = [
+    "--rounds",
+    "2",
+    "--set",
+    "data.partitioner.init_args.num_clients=10",
+    "--set",
+    "trainer.clients_per_round=5",
+    "--set",
+    "trainer.client_eval_interval=0",
+    "--workers",
+    "1",
+]
 LR = "strategy.init_args.server_lr"
 
 
@@ -40,8 +50,11 @@ def test_grid_is_the_cartesian_product_first_key_slowest():
 
 
 def test_random_sampling_is_deterministic_for_a_sweep_seed_and_within_bounds():
-    specs = [sweep_specs.parse_random("model.init_args.lr=loguniform:1e-4:1e-1"),
-             sweep_specs.parse_random("m=uniform:0.2:0.8"), sweep_specs.parse_random("opt=choice:sgd,adam")]
+    specs = [
+        sweep_specs.parse_random("model.init_args.lr=loguniform:1e-4:1e-1"),
+        sweep_specs.parse_random("m=uniform:0.2:0.8"),
+        sweep_specs.parse_random("opt=choice:sgd,adam"),
+    ]
     first = sweep_specs.sample_random(specs, 50, sweep_seed=3)
     assert first == sweep_specs.sample_random(specs, 50, sweep_seed=3)
     assert first != sweep_specs.sample_random(specs, 50, sweep_seed=4)
@@ -56,19 +69,32 @@ def test_random_sampling_is_deterministic_for_a_sweep_seed_and_within_bounds():
 
 def test_random_draws_are_those_of_python_random_by_hand():
     """The draws of a sweep seed do not change: existing sweeps reproduce."""
-    specs = [sweep_specs.parse_random("lr=loguniform:1e-4:1e-1"), sweep_specs.parse_random("m=uniform:0.2:0.8"),
-             sweep_specs.parse_random("opt=choice:sgd, adam ,rmsprop"), sweep_specs.parse_random("epochs=randint:1:5")]
+    specs = [
+        sweep_specs.parse_random("lr=loguniform:1e-4:1e-1"),
+        sweep_specs.parse_random("m=uniform:0.2:0.8"),
+        sweep_specs.parse_random("opt=choice:sgd, adam ,rmsprop"),
+        sweep_specs.parse_random("epochs=randint:1:5"),
+    ]
     rng = random.Random(7)
     expected = []
     for _ in range(20):
         lr = math.exp(rng.uniform(math.log(1e-4), math.log(1e-1)))
         m = rng.uniform(0.2, 0.8)
-        expected.append({"lr": repr(min(max(float(f"{lr:.4g}"), 1e-4), 1e-1)), "m": repr(float(f"{m:.4g}")),
-                         "opt": rng.choice(["sgd", "adam", "rmsprop"]), "epochs": str(rng.randint(1, 5))})
+        expected.append(
+            {
+                "lr": repr(min(max(float(f"{lr:.4g}"), 1e-4), 1e-1)),
+                "m": repr(float(f"{m:.4g}")),
+                "opt": rng.choice(["sgd", "adam", "rmsprop"]),
+                "epochs": str(rng.randint(1, 5)),
+            }
+        )
     assert sweep_specs.sample_random(specs, 20, sweep_seed=7) == expected
     assert {s["epochs"] for s in expected} == {"1", "2", "3", "4", "5"}
     # rounded to 4 digits (0.1235) and kept within the bounds
-    assert sweep_specs.sample_random([sweep_specs.parse_random("x=uniform:0.12345:0.12346")], 5, 0) == [{"x": "0.12346"}] * 5
+    assert (
+        sweep_specs.sample_random([sweep_specs.parse_random("x=uniform:0.12345:0.12346")], 5, 0)
+        == [{"x": "0.12346"}] * 5
+    )
 
 
 def test_settings_combine_grid_and_samples_and_drop_duplicates():
@@ -85,17 +111,36 @@ def test_run_names_and_arguments_are_deterministic():
     settings = sweep_specs.expand_grid([sweep_specs.parse_grid(f"{LR}=1.0,0.5")])
     runs = plan.plan_runs(["/c/quickstart.yaml"], [0, 1], settings, {"trainer.local_epochs": "1"}, 3, "/out/runs")
     assert [r.name for r in runs] == [
-        "quickstart__strategy.server_lr=1.0__seed0", "quickstart__strategy.server_lr=1.0__seed1",
-        "quickstart__strategy.server_lr=0.5__seed0", "quickstart__strategy.server_lr=0.5__seed1",
+        "quickstart__strategy.server_lr=1.0__seed0",
+        "quickstart__strategy.server_lr=1.0__seed1",
+        "quickstart__strategy.server_lr=0.5__seed0",
+        "quickstart__strategy.server_lr=0.5__seed1",
     ]
     assert runs[3].argv == [
-        "fit", "--config", "/c/quickstart.yaml", "--trainer.progress_bar", "false", "--trainer.local_epochs", "1",
-        f"--{LR}", "0.5", "--trainer.rounds", "3", "--seed_everything", "1", "--trainer.root_dir", "/out/runs",
-        "--trainer.name", "quickstart__strategy.server_lr=0.5__seed1",
+        "fit",
+        "--config",
+        "/c/quickstart.yaml",
+        "--trainer.progress_bar",
+        "false",
+        "--trainer.local_epochs",
+        "1",
+        f"--{LR}",
+        "0.5",
+        "--trainer.rounds",
+        "3",
+        "--seed_everything",
+        "1",
+        "--trainer.root_dir",
+        "/out/runs",
+        "--trainer.name",
+        "quickstart__strategy.server_lr=0.5__seed1",
     ]
     assert plan.run_name("fedavg", {}, 2) == "fedavg__seed2"
     assert plan.config_names(["c/digits/fedavg.yaml", "c/cifar10/fedavg.yaml", "c/digits/fedprox.yaml"]) == [
-        "digits-fedavg", "cifar10-fedavg", "fedprox"]
+        "digits-fedavg",
+        "cifar10-fedavg",
+        "fedprox",
+    ]
     with pytest.raises(sweep_specs.SpecError, match="two configs are named 'c-fedavg'"):
         plan.plan_runs(["c/fedavg.yaml", "c/fedavg.yaml"], [0], [{}], {}, None, "/out/runs")
     assert plan.setting_label({}) == "defaults"
@@ -114,18 +159,25 @@ def _write_metrics(folder: Path, *lines: dict) -> None:
 def test_read_log_takes_the_last_line_of_a_round_from_the_newest_version(tmp_path):
     _write_metrics(tmp_path / "run" / "version_9", {"round": 1, "val_acc": 0.9, "round/time_s": 100.0})
     # a run stopped after round 2, resumed from its round-1 checkpoint: rounds 2 and 3 logged again
-    _write_metrics(tmp_path / "run" / "version_10",
-                   {"round": 1, "val_acc": 0.5, "val_loss": 1.5, "round/time_s": 2.0},
-                   {"round": 2, "val_acc": 0.6, "round/time_s": 3.0, "strategy/lr": 0.1},
-                   {"round": 3, "val_acc": 0.4, "round/time_s": 4.0},
-                   {"round": 2, "val_acc": 0.7, "round/time_s": 5.0},
-                   {"round": 3, "val_acc": 0.8, "round/time_s": 6.0},
-                   {"round": 4, "val_loss": 0.9, "round/time_s": 7.0})  # val_acc not evaluated in round 4
+    _write_metrics(
+        tmp_path / "run" / "version_10",
+        {"round": 1, "val_acc": 0.5, "val_loss": 1.5, "round/time_s": 2.0},
+        {"round": 2, "val_acc": 0.6, "round/time_s": 3.0, "strategy/lr": 0.1},
+        {"round": 3, "val_acc": 0.4, "round/time_s": 4.0},
+        {"round": 2, "val_acc": 0.7, "round/time_s": 5.0},
+        {"round": 3, "val_acc": 0.8, "round/time_s": 6.0},
+        {"round": 4, "val_loss": 0.9, "round/time_s": 7.0},
+    )  # val_acc not evaluated in round 4
     (tmp_path / "run" / "version_11").mkdir()  # a run that has not written a line yet
     log = run_logs.read_log(tmp_path, "run", "val_acc")
-    assert log == {"log_dir": str(tmp_path / "run" / "version_10"), "history": [[1, 0.5], [2, 0.7], [3, 0.8]],
-                   "wall_time_s": 2.0 + 5.0 + 6.0 + 7.0, "metrics": ["round/time_s", "val_acc", "val_loss"],
-                   "final_record": None, "last_round": 4}
+    assert log == {
+        "log_dir": str(tmp_path / "run" / "version_10"),
+        "history": [[1, 0.5], [2, 0.7], [3, 0.8]],
+        "wall_time_s": 2.0 + 5.0 + 6.0 + 7.0,
+        "metrics": ["round/time_s", "val_acc", "val_loss"],
+        "final_record": None,
+        "last_round": 4,
+    }
     assert run_logs.read_log(tmp_path, "run", "val_loss")["history"] == [[1, 1.5], [4, 0.9]]
     assert run_logs.read_log(tmp_path, "run", "nope")["history"] == []
     assert run_logs.read_log(tmp_path, "other", "val_acc") is None
@@ -143,7 +195,11 @@ def test_summaries_by_hand():
     assert summaries.summarise_history(h3, 0.75)["rounds_to_target"] is None
     assert summaries.summarise_history(h3, None)["rounds_to_target"] is None
     # a loss: lower is better
-    assert summaries.summarise_history([[1, 2.0], [2, 0.4], [3, 0.6]], 0.5, "min") == {"final": 0.6, "best": 0.4, "rounds_to_target": 2}
+    assert summaries.summarise_history([[1, 2.0], [2, 0.4], [3, 0.6]], 0.5, "min") == {
+        "final": 0.6,
+        "best": 0.4,
+        "rounds_to_target": 2,
+    }
 
     runs = [{**summaries.summarise_history(h, 0.75), "wall_time_s": t} for h, t in [(h1, 10.0), (h2, 20.0), (h3, 30.0)]]
     row = summaries.summarise_group(runs[:2], planned=2)
@@ -159,8 +215,10 @@ def test_summaries_by_hand():
 
 def test_table_rendering():
     h1, h2 = [[1, 0.5], [2, 0.8], [3, 0.7]], [[1, 0.6], [2, 0.7], [3, 0.9]]
-    runs = [{**summaries.summarise_history(h, 0.75), "wall_time_s": t, "test_at_best": b}
-            for h, t, b in [(h1, 10.0, 0.6), (h2, 20.0, 0.7)]]
+    runs = [
+        {**summaries.summarise_history(h, 0.75), "wall_time_s": t, "test_at_best": b}
+        for h, t, b in [(h1, 10.0, 0.6), (h2, 20.0, 0.7)]
+    ]
     rows = [
         {"config": "fedavg", "setting": "strategy.server_lr=0.5", **summaries.summarise_group(runs, 2)},
         {"config": "fedprox", "setting": "defaults", **summaries.summarise_group(runs[:1], 2)},
@@ -168,13 +226,20 @@ def test_table_rendering():
     ]
     table = markdown.render_table(rows, "val_acc", 0.75)
     lines = table.splitlines()
-    assert lines[0] == ("| config | setting | runs | final val_acc | best val_acc | test_acc at best val_acc | "
-                        "rounds to val_acc ≥ 0.75 | time/run (s) |")
-    assert lines[2] == "| fedavg | strategy.server_lr=0.5 | 2/2 | 0.80 ± 0.14 | 0.850 ± 0.071 | 0.650 ± 0.071 | 2.5 (2/2) | 15.0 |"
+    assert lines[0] == (
+        "| config | setting | runs | final val_acc | best val_acc | test_acc at best val_acc | "
+        "rounds to val_acc ≥ 0.75 | time/run (s) |"
+    )
+    assert (
+        lines[2]
+        == "| fedavg | strategy.server_lr=0.5 | 2/2 | 0.80 ± 0.14 | 0.850 ± 0.071 | 0.650 ± 0.071 | 2.5 (2/2) | 15.0 |"
+    )
     assert lines[3] == "| fedprox | defaults | 1/2 | 0.7000 | 0.8000 | 0.6000 | 2 (1/1) | 10.0 |"
     assert lines[4] == "| fedyogi | defaults | 0/2 | — | — | — | — | — |"
     assert "rounds to" not in markdown.render_table(rows, "val_acc", None)
-    assert " at best " not in markdown.render_table(rows, "train_loss", None, "min")  # no validation metric, no test column
+    assert " at best " not in markdown.render_table(
+        rows, "train_loss", None, "min"
+    )  # no validation metric, no test column
 
 
 # ----------------------------------------------------------------- errors
@@ -251,7 +316,9 @@ def test_ctrl_c_ends_the_sweep_in_one_line_that_says_how_to_go_on(capsys, tmp_pa
     monkeypatch.setattr(compare, "execute_all", interrupted)
     assert compare.main(["--configs", QUICKSTART, "--out", str(tmp_path)]) == 130
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("compare: stopped by Ctrl-C; rerun the command") and "--collect" in err[0]
+    assert (
+        len(err) == 1 and err[0].startswith("compare: stopped by Ctrl-C; rerun the command") and "--collect" in err[0]
+    )
 
 
 # ----------------------------------------------------------------- end to end
@@ -270,8 +337,20 @@ def _without_time(out: Path) -> list[str]:
 def sweep(tmp_path_factory):
     """3 server learning rates x 2 seeds, 2 rounds each, run directly (one thread, as conftest's tests run)."""
     out = tmp_path_factory.mktemp("sweep")
-    argv = ["--configs", QUICKSTART, "--seeds", "0", "1", "--target", "0.3", "--out", str(out),
-            "--grid", f"{LR}=1.0,0.5,0.25", *FAST]
+    argv = [
+        "--configs",
+        QUICKSTART,
+        "--seeds",
+        "0",
+        "1",
+        "--target",
+        "0.3",
+        "--out",
+        str(out),
+        "--grid",
+        f"{LR}=1.0,0.5,0.25",
+        *FAST,
+    ]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # conftest's one-thread fixture is per test, this fixture is per module
     try:
@@ -286,8 +365,10 @@ def test_list_prints_one_command_per_run(sweep, capsys, tmp_path):
     assert compare.main([*argv, "--list"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 6 and all(line.startswith(f"lightfed fit --config {QUICKSTART} ") for line in lines)
-    assert lines[3].endswith(f"--{LR} 0.5 --trainer.rounds 2 --seed_everything 1 --trainer.root_dir {out / 'runs'} "
-                             "--trainer.name quickstart__strategy.server_lr=0.5__seed1")
+    assert lines[3].endswith(
+        f"--{LR} 0.5 --trainer.rounds 2 --seed_everything 1 --trainer.root_dir {out / 'runs'} "
+        "--trainer.name quickstart__strategy.server_lr=0.5__seed1"
+    )
 
 
 def test_sweep_writes_table_plot_and_results(sweep):
@@ -329,7 +410,10 @@ def test_collect_reproduces_the_table_from_the_logs(sweep):
 def test_collect_names_a_metric_the_runs_did_not_log(sweep, capsys):
     argv, _ = sweep
     line = _cli_error([*argv, "--collect", "--metric", "val_accuracy"], capsys)
-    assert line.startswith("lightfed compare: error: --metric val_accuracy is not in the logs of quickstart__") and "val_acc," in line
+    assert (
+        line.startswith("lightfed compare: error: --metric val_accuracy is not in the logs of quickstart__")
+        and "val_acc," in line
+    )
 
 
 def test_a_diverging_run_is_reported_and_left_out_of_the_numbers(tmp_path, capsys):
@@ -339,7 +423,9 @@ def test_a_diverging_run_is_reported_and_left_out_of_the_numbers(tmp_path, capsy
     captured = capsys.readouterr()
     assert "seed=0: failed: the global weights became NaN/Inf" in captured.out
     assert "no finished logs" not in captured.err  # diverged is an outcome, not a run still to do
-    assert _table_rows(out)[0] == "| quickstart | 0/1 | — | — | — | — |"  # no --target, no sweep: no rounds or setting column
+    assert (
+        _table_rows(out)[0] == "| quickstart | 0/1 | — | — | — | — |"
+    )  # no --target, no sweep: no rounds or setting column
     assert _table_rows(out)[1] == "| quickstart | 0/1 | 1 | 0% |"  # --usable: diverged counts, as not usable
     (run,) = json.loads((out / "results.json").read_text())["runs"]
     assert run["status"] == "diverged" and len(run["history"]) < 2 and "final" not in run
@@ -393,8 +479,9 @@ def test_lightfed_compare_and_python_m_run_the_tool(tmp_path, capsys):
     assert exit.value.code == 0
     listed = capsys.readouterr().out.splitlines()
     assert len(listed) == 2 and listed[1].endswith("--trainer.name quickstart__seed1")
-    done = subprocess.run([sys.executable, "-m", "lightfed.experiments.compare", *argv], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "lightfed.experiments.compare", *argv], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0 and done.stdout.splitlines() == listed
     lightfed_main(["--help"])
     assert "compare " in capsys.readouterr().out.splitlines()[-1]
@@ -402,7 +489,15 @@ def test_lightfed_compare_and_python_m_run_the_tool(tmp_path, capsys):
 
 def test_a_base_config_comes_before_each_configs_own_file(tmp_path, capsys):
     runs = plan.plan_runs(["/c/fedavg.yaml"], [0], [{}], {}, None, "/out/runs", base=["/c/base.yaml", "/c/more.yaml"])
-    assert runs[0].argv[:7] == ["fit", "--config", "/c/base.yaml", "--config", "/c/more.yaml", "--config", "/c/fedavg.yaml"]
+    assert runs[0].argv[:7] == [
+        "fit",
+        "--config",
+        "/c/base.yaml",
+        "--config",
+        "/c/more.yaml",
+        "--config",
+        "/c/fedavg.yaml",
+    ]
     digits = ROOT / "configs" / "digits"
     argv = ["--base", str(digits / "base.yaml"), "--configs", str(digits / "fedavg.yaml"), "--out", str(tmp_path)]
     assert compare.main([*argv, "--list"]) == 0
@@ -416,8 +511,20 @@ def test_three_strategies_by_two_seeds_on_digits(tmp_path):
     digits = ROOT / "configs" / "digits"
     configs = [str(digits / f"{name}.yaml") for name in ("fedavg", "fedprox", "scaffold")]
     out = tmp_path / "strategies"
-    argv = ["--base", str(digits / "base.yaml"), "--configs", *configs, "--seeds", "0", "1", "--target", "0.2",
-            "--out", str(out), *FAST]
+    argv = [
+        "--base",
+        str(digits / "base.yaml"),
+        "--configs",
+        *configs,
+        "--seeds",
+        "0",
+        "1",
+        "--target",
+        "0.2",
+        "--out",
+        str(out),
+        *FAST,
+    ]
     assert compare.main(argv) == 0
     rows = [line for line in (out / "table.md").read_text().splitlines() if line.startswith("| ")][1:]
     assert [row.split(" | ")[0].strip("| ") for row in rows] == ["fedavg", "fedprox", "scaffold"]
@@ -430,7 +537,10 @@ def test_three_strategies_by_two_seeds_on_digits(tmp_path):
 
 
 def test_scoped_keys_apply_to_their_config_only():
-    randoms = [sweep_specs.parse_random("a:strategy.lr=choice:0.1,0.2"), sweep_specs.parse_random("b:strategy.tol=choice:1,2,3")]
+    randoms = [
+        sweep_specs.parse_random("a:strategy.lr=choice:0.1,0.2"),
+        sweep_specs.parse_random("b:strategy.tol=choice:1,2,3"),
+    ]
     settings = sweep_specs.plan_settings([], randoms, samples=6, sweep_seed=0)
     fixed = dict([sweep_specs.parse_set("trainer.rounds=3"), sweep_specs.parse_set("b:strategy.extra=x")])
     runs = plan.plan_runs(["/c/a.yaml", "/c/b.yaml"], [0], settings, fixed, None, "/out/runs")
@@ -453,19 +563,35 @@ def test_usable_rates_by_hand():
     def run(stem, final, status="finished"):
         return {"stem": stem, "final": final, "status": status}
 
-    results = [run("a", 0.9), run("a", 0.7), run("a", 0.75), run("b", 0.1), run("b", 0.73), run("b", None, "diverged"),
-               run("c", 0.0, "unfinished")]
+    results = [
+        run("a", 0.9),
+        run("a", 0.7),
+        run("a", 0.75),
+        run("b", 0.1),
+        run("b", 0.73),
+        run("b", None, "diverged"),
+        run("c", 0.0, "unfinished"),
+    ]
     best, rates = summaries.usable_rates(results, 0.8)  # threshold 0.72
     assert best == 0.9
-    assert rates == {"a": {"usable": 2, "finished": 3, "diverged": 0, "share": 2 / 3},
-                     "b": {"usable": 1, "finished": 2, "diverged": 1, "share": 1 / 3},
-                     "c": {"usable": 0, "finished": 0, "diverged": 0, "share": None}}
+    assert rates == {
+        "a": {"usable": 2, "finished": 3, "diverged": 0, "share": 2 / 3},
+        "b": {"usable": 1, "finished": 2, "diverged": 1, "share": 1 / 3},
+        "c": {"usable": 0, "finished": 0, "diverged": 0, "share": None},
+    }
     lines = markdown.render_usable(best, rates, "val_acc", 0.8).splitlines()
-    assert lines[:5] == ["| config | usable runs | diverged | usable share |", "|---|---|---|---|", "| a | 2/3 | 0 | 67% |",
-                         "| b | 1/3 | 1 | 33% |", "| c | 0/0 | 0 | — |"]
+    assert lines[:5] == [
+        "| config | usable runs | diverged | usable share |",
+        "|---|---|---|---|",
+        "| a | 2/3 | 0 | 67% |",
+        "| b | 1/3 | 1 | 33% |",
+        "| c | 0/0 | 0 | — |",
+    ]
     assert "final val_acc >= 0.8 x the best final val_acc of all finished runs (0.9000)" in lines[-1]
 
 
 def test_usable_needs_a_metric_where_higher_is_better(capsys, tmp_path):
-    line = _cli_error(["--configs", QUICKSTART, "--out", str(tmp_path), "--usable", "0.8", "--metric", "val_loss"], capsys)
+    line = _cli_error(
+        ["--configs", QUICKSTART, "--out", str(tmp_path), "--usable", "0.8", "--metric", "val_loss"], capsys
+    )
     assert "--usable F needs 0 < F <= 1" in line

@@ -12,13 +12,16 @@ ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
 GOOD = [{"round": 1, "val_acc": 0.5, "round/time_s": 1.0}, {"round": 2, "val_acc": 0.7, "round/time_s": 2.0}]
 BAD_LINES = {  # each after the good line of round 2, so that it would be round 2's last word
-    "not an object": (b'[2, 0.9]', "not a JSON object"),
+    "not an object": (b"[2, 0.9]", "not a JSON object"),
     "no round": (b'{"val_acc": 0.9}', "no round"),
     "a string round": (b'{"round": "2", "val_acc": 0.9}', "round '2' is not a whole number"),
     "non-UTF-8 bytes": (b'{"round": 2, "val_acc": 0.9, "note": "\xff\xfe"}', "not UTF-8"),
     "a NaN metric": (b'{"round": 2, "val_acc": NaN}', "val_acc nan is not a finite number"),
     "a string metric": (b'{"round": 2, "val_acc": "high"}', "val_acc 'high' is not a finite number"),
-    "a string time": (b'{"round": 2, "val_acc": 0.9, "round/time_s": "2s"}', "round/time_s '2s' is not a finite number"),
+    "a string time": (
+        b'{"round": 2, "val_acc": 0.9, "round/time_s": "2s"}',
+        "round/time_s '2s' is not a finite number",
+    ),
     "cut short": (b'{"round": 2, "val_a', "not JSON"),
 }
 
@@ -35,12 +38,15 @@ def _write(folder: Path, *lines: dict) -> Path:
 
 
 def _collect(out: Path, *extra: str) -> int:
-    return compare.main(["--configs", QUICKSTART, "--seeds", "0", "1", "--rounds", "2", "--out", str(out), "--collect",
-                         *extra])
+    return compare.main(
+        ["--configs", QUICKSTART, "--seeds", "0", "1", "--rounds", "2", "--out", str(out), "--collect", *extra]
+    )
 
 
 @pytest.mark.parametrize("bad, reason", BAD_LINES.values(), ids=BAD_LINES.keys())
-def test_a_malformed_line_is_skipped_with_one_warning_and_the_table_is_that_of_the_good_lines(tmp_path, capsys, bad, reason):
+def test_a_malformed_line_is_skipped_with_one_warning_and_the_table_is_that_of_the_good_lines(
+    tmp_path, capsys, bad, reason
+):
     out = tmp_path / "out"
     for seed in (0, 1):
         path = _write(_run_folder(out, seed), *GOOD)
@@ -50,21 +56,32 @@ def test_a_malformed_line_is_skipped_with_one_warning_and_the_table_is_that_of_t
     capsys.readouterr()
     assert _collect(out) == 0
     assert [line for line in capsys.readouterr().err.splitlines() if "warning" in line] == [
-        f"compare: warning: skipped line 3 of {path}: {reason}"]
+        f"compare: warning: skipped line 3 of {path}: {reason}"
+    ]
     assert (out / "table.md").read_text() == clean
     assert "| quickstart | 2/2 | 0.7000 ± 0.0000 | 0.7000 ± 0.0000 |" in clean
 
 
 def _final(round: int, best_test: float, monitor: str = "val_acc") -> dict:
-    return {"final": True, "round": round, "monitor": monitor, "best_round": 1, "best_val_acc": 0.75,
-            "test_acc": 0.4, "test_loss": 1.0, "best_test_acc": best_test, "best_test_loss": 0.9}
+    return {
+        "final": True,
+        "round": round,
+        "monitor": monitor,
+        "best_round": 1,
+        "best_val_acc": 0.75,
+        "test_acc": 0.4,
+        "test_loss": 1.0,
+        "best_test_acc": best_test,
+        "best_test_loss": 0.9,
+    }
 
 
 def test_the_table_reports_the_test_metric_of_the_best_validation_round(tmp_path, capsys):
     out = tmp_path / "out"
     _write(_run_folder(out, 0), {"round": 1, "val_acc": 0.75}, {"round": 2, "val_acc": 0.5}, _final(2, 0.8))
-    _write(_run_folder(out, 1), {"round": 1, "val_acc": 0.75}, _final(1, 0.3), {"round": 2, "val_acc": 0.5},
-           _final(2, 0.9))  # a run resumed to more rounds: the newest record counts
+    _write(
+        _run_folder(out, 1), {"round": 1, "val_acc": 0.75}, _final(1, 0.3), {"round": 2, "val_acc": 0.5}, _final(2, 0.9)
+    )  # a run resumed to more rounds: the newest record counts
     assert _collect(out) == 0
     lines = (out / "table.md").read_text().splitlines()
     assert lines[0] == "| config | runs | final val_acc | best val_acc | test_acc at best val_acc | time/run (s) |"

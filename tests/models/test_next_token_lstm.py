@@ -74,7 +74,9 @@ def chain_losses(source: MarkovText, seed: int) -> tuple[float, float]:
 def test_a_federation_of_writers_learns_most_of_what_their_text_allows(tmp_path) -> None:
     """From uniform guessing (log 16) towards the writers' mean chain, FedAvg closes 70% of the gap in 10 rounds."""
     source = MarkovText()
-    data = FederatedDataModule(source, NaturalIdPartitioner(), batch_size=16, val_fraction=0.0)  # trains on every window
+    data = FederatedDataModule(
+        source, NaturalIdPartitioner(), batch_size=16, val_fraction=0.0
+    )  # trains on every window
     L.seed_everything(0, verbose=False)
     model = NextTokenLSTM()
     trainer = small_trainer(tmp_path, rounds=10, clients_per_round=5, local_steps=None, local_epochs=2)

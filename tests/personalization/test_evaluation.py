@@ -10,8 +10,8 @@ from lightfed.core.seeding import derived_seed, sample_clients
 from lightfed.personalization import FedPer
 from lightfed.run.evaluation import ClientEvaluation
 from lightfed.run.run_output import METRICS_FILE
-from lightfed.streams import Stream
 from lightfed.strategies import FedAvg
+from lightfed.streams import Stream
 from tests.conftest import small_trainer
 from tests.personalization.conftest import linear_net, pathological_data
 
@@ -43,15 +43,30 @@ def _spread(values: list[float]) -> tuple[float, float, float]:
 
 
 def test_per_client_metrics_match_a_direct_computation(tmp_path):
-    data, strategy = pathological_data(8, client_val_fraction=0.3), FedPer(FedAvg(), personal=["net.1.bias"])  # a personal bias
-    trainer = small_trainer(tmp_path, rounds=ROUNDS, client_eval_interval=ROUNDS, client_eval_finetune_steps=STEPS,
-                            unseen_clients=2, clients_per_round=3, clients_in_parallel=1)
+    data, strategy = (
+        pathological_data(8, client_val_fraction=0.3),
+        FedPer(FedAvg(), personal=["net.1.bias"]),
+    )  # a personal bias
+    trainer = small_trainer(
+        tmp_path,
+        rounds=ROUNDS,
+        client_eval_interval=ROUNDS,
+        client_eval_finetune_steps=STEPS,
+        unseen_clients=2,
+        clients_per_round=3,
+        clients_in_parallel=1,
+    )
     metrics = trainer.fit(linear_net(LR), data, strategy)
     seen = {c for r in range(ROUNDS) for c in sample_clients(0, r, 6, 3)}
     assert len(seen) < 6  # some clients of the training population have not trained yet: no personal model
     params, head = trainer.params, strategy.coordinates.params
-    expected: dict[str, list[float]] = {"clients": [], "clients/personal": [], "clients/finetuned": [],
-                                        "clients/unseen": [], "clients/unseen/finetuned": []}
+    expected: dict[str, list[float]] = {
+        "clients": [],
+        "clients/personal": [],
+        "clients/finetuned": [],
+        "clients/unseen": [],
+        "clients/unseen/finetuned": [],
+    }
     for c in range(8):
         batches = list(data.client_eval_batches(c))
         tuned = _accuracy(_fine_tuned(params, data, c, ROUNDS), batches)
@@ -91,7 +106,9 @@ def test_a_personalization_run_selects_its_best_round_on_the_clients_personal_mo
     """The best round is the one with the highest mean personal accuracy over clients; the clients that are unseen
     only until first sampled (no ``unseen_clients``) are not logged."""
     trainer = small_trainer(tmp_path, rounds=4, client_eval_interval=1, clients_per_round=3, clients_in_parallel=1)
-    trainer.fit(linear_net(LR), pathological_data(6, client_val_fraction=0.3), FedPer(FedAvg(), personal=["net.1.bias"]))
+    trainer.fit(
+        linear_net(LR), pathological_data(6, client_val_fraction=0.3), FedPer(FedAvg(), personal=["net.1.bias"])
+    )
     lines = [json.loads(line) for line in (trainer.log_dir / METRICS_FILE).read_text().splitlines()]
     rounds, report = [line for line in lines if not line.get("final")], lines[-1]
     personal = [line["clients/personal/val_acc_mean"] for line in rounds]

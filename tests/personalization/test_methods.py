@@ -85,7 +85,7 @@ def test_fedrep_trains_the_head_for_its_epochs_with_the_body_frozen_then_the_bod
     (client_id,) = strategy.client_states.state_dict()
     head_steps = 2 * -(-data.client_size(client_id) // data.batch_size)
     head = strategy.coordinates.params
-    moves = [after != before for before, after in zip(model.trajectory, model.trajectory[1:])]
+    moves = [after != before for before, after in zip(model.trajectory, model.trajectory[1:], strict=False)]
     assert len(moves) == head_steps + 3
     assert all(m[head].any() and not m[~head].any() for m in moves[:head_steps])
     assert all(m[~head].any() and not m[head].any() for m in moves[head_steps:])
@@ -95,7 +95,7 @@ def _gradient(model, w: torch.Tensor, batch) -> torch.Tensor:
     """The gradient at flat weights ``w`` of the mean cross-entropy of ``batch`` (a linear model: weight, bias)."""
     w = w.clone().requires_grad_(True)
     x, y = batch
-    weight, bias = w[: 640].view(10, 64), w[640:]
+    weight, bias = w[:640].view(10, 64), w[640:]
     return torch.autograd.grad(F.cross_entropy(x.flatten(1) @ weight.T + bias, y), w)[0]
 
 

@@ -12,18 +12,45 @@ from lightfed.core.saved_client_states import saved_client_states
 from tests.conftest import fit_in_subprocess
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIGS = ["--config", str(ROOT / "configs" / "digits" / "base.yaml"),
-           "--config", str(ROOT / "configs" / "personalization" / "base.yaml")]
-TINY = ["--trainer.clients_per_round", "4", "--trainer.local_epochs", "null", "--trainer.local_steps", "2",
-        "--trainer.client_eval_interval", "0", "--trainer.unseen_clients", "0", "--trainer.name", "run",
-        "--model.init_args.width", "4", "--data.partitioner.init_args.num_clients", "8", "--trainer.progress_bar",
-        "false"]
+CONFIGS = [
+    "--config",
+    str(ROOT / "configs" / "digits" / "base.yaml"),
+    "--config",
+    str(ROOT / "configs" / "personalization" / "base.yaml"),
+]
+TINY = [
+    "--trainer.clients_per_round",
+    "4",
+    "--trainer.local_epochs",
+    "null",
+    "--trainer.local_steps",
+    "2",
+    "--trainer.client_eval_interval",
+    "0",
+    "--trainer.unseen_clients",
+    "0",
+    "--trainer.name",
+    "run",
+    "--model.init_args.width",
+    "4",
+    "--data.partitioner.init_args.num_clients",
+    "8",
+    "--trainer.progress_bar",
+    "false",
+]
 
 
 def _fit(root: Path, method: str, devices: int, rounds: int, *extra: str) -> dict:
     """The last checkpoint of a run of ``rounds`` rounds, with every client's saved state."""
-    options = [*CONFIGS, "--config", str(ROOT / "configs" / "personalization" / f"{method}.yaml"), *TINY,
-               "--trainer.rounds", str(rounds), *extra]
+    options = [
+        *CONFIGS,
+        "--config",
+        str(ROOT / "configs" / "personalization" / f"{method}.yaml"),
+        *TINY,
+        "--trainer.rounds",
+        str(rounds),
+        *extra,
+    ]
     if devices == 1:
         run(["fit", *options, "--trainer.root_dir", str(root)])
     else:

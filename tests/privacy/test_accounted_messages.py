@@ -25,25 +25,40 @@ from tests.conftest import small_data, small_model, small_trainer
 SGD = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
 
 
-@pytest.mark.parametrize("strategy, message", [
-    (FedECADO(), "FedECADO's clients send curvature computed from their data outside trainer.privacy's accountant "
-                 "\\(no epsilon would cover it\\): set strategy.curvature: none"),
-    (FedECADO(curvature="diagonal", beyond_window="decay"), "FedECADO's clients send curvature computed"),
-    (AdaptiveFedECADO(), "AdaptiveFedECADO's clients send decay, forced, max_lte, passivity_bound, rejected, "
-                         "steps, window computed .*: no option stops them: run AdaptiveFedECADO without"),
-    (AdaptFed(), "AdaptFed's clients send history, lr, probe_loss, rp computed .*: no option stops them"),
-])
+@pytest.mark.parametrize(
+    "strategy, message",
+    [
+        (
+            FedECADO(),
+            "FedECADO's clients send curvature computed from their data outside trainer.privacy's accountant "
+            "\\(no epsilon would cover it\\): set strategy.curvature: none",
+        ),
+        (FedECADO(curvature="diagonal", beyond_window="decay"), "FedECADO's clients send curvature computed"),
+        (
+            AdaptiveFedECADO(),
+            "AdaptiveFedECADO's clients send decay, forced, max_lte, passivity_bound, rejected, "
+            "steps, window computed .*: no option stops them: run AdaptiveFedECADO without",
+        ),
+        (AdaptFed(), "AdaptFed's clients send history, lr, probe_loss, rp computed .*: no option stops them"),
+    ],
+)
 def test_a_message_outside_the_accountant_is_refused_with_dp_sgd(strategy, message):
     with pytest.raises(ConfigError, match=message):
         check_requirements(strategy, SGD, DPSGD(noise_multiplier=1.0))
     check_requirements(strategy, SGD)  # without privacy: allowed
 
 
-@pytest.mark.parametrize("strategy", [
-    FedECADO(curvature="none"),  # time_scale (batch size / client size) only
-    FedECADO(curvature="none", beyond_window="decay"),  # decay: from the private gradients' norms
-    FedAvg(), Scaffold(), FedNova(), FedSAM(),
-])
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        FedECADO(curvature="none"),  # time_scale (batch size / client size) only
+        FedECADO(curvature="none", beyond_window="decay"),  # decay: from the private gradients' norms
+        FedAvg(),
+        Scaffold(),
+        FedNova(),
+        FedSAM(),
+    ],
+)
 def test_a_run_whose_messages_are_sizes_or_private_gradients_is_allowed_with_dp_sgd(strategy):
     check_requirements(strategy, SGD, DPSGD(noise_multiplier=1.0))
 
@@ -65,8 +80,17 @@ def test_fedecado_without_curvature_trains_under_dp_sgd_and_logs_epsilon(tmp_pat
 def test_the_refusal_from_the_command_line_is_one_line(tmp_path, capsys):
     from lightfed.cli import main
 
-    argv = ["fit", "--config", "configs/digits/base.yaml", "--config", "configs/digits/fedecado.yaml", "--config",
-            "configs/privacy/dp-sgd.yaml", "--trainer.root_dir", str(tmp_path)]
+    argv = [
+        "fit",
+        "--config",
+        "configs/digits/base.yaml",
+        "--config",
+        "configs/digits/fedecado.yaml",
+        "--config",
+        "configs/privacy/dp-sgd.yaml",
+        "--trainer.root_dir",
+        str(tmp_path),
+    ]
     with pytest.raises(SystemExit) as exit:
         main(argv)
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lightfed: error:")]
@@ -82,11 +106,22 @@ class Reports(Callback):
         self.keys |= set(update.report)
 
 
-@pytest.mark.parametrize("strategy", [
-    FedAvg(), FedProx(), FedSAM(), Scaffold(), FedNova(), AdaptFed(),
-    FedECADO(curvature="diagonal", beyond_window="decay"), FedECADO(curvature="none"),
-    AdaptiveFedECADO(beyond_window="decay"), Ditto(FedAvg(), lam=0.1), APFL(FedAvg(), alpha_lr=0.1),
-])
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        FedAvg(),
+        FedProx(),
+        FedSAM(),
+        Scaffold(),
+        FedNova(),
+        AdaptFed(),
+        FedECADO(curvature="diagonal", beyond_window="decay"),
+        FedECADO(curvature="none"),
+        AdaptiveFedECADO(beyond_window="decay"),
+        Ditto(FedAvg(), lam=0.1),
+        APFL(FedAvg(), alpha_lr=0.1),
+    ],
+)
 def test_every_value_a_client_reports_is_declared(tmp_path, strategy):
     reports = Reports()
     trainer = small_trainer(tmp_path, rounds=1, clients_per_round=2, local_steps=2, callbacks=[reports])

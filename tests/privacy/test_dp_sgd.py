@@ -227,10 +227,21 @@ def test_bad_privacy_settings_are_refused(settings, message):
 def test_dp_is_configured_from_the_command_line_and_its_refusals_are_one_line(tmp_path, capsys):
     from lightfed.cli import main
 
-    argv = ["fit", "--config", "configs/digits/base.yaml", "--config", "configs/digits/fedavg.yaml",
-            "--trainer.root_dir", str(tmp_path),
-            "--trainer.privacy", "lightfed.privacy.DPSGD", "--trainer.privacy.init_args.noise_multiplier", "1.0",
-            "--trainer.precision", "bf16-mixed"]
+    argv = [
+        "fit",
+        "--config",
+        "configs/digits/base.yaml",
+        "--config",
+        "configs/digits/fedavg.yaml",
+        "--trainer.root_dir",
+        str(tmp_path),
+        "--trainer.privacy",
+        "lightfed.privacy.DPSGD",
+        "--trainer.privacy.init_args.noise_multiplier",
+        "1.0",
+        "--trainer.precision",
+        "bf16-mixed",
+    ]
     with pytest.raises(SystemExit) as exit:
         main(argv)
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lightfed: error:")]

@@ -30,7 +30,9 @@ def _refusal(argv: list[str], tmp_path, capsys, monkeypatch, rounds: int = 1) ->
     """The one line ``lightfed fit`` on digits (``rounds`` rounds) ends with, exit status 2, nothing written."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit:
-        main(["fit", "-c", DIGITS, *argv, "--trainer.rounds", str(rounds), "--trainer.root_dir", str(tmp_path / "runs")])
+        main(
+            ["fit", "-c", DIGITS, *argv, "--trainer.rounds", str(rounds), "--trainer.root_dir", str(tmp_path / "runs")]
+        )
     err = capsys.readouterr().err
     assert exit.value.code == 2 and err.count("\n") == 1 and err.startswith("lightfed: error: "), err
     assert not any(tmp_path.iterdir())  # no run folder
@@ -94,7 +96,15 @@ def test_secure_aggregation_refuses_up_front_the_first_round_it_cannot_unmask():
 
 
 def test_secure_aggregation_that_cannot_unmask_a_later_round_is_refused_before_training(tmp_path, capsys, monkeypatch):
-    argv = ["-c", SECAGG, "--strategy.init_args.neighbours", "2", "--strategy.init_args.dropout", "0.2",
-            "--strategy.init_args.threshold", "0.5"]
+    argv = [
+        "-c",
+        SECAGG,
+        "--strategy.init_args.neighbours",
+        "2",
+        "--strategy.init_args.dropout",
+        "0.2",
+        "--strategy.init_args.threshold",
+        "0.5",
+    ]
     err = _refusal(argv, tmp_path, capsys, monkeypatch, rounds=3)
     assert "secure aggregation cannot unmask round 2" in err

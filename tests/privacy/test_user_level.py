@@ -21,8 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _update(client_id, delta):
-    return ClientUpdate(client_id, torch.as_tensor(delta, dtype=torch.float32), torch.zeros(0), 10, 1, 0.1,
-                        torch.tensor(0.0))
+    return ClientUpdate(
+        client_id, torch.as_tensor(delta, dtype=torch.float32), torch.zeros(0), 10, 1, 0.1, torch.tensor(0.0)
+    )
 
 
 def _strategy(params, num_clients=4, clients_per_round=2, **settings):
@@ -48,14 +49,18 @@ def test_each_delta_is_clipped_to_c_and_the_sum_divided_by_the_clients_per_round
     assert "user_dp/epsilon" not in strategy.metrics()  # no noise: no privacy to report
 
 
-@pytest.mark.parametrize("target_quantile, count_stddev, multiplier", [
-    (None, None, 0.5),  # fixed clipping: noise_multiplier x C
-    (0.5, 0.5, (0.5**-2 - 1.0**-2) ** -0.5),  # adaptive: the update's share of the privacy, Andrew et al.
-])
+@pytest.mark.parametrize(
+    "target_quantile, count_stddev, multiplier",
+    [
+        (None, None, 0.5),  # fixed clipping: noise_multiplier x C
+        (0.5, 0.5, (0.5**-2 - 1.0**-2) ** -0.5),  # adaptive: the update's share of the privacy, Andrew et al.
+    ],
+)
 def test_the_noise_on_the_sum_has_std_noise_multiplier_times_c(target_quantile, count_stddev, multiplier):
     d, clip = 40_000, 2.0
-    strategy = _strategy(torch.zeros(d), noise_multiplier=0.5, clip=clip, target_quantile=target_quantile,
-                         count_stddev=count_stddev)
+    strategy = _strategy(
+        torch.zeros(d), noise_multiplier=0.5, clip=clip, target_quantile=target_quantile, count_stddev=count_stddev
+    )
     assert strategy.update_std() == pytest.approx(multiplier * clip, rel=1e-12)
     mean = _round(strategy, [torch.zeros(d), torch.zeros(d)], torch.zeros(d))  # the noise alone, over 2 clients
     noise = mean.double() * 2
@@ -65,8 +70,9 @@ def test_the_noise_on_the_sum_has_std_noise_multiplier_times_c(target_quantile, 
 
 @pytest.mark.parametrize("accountant, opacus_accountant", [("rdp", RDPAccountant), ("prv", PRVAccountant)])
 def test_epsilon_after_r_rounds_is_opacus_accountant_with_the_same_rate_noise_and_steps(accountant, opacus_accountant):
-    strategy = _strategy(torch.zeros(3), num_clients=8, clients_per_round=2, noise_multiplier=1.3,
-                         accountant=accountant)
+    strategy = _strategy(
+        torch.zeros(3), num_clients=8, clients_per_round=2, noise_multiplier=1.3, accountant=accountant
+    )
     reference = opacus_accountant()
     for round in range(3):
         _round(strategy, [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], torch.zeros(3), round)
@@ -78,8 +84,9 @@ def test_adaptive_clipping_converges_to_the_target_quantile_of_the_update_norms(
     """Update norms log-normal(0, 1): the 0.3 quantile is exp(-0.5244) = 0.592; from a clip of 0.1, 100 clients a
     round, count noise std 5 (clients / 20)."""
     generator = torch.Generator().manual_seed(0)
-    strategy = _strategy(torch.zeros(1), num_clients=100, clients_per_round=100, noise_multiplier=1.0, clip=0.1,
-                         target_quantile=0.3)
+    strategy = _strategy(
+        torch.zeros(1), num_clients=100, clients_per_round=100, noise_multiplier=1.0, clip=0.1, target_quantile=0.3
+    )
     clips = []
     for round in range(150):
         norms = torch.randn(100, generator=generator).exp()
@@ -90,8 +97,14 @@ def test_adaptive_clipping_converges_to_the_target_quantile_of_the_update_norms(
 
 
 def test_poisson_sampling_draws_each_client_with_the_sample_rate_and_the_others_take_no_step():
-    strategy = _strategy(torch.zeros(2), num_clients=1000, clients_per_round=1000, noise_multiplier=0.0,
-                         sampling="poisson", sample_rate=0.1)
+    strategy = _strategy(
+        torch.zeros(2),
+        num_clients=1000,
+        clients_per_round=1000,
+        noise_multiplier=0.0,
+        sampling="poisson",
+        sample_rate=0.1,
+    )
     plans = [strategy.configure_client(ClientPlan(i, 0, seed=0, epochs=2)) for i in range(1000)]
     drawn = [plan for plan in plans if plan.steps != 0]
     assert 70 < len(drawn) < 130 and all(plan.epochs == 2 for plan in drawn)
@@ -101,14 +114,21 @@ def test_poisson_sampling_draws_each_client_with_the_sample_rate_and_the_others_
     assert float(sums[CLIPPED][0]) == 0.5 * len(drawn)  # the clients not drawn add nothing
     assert strategy.expected == 100  # the denominator: q N, not the number drawn
     with pytest.raises(ConfigError, match="set trainer.clients_per_round to 1000, got 10"):
-        _strategy(torch.zeros(2), num_clients=1000, clients_per_round=10, noise_multiplier=1.0, sampling="poisson",
-                  sample_rate=0.1)
+        _strategy(
+            torch.zeros(2),
+            num_clients=1000,
+            clients_per_round=10,
+            noise_multiplier=1.0,
+            sampling="poisson",
+            sample_rate=0.1,
+        )
 
 
 def test_distributed_noise_is_added_by_the_clients_and_sums_to_the_same_std():
     d = 40_000
-    strategy = _strategy(torch.zeros(d), num_clients=8, clients_per_round=4, noise_multiplier=0.5, clip=2.0,
-                         noise="distributed")
+    strategy = _strategy(
+        torch.zeros(d), num_clients=8, clients_per_round=4, noise_multiplier=0.5, clip=2.0, noise="distributed"
+    )
     strategy.configure_client(ClientPlan(0, 0, seed=0, steps=1))
     share = strategy.contribution(_update(0, torch.zeros(d)))[CLIPPED]
     assert float(share.std()) == pytest.approx(0.5 * 2.0 / 2, rel=0.02)  # std / sqrt(4 clients)
@@ -139,8 +159,7 @@ def test_an_inner_server_optimizer_takes_the_private_mean_as_its_pseudo_gradient
 
 
 def _fit(root, rounds, ckpt_path=None, **settings):
-    strategy = UserLevelDP(FedAvg(), noise_multiplier=1.0, clip=0.5, target_quantile=0.5, count_stddev=1.0,
-                           **settings)
+    strategy = UserLevelDP(FedAvg(), noise_multiplier=1.0, clip=0.5, target_quantile=0.5, count_stddev=1.0, **settings)
     trainer = small_trainer(root, rounds=rounds, clients_per_round=4)
     metrics = trainer.fit(model := small_model(momentum=0.0), small_data(), strategy, ckpt_path=ckpt_path)
     return metrics, torch.cat([p.detach().reshape(-1) for p in model.parameters()]), trainer
@@ -177,12 +196,25 @@ def test_one_and_two_processes_give_the_same_model(tmp_path):
     def params(devices: int) -> torch.Tensor:
         root = tmp_path / f"devices{devices}"
         fit_in_subprocess(
-            ROOT / "configs" / "quickstart.yaml", root, devices, "--config", str(ROOT / "configs" / "privacy" /
-            "user-level-adaptive.yaml"), "--trainer.rounds", "2", "--trainer.local_epochs", "1",
-            "--trainer.clients_per_round", "4",
-            "--trainer.client_eval_interval", "0", "--trainer.check_replicas", "true",
+            ROOT / "configs" / "quickstart.yaml",
+            root,
+            devices,
+            "--config",
+            str(ROOT / "configs" / "privacy" / "user-level-adaptive.yaml"),
+            "--trainer.rounds",
+            "2",
+            "--trainer.local_epochs",
+            "1",
+            "--trainer.clients_per_round",
+            "4",
+            "--trainer.client_eval_interval",
+            "0",
+            "--trainer.check_replicas",
+            "true",
         )
-        return torch.load(root / "user-level-dp-adaptive" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)["params"]
+        return torch.load(
+            root / "user-level-dp-adaptive" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False
+        )["params"]
 
     assert torch.equal(params(1), params(2))
 
@@ -196,8 +228,15 @@ def test_user_level_dp_combines_with_example_level_dp_sgd(tmp_path):
 
 def test_a_client_adds_its_unclipped_bit_minus_a_half_and_the_fraction_adds_the_half_back():
     """Andrew et al.: b - 1/2 has sensitivity 1/2, which the split of noise_multiplier between the releases assumes."""
-    strategy = _strategy(torch.zeros(2), num_clients=8, clients_per_round=4, noise_multiplier=1.0, clip=1.0,
-                         target_quantile=0.5, count_stddev=1.0)
+    strategy = _strategy(
+        torch.zeros(2),
+        num_clients=8,
+        clients_per_round=4,
+        noise_multiplier=1.0,
+        clip=1.0,
+        target_quantile=0.5,
+        count_stddev=1.0,
+    )
     strategy.configure_client(ClientPlan(0, 0, seed=0, steps=1))
     assert float(strategy.contribution(_update(0, [0.6, 0.0]))[UNCLIPPED]) == 0.5  # unclipped: 1 - 1/2
     assert float(strategy.contribution(_update(1, [3.0, 4.0]))[UNCLIPPED]) == -0.5  # clipped: 0 - 1/2

@@ -30,7 +30,9 @@ class GivenDeltas:
         for k, job in enumerate(jobs):
             c = job.plan.client_id
             self.trained.append(c)
-            update = ClientUpdate(c, self.deltas[c].clone(), torch.zeros(0), self.examples[c], 1, 1.0, torch.tensor(0.0))
+            update = ClientUpdate(
+                c, self.deltas[c].clone(), torch.zeros(0), self.examples[c], 1, 1.0, torch.tensor(0.0)
+            )
             deliver(k % self.lanes, k, update)
 
     def logged(self) -> LoggedValues:

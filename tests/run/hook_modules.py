@@ -10,9 +10,21 @@ class RecordingCNN(SmallCNN):
     """SmallCNN that records every hook lightfed calls, in order, and what ``self.trainer`` says at a few of them."""
 
     HOOKS = (
-        "on_fit_start", "on_fit_end", "on_train_start", "on_train_end", "on_train_epoch_start", "on_train_epoch_end",
-        "on_before_backward", "on_after_backward", "on_validation_start", "on_validation_end",
-        "on_validation_epoch_start", "on_validation_epoch_end", "on_test_start", "on_test_end", "on_test_epoch_start",
+        "on_fit_start",
+        "on_fit_end",
+        "on_train_start",
+        "on_train_end",
+        "on_train_epoch_start",
+        "on_train_epoch_end",
+        "on_before_backward",
+        "on_after_backward",
+        "on_validation_start",
+        "on_validation_end",
+        "on_validation_epoch_start",
+        "on_validation_epoch_end",
+        "on_test_start",
+        "on_test_end",
+        "on_test_epoch_start",
         "on_test_epoch_end",
     )
     BATCH_HOOKS = ("on_train_batch_start", "on_train_batch_end", "on_validation_batch_start", "on_validation_batch_end")
@@ -32,8 +44,22 @@ class RecordingCNN(SmallCNN):
             self.calls.append(name)
             if name in ("on_train_batch_start", "on_validation_batch_start"):
                 t = self.trainer
-                self.views.append((name, t.round, t.client_id, t.current_epoch, t.global_step, self.current_epoch,
-                                   self.global_step, t.training, t.validating, t.world_size, t.global_rank))
+                self.views.append(
+                    (
+                        name,
+                        t.round,
+                        t.client_id,
+                        t.current_epoch,
+                        t.global_step,
+                        self.current_epoch,
+                        self.global_step,
+                        t.training,
+                        t.validating,
+                        t.world_size,
+                        t.global_rank,
+                    )
+                )
+
         return record
 
     def on_before_optimizer_step(self, optimizer) -> None:

@@ -89,8 +89,11 @@ def test_a_value_weights_only_loading_would_refuse_is_not_written(tmp_path):
 
 
 @pytest.mark.parametrize("payload", [Payload, ExecPayload])
-@pytest.mark.parametrize("write", [torch.save, lambda obj, path: path.write_bytes(__import__("pickle").dumps(obj))],
-                         ids=["torch_save", "plain_pickle"])
+@pytest.mark.parametrize(
+    "write",
+    [torch.save, lambda obj, path: path.write_bytes(__import__("pickle").dumps(obj))],
+    ids=["torch_save", "plain_pickle"],
+)
 def test_a_malicious_last_checkpoint_runs_nothing_and_the_previous_one_is_used(tmp_path, payload, write):
     last, target = _two_checkpoints(tmp_path), tmp_path / "created"
     write({"round": 9, "params": payload(target)}, last)
@@ -110,7 +113,9 @@ def test_a_malicious_file_passed_by_name_is_refused_in_one_line(tmp_path):
     with pytest.raises(ConfigError) as error:
         load_checkpoint(evil)
     message = str(error.value)
-    assert message.startswith(f"checkpoint {evil} cannot be read (refused without running it: it would call posix.system")
+    assert message.startswith(
+        f"checkpoint {evil} cannot be read (refused without running it: it would call posix.system"
+    )
     assert "\n" not in message and not target.exists()
 
 
@@ -123,7 +128,9 @@ def _flip_one_bit_of_the_params(last: Path) -> None:
     assert not torch.equal(torch.load(last, weights_only=True)["params"], params)  # the flip reached the weights
 
 
-@pytest.mark.parametrize("damage", ["truncated_30k", "truncated_1k", "wrong_structure", "not_a_dict", "flipped_bit", "empty"])
+@pytest.mark.parametrize(
+    "damage", ["truncated_30k", "truncated_1k", "wrong_structure", "not_a_dict", "flipped_bit", "empty"]
+)
 def test_a_damaged_last_checkpoint_falls_back_to_the_previous_one_with_one_warning(tmp_path, damage):
     last = tmp_path / LAST
     save_checkpoint(last, _state(1, size=100_000))
@@ -142,7 +149,9 @@ def test_a_damaged_last_checkpoint_falls_back_to_the_previous_one_with_one_warni
     assert round == 1
     assert len(warnings) == 1 and warnings[0].startswith(f"lightfed: warning: checkpoint {last} cannot be read (")
     (tmp_path / PREVIOUS).unlink()
-    with pytest.raises(ConfigError, match=f"^checkpoint {last} cannot be read .*; resume from another checkpoint") as error:
+    with pytest.raises(
+        ConfigError, match=f"^checkpoint {last} cannot be read .*; resume from another checkpoint"
+    ) as error:
         load_checkpoint(last)
     assert "\n" not in str(error.value)
 
@@ -174,9 +183,14 @@ def _with_process_files(folder: Path, world: int = 2) -> Path:
     last = folder / LAST
     for round in (1, 2):
         files = folder / FOLDER / f"round_{round}"
-        digests = [write_process_state(files, rank, world, {"clients": {rank: {"c": torch.full((3,), float(round))}}})
-                   for rank in range(world)]
-        save_checkpoint(last, {**_state(round), "process_states": {"folder": f"round_{round}", "world_size": world, "sha256": digests}})
+        digests = [
+            write_process_state(files, rank, world, {"clients": {rank: {"c": torch.full((3,), float(round))}}})
+            for rank in range(world)
+        ]
+        save_checkpoint(
+            last,
+            {**_state(round), "process_states": {"folder": f"round_{round}", "world_size": world, "sha256": digests}},
+        )
     return last
 
 
@@ -215,7 +229,9 @@ def test_a_malicious_process_file_with_a_matching_checksum_is_refused_when_read(
     with pytest.raises(ConfigError) as error:
         reader(folder, 1)(0)
     message = str(error.value)
-    assert message.startswith(f"process state file {folder / file_name(0, 1)} cannot be read (refused without running it")
+    assert message.startswith(
+        f"process state file {folder / file_name(0, 1)} cannot be read (refused without running it"
+    )
     assert "\n" not in message and not target.exists()
 
 
@@ -238,22 +254,28 @@ def _full_disk_after(written: int, as_torch_reports_it: bool):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         except OSError:
             if as_torch_reports_it:
-                raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 8832 vs 8726")
+                raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 8832 vs 8726")  # noqa: B904 (torch chains it implicitly)
             raise
 
     return save
 
 
 @pytest.mark.parametrize("as_torch_reports_it", [False, True], ids=["oserror", "runtimeerror"])
-def test_a_full_disk_leaves_the_checkpoints_as_they_were_and_no_temporary_file(tmp_path, monkeypatch, as_torch_reports_it):
+def test_a_full_disk_leaves_the_checkpoints_as_they_were_and_no_temporary_file(
+    tmp_path, monkeypatch, as_torch_reports_it
+):
     last = _with_process_files(tmp_path)
-    before = {path: path.read_bytes() for path in tmp_path.rglob("*")  if path.is_file()}
+    before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
     monkeypatch.setattr(torch, "save", _full_disk_after(500, as_torch_reports_it))
     with pytest.raises(CheckpointWriteError) as error:
         save_checkpoint(last, _state(3))
-    assert str(error.value) == (f"cannot write checkpoint {last}: No space left on device; free space and resume with "
-                                "--ckpt_path last")
-    with pytest.raises(CheckpointWriteError, match=f"cannot write checkpoint {tmp_path / FOLDER / 'round_3' / file_name(0, 2)}: No space"):
+    assert str(error.value) == (
+        f"cannot write checkpoint {last}: No space left on device; free space and resume with --ckpt_path last"
+    )
+    with pytest.raises(
+        CheckpointWriteError,
+        match=f"cannot write checkpoint {tmp_path / FOLDER / 'round_3' / file_name(0, 2)}: No space",
+    ):
         write_process_state(tmp_path / FOLDER / "round_3", 0, 2, {"clients": {}})
     assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before
 
@@ -275,6 +297,9 @@ def test_a_read_only_folder_is_one_line_even_when_the_clean_up_is_refused_too(tm
 
     monkeypatch.setattr(torch, "save", read_only)
     monkeypatch.setattr(Path, "unlink", read_only)
-    with pytest.raises(CheckpointWriteError, match=f"^cannot write checkpoint {tmp_path}/last.ckpt: Read-only file "
-                       f"system; make {tmp_path} writable and resume with --ckpt_path last$"):
+    with pytest.raises(
+        CheckpointWriteError,
+        match=f"^cannot write checkpoint {tmp_path}/last.ckpt: Read-only file "
+        f"system; make {tmp_path} writable and resume with --ckpt_path last$",
+    ):
         save_checkpoint(tmp_path / "last.ckpt", {"round": 1})

@@ -19,8 +19,20 @@ from lightfed.run.run_output import RunOutput
 ROOT = Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "configs" / "digits"
 SCAFFOLD = ["--config", str(DIGITS / "base.yaml"), "--config", str(DIGITS / "scaffold.yaml")]  # per-process files
-TINY = ["--trainer.clients_per_round", "4", "--trainer.local_epochs", "null", "--trainer.local_steps", "3",
-        "--trainer.client_eval_interval", "0", "--trainer.progress_bar", "false", "--trainer.name", "run"]
+TINY = [
+    "--trainer.clients_per_round",
+    "4",
+    "--trainer.local_epochs",
+    "null",
+    "--trainer.local_steps",
+    "3",
+    "--trainer.client_eval_interval",
+    "0",
+    "--trainer.progress_bar",
+    "false",
+    "--trainer.name",
+    "run",
+]
 
 
 class Payload:
@@ -147,7 +159,7 @@ def test_a_full_disk_stops_the_run_in_one_line_with_its_checkpoints_intact(cut, 
         try:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         except OSError:  # as torch reports it
-            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 8832 vs 8726")
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 8832 vs 8726")  # noqa: B904 (torch chains it implicitly)
 
     checkpoints = {path: data for path, data in _files(cut).items() if path.suffix in (".ckpt", ".pt")}
     monkeypatch.setattr(torch, "save", full_disk)
@@ -170,5 +182,7 @@ def test_a_run_folder_turned_read_only_mid_run_stops_the_run_in_one_line(cut, ca
     monkeypatch.setattr(RunOutput, "append", read_only)
     err = _one_line_and_exit_2(_command("fit", cut, "--ckpt_path", "last", "--trainer.rounds", "3"), capsys)
     metrics = _checkpoints(cut).parent / "metrics.jsonl"
-    assert err == f"lightfed: error: cannot write file {metrics}: Read-only file system; make {metrics.parent} " \
-                  "writable and resume with --ckpt_path last\n"
+    assert (
+        err == f"lightfed: error: cannot write file {metrics}: Read-only file system; make {metrics.parent} "
+        "writable and resume with --ckpt_path last\n"
+    )

@@ -86,7 +86,9 @@ def test_a_local_rule_changes_every_step_between_backward_and_optimizer_step():
 
     client = _client(Center())
     x = torch.tensor([1.0, 1.0, 1.0])
-    update = client.train(ClientPlan(client_id=0, round=0, seed=0, steps=2, rule=ProximalTerm(mu=2.0)), x, torch.zeros(0))
+    update = client.train(
+        ClientPlan(client_id=0, round=0, seed=0, steps=2, rule=ProximalTerm(mu=2.0)), x, torch.zeros(0)
+    )
     c = torch.tensor([1.0, -2.0, 4.0])
     w1 = x - 0.5 * (x - c)  # the proximal term is zero at the global model
     w2 = w1 - 0.5 * ((w1 - c) + 2.0 * (w1 - x))

@@ -18,11 +18,13 @@ def _hparams_tab(logdir: str) -> tuple[list[str], list[str]]:
     multiplexer = EventMultiplexer()
     multiplexer.AddRunsFromDirectory(logdir)
     multiplexer.Reload()
-    tab = Context(TBContext(logdir=logdir, multiplexer=multiplexer,
-                            data_provider=MultiplexerDataProvider(multiplexer, logdir)))
+    tab = Context(
+        TBContext(logdir=logdir, multiplexer=multiplexer, data_provider=MultiplexerDataProvider(multiplexer, logdir))
+    )
     request = context.RequestContext()
-    experiment = tab.experiment_from_metadata(request, "", True, tab.hparams_metadata(request, ""),
-                                              tab.hparams_from_data_provider(request, "", 0))
+    experiment = tab.experiment_from_metadata(
+        request, "", True, tab.hparams_metadata(request, ""), tab.hparams_from_data_provider(request, "", 0)
+    )
     return [info.name for info in experiment.hparam_infos], [info.name.tag for info in experiment.metric_infos]
 
 
@@ -30,8 +32,19 @@ def test_two_strategies_compared_show_what_differs_first_with_the_test_metrics(t
     config = tmp_path / "tiny.yaml"
     config.write_text(TINY.replace("logger: false", "logger: true"))
     for strategy in ("FedAvg", "FedProx"):
-        run(["fit", "--config", str(config), "--trainer.root_dir", str(tmp_path / "runs"), "--trainer.name", strategy,
-             "--strategy", f"lightfed.strategies.{strategy}"])
+        run(
+            [
+                "fit",
+                "--config",
+                str(config),
+                "--trainer.root_dir",
+                str(tmp_path / "runs"),
+                "--trainer.name",
+                strategy,
+                "--strategy",
+                f"lightfed.strategies.{strategy}",
+            ]
+        )
     columns, metrics = _hparams_tab(str(tmp_path / "runs"))
     assert columns[:2] == ["Run", "Strategy"]  # the settings that differ, capitalized summary first
     assert {"Seed", "LR", "Clients"} <= set(columns[:10]) and "Strategy/mu" in columns
@@ -52,11 +65,24 @@ def _time_series_opened(multiplexer: EventMultiplexer) -> list[str]:
 
 
 def test_the_summary_columns_of_a_config():
-    config = {"seed_everything": 3, "trainer": {"name": "x", "clients_per_round": 5},
-              "model": {"class_path": "m.M", "init_args": {"optimizer": {"class_path": "torch.optim.SGD",
-                                                                         "init_args": {"lr": 0.1}}}},
-              "data": {"partitioner": {"class_path": "p.P", "init_args": {"num_clients": 20, "alpha": 0.3}}},
-              "strategy": {"class_path": "lightfed.strategies.FedProx", "init_args": {"mu": 0.1}}}
-    assert summary_hparams(config) == {"Run": "x", "Seed": 3, "Strategy": "FedProx", "Strategy/mu": 0.1, "LR": 0.1,
-                                       "Alpha": 0.3, "Clients": 20, "Clients per round": 5}
+    config = {
+        "seed_everything": 3,
+        "trainer": {"name": "x", "clients_per_round": 5},
+        "model": {
+            "class_path": "m.M",
+            "init_args": {"optimizer": {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.1}}},
+        },
+        "data": {"partitioner": {"class_path": "p.P", "init_args": {"num_clients": 20, "alpha": 0.3}}},
+        "strategy": {"class_path": "lightfed.strategies.FedProx", "init_args": {"mu": 0.1}},
+    }
+    assert summary_hparams(config) == {
+        "Run": "x",
+        "Seed": 3,
+        "Strategy": "FedProx",
+        "Strategy/mu": 0.1,
+        "LR": 0.1,
+        "Alpha": 0.3,
+        "Clients": 20,
+        "Clients per round": 5,
+    }
     assert summary_hparams({"seed": 0, "rounds": 3}) == {"Seed": 0}  # a run from Python records only these

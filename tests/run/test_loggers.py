@@ -19,9 +19,24 @@ def fit(tmp_path: Path, logger: object, *args: str) -> Path:
     """A 2-round quickstart run from YAML with ``trainer.logger: <logger>``; returns its run folder."""
     overlay = tmp_path / "logger.yaml"
     overlay.write_text(yaml.safe_dump({"trainer": {"logger": logger}}))
-    main(["fit", "--config", str(ROOT / "configs" / "quickstart.yaml"), "--config", str(overlay),
-          "--trainer.rounds", str(ROUNDS), "--trainer.client_eval_interval", "0", "--trainer.progress_bar", "false",
-          "--trainer.root_dir", str(tmp_path / "runs"), *args])
+    main(
+        [
+            "fit",
+            "--config",
+            str(ROOT / "configs" / "quickstart.yaml"),
+            "--config",
+            str(overlay),
+            "--trainer.rounds",
+            str(ROUNDS),
+            "--trainer.client_eval_interval",
+            "0",
+            "--trainer.progress_bar",
+            "false",
+            "--trainer.root_dir",
+            str(tmp_path / "runs"),
+            *args,
+        ]
+    )
     (folder,) = (tmp_path / "runs" / "quickstart").iterdir()
     return folder
 
@@ -39,8 +54,10 @@ def csv_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(file))
 
 
-@pytest.mark.parametrize("logger, argument", [("lightning.fabric.loggers.CSVLogger", "root_dir"),
-                                              ("lightning.pytorch.loggers.CSVLogger", "save_dir")])
+@pytest.mark.parametrize(
+    "logger, argument",
+    [("lightning.fabric.loggers.CSVLogger", "root_dir"), ("lightning.pytorch.loggers.CSVLogger", "save_dir")],
+)
 def test_a_csv_logger_writes_the_config_and_metrics_into_the_run_folder_beside_tensorboard(tmp_path, logger, argument):
     folder = fit(tmp_path, {"class_path": logger, "init_args": {argument: str(tmp_path / "elsewhere")}})
     assert not (tmp_path / "elsewhere").exists()
@@ -84,8 +101,13 @@ def test_a_run_killed_after_a_checkpoint_keeps_the_checkpointed_rounds_in_its_cs
 
 def test_a_csv_logger_with_a_version_keeps_its_own_folder(tmp_path):
     own = tmp_path / "csv-logs"
-    folder = fit(tmp_path, {"class_path": "lightning.fabric.loggers.CSVLogger",
-                            "init_args": {"root_dir": str(own), "name": "sweep", "version": "run-a"}})
+    folder = fit(
+        tmp_path,
+        {
+            "class_path": "lightning.fabric.loggers.CSVLogger",
+            "init_args": {"root_dir": str(own), "name": "sweep", "version": "run-a"},
+        },
+    )
     assert yaml.safe_load((own / "sweep" / "run-a" / "hparams.yaml").read_text()) == config_of(folder)
     assert (own / "sweep" / "run-a" / "metrics.csv").is_file()
     assert not (folder / "csv").exists() and len(events_in(folder)) == 1
@@ -97,8 +119,13 @@ def test_mlflow_file_store_gets_the_config_as_params_and_the_final_metrics(tmp_p
     from mlflow.tracking import MlflowClient
 
     store = f"file:{tmp_path / 'mlruns'}"
-    folder = fit(tmp_path, {"class_path": "lightning.pytorch.loggers.MLFlowLogger",
-                            "init_args": {"experiment_name": "sweep", "tracking_uri": store}})
+    folder = fit(
+        tmp_path,
+        {
+            "class_path": "lightning.pytorch.loggers.MLFlowLogger",
+            "init_args": {"experiment_name": "sweep", "tracking_uri": store},
+        },
+    )
     client = MlflowClient(store)
     (run,) = client.search_runs([client.get_experiment_by_name("sweep").experiment_id])
     params = run.data.params
@@ -149,9 +176,14 @@ def test_a_python_logger_gets_the_run_config_and_every_round_beside_tensorboard(
 
     recording = Recording()
     output = OutputSettings(root_dir=str(tmp_path), progress_bar=False, logger=recording)
-    trainer = FederatedTrainer(rounds=ROUNDS, clients_per_round=4, processes=Processes(accelerator="cpu"), output=output)
-    trainer.fit(SmallCNN(), FederatedDataModule(Digits(), DirichletPartitioner(8, alpha=0.5), batch_size=16,
-                                                val_fraction=0.1), FedAvg())
+    trainer = FederatedTrainer(
+        rounds=ROUNDS, clients_per_round=4, processes=Processes(accelerator="cpu"), output=output
+    )
+    trainer.fit(
+        SmallCNN(),
+        FederatedDataModule(Digits(), DirichletPartitioner(8, alpha=0.5), batch_size=16, val_fraction=0.1),
+        FedAvg(),
+    )
     assert recording.hparams == [trainer.hparams] and trainer.hparams["rounds"] == ROUNDS
     assert [step for step, metrics in recording.metrics if "val_acc" in metrics] == list(range(1, ROUNDS + 1))
     assert [step for step, metrics in recording.metrics if "test_acc" in metrics] == [ROUNDS]

@@ -15,7 +15,13 @@ from lightfed.strategies import AdaptiveFedECADO, FedAvg
 from tests.conftest import fit_in_subprocess, small_data, small_model, small_trainer
 from tests.run.hook_modules import DictBatchCNN, RecordingCNN
 
-STEP = ["on_train_batch_start", "on_before_backward", "on_after_backward", "on_before_optimizer_step", "on_train_batch_end"]
+STEP = [
+    "on_train_batch_start",
+    "on_before_backward",
+    "on_after_backward",
+    "on_before_optimizer_step",
+    "on_train_batch_end",
+]
 
 
 def _tiny_clients() -> FederatedDataModule:
@@ -28,19 +34,40 @@ def test_hooks_of_a_one_client_round_come_in_lightnings_order(tmp_path):
     model = RecordingCNN(width=8)
     trainer = small_trainer(tmp_path, rounds=1, clients_per_round=1, local_steps=None, local_epochs=2)
     trainer.fit(model, _tiny_clients(), FedAvg())
-    validation = ["on_validation_start", "on_validation_epoch_start", "on_validation_batch_start",
-                  "on_validation_batch_end", "on_validation_epoch_end", "on_validation_end"]  # 360 test digits, one batch
+    validation = [
+        "on_validation_start",
+        "on_validation_epoch_start",
+        "on_validation_batch_start",
+        "on_validation_batch_end",
+        "on_validation_epoch_end",
+        "on_validation_end",
+    ]  # 360 test digits, one batch
     epoch = ["on_train_epoch_start", *STEP, *STEP, "on_train_epoch_end"]
-    test = ["on_test_start", "on_test_epoch_start", "on_test_epoch_end", "on_test_end"]  # the final report, after the fit
-    expected = ["on_fit_start", "on_train_start", *epoch, *epoch, "on_train_end", *validation, "on_save_checkpoint",
-                "on_fit_end", *test]
+    test = [
+        "on_test_start",
+        "on_test_epoch_start",
+        "on_test_epoch_end",
+        "on_test_end",
+    ]  # the final report, after the fit
+    expected = [
+        "on_fit_start",
+        "on_train_start",
+        *epoch,
+        *epoch,
+        "on_train_end",
+        *validation,
+        "on_save_checkpoint",
+        "on_fit_end",
+        *test,
+    ]
     assert model.calls == expected
     assert model.saved[0]["recorded_calls"] == expected.index("on_fit_end")  # the module's key reached the checkpoint
     client_id = trainer.source.jobs(0, trainer.params, trainer.buffers)[0].plan.client_id
     train_views = [v for v in model.views if v[0] == "on_train_batch_start"]
     # (round, client, epoch, step) from the view and through LightningModule's own properties; training, rank
-    assert [v[1:] for v in train_views] == [(0, client_id, e, s, e, s, True, False, 1, 0) for e, s in
-                                             [(0, 0), (0, 1), (1, 2), (1, 3)]]
+    assert [v[1:] for v in train_views] == [
+        (0, client_id, e, s, e, s, True, False, 1, 0) for e, s in [(0, 0), (0, 1), (1, 2), (1, 3)]
+    ]
     (validation_view,) = [v for v in model.views if v[0] == "on_validation_batch_start"]
     assert validation_view[2:] == (None, 0, 0, 0, 0, False, True, 1, 0)
 
@@ -48,12 +75,25 @@ def test_hooks_of_a_one_client_round_come_in_lightnings_order(tmp_path):
 def test_a_partial_last_epoch_ends_too_and_resume_calls_on_load_checkpoint(tmp_path):
     torch.manual_seed(0)
     model = RecordingCNN(width=8)
-    small_trainer(tmp_path, rounds=1, clients_per_round=1, local_steps=3, eval_interval=5).fit(model, _tiny_clients(), FedAvg())
-    train = model.calls[model.calls.index("on_train_start"): model.calls.index("on_train_end") + 1]
-    assert train == ["on_train_start", "on_train_epoch_start", *STEP, *STEP, "on_train_epoch_end",
-                     "on_train_epoch_start", *STEP, "on_train_epoch_end", "on_train_end"]
+    small_trainer(tmp_path, rounds=1, clients_per_round=1, local_steps=3, eval_interval=5).fit(
+        model, _tiny_clients(), FedAvg()
+    )
+    train = model.calls[model.calls.index("on_train_start") : model.calls.index("on_train_end") + 1]
+    assert train == [
+        "on_train_start",
+        "on_train_epoch_start",
+        *STEP,
+        *STEP,
+        "on_train_epoch_end",
+        "on_train_epoch_start",
+        *STEP,
+        "on_train_epoch_end",
+        "on_train_end",
+    ]
     resumed = RecordingCNN(width=8)
-    small_trainer(tmp_path, rounds=2, clients_per_round=1, local_steps=3).fit(resumed, _tiny_clients(), FedAvg(), ckpt_path="last")
+    small_trainer(tmp_path, rounds=2, clients_per_round=1, local_steps=3).fit(
+        resumed, _tiny_clients(), FedAvg(), ckpt_path="last"
+    )
     assert resumed.calls[0] == "on_load_checkpoint" and resumed.loaded[0]["round"] == 1
 
 
@@ -80,7 +120,7 @@ def test_dict_batches_train_and_evaluate_as_tuples_do(tmp_path):
     b = small_trainer(tmp_path / "b").fit(dicts, dict_data, FedAvg())
     for name in ("train_loss", "val_loss", "val_acc"):
         assert b[name] == pytest.approx(a[name], rel=1e-6)
-    for p, q in zip(tuples.parameters(), dicts.parameters()):
+    for p, q in zip(tuples.parameters(), dicts.parameters(), strict=False):
         torch.testing.assert_close(p, q, rtol=0, atol=0)
 
 
@@ -100,8 +140,15 @@ def test_schedule_factors_by_hand():
 def test_each_rounds_client_lr_is_the_base_times_the_schedule(tmp_path, local_lr):
     torch.manual_seed(0)
     model = RecordingCNN(width=8, optimizer=partial(torch.optim.SGD, lr=0.1))
-    trainer = small_trainer(tmp_path, rounds=3, clients_per_round=1, local_steps=2, eval_interval=5, local_lr=local_lr,
-                            lr_schedule=CosineDecay(min_factor=0.1))
+    trainer = small_trainer(
+        tmp_path,
+        rounds=3,
+        clients_per_round=1,
+        local_steps=2,
+        eval_interval=5,
+        local_lr=local_lr,
+        lr_schedule=CosineDecay(min_factor=0.1),
+    )
     trainer.fit(model, _tiny_clients(), FedAvg())
     base = local_lr or 0.1
     assert model.lrs == pytest.approx([base * f for f in (1.0, 1.0, 0.55, 0.55, 0.1, 0.1)])
@@ -110,7 +157,9 @@ def test_each_rounds_client_lr_is_the_base_times_the_schedule(tmp_path, local_lr
 def test_a_scheduled_run_resumes_to_the_uninterrupted_weights(tmp_path):
     def fit(root, rounds, ckpt_path=None):
         model = small_model()
-        small_trainer(root, rounds=rounds, lr_schedule=ExponentialDecay(0.5)).fit(model, small_data(), FedAvg(), ckpt_path=ckpt_path)
+        small_trainer(root, rounds=rounds, lr_schedule=ExponentialDecay(0.5)).fit(
+            model, small_data(), FedAvg(), ckpt_path=ckpt_path
+        )
         return torch.cat([p.detach().flatten() for p in model.parameters()])
 
     straight = fit(tmp_path / "straight", 3)
@@ -123,8 +172,14 @@ def test_gradient_clipping_bounds_each_step(tmp_path, algorithm):
     """One SGD step of lr 1 without momentum: the client's change is minus its clipped gradient."""
     model = small_model(lr=1.0, momentum=0.0)
     start = torch.cat([p.detach().flatten() for p in model.parameters()])
-    trainer = small_trainer(tmp_path, rounds=1, clients_per_round=1, local_steps=1, gradient_clip_val=1e-3,
-                            gradient_clip_algorithm=algorithm)
+    trainer = small_trainer(
+        tmp_path,
+        rounds=1,
+        clients_per_round=1,
+        local_steps=1,
+        gradient_clip_val=1e-3,
+        gradient_clip_algorithm=algorithm,
+    )
     trainer.fit(model, small_data(), FedAvg())
     change = torch.cat([p.detach().flatten() for p in model.parameters()]) - start
     if algorithm == "norm":  # clip_grad_norm_ scales to max_norm / (norm + 1e-6)
@@ -172,7 +227,9 @@ data:
         root = tmp_path / f"devices{devices}"
         fit_in_subprocess(config, root, devices)
         folder = root / "run" / "version_0"
-        last = json.loads((folder / "metrics.jsonl").read_text().splitlines()[-2])  # the last round, before the final record
+        last = json.loads(
+            (folder / "metrics.jsonl").read_text().splitlines()[-2]
+        )  # the last round, before the final record
         return torch.load(folder / "checkpoints" / "last.ckpt", weights_only=False), last
 
     (one, metrics), (two, metrics_two) = run(1), run(2)

@@ -100,8 +100,9 @@ class Cluster:
     logs: list[Path] = field(default_factory=list)
 
     def cmd(self, *args: str, timeout: float = 30, check: bool = True, env: dict | None = None) -> str:
-        result = subprocess.run(args, env={**self.env, **(env or {})}, cwd=REPO, capture_output=True, text=True,
-                                timeout=timeout)
+        result = subprocess.run(
+            args, env={**self.env, **(env or {})}, cwd=REPO, capture_output=True, text=True, timeout=timeout
+        )
         if check and result.returncode != 0:
             raise AssertionError(f"{' '.join(args)} failed ({result.returncode}):\n{result.stdout}{result.stderr}")
         return result.stdout
@@ -118,8 +119,9 @@ class Cluster:
 
     def queued(self, job_id: str) -> list[str]:
         """States of the job's (or array's) entries still in the queue: pending, running, completing."""
-        result = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], env=self.env, capture_output=True,
-                                text=True, timeout=30)
+        result = subprocess.run(
+            ["squeue", "-h", "-j", job_id, "-o", "%T"], env=self.env, capture_output=True, text=True, timeout=30
+        )
         if result.returncode != 0:  # a job the controller has forgotten is gone; any other error: ask again
             return [] if "Invalid job id" in result.stderr else ["UNKNOWN"]
         return result.stdout.split()
@@ -144,8 +146,9 @@ class Cluster:
     def start(self, *args: str) -> None:
         """Starts a daemon (it forks into the background); its start-up messages go to log/start.log."""
         with open(self.root / "log" / "start.log", "a") as log:
-            result = subprocess.run(args, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    timeout=30)
+            result = subprocess.run(
+                args, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, timeout=30
+            )
         if result.returncode != 0:
             raise AssertionError(f"{' '.join(args)} failed ({result.returncode})")
 
@@ -181,8 +184,10 @@ def _write_conf(root: Path, nodes: list[str]) -> Path:
     cpus = max(2, os.cpu_count() or 1)  # declared CPUs: 2 tasks must fit even on a 1-core machine
     # each node its own slurmd on 127.0.0.1 at its own port (a slurmd built without multiple-slurmd support needs
     # distinct NodeHostnames); %n: its own spool, pid and log
-    node_lines = "\n".join(f"NodeName={name} NodeHostname={name} NodeAddr=127.0.0.1 Port={_free_port()} CPUs={cpus} "
-                            "State=UNKNOWN" for name in nodes)
+    node_lines = "\n".join(
+        f"NodeName={name} NodeHostname={name} NodeAddr=127.0.0.1 Port={_free_port()} CPUs={cpus} State=UNKNOWN"
+        for name in nodes
+    )
     conf = root / "slurm.conf"
     conf.write_text(f"""\
 ClusterName=lightfed-test
@@ -220,7 +225,7 @@ ReturnToService=2
 SchedulerParameters=sched_interval=2,bf_interval=1
 SlurmdParameters=config_overrides
 {node_lines}
-PartitionName=debug Nodes={','.join(nodes)} Default=YES MaxTime=INFINITE State=UP
+PartitionName=debug Nodes={",".join(nodes)} Default=YES MaxTime=INFINITE State=UP
 """)
     return conf
 
@@ -231,8 +236,10 @@ def cluster():
         pytest.skip("a single-host SLURM needs root (slurmd, munged as the munge user)")
     missing = [name for name in NEEDED if shutil.which(name, path=SEARCH_PATH) is None]
     if missing:
-        pytest.skip(f"SLURM is not installed ({', '.join(missing)} not found): "
-                    "apt-get install slurmctld slurmd slurm-client munge")
+        pytest.skip(
+            f"SLURM is not installed ({', '.join(missing)} not found): "
+            "apt-get install slurmctld slurmd slurm-client munge"
+        )
     try:
         munge_user = pwd.getpwnam("munge")
     except KeyError:
@@ -252,14 +259,27 @@ def cluster():
     conf = _write_conf(root, nodes)
     path = os.pathsep.join([str(Path(sys.executable).parent), SEARCH_PATH])
     env = {**_clean_env(), "SLURM_CONF": str(conf), "PATH": path, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    logs = [root / "log" / "start.log", munge / "munged.log", root / "log" / "slurmctld.log",
-            *(root / "log" / f"slurmd-{node}.log" for node in nodes)]
+    logs = [
+        root / "log" / "start.log",
+        munge / "munged.log",
+        root / "log" / "slurmctld.log",
+        *(root / "log" / f"slurmd-{node}.log" for node in nodes),
+    ]
     c = Cluster(root, env, nodes, logs)
     try:
         with c.diagnose():
-            c.start("runuser", "-u", "munge", "--", "munged", f"--socket={munge}/munge.socket",
-                    f"--key-file={key}", f"--pid-file={munge}/munged.pid", f"--log-file={munge}/munged.log",
-                    f"--seed-file={munge}/munged.seed")
+            c.start(
+                "runuser",
+                "-u",
+                "munge",
+                "--",
+                "munged",
+                f"--socket={munge}/munge.socket",
+                f"--key-file={key}",
+                f"--pid-file={munge}/munged.pid",
+                f"--log-file={munge}/munged.log",
+                f"--seed-file={munge}/munged.seed",
+            )
             c.start("slurmctld", "-f", str(conf))
             for node in nodes:
                 c.start("slurmd", "-f", str(conf), "-N", node)
@@ -273,12 +293,16 @@ def cluster():
         if (root / "slurmctld.pid").exists():  # cancel what a failed test left behind, before the daemons go
             with contextlib.suppress(subprocess.TimeoutExpired):
                 deadline = time.monotonic() + 15
-                while (jobs := c.cmd("squeue", "-h", "-o", "%i", check=False, timeout=10).split()):
+                while jobs := c.cmd("squeue", "-h", "-o", "%i", check=False, timeout=10).split():
                     if time.monotonic() > deadline:
                         break
                     c.cmd("scancel", *jobs, check=False, timeout=10)
                     time.sleep(0.5)
-        for pid_file in (*(root / f"slurmd-{node}.pid" for node in nodes), root / "slurmctld.pid", munge / "munged.pid"):
+        for pid_file in (
+            *(root / f"slurmd-{node}.pid" for node in nodes),
+            root / "slurmctld.pid",
+            munge / "munged.pid",
+        ):
             _stop(pid_file)
         shutil.rmtree(root, ignore_errors=True)
 
@@ -304,9 +328,22 @@ def reference_params(root: Path, monkeypatch, *args: str, config: str = QUICKSTA
     for name in list(os.environ):
         if name.startswith(("SLURM_", "SBATCH_", "SRUN_")):
             monkeypatch.delenv(name)  # Fabric must not take a SLURM job around pytest for its own
-    run(["fit", *(arg for c in config.split() for arg in ("--config", str(REPO / c))), "--trainer.accelerator", "cpu",
-         "--trainer.progress_bar", "false",
-         "--trainer.root_dir", str(root), "--trainer.name", "reference", *QUICK, *args])
+    run(
+        [
+            "fit",
+            *(arg for c in config.split() for arg in ("--config", str(REPO / c))),
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.progress_bar",
+            "false",
+            "--trainer.root_dir",
+            str(root),
+            "--trainer.name",
+            "reference",
+            *QUICK,
+            *args,
+        ]
+    )
     return _checkpoint(root / "reference" / "version_0" / "checkpoints" / "last.ckpt")["params"]
 
 
@@ -337,8 +374,12 @@ def _assert_completed(info: dict[str, str]) -> None:
 def test_two_process_job_logs_once_and_matches_one_process(cluster, tmp_path, job_env, monkeypatch):
     runs = tmp_path / "runs"
     output = tmp_path / "job-%j.out"
-    job = cluster.sbatch("single_node.sbatch", [*CPU_JOB, f"--output={output}"], [*QUICK, "--trainer.rounds", "3"],
-                         env={**job_env, "ROOT_DIR": str(runs)})
+    job = cluster.sbatch(
+        "single_node.sbatch",
+        [*CPU_JOB, f"--output={output}"],
+        [*QUICK, "--trainer.rounds", "3"],
+        env={**job_env, "ROOT_DIR": str(runs)},
+    )
     output = tmp_path / f"job-{job}.out"
     with cluster.diagnose(output):
         cluster.wait(job, timeout=300)
@@ -363,9 +404,12 @@ def test_fedecado_job_solves_its_circuit_sharded_over_two_processes(cluster, tmp
     runs, config = tmp_path / "runs", "configs/digits/base.yaml configs/digits/fedecado.yaml"
     output = tmp_path / "job-%j.out"
     args = [*QUICK, "--trainer.rounds", "2", "--trainer.clients_per_round", "4", "--trainer.local_epochs", "1"]
-    job = cluster.sbatch("single_node.sbatch", [*CPU_JOB, f"--output={output}"], [*args, "--trainer.check_replicas", "true"],
-                         env={**job_env, "ROOT_DIR": str(runs),
-                              "CONFIG": " ".join(str(REPO / c) for c in config.split())})
+    job = cluster.sbatch(
+        "single_node.sbatch",
+        [*CPU_JOB, f"--output={output}"],
+        [*args, "--trainer.check_replicas", "true"],
+        env={**job_env, "ROOT_DIR": str(runs), "CONFIG": " ".join(str(REPO / c) for c in config.split())},
+    )
     output = tmp_path / f"job-{job}.out"
     with cluster.diagnose(output):
         cluster.wait(job, timeout=600)
@@ -374,18 +418,23 @@ def test_fedecado_job_solves_its_circuit_sharded_over_two_processes(cluster, tmp
         (version,) = (runs / f"lightfed-{job}").iterdir()
         checkpoint = _checkpoint(version / "checkpoints" / "last.ckpt")
         assert checkpoint["round"] == 2 and checkpoint["process_states"]["world_size"] == 2
-        expected = reference_params(tmp_path / "reference", monkeypatch, *args[len(QUICK):], config=config)
+        expected = reference_params(tmp_path / "reference", monkeypatch, *args[len(QUICK) :], config=config)
         assert float((checkpoint["params"] - expected).norm() / expected.norm()) <= 1e-6
 
 
-def test_warned_job_checkpoints_requeues_and_resumes_to_the_uninterrupted_weights(cluster, tmp_path, job_env,
-                                                                                   monkeypatch):
+def test_warned_job_checkpoints_requeues_and_resumes_to_the_uninterrupted_weights(
+    cluster, tmp_path, job_env, monkeypatch
+):
     rounds = 30
     runs = tmp_path / "runs"
     output = tmp_path / "job-%j.out"
     # multi_node.sbatch on the one node there is: the same script as on many
-    job = cluster.sbatch("multi_node.sbatch", [*CPU_JOB, "--nodes=1", f"--output={output}"],
-                         [*QUICK, "--trainer.rounds", str(rounds)], env={**job_env, "ROOT_DIR": str(runs)})
+    job = cluster.sbatch(
+        "multi_node.sbatch",
+        [*CPU_JOB, "--nodes=1", f"--output={output}"],
+        [*QUICK, "--trainer.rounds", str(rounds)],
+        env={**job_env, "ROOT_DIR": str(runs)},
+    )
     output = tmp_path / f"job-{job}.out"
     version = runs / f"lightfed-{job}" / "version_0"
     with cluster.diagnose(output):
@@ -416,10 +465,24 @@ def test_warned_job_checkpoints_requeues_and_resumes_to_the_uninterrupted_weight
 def test_sweep_array_runs_one_task_per_run_resumes_a_warned_task_and_collects(cluster, tmp_path, job_env):
     rounds = 15
     out = tmp_path / "sweep"
-    compare_args = ["--configs", QUICKSTART, "--seeds", "0", "1", "--rounds", str(rounds),
-                    "--set", "trainer.client_eval_interval=0", "--out", str(out)]
-    env = {**job_env, "SBATCH_ARGS": f"--gpus-per-node=0 --cpus-per-task=1 --output={tmp_path}/%x-%A_%a.out",
-           "COLLECT_ARGS": f"--output={tmp_path}/%x-%j.out"}
+    compare_args = [
+        "--configs",
+        QUICKSTART,
+        "--seeds",
+        "0",
+        "1",
+        "--rounds",
+        str(rounds),
+        "--set",
+        "trainer.client_eval_interval=0",
+        "--out",
+        str(out),
+    ]
+    env = {
+        **job_env,
+        "SBATCH_ARGS": f"--gpus-per-node=0 --cpus-per-task=1 --output={tmp_path}/%x-%A_%a.out",
+        "COLLECT_ARGS": f"--output={tmp_path}/%x-%j.out",
+    }
     submitted = cluster.cmd(str(SLURM_DIR / "submit_sweep.sh"), *compare_args, env=env, timeout=300)
     ids = re.search(r"array job (\d+): 2 runs .* collect job (\d+)", submitted)
     assert ids, submitted
@@ -457,12 +520,18 @@ def test_two_node_job_survives_a_requeue_and_matches_one_node_with_two_processes
     hold = [{"class_path": "tests.slurm.hold.HoldUntilSignalled", "init_args": {"marker": str(marker), "round": held}}]
     env = {**job_env, "CONFIG": " ".join(str(REPO / c) for c in config.split()), "PYTHONPATH": str(REPO)}
     output = tmp_path / "job-%j.out"
-    one_node = cluster.sbatch("multi_node.sbatch", [*CPU_JOB, "--nodes=1", f"--output={output}"], args,
-                              env={**env, "ROOT_DIR": str(tmp_path / "one")})
+    one_node = cluster.sbatch(
+        "multi_node.sbatch",
+        [*CPU_JOB, "--nodes=1", f"--output={output}"],
+        args,
+        env={**env, "ROOT_DIR": str(tmp_path / "one")},
+    )
     two_nodes = cluster.sbatch(
-        "multi_node.sbatch", ["--gpus-per-node=0", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=1",
-                              f"--output={output}"],
-        [*args, "--trainer.callbacks", json.dumps(hold)], env={**env, "ROOT_DIR": str(tmp_path / "two")})
+        "multi_node.sbatch",
+        ["--gpus-per-node=0", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=1", f"--output={output}"],
+        [*args, "--trainer.callbacks", json.dumps(hold)],
+        env={**env, "ROOT_DIR": str(tmp_path / "two")},
+    )
     version = tmp_path / "two" / f"lightfed-{two_nodes}" / "version_0"
     logs = [tmp_path / f"job-{job}.out" for job in (one_node, two_nodes)]
     with cluster.diagnose(*logs):

@@ -4,12 +4,12 @@ Krum included; the pipeline's order; no trainer."""
 import pytest
 import torch
 
+from lightfed.cli import run
 from lightfed.core.messages import ClientUpdate
 from lightfed.core.sums import Sums
 from lightfed.core.transforms import Pipeline, Transform
 from lightfed.errors import ConfigError
 from lightfed.strategies import FedAvg, Krum
-from lightfed.cli import run
 from lightfed.transforms import NormBounding
 from tests.run.fake_training import engine_round
 from tests.test_run_identity import TINY
@@ -80,8 +80,19 @@ def test_a_config_lists_transforms_and_a_bound_no_delta_reaches_leaves_fedavg_bi
     config.write_text(TINY)
     weights = {}
     for name, transforms in [("plain", "[]"), ("wide", BOUND.format(1e9)), ("tight", BOUND.format(1e-3))]:
-        metrics = run(["fit", "--config", str(config), "--trainer.root_dir", str(tmp_path), "--trainer.name", name,
-                       "--transforms", transforms])
+        metrics = run(
+            [
+                "fit",
+                "--config",
+                str(config),
+                "--trainer.root_dir",
+                str(tmp_path),
+                "--trainer.name",
+                name,
+                "--transforms",
+                transforms,
+            ]
+        )
         checkpoint = torch.load(tmp_path / name / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
         weights[name] = checkpoint["params"]
         if name != "plain":

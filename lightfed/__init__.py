@@ -1,7 +1,6 @@
 """lightfed: federated learning with LightningModule clients on Lightning Fabric."""
 
 from lightfed.asynchronous.schedule import Asynchrony
-from lightfed.asynchronous.trainer import AsyncFederatedTrainer
 from lightfed.callbacks import Callback
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.sums import Sums
@@ -12,7 +11,6 @@ from lightfed.strategies import FedAvg, ShardedRound, ShardedStrategy, Strategy
 from lightfed.trainer import FederatedTrainer
 
 __all__ = [
-    "AsyncFederatedTrainer",
     "Asynchrony",
     "Callback",
     "ClientStateSettings",

@@ -10,7 +10,6 @@ from lightning.fabric.loggers import Logger
 
 from lightfed import launcher
 from lightfed.asynchronous.schedule import Asynchrony
-from lightfed.asynchronous.trainer import AsyncFederatedTrainer
 from lightfed.core.transforms import Transform
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
@@ -96,10 +95,7 @@ def run(argv: list[str] | None = None, fork: bool = False) -> dict[str, float]:
     model = objects.model if objects.model is not None else SmallCNN()
     strategy = objects.strategy if objects.strategy is not None else FedAvg()
     settings = {**vars(objects.trainer), "seed": sub_config.seed_everything}  # its privacy, callbacks, logger built
-    if objects.asynchronous is None:
-        trainer = FederatedTrainer.from_settings(**settings)
-    else:
-        trainer = AsyncFederatedTrainer.from_settings(objects.asynchronous, **settings)
+    trainer = FederatedTrainer.from_settings(objects.asynchronous, **settings)
     run_config = parsers[name].dump(sub_config, skip_unset=False)  # keeps null settings (local_epochs: null)
     try:
         if name == "fit":

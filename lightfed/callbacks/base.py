@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 class TrainerState(Protocol):
-    """What a callback reads of the trainer it observes (``FederatedTrainer`` and ``AsyncFederatedTrainer``). A hook
+    """What a callback reads of the trainer it observes (``FederatedTrainer``, with synchronous or asynchronous rounds). A hook
     may set ``should_stop``; nothing else here is a callback's to change, and a callback calls none of the trainer's
     methods."""
 

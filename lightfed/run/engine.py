@@ -1,7 +1,7 @@
 """The round engine: this process's share of a round's jobs trained, one reduction, the aggregate, the checks.
 
 The synchronous and the asynchronous trainer both run their rounds through it; they differ only in which jobs a
-round has (see ``lightfed.run.rounds`` and ``lightfed.asynchronous.trainer``).
+round has (see ``lightfed.run.rounds`` and ``lightfed.asynchronous.buffered_rounds``).
 """
 
 import threading

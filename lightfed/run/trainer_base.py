@@ -9,6 +9,8 @@ from lightning.fabric.loggers import Logger
 from torch import Tensor
 
 from lightfed.adapters import set_collective_timeout
+from lightfed.asynchronous.buffered_rounds import BufferedRounds, VirtualTimeLogging
+from lightfed.asynchronous.schedule import Asynchrony
 from lightfed.attacks.base import Attack
 from lightfed.callbacks import Callback, ProgressBar
 from lightfed.data.module import FederatedDataModule
@@ -44,6 +46,7 @@ from lightfed.run.settings import (
     at_least,
     trainer_settings,
 )
+from lightfed.strategies.async_base import AsyncSetting, AsyncStrategy
 from lightfed.strategies.base import ServerContext, Strategy
 
 MAX_SEED = 2**32 - 1  # numpy's
@@ -55,8 +58,6 @@ class TrainerBase:
     """A trainer but its round loop (``lightfed.trainer.FederatedTrainer.fit``): its settings (each checked), its
     ``Fabric`` (launched by the first run), its run output, the state the loop keeps, the surface callbacks read
     (``lightfed.callbacks.TrainerState``), the checks before a run, and the evaluation of a checkpoint."""
-
-    asynchronous = False  # runs the synchronous strategies (``check_requirements``)
 
     def __init__(
         self,
@@ -71,10 +72,13 @@ class TrainerBase:
         privacy: ClientPrivacy | None = None,
         attack: Attack | None = None,
         callbacks: list[Callback] | None = None,
+        asynchrony: Asynchrony | None = None,
     ) -> None:
         """The settings in groups (``lightfed.run.settings``; ``trainer_settings`` builds them from the config's
         flat ``trainer:`` keys and documents each; None: the defaults). ``callbacks`` are called in this order, after the attack's (which
-        log its metrics) and before the progress bar."""
+        log its metrics) and before the progress bar. ``asynchrony``: buffered asynchronous rounds
+        (``lightfed.asynchronous.buffered_rounds``; ``clients_per_round`` is the buffer size S); None: synchronous
+        rounds."""
         check_seed(seed)
         processes, local = processes or Processes(), local or LocalTraining()
         evaluation, output = evaluation or EvaluationSettings(), output or OutputSettings()
@@ -91,8 +95,10 @@ class TrainerBase:
         self.checkpoint_interval, self.version = output.checkpoint_interval, output.version
         self.privacy, self.attack = privacy, attack
         self.local_work = LocalWork(local.epochs, local.steps, local.lr, local.redraw)
+        self.asynchrony = asynchrony
         attacking = [] if attack is None else attack.callbacks()
-        everything = [*attacking, *(callbacks or []), *([ProgressBar()] if output.progress_bar else [])]
+        clock = [] if asynchrony is None else [VirtualTimeLogging()]
+        everything = [*attacking, *clock, *(callbacks or []), *([ProgressBar()] if output.progress_bar else [])]
         self.fabric = build_fabric(processes, everything)
         self.output = RunOutput(self.fabric, Path(output.root_dir) / output.name, output.logger)
         self.preemption = Preemption()
@@ -111,11 +117,21 @@ class TrainerBase:
         self._launched = False
 
     @classmethod
-    def from_settings(cls: type[T], *args: Any, **settings: Any) -> T:
+    def from_settings(cls: type[T], asynchrony: Asynchrony | None = None, **settings: Any) -> T:
         """The trainer of the config's flat ``trainer:`` keys (``lightfed.run.settings.trainer_settings``), e.g.
-        ``FederatedTrainer.from_settings(rounds=5, local_steps=10, devices=2)``; ``args`` go first (the
-        asynchronous trainer's ``asynchrony``)."""
-        return cls(*args, **trainer_settings(**settings))
+        ``FederatedTrainer.from_settings(rounds=5, local_steps=10, devices=2)``, with a config's ``asynchronous:``
+        section as ``asynchrony``."""
+        return cls(asynchrony=asynchrony, **trainer_settings(**settings))
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether rounds are buffered asynchronous aggregations (the strategies it runs: ``check_requirements``)."""
+        return self.asynchrony is not None
+
+    @property
+    def virtual_time(self) -> float:
+        """The virtual clock at the last asynchronous aggregation (``async/virtual_time``); 0 before or without."""
+        return self.source.schedule.clock if isinstance(self.source, BufferedRounds) else 0.0
 
     @property
     def monitor(self) -> str:
@@ -169,6 +185,10 @@ class TrainerBase:
         """Launches, refuses what cannot run before anything is written; the checkpoint to resume from and the run
         state it holds, or None."""
         check_writable(self.output.experiment)
+        if self.asynchrony is not None and isinstance(strategy, AsyncStrategy):  # any other: check_requirements
+            steps = self.local_work.steps
+            fixed_steps = int(steps.low) if steps is not None and steps.kind == "fixed" else None
+            strategy.configure_async(AsyncSetting(self.clients_per_round, fixed_steps, self.rounds))
         self._launch(data)
         self.fabric.call("setup", trainer=self, data=data)
         run_checks.check_clients(self.clients_per_round, data)
@@ -262,7 +282,13 @@ class TrainerBase:
         return metrics
 
     def _rounds(self, data: FederatedDataModule, strategy: Strategy) -> SampledRounds:
-        """Which clients train in each round, from what."""
+        """Which clients train in each round, from what: sampled rounds, or buffered asynchronous ones."""
+        if self.asynchrony is not None:
+            assert isinstance(strategy, AsyncStrategy)  # check_requirements refused any other
+            device, work = self.fabric.device, self.local_work
+            return BufferedRounds(
+                self.seed, data.num_clients, self.clients_per_round, work, self.asynchrony, strategy, device
+            )
         sampled = data.num_clients - self.evaluation.unseen_clients
         return SampledRounds(self.seed, sampled, self.clients_per_round, self.local_work)
 

@@ -21,7 +21,7 @@ class AsyncSetting:
 
 
 class AsyncStrategy(Strategy, ABC):
-    """A strategy for ``AsyncFederatedTrainer``: a client starts from a model version and the ``package`` published
+    """A strategy for asynchronous rounds (``trainer.asynchrony``): a client starts from a model version and the ``package`` published
     with it (its ``configure_client``'s ``received``), and its update may be aggregated several versions later (its
     staleness). Updates are added into named sums (``sum_sizes``) as on the sums path, with their staleness.
 

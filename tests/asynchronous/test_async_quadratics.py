@@ -8,10 +8,10 @@ import torch
 
 from lightfed.asynchronous.delays import Exponential
 from lightfed.asynchronous.schedule import Asynchrony
-from lightfed.asynchronous.trainer import AsyncFederatedTrainer
 from lightfed.data.module import FederatedDataModule
 from lightfed.local import MomentumCorrection
 from lightfed.strategies import AdaMasFL, FedBuff, MasFL
+from lightfed.trainer import FederatedTrainer
 from tests.strategies.test_quadratics import CLIENTS, EXAMPLES, LeastSquares, LeastSquaresClients, _optimum
 
 
@@ -23,8 +23,8 @@ def _fit(tmp_path, strategy, concurrency: int, buffer: int, rounds: int, steps: 
     if start is not None:
         with torch.no_grad():
             model.w.copy_(torch.as_tensor(start, dtype=torch.float32))
-    trainer = AsyncFederatedTrainer.from_settings(
-        Asynchrony(concurrency=concurrency, delays=Exponential()),
+    trainer = FederatedTrainer.from_settings(
+        asynchrony=Asynchrony(concurrency=concurrency, delays=Exponential()),
         accelerator="cpu",
         rounds=rounds,
         clients_per_round=buffer,

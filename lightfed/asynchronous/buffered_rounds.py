@@ -1,6 +1,14 @@
-"""AsyncFederatedTrainer: buffered asynchronous FL on a virtual clock, through the synchronous trainer's engine."""
+"""Buffered asynchronous rounds on a virtual clock (``trainer.asynchrony``), a source of rounds for the one trainer:
+``asynchrony.concurrency`` clients (M_c) train at once, each from the model version that was current when it started;
+every ``clients_per_round`` (S) arrivals the strategy aggregates them into the next version (one round = one
+aggregation, ``rounds`` = T). Job durations come from ``asynchrony.delays`` on a virtual clock.
 
-from collections.abc import Sequence
+A job is trained when it arrives, from the stored version it started from (results are the same as training it when
+it starts: nothing it uses changes while it is in flight), so the S jobs of an aggregation are split across processes
+like a synchronous round. Logs staleness and virtual time per aggregation, and every evaluated metric also as
+``vs_time/<metric>`` with step = virtual time x 1000.
+"""
+
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -11,16 +19,12 @@ from lightfed.asynchronous.schedule import Asynchrony, BufferedSchedule
 from lightfed.callbacks.base import Callback, TrainerState
 from lightfed.core.seeding import derived_seed
 from lightfed.core.sums import Sums
-from lightfed.core.transforms import Transform
-from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.heterogeneity import LocalWork
 from lightfed.run.engine import Job, RoundEngine
 from lightfed.run.rounds import SampledRounds, client_plan
-from lightfed.strategies.async_base import AsyncSetting, AsyncStrategy
-from lightfed.strategies.base import Strategy
+from lightfed.strategies.async_base import AsyncStrategy
 from lightfed.streams import Stream
-from lightfed.trainer import FederatedTrainer
 
 TIME_STEPS = 1000  # TensorBoard steps per virtual time unit of the ``vs_time/`` scalars
 
@@ -126,55 +130,3 @@ class VirtualTimeLogging(Callback):
         step = round(trainer.virtual_time * TIME_STEPS)
         for logger in trainer.loggers:
             logger.log_metrics({f"vs_time/{k}": v for k, v in metrics.items()}, step=step)
-
-
-class AsyncFederatedTrainer(FederatedTrainer):
-    """Buffered asynchronous training: ``asynchrony.concurrency`` clients (M_c) train at once, each from the model
-    version that was current when it started; every ``clients_per_round`` (S) arrivals the strategy aggregates them
-    into the next version (one round = one aggregation, ``rounds`` = T). Job durations come from
-    ``asynchrony.delays`` on a virtual clock.
-
-    A job is trained when it arrives, from the stored version it started from (results are the same as training it
-    when it starts: nothing it uses changes while it is in flight), so the S jobs of an aggregation are split across
-    processes like a synchronous round. Logs staleness and virtual time per aggregation, and every evaluated metric
-    also as ``vs_time/<metric>`` with step = virtual time x 1000.
-    """
-
-    asynchronous = True
-
-    def __init__(self, asynchrony: Asynchrony, **trainer: Any) -> None:
-        """
-        Args:
-            asynchrony: Concurrency and job durations.
-            **trainer: ``FederatedTrainer``'s arguments; ``clients_per_round`` is the buffer size S.
-        """
-        trainer["callbacks"] = [VirtualTimeLogging(), *(trainer.get("callbacks") or [])]
-        super().__init__(**trainer)
-        self.asynchrony = asynchrony
-
-    @property
-    def virtual_time(self) -> float:
-        """The virtual clock at the last aggregation (``async/virtual_time``); 0 before the run starts."""
-        return self.source.schedule.clock if isinstance(self.source, BufferedRounds) else 0.0
-
-    def fit(
-        self,
-        model,
-        data: FederatedDataModule,
-        strategy: Strategy,
-        ckpt_path: str | None = None,
-        run_config: str | None = None,
-        transforms: Sequence[Transform] = (),
-    ) -> dict[str, float]:
-        if isinstance(strategy, AsyncStrategy):  # any other is refused by check_requirements
-            steps = self.local_work.steps
-            fixed_steps = int(steps.low) if steps is not None and steps.kind == "fixed" else None
-            strategy.configure_async(AsyncSetting(self.clients_per_round, fixed_steps, self.rounds))
-        return super().fit(model, data, strategy, ckpt_path, run_config, transforms)
-
-    def _rounds(self, data: FederatedDataModule, strategy: Strategy) -> BufferedRounds:
-        assert isinstance(strategy, AsyncStrategy)  # check_requirements refused any other
-        device, asynchrony = self.fabric.device, self.asynchrony
-        return BufferedRounds(
-            self.seed, data.num_clients, self.clients_per_round, self.local_work, asynchrony, strategy, device
-        )

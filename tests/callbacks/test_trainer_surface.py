@@ -5,7 +5,7 @@ import inspect
 from pathlib import Path
 
 import lightfed.callbacks
-from lightfed.asynchronous.trainer import AsyncTrainerState, VirtualTimeLogging
+from lightfed.asynchronous.buffered_rounds import AsyncTrainerState, VirtualTimeLogging
 from lightfed.callbacks import TrainerState
 from lightfed.strategies import FedAvg
 from tests.conftest import small_data, small_model, small_trainer

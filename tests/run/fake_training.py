@@ -55,11 +55,14 @@ def engine_round(
     transforms: Sequence[Transform] = (),
     examples: list[int] | None = None,
     lanes: int = 1,
+    staleness: list[int] | None = None,
 ) -> RoundResult:
-    """Round 0 of ``strategy`` from ``params`` with every client of ``deltas`` (client i sends ``deltas[i]``)."""
+    """Round 0 of ``strategy`` from ``params`` with every client of ``deltas`` (client i sends ``deltas[i]``, trained
+    from weights ``staleness[i]`` versions old)."""
     fabric = Fabric(accelerator="cpu", devices=1)
     training = GivenDeltas([torch.tensor(d) for d in deltas], examples or [1] * len(deltas), lanes)
     strategy.setup(ServerContext(params, len(deltas), clients_per_round=len(deltas)))
     engine = RoundEngine(fabric, training, strategy, len(deltas), False, transforms=Pipeline(transforms))
-    jobs = [Job(ClientPlan(c, 0, c), params, torch.zeros(0)) for c in range(len(deltas))]
+    stale = staleness or [0] * len(deltas)
+    jobs = [Job(ClientPlan(c, 0, c), params, torch.zeros(0), stale[c]) for c in range(len(deltas))]
     return engine.run(0, jobs, params, torch.zeros(0))

@@ -3,7 +3,7 @@ sums added in a fixed order, the round's bookkeeping."""
 
 import torch
 
-from lightfed.strategies import FedAvg, TrimmedMean
+from lightfed.strategies import FedAvg, FedBuff, TrimmedMean
 from tests.run.fake_training import engine_round
 
 PARAMS = torch.tensor([1.0, 2.0])
@@ -28,3 +28,10 @@ def test_the_sharded_path_gives_the_coordinatewise_trimmed_mean():
     x: 1, 0, 2, 100, -1 -> mean(0, 1, 2) = 1; y: 0, 3, -1, 100, 1 -> mean(0, 1, 3) = 4 / 3."""
     result = engine_round(TrimmedMean(trim=0.2), PARAMS, DELTAS)
     assert torch.allclose(result.params, PARAMS + torch.tensor([1.0, 4.0 / 3.0]))
+
+
+def test_the_asynchronous_path_weights_each_delta_by_its_staleness():
+    """FedBuff with staleness weighting: (1/S) sum_i delta_i / sqrt(1 + s_i); stalenesses 0 and 3 weigh 1 and 1/2."""
+    result = engine_round(FedBuff(staleness_weighting=True), PARAMS, DELTAS[:2], staleness=[0, 3])
+    expected = (torch.tensor([1.0, 0.0]) * 1.0 + torch.tensor([0.0, 3.0]) * 0.5) / 2
+    assert torch.allclose(result.params, PARAMS + expected)

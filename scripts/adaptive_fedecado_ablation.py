@@ -35,8 +35,12 @@ PAPER = [ADAPTIVE, "--set", f"{S}step_control=every_round", "--set", f"{S}curvat
 ARMS: dict[str, list[str]] = {
     "adaptive": PAPER,
     "defaults": [ADAPTIVE],
-    "fedecado": [str(CONFIGS / "fedecado.yaml"), *HETEROGENEOUS,
-                 "--grid", "model.init_args.optimizer.init_args.lr=0.05,0.1,0.15,0.2"],
+    "fedecado": [
+        str(CONFIGS / "fedecado.yaml"),
+        *HETEROGENEOUS,
+        "--grid",
+        "model.init_args.optimizer.init_args.lr=0.05,0.1,0.15,0.2",
+    ],
     "fixed_lr": [*PAPER, "--grid", f"{S}fixed_lr=0.025,0.05,0.1"],
     "fedecado_server": [*PAPER, "--set", f"{S}window_end=mean", "--set", f"{S}beyond_window=extrapolate"],
     "constant_L": [*PAPER, "--set", f"{S}damping=constant", "--grid", f"{S}inductance=0.1,1,10"],
@@ -53,8 +57,25 @@ COLUMNS = {
 
 
 def run_arm(name: str, argv: list[str], seeds: list[str], rounds: int, out: Path, workers: int) -> None:
-    command = [sys.executable, "-m", "lightfed", "compare", "--base", str(CONFIGS / "base.yaml"), "--configs", argv[0],
-               *argv[1:], "--seeds", *seeds, "--rounds", str(rounds), "--out", str(out / name), "--workers", str(workers)]
+    command = [
+        sys.executable,
+        "-m",
+        "lightfed",
+        "compare",
+        "--base",
+        str(CONFIGS / "base.yaml"),
+        "--configs",
+        argv[0],
+        *argv[1:],
+        "--seeds",
+        *seeds,
+        "--rounds",
+        str(rounds),
+        "--out",
+        str(out / name),
+        "--workers",
+        str(workers),
+    ]
     print(" ".join(command), flush=True)
     subprocess.run(command, check=False)  # a diverged run is a result (compare then exits 1)
 
@@ -78,8 +99,10 @@ def mean(values: list[float]) -> float:
 
 
 def summarise(out: Path, arms: list[str], rounds_shown: list[int]) -> str:
-    lines = ["| arm / setting | seeds finished | final val_acc | test_acc | round | " + " | ".join(COLUMNS) + " |",
-             "|---|---|---|---|---|" + "---|" * len(COLUMNS)]
+    lines = [
+        "| arm / setting | seeds finished | final val_acc | test_acc | round | " + " | ".join(COLUMNS) + " |",
+        "|---|---|---|---|---|" + "---|" * len(COLUMNS),
+    ]
     for name in arms:
         if not (out / name / "runs").is_dir():
             continue
@@ -107,8 +130,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--out", type=Path, default=Path("runs/adaptive_fedecado_ablation"))
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--extra", action="append", default=[], metavar="KEY=V1,V2",
-                        help="a --grid of Adaptive FedECADO's own for the 'extra' arm (strategy.init_args. is added)")
+    parser.add_argument(
+        "--extra",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="a --grid of Adaptive FedECADO's own for the 'extra' arm (strategy.init_args. is added)",
+    )
     parser.add_argument("--show-rounds", nargs="+", type=int, default=[1, 5, 10, 20, 30])
     parser.add_argument("--summarise-only", action="store_true")
     args = parser.parse_args()

@@ -37,8 +37,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ["adamasfl", "masfl", "fedbuff", "ca2fl", "fadas"]
 LOCAL_LRS = ["0.02", "0.05", "0.1"]
-SERVER_LRS = {"masfl": ["0.1", "0.3", "1.0"], "fedbuff": ["0.5", "1.0", "2.0"], "ca2fl": ["0.5", "1.0", "2.0"],
-              "fadas": ["0.001", "0.003", "0.01"]}
+SERVER_LRS = {
+    "masfl": ["0.1", "0.3", "1.0"],
+    "fedbuff": ["0.5", "1.0", "2.0"],
+    "ca2fl": ["0.5", "1.0", "2.0"],
+    "fadas": ["0.001", "0.003", "0.01"],
+}
 LR, SERVER_LR = "model.init_args.optimizer.init_args.lr", "strategy.init_args.server_lr"
 
 
@@ -57,9 +61,23 @@ class Run:
 
 def argv(run: Run, out: Path, rounds: int | None, fixed: list[tuple[str, str]]) -> list[str]:
     digits = ROOT / "configs" / "async" / "digits"
-    args = ["fit", "--config", str(digits / "base.yaml"), "--config", str(digits / f"{run.method}.yaml"),
-            "--asynchronous.concurrency", str(run.concurrency), "--seed_everything", str(run.seed),
-            "--trainer.root_dir", str(out / "runs"), "--trainer.name", run.name, "--trainer.progress_bar", "false"]
+    args = [
+        "fit",
+        "--config",
+        str(digits / "base.yaml"),
+        "--config",
+        str(digits / f"{run.method}.yaml"),
+        "--asynchronous.concurrency",
+        str(run.concurrency),
+        "--seed_everything",
+        str(run.seed),
+        "--trainer.root_dir",
+        str(out / "runs"),
+        "--trainer.name",
+        run.name,
+        "--trainer.progress_bar",
+        "false",
+    ]
     for key, value in [*run.lrs, *fixed]:
         args += [f"--{key}", value]
     return args + ([] if rounds is None else ["--trainer.rounds", str(rounds)])
@@ -84,12 +102,20 @@ def execute(run: Run, args: list[str]) -> dict:
     log_dir = Path(args[args.index("--trainer.root_dir") + 1]) / run.name / "version_0"
     history = read_history(log_dir, "val_acc")
     staleness = [v for _, v in read_history(log_dir, "async/staleness_mean")]
-    tail = [v for _, v in history[-max(1, len(history) // 4):]]
-    return {**asdict(run), "name": run.name, "score": statistics.fmean(tail), "history": history,
-            "time": [v for _, v in read_history(log_dir, "async/virtual_time")], "staleness": statistics.fmean(staleness)}
+    tail = [v for _, v in history[-max(1, len(history) // 4) :]]
+    return {
+        **asdict(run),
+        "name": run.name,
+        "score": statistics.fmean(tail),
+        "history": history,
+        "time": [v for _, v in read_history(log_dir, "async/virtual_time")],
+        "staleness": statistics.fmean(staleness),
+    }
 
 
-def run_all(runs: list[Run], out: Path, rounds: int | None, fixed: list[tuple[str, str]], workers: int, stage: str) -> list[dict]:
+def run_all(
+    runs: list[Run], out: Path, rounds: int | None, fixed: list[tuple[str, str]], workers: int, stage: str
+) -> list[dict]:
     """Runs in this process (``workers`` 1) or in parallel processes; one line per finished run."""
     results = []
 
@@ -164,9 +190,13 @@ def plot(sweep: list[dict], concurrencies: list[int], tune_concurrency: int, pat
 
 
 def main(args: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="async_study.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="async_study.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", default="runs/async_study", help="output folder")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="seeds of the concurrency sweep (tuning: first)")
+    parser.add_argument(
+        "--seeds", nargs="+", type=int, default=[0], help="seeds of the concurrency sweep (tuning: first)"
+    )
     parser.add_argument("--concurrency", nargs="+", type=int, default=[5, 10, 15, 20], help="M_c values of the sweep")
     parser.add_argument("--tune-concurrency", type=int, default=10, help="M_c at which the baselines are tuned")
     parser.add_argument("--no-tune", action="store_true", help="keep the configs' step sizes (no grid search)")
@@ -185,16 +215,34 @@ def main(args: list[str] | None = None) -> int:
     out = Path(options.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
 
-    tuning = run_all([Run(method, options.tune_concurrency, lrs, options.seeds[0]) for method in METHODS
-                      for lrs in grid(method, not options.no_tune)], out, options.rounds, fixed, options.workers, "tune")
-    chosen = {method: max((r for r in tuning if r["method"] == method), key=lambda r: r["score"])["lrs"] for method in METHODS}
+    tuning = run_all(
+        [
+            Run(method, options.tune_concurrency, lrs, options.seeds[0])
+            for method in METHODS
+            for lrs in grid(method, not options.no_tune)
+        ],
+        out,
+        options.rounds,
+        fixed,
+        options.workers,
+        "tune",
+    )
+    chosen = {
+        method: max((r for r in tuning if r["method"] == method), key=lambda r: r["score"])["lrs"] for method in METHODS
+    }
     for method in METHODS:
         tried = [r for r in tuning if r["method"] == method]
         print(f"{method}: chose {describe(method, chosen[method])} from {len(tried)} setting(s)", flush=True)
-    sweep_runs = [Run(method, m, tuple(map(tuple, chosen[method])), seed)
-                  for method in METHODS for m in options.concurrency for seed in options.seeds]
+    sweep_runs = [
+        Run(method, m, tuple(map(tuple, chosen[method])), seed)
+        for method in METHODS
+        for m in options.concurrency
+        for seed in options.seeds
+    ]
     tuned = {r["name"]: r for r in tuning}  # the tuning runs of the chosen step sizes are not run again
-    fresh = run_all([run for run in sweep_runs if run.name not in tuned], out, options.rounds, fixed, options.workers, "concurrency")
+    fresh = run_all(
+        [run for run in sweep_runs if run.name not in tuned], out, options.rounds, fixed, options.workers, "concurrency"
+    )
     sweep = [tuned.get(run.name) or next(r for r in fresh if r["name"] == run.name) for run in sweep_runs]
 
     table = render_table(sweep, chosen, options.concurrency)

@@ -88,15 +88,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=10)
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--width", type=int, default=32, help="SmallCNN width (smaller: less compute, overhead shows more)")
-    p.add_argument("--widths", type=int, nargs="+", metavar="W",
-                   help="run with each of these --width, e.g. 32 120 (29,642 and 301,210 parameters: 10x)")
+    p.add_argument(
+        "--widths",
+        type=int,
+        nargs="+",
+        metavar="W",
+        help="run with each of these --width, e.g. 32 120 (29,642 and 301,210 parameters: 10x)",
+    )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--devices", type=int, default=1, help="processes per path")
     p.add_argument("--compare-devices", type=int, nargs="+", metavar="N", help="run with each of these --devices")
     p.add_argument("--threads", type=int, default=None, help="torch threads per process (default: cores / processes)")
-    p.add_argument("--workers", type=int, default=None,
-                   help="clients at once per process of the concurrent and lightfed-parallel paths (default: cores / "
-                        "processes)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="clients at once per process of the concurrent and lightfed-parallel paths (default: cores / processes)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS), help="which paths to run")
     p.add_argument("--json", type=Path, default=None, help="also write the summary here")
@@ -107,8 +115,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
     p.add_argument("--profile-out", type=Path, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    for name in ("clients", "clients_per_round", "examples_per_client", "rounds", "repeats", "local_epochs",
-                 "batch_size", "eval_batch_size", "width", "devices", "test_size"):
+    for name in (
+        "clients",
+        "clients_per_round",
+        "examples_per_client",
+        "rounds",
+        "repeats",
+        "local_epochs",
+        "batch_size",
+        "eval_batch_size",
+        "width",
+        "devices",
+        "test_size",
+    ):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.warmup_rounds < 0:
@@ -202,11 +221,19 @@ def run_lightfed(args: argparse.Namespace) -> None:
     baseline_mb = peak_rss_mb()
     rounds = total_rounds(args)
     model = make_model(args)
-    data = FederatedDataModule(make_source(args), IIDPartitioner(args.clients), batch_size=args.batch_size,
-                               eval_batch_size=args.eval_batch_size, val_fraction=0.0)  # the reference's clients: all examples
+    data = FederatedDataModule(
+        make_source(args),
+        IIDPartitioner(args.clients),
+        batch_size=args.batch_size,
+        eval_batch_size=args.eval_batch_size,
+        val_fraction=0.0,
+    )  # the reference's clients: all examples
     clock = RoundClock()
-    options = {"lightfed": {}, "lightfed-parallel": {"clients_in_parallel": workers(args)},
-               "lightfed-sequential": {"clients_in_parallel": 1}}[args.only]  # lightfed: its default
+    options = {
+        "lightfed": {},
+        "lightfed-parallel": {"clients_in_parallel": workers(args)},
+        "lightfed-sequential": {"clients_in_parallel": 1},
+    }[args.only]  # lightfed: its default
     trainer = FederatedTrainer.from_settings(
         accelerator=args.device,
         devices=args.devices,
@@ -234,10 +261,15 @@ def run_lightfed(args: argparse.Namespace) -> None:
     if profiler is not None:
         profiler.disable()
     fabric = trainer.fabric
-    result = {"path": args.only, "rank": fabric.global_rank, "world": fabric.world_size,
-              "threads": trainer.workers.threads if trainer.workers.lanes > 1 else torch.get_num_threads(),
-              "workers": trainer.workers.lanes, "params": sum(p.numel() for p in model.parameters()),
-              **peak_memory(fabric.device, baseline_mb)}
+    result = {
+        "path": args.only,
+        "rank": fabric.global_rank,
+        "world": fabric.world_size,
+        "threads": trainer.workers.threads if trainer.workers.lanes > 1 else torch.get_num_threads(),
+        "workers": trainer.workers.lanes,
+        "params": sum(p.numel() for p in model.parameters()),
+        **peak_memory(fabric.device, baseline_mb),
+    }
     if fabric.is_global_zero:
         if profiler is not None:
             profiler.dump_stats(args.profile_out)
@@ -249,8 +281,9 @@ def run_lightfed(args: argparse.Namespace) -> None:
             fit_s=fit_s,
             final_train_loss=metrics.get("round/client_train_loss"),
             val_acc=trainer.final_report.get("test_acc"),  # the test set, as the reference's val_acc
-            weights=save_weights(torch.nn.utils.parameters_to_vector(model.parameters()),
-                                 args.out / f"{args.only}.npy"),
+            weights=save_weights(
+                torch.nn.utils.parameters_to_vector(model.parameters()), args.out / f"{args.only}.npy"
+            ),
         )
     emit(result)
     if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -374,6 +407,11 @@ def reference_rank(args: argparse.Namespace, rank: int, port: int) -> None:
     replicas = [Replica() for _ in range(count)]
     pool = ThreadPoolExecutor(count, initializer=torch.set_num_threads, initargs=(1,)) if concurrent else None
     global_weights = replicas[0].flat.clone()
+
+    def train_share(round: int, mine: list[int], current, worker: int) -> None:
+        """Worker ``worker``'s share of the round's clients: jobs worker, worker + count, ..."""
+        replicas[worker].train_all(round, mine[worker::count], current)
+
     num_params = global_weights.numel()
     sums = replicas[0].sums
 
@@ -392,7 +430,7 @@ def reference_rank(args: argparse.Namespace, rank: int, port: int) -> None:
                 replicas[0].train(round, client_id)
         else:  # job k to worker k mod W, the workers' sums added in worker order
             current = torch.cuda.current_stream(device) if device.type == "cuda" else None
-            list(pool.map(lambda w: replicas[w].train_all(round, mine[w::count], current), range(count)))
+            list(pool.map(partial(train_share, round, mine, current), range(count)))
             for replica in replicas:
                 if replica.stream is not None:
                     current.wait_stream(replica.stream)
@@ -424,8 +462,15 @@ def reference_rank(args: argparse.Namespace, rank: int, port: int) -> None:
     fit_s = time.perf_counter() - began
     if profiler is not None:
         profiler.disable()
-    result = {"path": args.only, "rank": rank, "world": world, "threads": 1 if concurrent else torch.get_num_threads(),
-              "workers": len(replicas), "params": num_params, **peak_memory(device, baseline_mb)}
+    result = {
+        "path": args.only,
+        "rank": rank,
+        "world": world,
+        "threads": 1 if concurrent else torch.get_num_threads(),
+        "workers": len(replicas),
+        "params": num_params,
+        **peak_memory(device, baseline_mb),
+    }
     if rank == 0:
         if profiler is not None:
             profiler.dump_stats(args.profile_out)
@@ -451,9 +496,21 @@ def run_worker(
     """Runs one path in a fresh subprocess of this script; returns the result line of each of its processes."""
     out.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, os.path.abspath(__file__), "--only", path, "--out", str(out), "--devices", str(devices)]
-    for name in ("clients", "clients_per_round", "examples_per_client", "test_size", "rounds", "warmup_rounds",
-                 "local_epochs",
-                 "batch_size", "eval_batch_size", "lr", "width", "device", "seed"):
+    for name in (
+        "clients",
+        "clients_per_round",
+        "examples_per_client",
+        "test_size",
+        "rounds",
+        "warmup_rounds",
+        "local_epochs",
+        "batch_size",
+        "eval_batch_size",
+        "lr",
+        "width",
+        "device",
+        "seed",
+    ):
         command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     threads = args.threads or max(1, available_cores() // devices)
     command += ["--threads", str(threads)]
@@ -514,9 +571,24 @@ def summarize(runs: list[list[dict]]) -> dict:
 
 def benchmark(args: argparse.Namespace, root: Path, argv: list[str]) -> dict:
     report = {
-        "workload": {k: getattr(args, k) for k in ("clients", "clients_per_round", "examples_per_client", "rounds",
-                                                  "warmup_rounds", "repeats", "local_epochs", "batch_size", "lr",
-                                                  "device", "seed", "threads", "workers")},
+        "workload": {
+            k: getattr(args, k)
+            for k in (
+                "clients",
+                "clients_per_round",
+                "examples_per_client",
+                "rounds",
+                "warmup_rounds",
+                "repeats",
+                "local_epochs",
+                "batch_size",
+                "lr",
+                "device",
+                "seed",
+                "threads",
+                "workers",
+            )
+        },
         "command": " ".join(["python", os.path.relpath(__file__)] + argv),
         "configs": [],
     }
@@ -530,11 +602,19 @@ def benchmark(args: argparse.Namespace, root: Path, argv: list[str]) -> dict:
                 order = args.paths if repeat % 2 == 0 else list(reversed(args.paths))
                 for path in order:
                     runs[path].append(run_worker(width_args, path, devices, root / name / f"{path}{repeat}"))
-                    print(f"  width={width} devices={devices} repeat {repeat + 1}/{args.repeats} {path:19s} "
-                          f"{statistics.median(runs[path][-1][0]['round_times']):.4f} s/round", flush=True)
+                    print(
+                        f"  width={width} devices={devices} repeat {repeat + 1}/{args.repeats} {path:19s} "
+                        f"{statistics.median(runs[path][-1][0]['round_times']):.4f} s/round",
+                        flush=True,
+                    )
             first = args.paths[0]
-            config = {"width": width, "params": runs[first][0][0]["params"], "devices": devices,
-                      **{path: summarize(runs[path]) for path in args.paths}, "weights_vs": first}
+            config = {
+                "width": width,
+                "params": runs[first][0][0]["params"],
+                "devices": devices,
+                **{path: summarize(runs[path]) for path in args.paths},
+                "weights_vs": first,
+            }
             for base in ("concurrent", "reference"):  # every other path's ratios to this loop
                 if base not in args.paths:
                     continue
@@ -544,13 +624,16 @@ def benchmark(args: argparse.Namespace, root: Path, argv: list[str]) -> dict:
                         lf = config[path]
                         config.setdefault("ratios", {})[f"{path}/{base}"] = {
                             "ratio": lf["s_per_round"] / ref["s_per_round"],
-                            "ratio_runs": [a / b for a, b in zip(lf["s_per_round_runs"], ref["s_per_round_runs"])],
+                            "ratio_runs": [
+                                a / b for a, b in zip(lf["s_per_round_runs"], ref["s_per_round_runs"], strict=False)
+                            ],
                             "cpu_ratio": lf["cpu_s_per_round"] / ref["cpu_s_per_round"],
                             "best_ratio": lf["best_s_per_round"] / ref["best_s_per_round"],
                         }
             for path in args.paths[1:]:  # the final weights of every path against the first one's
                 config.setdefault("max_abs_weight_diff", {})[f"{path}-{first}"] = max(
-                    max_abs_diff(a[0]["weights"], b[0]["weights"]) for a, b in zip(runs[path], runs[first])
+                    max_abs_diff(a[0]["weights"], b[0]["weights"])
+                    for a, b in zip(runs[path], runs[first], strict=False)
                 )
             if args.profile is not None:
                 args.profile.mkdir(parents=True, exist_ok=True)
@@ -570,32 +653,45 @@ def benchmark(args: argparse.Namespace, root: Path, argv: list[str]) -> dict:
 
 def print_report(report: dict) -> None:
     w = report["workload"]
-    print(f"\nworkload: {w['clients']} clients x {w['examples_per_client']} images (3x32x32), {w['clients_per_round']} "
-          f"per round, {w['local_epochs']} local epoch(s), batch {w['batch_size']}, SGD lr {w['lr']}, FedAvg, "
-          f"SmallCNN, device {w['device']}; median over {w['repeats']} runs of the median of {w['rounds']} timed "
-          f"rounds (after {w['warmup_rounds']} warm-up rounds)")
+    print(
+        f"\nworkload: {w['clients']} clients x {w['examples_per_client']} images (3x32x32), {w['clients_per_round']} "
+        f"per round, {w['local_epochs']} local epoch(s), batch {w['batch_size']}, SGD lr {w['lr']}, FedAvg, "
+        f"SmallCNN, device {w['device']}; median over {w['repeats']} runs of the median of {w['rounds']} timed "
+        f"rounds (after {w['warmup_rounds']} warm-up rounds)"
+    )
     for config in report["configs"]:
         paths = [path for path in PATHS if path in config]
         bases = [base for base in ("concurrent", "reference") if base in config]
         ratios, first = config.get("ratios", {}), config["weights_vs"]
         print(f"\nSmallCNN(width={config['width']}): {config['params']:,} parameters, devices={config['devices']}")
-        print(f"  {'path':19s} {'s/round':>8s}" + "".join(f" {'/ ' + base:>13s}" for base in bases)
-              + f"  {'s/round per repeat':27s} {'fastest':>8s} {'CPU s/round':>11s}  workers x threads")
+        print(
+            f"  {'path':19s} {'s/round':>8s}"
+            + "".join(f" {'/ ' + base:>13s}" for base in bases)
+            + f"  {'s/round per repeat':27s} {'fastest':>8s} {'CPU s/round':>11s}  workers x threads"
+        )
         for path in paths:
             s = config[path]
             cells = "".join(f" {ratios[f'{path}/{base}']['ratio'] if path != base else 1:12.3f}x" for base in bases)
             runs = ", ".join(f"{t:.4f}" for t in s["s_per_round_runs"])
-            print(f"  {path:19s} {s['s_per_round']:8.4f}{cells}  {runs:27s} {s['best_s_per_round']:8.4f} "
-                  f"{s['cpu_s_per_round']:11.4f}  {s['workers']} x {s['threads']}")
-        print(f"  {'path':19s} {'peak RSS MiB/process (all; after imports)':>42s} {'train loss':>11s} {'test acc':>9s} "
-              f"  max |w - {first}|")
+            print(
+                f"  {path:19s} {s['s_per_round']:8.4f}{cells}  {runs:27s} {s['best_s_per_round']:8.4f} "
+                f"{s['cpu_s_per_round']:11.4f}  {s['workers']} x {s['threads']}"
+            )
+        print(
+            f"  {'path':19s} {'peak RSS MiB/process (all; after imports)':>42s} {'train loss':>11s} {'test acc':>9s} "
+            f"  max |w - {first}|"
+        )
         for path in paths:
             s = config[path]
-            rss = (f"{s['peak_rss_mb_per_process']:.0f} ({s['peak_rss_mb_all_processes']:.0f}; "
-                   f"{s['baseline_rss_mb_per_process']:.0f})")
+            rss = (
+                f"{s['peak_rss_mb_per_process']:.0f} ({s['peak_rss_mb_all_processes']:.0f}; "
+                f"{s['baseline_rss_mb_per_process']:.0f})"
+            )
             diff = config.get("max_abs_weight_diff", {}).get(f"{path}-{first}")
-            line = (f"  {path:19s} {rss:>42s} {s['final_train_loss']:11.6f} {s['val_acc']:9.4f}   "
-                    f"{'-' if diff is None else f'{diff:.3g}'}")
+            line = (
+                f"  {path:19s} {rss:>42s} {s['final_train_loss']:11.6f} {s['val_acc']:9.4f}   "
+                f"{'-' if diff is None else f'{diff:.3g}'}"
+            )
             if "cuda_peak_mb" in s:
                 line += f"  CUDA peak {s['cuda_peak_mb']:.0f} MiB"
             print(line)
@@ -607,8 +703,10 @@ def print_report(report: dict) -> None:
     cores = available_cores()
     busiest = max(c[p]["max_load_avg"] for c in report["configs"] for p in PATHS if p in c)
     if busiest > 1.5 * cores:
-        print(f"\nnote: the machine's load average reached {busiest:.1f} on {cores} cores during the runs: other work "
-              "was running and the timings are noisy (--threads 1 suffers least from it)")
+        print(
+            f"\nnote: the machine's load average reached {busiest:.1f} on {cores} cores during the runs: other work "
+            "was running and the timings are noisy (--threads 1 suffers least from it)"
+        )
     for name, speedups in report.get("speedup", {}).items():
         print(f"\nspeed-up {name}: " + ", ".join(f"{path} {x:.2f}x" for path, x in speedups.items()))
 

@@ -134,27 +134,56 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--accelerator", default="auto", help="Fabric accelerator: cpu, gpu, auto, ...")
     p.add_argument("--clients", type=int, default=None, help="total clients (default: the workload's, 20 or 100)")
     p.add_argument("--clients-per-round", type=int, default=10)
-    p.add_argument("--examples", type=int, default=None,
-                   help="examples per client (default: CIFAR-shaped 500; digits: all 1437 training images); "
-                        "for digits it keeps clients x examples training images")
+    p.add_argument(
+        "--examples",
+        type=int,
+        default=None,
+        help="examples per client (default: CIFAR-shaped 500; digits: all 1437 training images); "
+        "for digits it keeps clients x examples training images",
+    )
     p.add_argument("--local-epochs", type=int, default=None, help="default: the workload's (digits 2, CIFAR 1)")
-    p.add_argument("--inductance", type=float, default=None,
-                   help="FedECADO's L (default: active clients x (local epochs x lr)^2, the configs' rule of thumb)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch/OpenMP threads per process, the same for every run (default: cores / max --devices)")
-    p.add_argument("--strategies", nargs="+", default=list(STRATEGIES),
-                   help=f"which strategies to run, of {', '.join(STRATEGIES)} and the --variant names (FedAvg is "
-                        "always needed: the ratios are to it)")
-    p.add_argument("--variant", action="append", default=[], metavar="NAME=BASE[,KEY=VALUE...]",
-                   help="a further strategy row: BASE (FedECADO or AdaptiveFedECADO) with its config settings and "
-                        "these constructor arguments (YAML values), e.g. "
-                        "FedECADO-cheap=FedECADO,curvature_probes=1,curvature_examples=8; repeatable")
+    p.add_argument(
+        "--inductance",
+        type=float,
+        default=None,
+        help="FedECADO's L (default: active clients x (local epochs x lr)^2, the configs' rule of thumb)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch/OpenMP threads per process, the same for every run (default: cores / max --devices)",
+    )
+    p.add_argument(
+        "--strategies",
+        nargs="+",
+        default=list(STRATEGIES),
+        help=f"which strategies to run, of {', '.join(STRATEGIES)} and the --variant names (FedAvg is "
+        "always needed: the ratios are to it)",
+    )
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=BASE[,KEY=VALUE...]",
+        help="a further strategy row: BASE (FedECADO or AdaptiveFedECADO) with its config settings and "
+        "these constructor arguments (YAML values), e.g. "
+        "FedECADO-cheap=FedECADO,curvature_probes=1,curvature_examples=8; repeatable",
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--checkpoint-interval", type=int, default=None,
-                   help="checkpoint every this many rounds, as a run does (default: only after the last timed round)")
-    p.add_argument("--repeats", type=int, default=1,
-                   help="run every strategy this many times, in turn; the table gives medians (a ratio: of each "
-                        "repeat's own, to FedAvg's run in that repeat)")
+    p.add_argument(
+        "--checkpoint-interval",
+        type=int,
+        default=None,
+        help="checkpoint every this many rounds, as a run does (default: only after the last timed round)",
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run every strategy this many times, in turn; the table gives medians (a ratio: of each "
+        "repeat's own, to FedAvg's run in that repeat)",
+    )
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     p.add_argument("--keep", type=Path, default=None, help="folder to keep the runs' files in (default: a temp dir)")
     # internal: one measured run (one workload, one number of processes, one strategy) in this process
@@ -190,7 +219,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def parse_variant(text: str) -> tuple[str, tuple[str, dict]]:
-    """"NAME=BASE,KEY=VALUE,..." -> (NAME, (BASE, {KEY: VALUE})), the values parsed as YAML."""
+    """ "NAME=BASE,KEY=VALUE,..." -> (NAME, (BASE, {KEY: VALUE})), the values parsed as YAML."""
     name, _, spec = text.partition("=")
     base, *pairs = spec.split(",")
     if not name or base not in BASES[1:]:
@@ -228,8 +257,12 @@ def strategy_settings(args: argparse.Namespace, run: dict) -> dict[str, dict]:
         fedecado["sensitivity_step"] = run["lr"]
     elif args.inductance:
         fedecado["inductance"] = args.inductance
-    built_in = {"FedAvg": {}, "FedECADO": fedecado, "AdaptiveFedECADO": adaptive,
-                "AdaptiveFedECADO-retro": {**adaptive, "client_lte": "retrospective"}}
+    built_in = {
+        "FedAvg": {},
+        "FedECADO": fedecado,
+        "AdaptiveFedECADO": adaptive,
+        "AdaptiveFedECADO-retro": {**adaptive, "client_lte": "retrospective"},
+    }
     variants = {name: {**built_in[base], **extra} for name, (base, extra) in args.variants.items()}
     return {**built_in, **variants}
 
@@ -397,8 +430,10 @@ def run_worker(args: argparse.Namespace) -> None:
         "round_times": periods[skip:],
         "run_seconds": sum(periods),
         "run_cpu_seconds": clock.cpu_seconds,
-        "client_times": [0.0 if end is None else end - start
-                         for start, end in zip(clock.starts[skip:], clock.last_client[skip:])],
+        "client_times": [
+            0.0 if end is None else end - start
+            for start, end in zip(clock.starts[skip:], clock.last_client[skip:], strict=False)
+        ],
         "server_times": [m.get("strategy/server_seconds", math.nan) for m in clock.metrics[skip:]],
         "server_steps": [m.get("strategy/server_steps", math.nan) for m in clock.metrics[skip:]],
         "server_rejected": [m.get("strategy/server_rejected", math.nan) for m in clock.metrics[skip:]],
@@ -423,11 +458,30 @@ def launch(args: argparse.Namespace, workload: str, devices: int, strategy: str,
     """Runs one strategy in a fresh subprocess of this script; returns each of its processes' result, by rank."""
     out.mkdir(parents=True, exist_ok=True)
     threads = threads_per_process(args)
-    command = [sys.executable, os.path.abspath(__file__), "--worker", strategy, "--workloads", workload,
-               "--devices", str(devices), "--out", str(out), "--threads", str(threads),
-               "--accelerator", args.accelerator, "--rounds", str(args.rounds),
-               "--warmup-rounds", str(args.warmup_rounds), "--clients-per-round", str(args.clients_per_round),
-               "--seed", str(args.seed)]
+    command = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        strategy,
+        "--workloads",
+        workload,
+        "--devices",
+        str(devices),
+        "--out",
+        str(out),
+        "--threads",
+        str(threads),
+        "--accelerator",
+        args.accelerator,
+        "--rounds",
+        str(args.rounds),
+        "--warmup-rounds",
+        str(args.warmup_rounds),
+        "--clients-per-round",
+        str(args.clients_per_round),
+        "--seed",
+        str(args.seed),
+    ]
     for name in ("clients", "examples", "local_epochs", "inductance", "checkpoint_interval"):
         if getattr(args, name) is not None:
             command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
@@ -438,7 +492,9 @@ def launch(args: argparse.Namespace, workload: str, devices: int, strategy: str,
     results = result_lines(proc.stdout)
     if proc.returncode != 0 or len(results) != devices:
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
-        reason = next((line for line in reversed(lines) if "Error" in line or "error:" in line), lines[-1] if lines else "")
+        reason = next(
+            (line for line in reversed(lines) if "Error" in line or "error:" in line), lines[-1] if lines else ""
+        )
         (out / "stderr.txt").write_text(proc.stderr)
         raise RunFailed(f"exit {proc.returncode}: {reason.strip()[:300]}")
     return sorted(results, key=lambda r: r["rank"])
@@ -461,8 +517,9 @@ def summarize(results: list[dict]) -> dict:
         "server_s": median(first["server_times"]),
         "server_steps": median(first["server_steps"]),
         "server_rejected": median(first["server_rejected"]),
-        "curvature_estimates_per_round": [sum(r["curvature_estimates"][i] for r in results)
-                                          for i in range(len(first["curvature_estimates"]))],
+        "curvature_estimates_per_round": [
+            sum(r["curvature_estimates"][i] for r in results) for i in range(len(first["curvature_estimates"]))
+        ],
         "client_state_bytes": [r["client_state_bytes"] for r in results],
         "client_state_clients": [r["client_state_clients"] for r in results],
         "round_times": first["round_times"],
@@ -473,13 +530,15 @@ def summarize(results: list[dict]) -> dict:
         "params": first["params"],
     }
     s["curvature_estimates"] = statistics.mean(s["curvature_estimates_per_round"])
-    others = [r - c - v for r, c, v in zip(first["round_times"], slowest_clients, first["server_times"])]
+    others = [r - c - v for r, c, v in zip(first["round_times"], slowest_clients, first["server_times"], strict=False)]
     s["other_s"] = median(others)
     later = slice(1, None)  # the timed rounds after the first
-    s["parts"] = {"start": s["run_s"] - math.fsum(first["round_times"][later]),
-                  "clients": math.fsum(slowest_clients[later]),
-                  "server": math.fsum(first["server_times"][later]),
-                  "other": math.fsum(others[later])}
+    s["parts"] = {
+        "start": s["run_s"] - math.fsum(first["round_times"][later]),
+        "clients": math.fsum(slowest_clients[later]),
+        "server": math.fsum(first["server_times"][later]),
+        "other": math.fsum(others[later]),
+    }
     return s
 
 
@@ -488,8 +547,13 @@ RATIOS = {"round_ratio": "round_s", "run_ratio": "run_s", "cpu_ratio": "cpu_s", 
 
 
 def run_all(args: argparse.Namespace, root: Path) -> dict:
-    report = {"threads": threads_per_process(args), "rounds": args.rounds, "warmup_rounds": args.warmup_rounds,
-              "repeats": args.repeats, "tables": []}
+    report = {
+        "threads": threads_per_process(args),
+        "rounds": args.rounds,
+        "warmup_rounds": args.warmup_rounds,
+        "repeats": args.repeats,
+        "tables": [],
+    }
     for workload in args.workloads:
         run = settings(args, workload)
         for devices in args.devices:
@@ -497,8 +561,10 @@ def run_all(args: argparse.Namespace, root: Path) -> dict:
             repeats: dict[str, list[dict]] = {name: [] for name in args.strategies}
             for repeat in range(args.repeats):  # every strategy once, then again: a slow spell hits all of them
                 for strategy in args.strategies:
-                    print(f"  {workload} devices={devices} {strategy} (repeat {repeat + 1}/{args.repeats}) ...",
-                          flush=True)
+                    print(
+                        f"  {workload} devices={devices} {strategy} (repeat {repeat + 1}/{args.repeats}) ...",
+                        flush=True,
+                    )
                     out = root / workload / f"devices{devices}" / strategy / f"repeat{repeat}"
                     try:
                         repeats[strategy].append(summarize(launch(args, workload, devices, strategy, out)))
@@ -521,8 +587,10 @@ def combine(runs: list[dict], baselines: list[dict]) -> dict:
     for key in ("round_s", "run_s", "cpu_s", "client_s", "server_s", "other_s", "curvature_estimates"):
         row[key] = median([run[key] for run in runs])
     if not any("failed" in base for base in baselines):
-        row["extra_each"] = [{part: (run["parts"][part] - base["parts"][part]) / base["run_s"] for part in PARTS}
-                             for run, base in zip(runs, baselines, strict=True)]
+        row["extra_each"] = [
+            {part: (run["parts"][part] - base["parts"][part]) / base["run_s"] for part in PARTS}
+            for run, base in zip(runs, baselines, strict=True)
+        ]
         row["extra"] = {part: median([each[part] for each in row["extra_each"]]) for part in PARTS}
         for ratio, key in RATIOS.items():
             row[f"{ratio}_each"] = each = [run[key] / base[key] for run, base in zip(runs, baselines, strict=True)]
@@ -537,9 +605,11 @@ def fmt(x: float) -> str:
     return "-" if math.isnan(x) else f"{x:.4g}"
 
 
-HEADER = (f"  {'strategy':22s} {'run s':>8s} {'run/FedAvg':>10s} {'cpu s':>8s} {'cpu/FedAvg':>10s} {'round s':>9s} {'client s':>9s} {'server s':>10s} {'other s':>9s} "
-          f"{'round/FedAvg':>12s} {'server/FedAvg':>13s} {'srv steps':>9s} {'rejected':>8s} {'curv.est':>8s}  "
-          "client state bytes/process")
+HEADER = (
+    f"  {'strategy':22s} {'run s':>8s} {'run/FedAvg':>10s} {'cpu s':>8s} {'cpu/FedAvg':>10s} {'round s':>9s} {'client s':>9s} {'server s':>10s} {'other s':>9s} "
+    f"{'round/FedAvg':>12s} {'server/FedAvg':>13s} {'srv steps':>9s} {'rejected':>8s} {'curv.est':>8s}  "
+    "client state bytes/process"
+)
 
 
 def print_table(report: dict, table: dict) -> None:
@@ -547,18 +617,29 @@ def print_table(report: dict, table: dict) -> None:
     ok = [row for row in rows.values() if "failed" not in row]
     device = ok[0]["device"] if ok else "?"
     params = f", {ok[0]['params']:,} parameters" if ok else ""
-    data = ("digits" if run["examples"] is None else f"{run['clients'] * run['examples']} digits images") \
-        if run["workload"] == "digits" else f"CIFAR-shaped synthetic, {run['examples']} images/client, IID"
-    print(f"\n{run['workload']} ({run['model']}{params}; {data}): {run['clients']} clients, "
-          f"{run['clients_per_round']} per round, {run['local_epochs']} local epoch(s), batch {run['batch_size']}, "
-          f"lr {run['lr']:g} (as {run['settings_from']})")
-    print(f"devices={table['devices']} ({device}), {report['threads']} thread(s)/process; run s: the whole run, "
-          f"{report['warmup_rounds'] + report['rounds']} round(s) with every first participation; the other columns: "
-          f"median over {report['rounds']} timed round(s) after {report['warmup_rounds']} warm-up round(s)")
+    data = (
+        ("digits" if run["examples"] is None else f"{run['clients'] * run['examples']} digits images")
+        if run["workload"] == "digits"
+        else f"CIFAR-shaped synthetic, {run['examples']} images/client, IID"
+    )
+    print(
+        f"\n{run['workload']} ({run['model']}{params}; {data}): {run['clients']} clients, "
+        f"{run['clients_per_round']} per round, {run['local_epochs']} local epoch(s), batch {run['batch_size']}, "
+        f"lr {run['lr']:g} (as {run['settings_from']})"
+    )
+    print(
+        f"devices={table['devices']} ({device}), {report['threads']} thread(s)/process; run s: the whole run, "
+        f"{report['warmup_rounds'] + report['rounds']} round(s) with every first participation; the other columns: "
+        f"median over {report['rounds']} timed round(s) after {report['warmup_rounds']} warm-up round(s)"
+    )
     st = table["strategy_settings"]
     fe, ad = st["FedECADO"], st["AdaptiveFedECADO"]
-    print("  FedECADO: " + ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in fe.items())
-          + ";  AdaptiveFedECADO: " + ", ".join(f"{k} {v}" for k, v in ad.items()))
+    print(
+        "  FedECADO: "
+        + ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in fe.items())
+        + ";  AdaptiveFedECADO: "
+        + ", ".join(f"{k} {v}" for k, v in ad.items())
+    )
     for name in rows:
         if name not in STRATEGIES:
             print(f"  {name}: {st[name]}")
@@ -568,23 +649,31 @@ def print_table(report: dict, table: dict) -> None:
             print(f"  {name:22s} failed: {row['failed']}")
             continue
         state = " / ".join(str(b) for b in row["client_state_bytes"])
-        print(f"  {name:22s} {fmt(row['run_s']):>8s} {fmt(row.get('run_ratio', math.nan)):>10s} "
-              f"{fmt(row['cpu_s']):>8s} {fmt(row.get('cpu_ratio', math.nan)):>10s} {fmt(row['round_s']):>9s} {fmt(row['client_s']):>9s} {fmt(row['server_s']):>10s} "
-              f"{fmt(row['other_s']):>9s} {fmt(row.get('round_ratio', math.nan)):>12s} "
-              f"{fmt(row.get('server_ratio', math.nan)):>13s} {fmt(row['server_steps']):>9s} "
-              f"{fmt(row['server_rejected']):>8s} {fmt(row['curvature_estimates']):>8s}  {state}")
-    print("  where the extra time goes (each part's excess over FedAvg's, a share of FedAvg's run, median over the "
-          "repeats; start: to the end of the first timed round, then the later rounds' phases):")
+        print(
+            f"  {name:22s} {fmt(row['run_s']):>8s} {fmt(row.get('run_ratio', math.nan)):>10s} "
+            f"{fmt(row['cpu_s']):>8s} {fmt(row.get('cpu_ratio', math.nan)):>10s} {fmt(row['round_s']):>9s} {fmt(row['client_s']):>9s} {fmt(row['server_s']):>10s} "
+            f"{fmt(row['other_s']):>9s} {fmt(row.get('round_ratio', math.nan)):>12s} "
+            f"{fmt(row.get('server_ratio', math.nan)):>13s} {fmt(row['server_steps']):>9s} "
+            f"{fmt(row['server_rejected']):>8s} {fmt(row['curvature_estimates']):>8s}  {state}"
+        )
+    print(
+        "  where the extra time goes (each part's excess over FedAvg's, a share of FedAvg's run, median over the "
+        "repeats; start: to the end of the first timed round, then the later rounds' phases):"
+    )
     for name, row in rows.items():
         if "extra" in row:
             parts = "  ".join(f"{part} {row['extra'][part]:+.3f}" for part in PARTS)
             print(f"  {name:22s} {parts}")
     if report["repeats"] > 1:
-        print(f"  each column: the median over {report['repeats']} repeats, a ratio over each repeat's own FedAvg run; "
-              "run/FedAvg and cpu/FedAvg in every repeat, and the middle half of the repeats' run/FedAvg:")
+        print(
+            f"  each column: the median over {report['repeats']} repeats, a ratio over each repeat's own FedAvg run; "
+            "run/FedAvg and cpu/FedAvg in every repeat, and the middle half of the repeats' run/FedAvg:"
+        )
         for name, row in rows.items():
             if "run_ratio_each" in row:
-                each = ", ".join(f"{r:.3g}/{c:.3g}" for r, c in zip(row["run_ratio_each"], row["cpu_ratio_each"]))
+                each = ", ".join(
+                    f"{r:.3g}/{c:.3g}" for r, c in zip(row["run_ratio_each"], row["cpu_ratio_each"], strict=False)
+                )
                 low, high = row["run_ratio_quartiles"]
                 print(f"  {name:22s} {each}; middle half {low:.3g}-{high:.3g}")
 
@@ -619,8 +708,12 @@ def main(argv: list[str] | None = None) -> int:
     print_scaling(report)
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2))
-    failed = [f"{t['run']['workload']} devices={t['devices']} {name}" for t in report["tables"]
-              for name, row in t["rows"].items() if "failed" in row]
+    failed = [
+        f"{t['run']['workload']} devices={t['devices']} {name}"
+        for t in report["tables"]
+        for name, row in t["rows"].items()
+        if "failed" in row
+    ]
     if failed:
         print(f"\nfailed runs: {', '.join(failed)}")
     return 1 if failed else 0

@@ -32,15 +32,35 @@ def server_step(strategy: ShardedStrategy, deltas: torch.Tensor, params: torch.T
 
     lr, steps, beta = 5.5e-4, 16.0, 32 / 500
     window = per_client(0.5, 1.5) * steps * lr * beta
-    reports = {"time_scale": torch.full_like(window, beta), "curvature_mean": per_client(0.01, 0.1), "window": window,
-               "weight": torch.full_like(window, beta), "decay": per_client(0.2, 0.9), "first_step": window / steps,
-               "step_min": window / steps, "step_max": window / steps, "step_count": torch.full_like(window, steps),
-               "rejected": torch.zeros_like(window), "forced": torch.zeros_like(window), "max_lte": per_client(0, 0.01)}
+    reports = {
+        "time_scale": torch.full_like(window, beta),
+        "curvature_mean": per_client(0.01, 0.1),
+        "window": window,
+        "weight": torch.full_like(window, beta),
+        "decay": per_client(0.2, 0.9),
+        "first_step": window / steps,
+        "step_min": window / steps,
+        "step_max": window / steps,
+        "step_count": torch.full_like(window, steps),
+        "rejected": torch.zeros_like(window),
+        "forced": torch.zeros_like(window),
+        "max_lte": per_client(0, 0.01),
+    }
     if "curvature" in strategy.report_vectors:
         reports["curvature"] = torch.rand(a, d, generator=g, device=params.device) * 0.1
     examples, local_steps = torch.full_like(window, 500.0), torch.full_like(window, steps)
-    updates = ShardedRound(1, list(range(a)), deltas, examples, local_steps, local_steps * lr, torch.zeros_like(window), {},
-                           lambda tensor, op: tensor, reports)
+    updates = ShardedRound(
+        1,
+        list(range(a)),
+        deltas,
+        examples,
+        local_steps,
+        local_steps * lr,
+        torch.zeros_like(window),
+        {},
+        lambda tensor, op: tensor,
+        reports,
+    )
     return lambda: strategy.aggregate_shard(params, updates)
 
 
@@ -57,15 +77,25 @@ def main() -> None:
     def randn(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=g, device=device)
 
-    branches = Branches(randn(d), randn(a, d) * 0.01, torch.rand(a, generator=g, device=device, dtype=torch.float64) + 0.5,
-                        randn(a, d) * 0.01, torch.rand(a, 1, generator=g, device=device) + 0.1, torch.full((a, 1), 0.3, device=device))
-    solvers = {norm: WindowSolver(branches.start, torch.zeros(d, device=device), branches, norm) for norm in ("max", "rms")}
+    branches = Branches(
+        randn(d),
+        randn(a, d) * 0.01,
+        torch.rand(a, generator=g, device=device, dtype=torch.float64) + 0.5,
+        randn(a, d) * 0.01,
+        torch.rand(a, 1, generator=g, device=device) + 0.1,
+        torch.full((a, 1), 0.3, device=device),
+    )
+    solvers = {
+        norm: WindowSolver(branches.start, torch.zeros(d, device=device), branches, norm) for norm in ("max", "rms")
+    }
     for solver in solvers.values():
         solver.trial(0.1)
         solver.accept(0.1)
     kept = torch.empty_like(branches.start)  # the reference, too, writes no fresh memory
     work = {
-        "FedAvg aggregate (x + mean of the deltas)": lambda: torch.mean(branches.deltas, 0, out=kept).add_(branches.start),
+        "FedAvg aggregate (x + mean of the deltas)": lambda: torch.mean(branches.deltas, 0, out=kept).add_(
+            branches.start
+        ),
         "BE trial step, max norm": lambda: solvers["max"].trial(0.2),
         "BE trial step, rms norm": lambda: solvers["rms"].trial(0.2),
     }

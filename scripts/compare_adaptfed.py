@@ -54,8 +54,16 @@ def main() -> int:
         out = Path(args.out) / setting
         runs = [] if args.controls_only else [(configs, lr, out)]
         for configs_run, lr_run, out_run in [*runs, ([configs[2]], 2 * lr, out.parent / f"{setting}-control")]:
-            argv = ["--base", str(ROOT / "configs" / "digits" / "base.yaml"), "--configs", *configs_run,
-                    "--seeds", *map(str, args.seeds), "--out", str(out_run)]
+            argv = [
+                "--base",
+                str(ROOT / "configs" / "digits" / "base.yaml"),
+                "--configs",
+                *configs_run,
+                "--seeds",
+                *map(str, args.seeds),
+                "--out",
+                str(out_run),
+            ]
             argv += ["--rounds", str(args.rounds)] if args.rounds else []
             for override in [*overrides, f"model.init_args.optimizer.init_args.lr={lr_run}", *args.set]:
                 argv += ["--set", override]

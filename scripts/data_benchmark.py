@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from functools import partial
 
 import torch
 from torch import Tensor
@@ -71,8 +72,9 @@ def hand_written_pass(x: Tensor, y: Tensor, clients: list[Tensor], batch_size: i
     """The same shuffles and gathers, inline."""
     total = torch.zeros((), device=x.device)
     for client, indices in enumerate(clients):
-        order = indices[torch.randperm(len(indices), generator=torch.Generator().manual_seed(seed + client))
-                        .to(indices.device)]
+        order = indices[
+            torch.randperm(len(indices), generator=torch.Generator().manual_seed(seed + client)).to(indices.device)
+        ]
         for start in range(0, len(order), batch_size):
             index = order[start : start + batch_size]
             total += x[index].sum()
@@ -88,12 +90,13 @@ def timed(fn, device: torch.device) -> float:
     return time.perf_counter() - began
 
 
-
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     device = torch.device(args.device)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), device {device}; "
-          f"median of {args.repeats} passes over every client (ms per client epoch)")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), device {device}; "
+        f"median of {args.repeats} passes over every client (ms per client epoch)"
+    )
     print(f"  {'workload':8s} {'lightfed':>9s} {'hand-written':>12s} {'ratio':>6s} {'with crop+flip':>14s}")
     for workload in args.workloads:
         data = make_data(workload, device, augmentation=False)
@@ -102,10 +105,10 @@ def main(argv: list[str] | None = None) -> None:
         assert torch.equal(lightfed_pass(data, 0), hand_written_pass(x, y, clients, data.batch_size, 0))
         ours, reference, with_augmentation = [], [], []
         for repeat in range(args.repeats):
-            ours.append(timed(lambda: lightfed_pass(data, repeat), device))
-            reference.append(timed(lambda: hand_written_pass(x, y, clients, data.batch_size, repeat), device))
+            ours.append(timed(partial(lightfed_pass, data, repeat), device))
+            reference.append(timed(partial(hand_written_pass, x, y, clients, data.batch_size, repeat), device))
             if augmented is not None:
-                with_augmentation.append(timed(lambda: lightfed_pass(augmented, repeat), device))
+                with_augmentation.append(timed(partial(lightfed_pass, augmented, repeat), device))
         per_client = 1e3 / data.num_clients
         a, b = statistics.median(ours) * per_client, statistics.median(reference) * per_client
         c = f"{statistics.median(with_augmentation) * per_client:.3f}" if augmented is not None else "-"

@@ -32,11 +32,26 @@ from lightfed.models import SmallCNN
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs" / "digits"
 HETEROGENEOUS = ["--trainer.local_epochs", "randint:1:3", "--trainer.redraw_local_work", "true"]
-PAPER = [str(CONFIGS / "adaptive_fedecado.yaml"), "--strategy.init_args.step_control", "every_round",
-         "--strategy.init_args.curvature", "diagonal"]
+PAPER = [
+    str(CONFIGS / "adaptive_fedecado.yaml"),
+    "--strategy.init_args.step_control",
+    "every_round",
+    "--strategy.init_args.curvature",
+    "diagonal",
+]
 ARMS = {
-    "fedecado-lr0.05": [str(CONFIGS / "fedecado.yaml"), *HETEROGENEOUS, "--model.init_args.optimizer.init_args.lr", "0.05"],
-    "fedecado-lr0.1": [str(CONFIGS / "fedecado.yaml"), *HETEROGENEOUS, "--model.init_args.optimizer.init_args.lr", "0.1"],
+    "fedecado-lr0.05": [
+        str(CONFIGS / "fedecado.yaml"),
+        *HETEROGENEOUS,
+        "--model.init_args.optimizer.init_args.lr",
+        "0.05",
+    ],
+    "fedecado-lr0.1": [
+        str(CONFIGS / "fedecado.yaml"),
+        *HETEROGENEOUS,
+        "--model.init_args.optimizer.init_args.lr",
+        "0.1",
+    ],
     "adaptive": PAPER,
     "adaptive-defaults": [str(CONFIGS / "adaptive_fedecado.yaml")],
     "adaptive-fixed-lr0.025": [*PAPER, "--strategy.init_args.fixed_lr", "0.025"],
@@ -58,13 +73,39 @@ class SaveParams(Callback):
 def train(arm: str, seed: int, rounds: int, out: Path) -> Path:
     """Runs one arm; returns its folder (weights per round in ``params/``, metrics in the run's metrics.jsonl)."""
     folder = out / arm / f"seed{seed}"
-    callback = json.dumps([{"class_path": "sharpness_study.SaveParams", "init_args": {"folder": str(folder / "params")}}])
+    callback = json.dumps(
+        [{"class_path": "sharpness_study.SaveParams", "init_args": {"folder": str(folder / "params")}}]
+    )
     config, *extra = ARMS[arm]
-    command = [sys.executable, "-m", "lightfed", "fit", "-c", str(CONFIGS / "base.yaml"), "-c", config, *extra,
-               "--seed_everything", str(seed), "--trainer.rounds", str(rounds), "--trainer.checkpoint_interval", "1",
-               "--trainer.root_dir", str(folder / "run"), "--trainer.progress_bar", "false", "--trainer.logger", "false",
-               "--trainer.callbacks", callback]
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "scripts"), os.environ.get("PYTHONPATH", "")])}
+    command = [
+        sys.executable,
+        "-m",
+        "lightfed",
+        "fit",
+        "-c",
+        str(CONFIGS / "base.yaml"),
+        "-c",
+        config,
+        *extra,
+        "--seed_everything",
+        str(seed),
+        "--trainer.rounds",
+        str(rounds),
+        "--trainer.checkpoint_interval",
+        "1",
+        "--trainer.root_dir",
+        str(folder / "run"),
+        "--trainer.progress_bar",
+        "false",
+        "--trainer.logger",
+        "false",
+        "--trainer.callbacks",
+        callback,
+    ]
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "scripts"), os.environ.get("PYTHONPATH", "")]),
+    }
     subprocess.run(command, check=False, env=environment, stdout=subprocess.DEVNULL)
     return folder
 
@@ -117,7 +158,9 @@ def main() -> None:
                 value = sharpness(model, torch.load(path), splits.train_x, splits.train_y)
                 record = history.get(round, {})
                 lr = LEARNING_RATES.get(arm, record.get("strategy/client_lr_mean", float("nan")))
-                print(f" {round:5d}  {value:9.2f}  {lr:9.4f}  {lr * value:14.2f}  {record.get('val_acc', float('nan')):7.3f}")
+                print(
+                    f" {round:5d}  {value:9.2f}  {lr:9.4f}  {lr * value:14.2f}  {record.get('val_acc', float('nan')):7.3f}"
+                )
 
 
 if __name__ == "__main__":

@@ -18,8 +18,10 @@ ADD_ONS = {  # files added last to a base and one of its overlays
     "privacy/secagg-distributed-dp.yaml": ("digits/base.yaml", "digits/fedavg.yaml"),
     "privacy/user-level-fixed.yaml": ("digits/base.yaml", "digits/fedavg.yaml"),
     "privacy/user-level-adaptive.yaml": ("digits/base.yaml", "digits/fedavg.yaml"),
-    **{f"adaptfed/dp-sigma2-{s}.yaml": ("adaptfed/cifar10/base.yaml", "adaptfed/cifar10/adaptfed.yaml")
-       for s in ("0.01", "0.02", "0.03")},
+    **{
+        f"adaptfed/dp-sigma2-{s}.yaml": ("adaptfed/cifar10/base.yaml", "adaptfed/cifar10/adaptfed.yaml")
+        for s in ("0.01", "0.02", "0.03")
+    },
 }
 
 
@@ -108,6 +110,16 @@ def test_an_overlay_replaces_the_bases_optimizer_settings_and_model_class(capsys
 @pytest.mark.parametrize("files", [f for f in LAYERS if f[0] == "digits/base.yaml" and len(f) == 2], ids=lambda f: f[1])
 def test_digits_config_learns(files, tmp_path):
     configs = [arg for file in files for arg in ("--config", str(CONFIGS / file))]
-    metrics = run(["fit", *configs, "--trainer.rounds", "10", "--trainer.root_dir", str(tmp_path),
-                   "--trainer.progress_bar", "false"])
+    metrics = run(
+        [
+            "fit",
+            *configs,
+            "--trainer.rounds",
+            "10",
+            "--trainer.root_dir",
+            str(tmp_path),
+            "--trainer.progress_bar",
+            "false",
+        ]
+    )
     assert metrics["val_acc"] > 0.5  # ten classes: chance is 0.1

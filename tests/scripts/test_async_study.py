@@ -13,16 +13,34 @@ study = importlib.util.module_from_spec(_spec)
 sys.modules["async_study_script"] = study
 _spec.loader.exec_module(study)
 
-TINY = ["--no-tune", "--rounds", "2", "--concurrency", "2", "4", "--tune-concurrency", "4",
-        "--set", "trainer.clients_per_round=2", "--set", "data.partitioner.init_args.num_clients=8",
-        "--set", "trainer.local_steps=2", "--set", "trainer.eval_interval=1"]
+TINY = [
+    "--no-tune",
+    "--rounds",
+    "2",
+    "--concurrency",
+    "2",
+    "4",
+    "--tune-concurrency",
+    "4",
+    "--set",
+    "trainer.clients_per_round=2",
+    "--set",
+    "data.partitioner.init_args.num_clients=8",
+    "--set",
+    "trainer.local_steps=2",
+    "--set",
+    "trainer.eval_interval=1",
+]
 
 
 def test_grid_and_table():
     assert study.grid("adamasfl", tune=True) == [()] and study.grid("fedbuff", tune=False) == [()]
     assert len(study.grid("fadas", tune=True)) == 9
-    sweep = [{"method": m, "concurrency": c, "score": s, "staleness": c - 2.0}
-             for m in study.METHODS for c, s in [(2, 0.5), (4, 0.7), (4, 0.9)]]
+    sweep = [
+        {"method": m, "concurrency": c, "score": s, "staleness": c - 2.0}
+        for m in study.METHODS
+        for c, s in [(2, 0.5), (4, 0.7), (4, 0.9)]
+    ]
     chosen = {m: () for m in study.METHODS} | {"fadas": ((study.LR, "0.1"), (study.SERVER_LR, "0.01"))}
     lines = study.render_table(sweep, chosen, [2, 4]).splitlines()
     assert lines[2] == "| adamasfl | theory (S, K, T) | 0.500 | 0.800 ± 0.141 | 0.300 |"

@@ -17,8 +17,28 @@ benchmark = importlib.util.module_from_spec(_spec)
 sys.modules["benchmark_script"] = benchmark
 _spec.loader.exec_module(benchmark)
 
-TINY = ["--clients", "20", "--clients-per-round", "5", "--examples-per-client", "50", "--rounds", "2",
-        "--warmup-rounds", "1", "--repeats", "1", "--width", "8", "--threads", "1", "--test-size", "200", "--seed", "3"]
+TINY = [
+    "--clients",
+    "20",
+    "--clients-per-round",
+    "5",
+    "--examples-per-client",
+    "50",
+    "--rounds",
+    "2",
+    "--warmup-rounds",
+    "1",
+    "--repeats",
+    "1",
+    "--width",
+    "8",
+    "--threads",
+    "1",
+    "--test-size",
+    "200",
+    "--seed",
+    "3",
+]
 
 
 def test_the_warm_up_rounds_are_not_timed():
@@ -59,8 +79,12 @@ def test_every_path_runs_and_ends_with_the_same_weights(tmp_path):
     """The whole benchmark on a tiny workload: every path's timings and ratios are printed, and all paths trained
     the same clients on the same batches from the same weights, so their final global weights agree."""
     summary = tmp_path / "summary.json"
-    proc = subprocess.run([sys.executable, str(SCRIPT), *TINY, "--workers", "2", "--json", str(summary)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), *TINY, "--workers", "2", "--json", str(summary)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     assert all(f"  {path} " in out for path in benchmark.PATHS) and "s/round" in out

@@ -17,10 +17,33 @@ circuit = importlib.util.module_from_spec(_spec)
 sys.modules["circuit_benchmark_script"] = circuit
 _spec.loader.exec_module(circuit)
 
-TINY = ["--workloads", "digits", "--rounds", "2", "--warmup-rounds", "1", "--clients", "10",
-        "--clients-per-round", "4", "--examples", "20", "--devices", "1", "--threads", "1", "--accelerator", "cpu",
-        "--strategies", "FedAvg", "FedECADO", "AdaptiveFedECADO", "FedECADO-cheap",
-        "--variant", "FedECADO-cheap=FedECADO,curvature_probes=1,curvature_examples=4"]
+TINY = [
+    "--workloads",
+    "digits",
+    "--rounds",
+    "2",
+    "--warmup-rounds",
+    "1",
+    "--clients",
+    "10",
+    "--clients-per-round",
+    "4",
+    "--examples",
+    "20",
+    "--devices",
+    "1",
+    "--threads",
+    "1",
+    "--accelerator",
+    "cpu",
+    "--strategies",
+    "FedAvg",
+    "FedECADO",
+    "AdaptiveFedECADO",
+    "FedECADO-cheap",
+    "--variant",
+    "FedECADO-cheap=FedECADO,curvature_probes=1,curvature_examples=4",
+]
 
 
 def config(path: str) -> dict:
@@ -48,17 +71,31 @@ def test_cifar_workloads_take_ten_clients_per_round_and_the_configs_tolerances()
         run = circuit.settings(args, name)
         assert run["clients_per_round"] == 10 and run["examples"] == 500 and run["local_epochs"] == 2
         settings = circuit.strategy_settings(args, run)
-        assert settings["FedECADO"]["tolerance"] == config("cifar10/fedecado.yaml")["strategy"]["init_args"]["tolerance"]
+        assert (
+            settings["FedECADO"]["tolerance"] == config("cifar10/fedecado.yaml")["strategy"]["init_args"]["tolerance"]
+        )
         assert settings["FedECADO"]["inductance"] == 0.5 and settings["FedECADO"]["sensitivity_step"] == run["lr"]
     run = circuit.settings(circuit.parse_args([]), "vgg11")
-    assert circuit.strategy_settings(circuit.parse_args([]), run)["FedECADO"]["inductance"] == pytest.approx(10 * 5.5e-4**2)
+    assert circuit.strategy_settings(circuit.parse_args([]), run)["FedECADO"]["inductance"] == pytest.approx(
+        10 * 5.5e-4**2
+    )
 
 
-@pytest.mark.parametrize("argv", [["--rounds", "0"], ["--devices", "0"], ["--clients", "4", "--clients-per-round", "5"],
-                                  ["--examples", "5"], ["--strategies", "FedECADO"],
-                                  ["--strategies", "FedAvg", "Cheap"], ["--variant", "Cheap=FedAvg,tolerance=1"],
-                                  ["--variant", "Cheap=FedECADO,tolerance"], ["--repeats", "0"],
-                                  ["--checkpoint-interval", "0"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--rounds", "0"],
+        ["--devices", "0"],
+        ["--clients", "4", "--clients-per-round", "5"],
+        ["--examples", "5"],
+        ["--strategies", "FedECADO"],
+        ["--strategies", "FedAvg", "Cheap"],
+        ["--variant", "Cheap=FedAvg,tolerance=1"],
+        ["--variant", "Cheap=FedECADO,tolerance"],
+        ["--repeats", "0"],
+        ["--checkpoint-interval", "0"],
+    ],
+)
 def test_bad_options_are_refused(argv, capsys):
     with pytest.raises(SystemExit):
         circuit.parse_args(argv)
@@ -67,8 +104,15 @@ def test_bad_options_are_refused(argv, capsys):
 
 
 def test_a_variant_is_its_base_config_with_its_arguments():
-    args = circuit.parse_args(["--variant", "Cheap=AdaptiveFedECADO,curvature_probes=1,curvature_examples=8",
-                               "--strategies", "FedAvg", "Cheap"])
+    args = circuit.parse_args(
+        [
+            "--variant",
+            "Cheap=AdaptiveFedECADO,curvature_probes=1,curvature_examples=8",
+            "--strategies",
+            "FedAvg",
+            "Cheap",
+        ]
+    )
     settings = circuit.strategy_settings(args, circuit.settings(args, "digits"))
     assert settings["Cheap"] == {**settings["AdaptiveFedECADO"], "curvature_probes": 1, "curvature_examples": 8}
     assert circuit.base_strategy(args, "Cheap") == "AdaptiveFedECADO"
@@ -83,10 +127,23 @@ def timed(run_s: float, cpu_s: float) -> dict:
 
 
 def test_a_run_splits_into_its_start_and_its_later_rounds_phases_and_each_parts_excess_is_over_fedavgs_run():
-    results = [{"round_times": [0.5, 0.3, 0.4], "client_times": [0.4, 0.2, 0.25], "server_times": [0.01, 0.02, 0.05],
-                "run_seconds": 2.0, "run_cpu_seconds": 3.0, "curvature_estimates": [0, 0, 0], "server_steps": [1] * 3,
-                "server_rejected": [0] * 3, "client_state_bytes": 0, "client_state_clients": 0, "threads": 1,
-                "device": "cpu", "params": 1}]
+    results = [
+        {
+            "round_times": [0.5, 0.3, 0.4],
+            "client_times": [0.4, 0.2, 0.25],
+            "server_times": [0.01, 0.02, 0.05],
+            "run_seconds": 2.0,
+            "run_cpu_seconds": 3.0,
+            "curvature_estimates": [0, 0, 0],
+            "server_steps": [1] * 3,
+            "server_rejected": [0] * 3,
+            "client_state_bytes": 0,
+            "client_state_clients": 0,
+            "threads": 1,
+            "device": "cpu",
+            "params": 1,
+        }
+    ]
     parts = circuit.summarize(results)["parts"]
     assert parts == pytest.approx({"start": 2.0 - 0.7, "clients": 0.45, "server": 0.07, "other": 0.7 - 0.45 - 0.07})
     baseline = {**timed(2.0, 1.0), "parts": {"start": 1.0, "clients": 0.6, "server": 0.1, "other": 0.3}}

@@ -12,15 +12,41 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_prints_one_row_per_work_with_ratios_to_the_fedavg_aggregate():
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "circuit_step_benchmark.py"), "--clients", "3",
-                          "--size", "100000", "--repeats", "2", "--device", "cpu"],
-                         check=True, capture_output=True, text=True, timeout=300).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "circuit_step_benchmark.py"),
+            "--clients",
+            "3",
+            "--size",
+            "100000",
+            "--repeats",
+            "2",
+            "--device",
+            "cpu",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
     table, steps = out.split("\n\n")
     rows = {line[:45].strip(): line[45:].split() for line in table.splitlines()[2:]}
-    assert list(rows) == ["FedAvg aggregate (x + mean of the deltas)", "BE trial step, max norm", "BE trial step, rms norm",
-                          "FedECADO server step", "Adaptive FedECADO server step"]
-    assert [line.split(":")[0] for line in steps.splitlines()] == ["FedECADO server step", "Adaptive FedECADO server step"]
+    assert list(rows) == [
+        "FedAvg aggregate (x + mean of the deltas)",
+        "BE trial step, max norm",
+        "BE trial step, rms norm",
+        "FedECADO server step",
+        "Adaptive FedECADO server step",
+    ]
+    assert [line.split(":")[0] for line in steps.splitlines()] == [
+        "FedECADO server step",
+        "Adaptive FedECADO server step",
+    ]
     assert all(int(line.split(": ")[1].split()[0]) >= 1 for line in steps.splitlines())
     reference = float(rows["FedAvg aggregate (x + mean of the deltas)"][0])
     for milliseconds, ratio in rows.values():
-        assert float(milliseconds) > 0 and abs(float(ratio) - float(milliseconds) / reference) <= 0.05 * float(ratio) + 0.05
+        assert (
+            float(milliseconds) > 0
+            and abs(float(ratio) - float(milliseconds) / reference) <= 0.05 * float(ratio) + 0.05
+        )

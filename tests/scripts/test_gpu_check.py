@@ -19,10 +19,16 @@ CHECKS = RUNS + len(BENCHMARKS)  # command lines; the 3 comparisons of runs have
 
 
 def gpu_check(*args: str, **env: str) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1",
-                   "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]), **env}
-    return subprocess.run(["bash", str(SCRIPT), *args], cwd=ROOT, env=environment, capture_output=True, text=True,
-                          timeout=600)
+    environment = {
+        **os.environ,
+        "PYTHON": sys.executable,
+        "OMP_NUM_THREADS": "1",
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        **env,
+    }
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.mark.slow
@@ -37,8 +43,12 @@ def test_the_dry_run_lists_every_check_and_every_command_line_parses():
     assert not any(line.startswith("dp-sgd 16-mixed") for line in lines)  # DP refuses 16-bit precision
     assert any(line.startswith("clients on 4 streams") and "--trainer.clients_in_parallel 4" in line for line in lines)
     assert any(line.startswith("fedecado pinned offload") and "state_device cpu" in line for line in lines)
-    for compared in ("compare_weights streams fedavg-32-true", "compare_weights streams-again streams 0",
-                     "compare_weights pinned fedecado-32-true", "compare_weights cpu fedavg-32-true"):
+    for compared in (
+        "compare_weights streams fedavg-32-true",
+        "compare_weights streams-again streams 0",
+        "compare_weights pinned fedecado-32-true",
+        "compare_weights cpu fedavg-32-true",
+    ):
         assert any(compared in line for line in lines)
     for benchmark in BENCHMARKS:
         (line,) = [line for line in lines if line.startswith(benchmark)]
@@ -59,8 +69,9 @@ def test_the_dry_run_names_every_command_line_that_does_not_parse():
 def test_without_a_gpu_the_run_refuses_in_one_line(tmp_path):
     result = gpu_check(GPU_CHECK_OUT=str(tmp_path / "out"))
     assert result.returncode == 2 and not (tmp_path / "out").exists()
-    assert result.stderr == ("gpu_check: error: no CUDA device is visible to torch; run it on a machine with a GPU (or "
-                             "use --dry-run)\n")
+    assert result.stderr == (
+        "gpu_check: error: no CUDA device is visible to torch; run it on a machine with a GPU (or use --dry-run)\n"
+    )
 
 
 STAND_INS = {
@@ -92,9 +103,19 @@ def test_the_runs_go_a_few_at_a_time_then_the_rest_in_order_and_one_table_names_
         (tmp_path / name).chmod(0o755)
     record = tmp_path / "record"
     result = subprocess.run(
-        ["bash", str(SCRIPT)], cwd=ROOT, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "PATH": os.pathsep.join([str(tmp_path), os.environ["PATH"]]), "PYTHON": "python",
-             "GPU_CHECK_OUT": str(tmp_path / "out"), "GPU_CHECK_JOBS": "3", "RECORD": str(record)},
+        ["bash", str(SCRIPT)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={
+            **os.environ,
+            "PATH": os.pathsep.join([str(tmp_path), os.environ["PATH"]]),
+            "PYTHON": "python",
+            "GPU_CHECK_OUT": str(tmp_path / "out"),
+            "GPU_CHECK_JOBS": "3",
+            "RECORD": str(record),
+        },
     )
     assert result.returncode == 1, result.stderr  # one row failed
     events = sorted((int(time), kind) for kind, _, time in (line.split() for line in record.read_text().splitlines()))
@@ -109,6 +130,7 @@ def test_the_runs_go_a_few_at_a_time_then_the_rest_in_order_and_one_table_names_
     assert failed == ["| fedadam 16-mixed"] and rows[4][1] == "FAIL (3)"
     assert rows[0][3] == "test set, final global model (round 2): test_loss=1.0 test_acc=0.5 |"
     assert rows[-1][0] == "| data_benchmark.py" and rows[-1][3] == "data_benchmark.py done |"
-    assert any(row[0] == "|   = the first streams run" and "max \\|streams-again - streams\\| = 0" in row[3]
-               for row in rows)
+    assert any(
+        row[0] == "|   = the first streams run" and "max \\|streams-again - streams\\| = 0" in row[3] for row in rows
+    )
     assert "gpu_check: fedadam 16-mixed: FAIL (3)" in result.stderr  # each check's line as it ends

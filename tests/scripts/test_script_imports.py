@@ -8,7 +8,9 @@ SCRIPTS = sorted((Path(__file__).resolve().parents[2] / "scripts").glob("*.py"))
 
 def _edits_sys_path(source: str) -> bool:
     return any(
-        isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name)
+        isinstance(node, ast.Attribute)
+        and node.attr == "path"
+        and isinstance(node.value, ast.Name)
         and node.value.id == "sys"
         for node in ast.walk(ast.parse(source))
     )

@@ -131,7 +131,9 @@ def test_adaptfed_under_its_papers_noise_logs_finite_relative_progress_and_rates
 def test_resuming_adaptfed_reproduces_the_uninterrupted_run(tmp_path):
     model = _model()
     small_trainer(tmp_path / "full", rounds=4, clients_per_round=8, local_steps=2).fit(model, small_data(), AdaptFed())
-    small_trainer(tmp_path / "cut", rounds=2, clients_per_round=8, local_steps=2).fit(_model(), small_data(), AdaptFed())
+    small_trainer(tmp_path / "cut", rounds=2, clients_per_round=8, local_steps=2).fit(
+        _model(), small_data(), AdaptFed()
+    )
     resumed = _model()
     small_trainer(tmp_path / "cut", rounds=4, clients_per_round=8, local_steps=2).fit(
         resumed, small_data(), AdaptFed(), ckpt_path="last"

@@ -29,14 +29,17 @@ class LeastSquaresClients(DatasetSource):
     def load(self, seed: int) -> TensorSplits:
         rng = np.random.default_rng(seed)
         xs, ys = [], []
-        for i in range(CLIENTS):
+        for _i in range(CLIENTS):
             if self.same_curvature:
                 x = np.sqrt(DIM) * np.tile(np.eye(DIM), (EXAMPLES // DIM, 1))
             else:
                 x = rng.normal(size=(EXAMPLES, DIM)) * rng.uniform(0.3, 1.5, size=DIM)
             ys.append(x @ rng.normal(size=DIM) * 2 + rng.normal(size=EXAMPLES))
             xs.append(x)
-        x, y = torch.tensor(np.concatenate(xs), dtype=torch.float32), torch.tensor(np.concatenate(ys), dtype=torch.float32)
+        x, y = (
+            torch.tensor(np.concatenate(xs), dtype=torch.float32),
+            torch.tensor(np.concatenate(ys), dtype=torch.float32),
+        )
         clients = [np.arange(i * EXAMPLES, (i + 1) * EXAMPLES) for i in range(CLIENTS)]
         return TensorSplits(x, y, x[:1], y[:1], num_classes=0, client_indices=clients)
 
@@ -58,11 +61,19 @@ class LeastSquares(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=self.lr)
 
 
-def _fit(tmp_path, strategy, same_curvature: bool, lr: float, rounds: int, local_steps) -> tuple[np.ndarray, FederatedDataModule]:
+def _fit(
+    tmp_path, strategy, same_curvature: bool, lr: float, rounds: int, local_steps
+) -> tuple[np.ndarray, FederatedDataModule]:
     model = LeastSquares(lr)  # every example trains: no validation split
     data = FederatedDataModule(LeastSquaresClients(same_curvature), batch_size=EXAMPLES, val_fraction=0.0)
-    trainer = small_trainer(tmp_path, rounds=rounds, clients_per_round=CLIENTS, local_steps=local_steps,
-                            eval_interval=rounds, checkpoint_interval=rounds)
+    trainer = small_trainer(
+        tmp_path,
+        rounds=rounds,
+        clients_per_round=CLIENTS,
+        local_steps=local_steps,
+        eval_interval=rounds,
+        checkpoint_interval=rounds,
+    )
     trainer.fit(model, data, strategy)
     return model.w.detach().double().numpy(), data
 

@@ -33,7 +33,9 @@ def _sgd(momentum=0.0, weight_decay=0.0):
 
 
 def test_requirements_combine_as_the_union_of_their_needs():
-    combined = Requirements(client_state=True, sends=frozenset({"a"})) | Requirements(plain_sgd=True, sends=frozenset({"b"}))
+    combined = Requirements(client_state=True, sends=frozenset({"a"})) | Requirements(
+        plain_sgd=True, sends=frozenset({"b"})
+    )
     assert combined == Requirements(client_state=True, plain_sgd=True, sends=frozenset({"a", "b"}))
 
 
@@ -47,8 +49,9 @@ def test_what_each_strategy_declares():
     assert FedAvg().requirements == Requirements()
     assert Scaffold().requirements == Requirements(client_state=True, plain_sgd=True)
     assert FedNova().requirements == Requirements(plain_sgd=True, reads_each_update=True)
-    assert MasFL().requirements == Requirements(client_state=True, plain_sgd=True, no_weight_decay=True,
-                                                 sends=frozenset({Sent("grad_mean", "gradients")}))
+    assert MasFL().requirements == Requirements(
+        client_state=True, plain_sgd=True, no_weight_decay=True, sends=frozenset({Sent("grad_mean", "gradients")})
+    )
     assert AdaMasFL().requirements == MasFL().requirements
     assert AdaptFed().requirements.client_state and "probe_loss" in AdaptFed().requirements.sent_names
     assert FedECADO().requirements.sent_names == {"time_scale", "curvature"}
@@ -74,17 +77,33 @@ class NoPath(Strategy):
     [
         (NoPath(), {}, "NoPath has no server path: subclass SumsStrategy, ShardedStrategy or AsyncStrategy"),
         (MasFL(), {}, r"MasFL is asynchronous: add an `asynchronous:` section \(e.g. concurrency: 20\) to the config"),
-        (FedAvg(), dict(asynchronous=True), "FedAvg is synchronous; with `asynchronous:` use lightfed.strategies.FedBuff"),
-        (FedBuff(), dict(asynchronous=True, privacy=DPSGD(noise_multiplier=1.0)),
-         "trainer.privacy is not supported with `asynchronous:` yet"),
-        (AdaptiveFedECADO(), dict(lr_schedule=CosineDecay()),
-         "AdaptiveFedECADO chooses its clients' step sizes itself: remove trainer.lr_schedule"),
-        (Scaffold(), dict(optimizer=_sgd(momentum=0.9)),
-         r"Scaffold assumes plain SGD local steps \(x <- x - lr g\): the model's optimizer must be torch.optim.SGD with "
-         "momentum 0, got SGD with momentum 0.9"),
+        (
+            FedAvg(),
+            dict(asynchronous=True),
+            "FedAvg is synchronous; with `asynchronous:` use lightfed.strategies.FedBuff",
+        ),
+        (
+            FedBuff(),
+            dict(asynchronous=True, privacy=DPSGD(noise_multiplier=1.0)),
+            "trainer.privacy is not supported with `asynchronous:` yet",
+        ),
+        (
+            AdaptiveFedECADO(),
+            dict(lr_schedule=CosineDecay()),
+            "AdaptiveFedECADO chooses its clients' step sizes itself: remove trainer.lr_schedule",
+        ),
+        (
+            Scaffold(),
+            dict(optimizer=_sgd(momentum=0.9)),
+            r"Scaffold assumes plain SGD local steps \(x <- x - lr g\): the model's optimizer must be torch.optim.SGD with "
+            "momentum 0, got SGD with momentum 0.9",
+        ),
         (FedNova(), dict(optimizer=torch.optim.Adam(W)), "FedNova assumes plain SGD local steps .* got Adam$"),
-        (MasFL(), dict(asynchronous=True, optimizer=_sgd(weight_decay=1e-4)),
-         "MasFL sets the whole local step direction: the model's optimizer needs weight_decay 0, got 0.0001"),
+        (
+            MasFL(),
+            dict(asynchronous=True, optimizer=_sgd(weight_decay=1e-4)),
+            "MasFL sets the whole local step direction: the model's optimizer needs weight_decay 0, got 0.0001",
+        ),
     ],
 )
 def test_a_run_the_strategy_cannot_do_is_refused_in_one_line(strategy, settings, message):

@@ -32,7 +32,9 @@ def test_trimmed_mean_and_median_by_hand():
     median = CoordinateMedian(server_lr=0.5)
     assert torch.equal(median.aggregate_shard(torch.ones(2), _round(DELTAS)), torch.tensor([1 + 0.5 * 3, 1 + 0.5 * 0]))
     # an even number of clients: the mean of the middle two (column 0: 1 2 3 100 -> 2.5; column 1: -100 -4 0 2 -> -2)
-    assert torch.equal(median.aggregate_shard(torch.zeros(2), _round(DELTAS[:4])), torch.tensor([0.5 * 2.5, 0.5 * -2.0]))
+    assert torch.equal(
+        median.aggregate_shard(torch.zeros(2), _round(DELTAS[:4])), torch.tensor([0.5 * 2.5, 0.5 * -2.0])
+    )
     # a trim of 0.2 of 5 clients cuts one at each end
     assert torch.equal(TrimmedMean(trim=0.2).aggregate_shard(torch.zeros(2), _round(DELTAS)), trimmed_mean(DELTAS, 1))
 
@@ -64,11 +66,32 @@ def test_one_and_two_processes_give_the_same_model_and_client_states(tmp_path):
     def checkpoint(devices: int) -> dict:
         root = tmp_path / f"devices{devices}"
         subprocess.run(
-            [sys.executable, "-m", "lightfed", "fit", "--config", str(ROOT / "configs" / "quickstart.yaml"),
-             "--strategy", "tests.strategies.sharded_memory.MedianRememberingDeltas", "--trainer.rounds", "2",
-             "--trainer.client_eval_interval", "0", "--trainer.devices", str(devices), "--trainer.root_dir", str(root),
-             "--trainer.progress_bar", "false", "--trainer.check_replicas", "true"],
-            check=True, cwd=ROOT, capture_output=True, timeout=600,
+            [
+                sys.executable,
+                "-m",
+                "lightfed",
+                "fit",
+                "--config",
+                str(ROOT / "configs" / "quickstart.yaml"),
+                "--strategy",
+                "tests.strategies.sharded_memory.MedianRememberingDeltas",
+                "--trainer.rounds",
+                "2",
+                "--trainer.client_eval_interval",
+                "0",
+                "--trainer.devices",
+                str(devices),
+                "--trainer.root_dir",
+                str(root),
+                "--trainer.progress_bar",
+                "false",
+                "--trainer.check_replicas",
+                "true",
+            ],
+            check=True,
+            cwd=ROOT,
+            capture_output=True,
+            timeout=600,
             env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
         )
         path = root / "quickstart" / "version_0" / "checkpoints" / "last.ckpt"

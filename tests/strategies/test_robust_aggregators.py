@@ -159,9 +159,19 @@ def test_one_and_two_processes_give_the_same_model(tmp_path):
     def params(devices: int) -> torch.Tensor:
         root = tmp_path / f"devices{devices}"
         fit_in_subprocess(
-            ROOT / "configs" / "quickstart.yaml", root, devices, "--strategy",
-            "tests.strategies.test_robust_aggregators.RobustCycle", "--trainer.rounds", "5", "--trainer.local_epochs",
-            "1", "--trainer.client_eval_interval", "0", "--trainer.check_replicas", "true",
+            ROOT / "configs" / "quickstart.yaml",
+            root,
+            devices,
+            "--strategy",
+            "tests.strategies.test_robust_aggregators.RobustCycle",
+            "--trainer.rounds",
+            "5",
+            "--trainer.local_epochs",
+            "1",
+            "--trainer.client_eval_interval",
+            "0",
+            "--trainer.check_replicas",
+            "true",
         )
         return torch.load(root / "quickstart" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)["params"]
 

@@ -24,8 +24,9 @@ def _weights(model) -> torch.Tensor:
 def _fit(root: Path, rounds: int, store: str, **options) -> tuple[torch.Tensor, Path]:
     model = small_model(momentum=0.0)
     trainer = small_trainer(root, rounds=rounds, logger=False)
-    trainer.fit(model, small_data(), Scaffold(server_lr=0.9, client_states=store, client_states_folder=str(root)),
-                **options)
+    trainer.fit(
+        model, small_data(), Scaffold(server_lr=0.9, client_states=store, client_states_folder=str(root)), **options
+    )
     return _weights(model), trainer.log_dir / "checkpoints" / "last.ckpt"
 
 
@@ -50,14 +51,44 @@ def test_on_disk_a_two_process_run_resumes_bit_for_bit_on_two_processes_and_on_o
 
     def fit(root: Path, devices: int, rounds: int, *extra: str) -> dict:
         subprocess.run(
-            [sys.executable, "-m", "lightfed", "fit", "--config", str(digits / "base.yaml"), "--config",
-             str(digits / "scaffold.yaml"), "--trainer.rounds", str(rounds), "--trainer.name", "run",
-             "--trainer.devices", str(devices), "--trainer.root_dir", str(root), "--trainer.progress_bar", "false",
-             "--trainer.client_eval_interval", "0", "--trainer.clients_per_round", "6", "--trainer.local_epochs", "null",
-             "--trainer.local_steps", "3",
-             "--strategy.init_args.client_states", "disk", "--strategy.init_args.client_states_folder", str(tmp_path / "states"),
-             *extra],
-            check=True, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, timeout=600,
+            [
+                sys.executable,
+                "-m",
+                "lightfed",
+                "fit",
+                "--config",
+                str(digits / "base.yaml"),
+                "--config",
+                str(digits / "scaffold.yaml"),
+                "--trainer.rounds",
+                str(rounds),
+                "--trainer.name",
+                "run",
+                "--trainer.devices",
+                str(devices),
+                "--trainer.root_dir",
+                str(root),
+                "--trainer.progress_bar",
+                "false",
+                "--trainer.client_eval_interval",
+                "0",
+                "--trainer.clients_per_round",
+                "6",
+                "--trainer.local_epochs",
+                "null",
+                "--trainer.local_steps",
+                "3",
+                "--strategy.init_args.client_states",
+                "disk",
+                "--strategy.init_args.client_states_folder",
+                str(tmp_path / "states"),
+                *extra,
+            ],
+            check=True,
+            cwd=tmp_path,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            capture_output=True,
+            timeout=600,
         )
         path = root / "run" / "version_0" / "checkpoints" / "last.ckpt"
         return {**torch.load(path, weights_only=False), "client_states": saved_client_states(path)}
@@ -72,4 +103,6 @@ def test_on_disk_a_two_process_run_resumes_bit_for_bit_on_two_processes_and_on_o
     on_one = fit(tmp_path / "cut_to_one", 1, 3, "--ckpt_path", "last")  # within the 1-vs-2-process tolerance
     assert (on_one["params"] - straight["params"]).abs().max() <= 1e-5
     assert on_one["client_states"].keys() == straight["client_states"].keys()
-    assert all((s["c"] - on_one["client_states"][i]["c"]).abs().max() <= 1e-5 for i, s in straight["client_states"].items())
+    assert all(
+        (s["c"] - on_one["client_states"][i]["c"]).abs().max() <= 1e-5 for i, s in straight["client_states"].items()
+    )

@@ -50,14 +50,20 @@ def test_fedavgm_accumulates_server_momentum():
 def test_fednova_normalises_by_local_time():
     strategy = _setup(FedNova())
     # p = (0.5, 0.5); T = (0.1, 0.4); tau_eff = 0.25; d = (D_0 / 0.1, D_1 / 0.4) = ([10, 0, 0], [0, 10, 0])
-    new = _round(strategy, [_update(0, [1.0, 0.0, 0.0], steps=1, local_time=0.1), _update(1, [0.0, 4.0, 0.0], steps=4, local_time=0.4)])
+    new = _round(
+        strategy,
+        [_update(0, [1.0, 0.0, 0.0], steps=1, local_time=0.1), _update(1, [0.0, 4.0, 0.0], steps=4, local_time=0.4)],
+    )
     assert torch.allclose(new, X + 0.25 * torch.tensor([5.0, 5.0, 0.0]))
 
 
 def test_fednova_is_fedavg_when_local_work_is_equal():
     from lightfed.strategies import FedAvg
 
-    updates = [_update(0, [1.0, -2.0, 0.5], examples=30, local_time=0.3), _update(1, [0.0, 4.0, 1.0], examples=10, local_time=0.3)]
+    updates = [
+        _update(0, [1.0, -2.0, 0.5], examples=30, local_time=0.3),
+        _update(1, [0.0, 4.0, 1.0], examples=10, local_time=0.3),
+    ]
     assert torch.allclose(_round(_setup(FedNova()), updates), _round(_setup(FedAvg()), updates))
 
 

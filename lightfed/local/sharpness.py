@@ -1,4 +1,5 @@
-"""SAM/ASAM as a local rule: the client's own optimizer steps with the gradient taken at w + e(w)."""
+"""SAM/ASAM as a local rule: the client's own optimizer steps with the gradient taken at w + e(w) (FedSAM, FedASAM and
+ADAPT-FED's clients)."""
 
 import torch
 from torch import Tensor

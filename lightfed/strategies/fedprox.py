@@ -5,11 +5,26 @@ from dataclasses import replace
 
 from torch import Tensor
 
+from lightfed.core.local_context import LocalContext
+from lightfed.core.local_rule import LocalRule
 from lightfed.core.messages import ClientPlan
 from lightfed.errors import ConfigError
-from lightfed.local import ProximalTerm
 from lightfed.strategies.base import NOTHING
 from lightfed.strategies.fedavg import FedAvg
+
+
+class ProximalTerm(LocalRule):
+    """FedProx's client: adds mu (w - w_global) to the gradient of every step (the gradient of mu/2 ||w - w_global||^2,
+    w_global the parameters given to ``start``)."""
+
+    def __init__(self, mu: float) -> None:
+        self.mu = mu
+
+    def start(self, params: Tensor, context: LocalContext) -> None:
+        self.anchor = params
+
+    def adjust(self, grad: Tensor, params: Tensor) -> None:
+        grad.add_(params, alpha=self.mu).sub_(self.anchor, alpha=self.mu)
 
 
 class FedProx(FedAvg):
@@ -20,6 +35,9 @@ class FedProx(FedAvg):
         Args:
             mu: Weight of the proximal term (0 is FedAvg).
             server_lr: Scale of the averaged delta applied to the global model.
+
+        Raises:
+            ConfigError: ``mu`` is negative or ``server_lr`` is not positive.
         """
         if mu < 0:
             raise ConfigError(f"strategy.mu must be >= 0, got {mu}")

@@ -11,11 +11,11 @@ from torch import nn
 from lightfed.core.messages import ClientPlan
 from lightfed.core.sums import Sums
 from lightfed.errors import ConfigError
-from lightfed.local.relative_progress import lr_scale, relative_progress
 from lightfed.models import MLP
 from lightfed.privacy import ClippedGaussianNoise
 from lightfed.run.client import ClientTrainer
 from lightfed.strategies import AdaptFed
+from lightfed.strategies.adaptfed import lr_scale, relative_progress
 from lightfed.strategies.base import ServerContext
 from tests.conftest import small_data, small_trainer
 

@@ -7,7 +7,6 @@ from jsonargparse import ArgumentError, ArgumentParser
 from lightfed.core.requirements import Requirements, Sent
 from lightfed.ecado.adaptive_euler import AdaptiveEuler
 from lightfed.errors import ConfigError
-from lightfed.local import MomentumCorrection
 from lightfed.privacy import DPSGD
 from lightfed.schedules import CosineDecay
 from lightfed.strategies import (
@@ -23,6 +22,7 @@ from lightfed.strategies import (
     Strategy,
     TrimmedMean,
 )
+from lightfed.strategies.masfl import MomentumCorrection
 from lightfed.strategies.requirements import check_requirements, run_requirements
 
 W = [torch.zeros(2, requires_grad=True)]

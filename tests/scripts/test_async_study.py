@@ -1,4 +1,4 @@
-"""scripts/async_study.py: its table from numbers worked out by hand, then one tiny end-to-end study on digits."""
+"""scripts/studies/async_study.py: its table from numbers worked out by hand, then one tiny end-to-end study on digits."""
 
 import importlib.util
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("async_study_script", ROOT / "scripts" / "async_study.py")
+_spec = importlib.util.spec_from_file_location("async_study_script", ROOT / "scripts" / "studies" / "async_study.py")
 study = importlib.util.module_from_spec(_spec)
 sys.modules["async_study_script"] = study
 _spec.loader.exec_module(study)

@@ -1,4 +1,4 @@
-"""scripts/benchmark.py: helpers by hand, then one tiny end-to-end run of both paths (no timing assertions)."""
+"""scripts/benchmarks/benchmark.py: helpers by hand, then one tiny end-to-end run of both paths (no timing assertions)."""
 
 import importlib.util
 import json
@@ -11,7 +11,7 @@ import pytest
 from lightfed.run.cores import available_cores
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "benchmark.py"
+SCRIPT = ROOT / "scripts" / "benchmarks" / "benchmark.py"
 _spec = importlib.util.spec_from_file_location("benchmark_script", SCRIPT)
 benchmark = importlib.util.module_from_spec(_spec)
 sys.modules["benchmark_script"] = benchmark

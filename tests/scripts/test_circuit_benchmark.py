@@ -1,4 +1,4 @@
-"""scripts/circuit_benchmark.py: its settings against the configs, then one tiny digits run of the three strategies
+"""scripts/benchmarks/circuit_benchmark.py: its settings against the configs, then one tiny digits run of the three strategies
 (one process, two timed rounds; no timing assertions beyond finite, positive and consistent numbers)."""
 
 import importlib.util
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "circuit_benchmark.py"
+SCRIPT = ROOT / "scripts" / "benchmarks" / "circuit_benchmark.py"
 _spec = importlib.util.spec_from_file_location("circuit_benchmark_script", SCRIPT)
 circuit = importlib.util.module_from_spec(_spec)
 sys.modules["circuit_benchmark_script"] = circuit

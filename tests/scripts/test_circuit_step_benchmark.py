@@ -1,4 +1,4 @@
-"""scripts/circuit_step_benchmark.py: a tiny run prints the FedAvg reference, both norms' trial steps and both circuit
+"""scripts/benchmarks/circuit_step_benchmark.py: a tiny run prints the FedAvg reference, both norms' trial steps and both circuit
 strategies' server steps."""
 
 import subprocess
@@ -15,7 +15,7 @@ def test_prints_one_row_per_work_with_ratios_to_the_fedavg_aggregate():
     out = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "scripts" / "circuit_step_benchmark.py"),
+            str(ROOT / "scripts" / "benchmarks" / "circuit_step_benchmark.py"),
             "--clients",
             "3",
             "--size",

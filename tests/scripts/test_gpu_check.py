@@ -1,4 +1,4 @@
-"""scripts/gpu_check.sh on a machine without a GPU: its dry run prints every check and parses every command line (and
+"""scripts/checks/gpu_check.sh on a machine without a GPU: its dry run prints every check and parses every command line (and
 says which does not), the real run refuses in one line, and (with stand-ins for Python and lightfed) it runs the
 training runs a few at a time, then the rest in order, and prints one table."""
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "gpu_check.sh"
+SCRIPT = ROOT / "scripts" / "checks" / "gpu_check.sh"
 FAMILIES = ["fedavg", "fedadam", "scaffold", "fedbuff", "dp-sgd", "fedecado", "trimmedmean"]
 BENCHMARKS = ["benchmark.py", "circuit_benchmark.py", "circuit_step_benchmark.py", "data_benchmark.py"]
 RUNS = 3 * len(FAMILIES) - 2 + 4  # DP-SGD in 32-true alone; clients on streams twice, pinned offload, on the CPU

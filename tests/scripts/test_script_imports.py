@@ -3,7 +3,7 @@
 import ast
 from pathlib import Path
 
-SCRIPTS = sorted((Path(__file__).resolve().parents[2] / "scripts").glob("*.py"))
+SCRIPTS = sorted((Path(__file__).resolve().parents[2] / "scripts").rglob("*.py"))
 
 
 def _edits_sys_path(source: str) -> bool:

@@ -1,4 +1,4 @@
-"""scripts/sharpness_study.py: its sharpness is the largest eigenvalue of the loss's Hessian."""
+"""scripts/studies/sharpness_study.py: its sharpness is the largest eigenvalue of the loss's Hessian."""
 
 import importlib.util
 import sys
@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from lightfed.models import SmallCNN
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "sharpness_study.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "studies" / "sharpness_study.py"
 _spec = importlib.util.spec_from_file_location("sharpness_study_script", SCRIPT)
 study = importlib.util.module_from_spec(_spec)
 sys.modules["sharpness_study_script"] = study

@@ -31,7 +31,7 @@ notes the times):
   rounds (user + system, ``time.process_time``, summed over processes) and cpu/FedAvg its multiple: on a shared
   machine, where other jobs stretch the wall time of whichever run they overlap, the steadier comparison (with one
   thread a process, ``--threads 1``, no thread spins waiting for another);
-- round s: wall time from the end of one round (``on_round_end``) to the end of the next, as ``scripts/benchmark.py``
+- round s: wall time from the end of one round (``on_round_end``) to the end of the next, as ``scripts/benchmarks/benchmark.py``
   measures it (everything the trainer does per round);
 - client s: from ``on_round_start`` to the last ``on_client_end`` of the round (configuring, training and
   accumulating the round's clients; with several processes the slowest process's);
@@ -62,10 +62,10 @@ a run of a few seconds varies by a tenth or more from one start to the next on a
 All runs use the same number of torch/OpenMP threads per process (``--threads``, default cores / the largest
 ``--devices``); on a GPU (``--accelerator gpu``) the callback synchronises the device at each time it notes.
 
-    python scripts/circuit_benchmark.py                                          # all three workloads, 1 process
-    python scripts/circuit_benchmark.py --workloads digits vgg11 --rounds 3 --clients 20 --examples 50
-    python scripts/circuit_benchmark.py --workloads resnet18gn --accelerator gpu --devices 1 2
-    python scripts/circuit_benchmark.py --workloads digits --clients 50 --warmup-rounds 0 --rounds 30 \
+    python scripts/benchmarks/circuit_benchmark.py                                          # all three workloads, 1 process
+    python scripts/benchmarks/circuit_benchmark.py --workloads digits vgg11 --rounds 3 --clients 20 --examples 50
+    python scripts/benchmarks/circuit_benchmark.py --workloads resnet18gn --accelerator gpu --devices 1 2
+    python scripts/benchmarks/circuit_benchmark.py --workloads digits --clients 50 --warmup-rounds 0 --rounds 30 \
         --variant FedECADO-4x8=FedECADO,curvature_batches=4,curvature_probes=8,curvature_examples=null \
         --strategies FedAvg FedECADO FedECADO-4x8
 
@@ -94,7 +94,7 @@ from lightfed.experiments.measurement import emit, peak_rss_mb, result_lines, ro
 from lightfed.experiments.synthetic_cifar import SyntheticCIFAR
 from lightfed.run.cores import available_cores
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 STRATEGIES = ("FedAvg", "FedECADO", "AdaptiveFedECADO", "AdaptiveFedECADO-retro")
 BASES = ("FedAvg", "FedECADO", "AdaptiveFedECADO")
 

@@ -15,9 +15,9 @@ control variates in memory (``scaffold``) and on disk (``scaffold-disk``).
   checkpoint files, SCAFFOLD's state files on disk, ``metrics.jsonl``); a hard link writes none.
 - written/last round: the same, for the last round alone (the in-memory store rewrites every client trained so far).
 
-    nice -n 10 python scripts/scale_benchmark.py
-    python scripts/scale_benchmark.py --clients 20000 --client-size 0 --clients-per-round 10 --strategies fedavg
-    python scripts/scale_benchmark.py --clients 10000 100000 --strategies fedavg scaffold-disk --rounds 5
+    nice -n 10 python scripts/benchmarks/scale_benchmark.py
+    python scripts/benchmarks/scale_benchmark.py --clients 20000 --client-size 0 --clients-per-round 10 --strategies fedavg
+    python scripts/benchmarks/scale_benchmark.py --clients 10000 100000 --strategies fedavg scaffold-disk --rounds 5
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ evaluates, left out), the strategy's client seconds (quantizing and masking one 
 seconds (unmasking and dequantizing the sum), the RMS quantization error per coordinate of a client's contribution;
 and the validation accuracy after the last round.
 
-    python scripts/secagg_benchmark.py                       # 6 rounds of 5 local steps
+    python scripts/benchmarks/secagg_benchmark.py                       # 6 rounds of 5 local steps
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A FEMNIST-shaped id column (``--rows`` rows, ``--ids`` writers as strings, rows 
 ``datasets.Dataset``; each partitioner makes every client's index list, and the script checks they agree as sets.
 Prints a markdown table of seconds (the best of ``--repeats``)::
 
-    TQDM_DISABLE=1 nice -n 10 python scripts/partition_benchmark.py --rows 1000000 --ids 3597 --repeats 3
+    TQDM_DISABLE=1 nice -n 10 python scripts/benchmarks/partition_benchmark.py --rows 1000000 --ids 3597 --repeats 3
 """
 
 import argparse

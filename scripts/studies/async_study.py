@@ -17,7 +17,7 @@ Outputs::
 
 Example (about 70 runs of 100 aggregations; --workers runs them in parallel processes)::
 
-    python scripts/async_study.py --out runs/async_study --seeds 0 1 --workers 8
+    python scripts/studies/async_study.py --out runs/async_study --seeds 0 1 --workers 8
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 METHODS = ["adamasfl", "masfl", "fedbuff", "ca2fl", "fadas"]
 LOCAL_LRS = ["0.02", "0.05", "0.1"]
 SERVER_LRS = {

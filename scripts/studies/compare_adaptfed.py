@@ -6,7 +6,7 @@ the DP config added after them. ADAPT-FED's rate is about beta * eta_0 = 2 eta_0
 also runs FedSAM at a fixed 2 eta_0 (OUT/SETTING-control): it separates the RP rule from the doubling of the rate.
 ``--set`` and ``--rounds`` are passed on to lightfed compare. Example::
 
-    python scripts/compare_adaptfed.py --seeds 0 1 2 --rounds 10 --set model.init_args.width=8 --out runs/adaptfed-cmp
+    python scripts/studies/compare_adaptfed.py --seeds 0 1 2 --rounds 10 --set model.init_args.width=8 --out runs/adaptfed-cmp
 """
 
 import argparse
@@ -18,7 +18,7 @@ from lightfed.experiments import compare
 from lightfed.experiments.plan import run_name
 from lightfed.experiments.run_logs import read_log
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ALGORITHMS = ["fedavg", "fedprox", "fedsam", "fedasam", "adaptfed"]
 SETTINGS = {  # name: (lightfed compare --set overrides, eta_0)
     "no-dp": ([], 0.05),

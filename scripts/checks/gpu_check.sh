@@ -8,11 +8,11 @@
 #   offloaded to pinned host memory (strategy.state_device cpu), and FedAvg on the CPU: each compared with the GPU
 #   run of the same config (the largest difference of the final weights, against a tolerance; the second streams
 #   run with the first, bit for bit);
-# - the benchmarks with --device cuda (scripts/benchmark.py, circuit_benchmark.py, circuit_step_benchmark.py,
-#   data_benchmark.py), on small workloads.
+# - the benchmarks with --device cuda (scripts/benchmarks/: benchmark.py, circuit_benchmark.py,
+#   circuit_step_benchmark.py, data_benchmark.py), on small workloads.
 #
-#   scripts/gpu_check.sh                  # run it all; the logs go to $GPU_CHECK_OUT (default runs/gpu-check/)
-#   scripts/gpu_check.sh --dry-run        # print each command and check that it parses (no GPU needed)
+#   scripts/checks/gpu_check.sh            # run it all; the logs go to $GPU_CHECK_OUT (default runs/gpu-check/)
+#   scripts/checks/gpu_check.sh --dry-run  # print each command and check that it parses (no GPU needed)
 #
 # The training runs go GPU_CHECK_JOBS (default 4) at a time: each is small, mostly the start of Python and CUDA. Then
 # the comparisons, then the benchmarks one at a time (their timings need the machine to themselves). Each check prints
@@ -21,13 +21,13 @@
 # is in the row's log). Exits 1 when a row failed. GPU_CHECK_ARGS: extra `lightfed fit` arguments for every run;
 # GPU_CHECK_TIMEOUT: seconds each row may take (default 300).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 DRY_RUN=0
 case "${1:-}" in
     --dry-run) DRY_RUN=1 ;;
     "") ;;
-    *) echo "usage: scripts/gpu_check.sh [--dry-run]" >&2; exit 2 ;;
+    *) echo "usage: scripts/checks/gpu_check.sh [--dry-run]" >&2; exit 2 ;;
 esac
 PYTHON=${PYTHON:-python}
 OUT=${GPU_CHECK_OUT:-runs/gpu-check}
@@ -73,12 +73,12 @@ check "  = state on the GPU" compare_weights pinned fedecado-32-true 1e-6
 check "fedavg on the CPU" lightfed fit -c configs/quickstart.yaml "${SHORT[@]}" --trainer.accelerator cpu \
     --trainer.name cpu "${EXTRA[@]}"
 check "  = on the GPU" compare_weights cpu fedavg-32-true 1e-3
-check "benchmark.py" "$PYTHON" scripts/benchmark.py --device cuda --rounds 2 --warmup-rounds 1 --repeats 1 \
-    --paths reference lightfed lightfed-parallel
-check "circuit_benchmark.py" "$PYTHON" scripts/circuit_benchmark.py --accelerator gpu --workloads resnet18gn \
-    --clients 20 --clients-per-round 5 --examples 200 --rounds 2 --warmup-rounds 1
-check "circuit_step_benchmark.py" "$PYTHON" scripts/circuit_step_benchmark.py --device cuda --repeats 3
-check "data_benchmark.py" "$PYTHON" scripts/data_benchmark.py --device cuda --repeats 2
+check "benchmark.py" "$PYTHON" scripts/benchmarks/benchmark.py --device cuda --rounds 2 --warmup-rounds 1 \
+    --repeats 1 --paths reference lightfed lightfed-parallel
+check "circuit_benchmark.py" "$PYTHON" scripts/benchmarks/circuit_benchmark.py --accelerator gpu \
+    --workloads resnet18gn --clients 20 --clients-per-round 5 --examples 200 --rounds 2 --warmup-rounds 1
+check "circuit_step_benchmark.py" "$PYTHON" scripts/benchmarks/circuit_step_benchmark.py --device cuda --repeats 3
+check "data_benchmark.py" "$PYTHON" scripts/benchmarks/data_benchmark.py --device cuda --repeats 2
 
 compare_weights() {  # compare_weights RUN REFERENCE TOLERANCE: the largest difference of two runs' final weights
     "$PYTHON" - "$OUT/runs" "$@" <<'PY'

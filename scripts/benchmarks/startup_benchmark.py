@@ -1,7 +1,7 @@
 """Start-up of the quickstart: seconds from the command to the first round's start and to exit, on 1 and 2 processes,
 beside ``python -c "import torch"`` and ``python -c "import lightning"`` (median of ``--repeats`` interleaved runs).
 
-    python scripts/startup_benchmark.py [--repeats 5] [--rounds 1]
+    python scripts/benchmarks/startup_benchmark.py [--repeats 5] [--rounds 1]
 
 The first round's start is stamped by ``FirstRoundStamp``, a callback this script adds through the config (process 0
 writes the wall-clock time when round 0 starts); the command's start and exit are taken here around the subprocess.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from lightfed.callbacks.base import Callback
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class FirstRoundStamp(Callback):
@@ -34,7 +34,10 @@ class FirstRoundStamp(Callback):
 
 def timed(command: list[str], stamp: Path | None = None) -> tuple[float | None, float]:
     """Seconds from starting ``command`` to the stamp it writes (None without one) and to its exit."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "scripts"), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")]),
+    }
     began = time.time()
     done = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     ended = time.time()

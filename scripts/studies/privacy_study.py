@@ -6,8 +6,8 @@ it over its planned steps) and UserLevelDP with the noise multiplier that Opacus
 over 30 rounds at q = 0.5 (fixed clip 0.5; adaptive from 0.1 to the median, count noise std 5); then a Markdown table
 of the test accuracy and the epsilon each run logged in its last round.
 
-    python scripts/privacy_study.py --out runs/privacy_study            # runs, then the table
-    python scripts/privacy_study.py --out runs/privacy_study --table    # the table of finished runs
+    python scripts/studies/privacy_study.py --out runs/privacy_study            # runs, then the table
+    python scripts/studies/privacy_study.py --out runs/privacy_study --table    # the table of finished runs
 """
 
 import argparse

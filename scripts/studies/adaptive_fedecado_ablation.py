@@ -17,7 +17,7 @@ mean progress (``progress_share``), the server's mean step and step count, the c
 its ODE's time; SGD's learning rate is about dt / 20 here) and the window (simulated time), the training loss and
 val_acc; and each setting's final val_acc and test_acc (the final record).
 
-    python scripts/adaptive_fedecado_ablation.py --seeds 0 1 --out runs/ablation
+    python scripts/studies/adaptive_fedecado_ablation.py --seeds 0 1 --out runs/ablation
 """
 
 import argparse
@@ -27,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "digits"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "digits"
 HETEROGENEOUS = ["--set", "trainer.local_epochs=randint:1:3", "--set", "trainer.redraw_local_work=true"]
 S = "strategy.init_args."
 ADAPTIVE = str(CONFIGS / "adaptive_fedecado.yaml")

@@ -4,8 +4,8 @@ Each case is a ``lightfed fit`` of a few rounds in a fresh folder; the script pr
 ``last.ckpt``'s parameters and buffers (bytes, so "identical" means bit for bit) and, with ``--compare FILE``, whether
 each matches the one a previous invocation saved with ``--save FILE``::
 
-    python scripts/final_weights.py --save before.json     # on the old code
-    python scripts/final_weights.py --compare before.json  # on the new code
+    python scripts/checks/final_weights.py --save before.json     # on the old code
+    python scripts/checks/final_weights.py --compare before.json  # on the new code
 
 The torch threads are fixed (``OMP_NUM_THREADS=1``) so that 1 and 2 processes compute alike.
 """

@@ -25,8 +25,8 @@ a shared machine disturb least) and each path's multiple of ``opacus``. lightfed
 epsilon after every round, from Renyi divergences it computes once per (noise, sample rate) and process (about a second
 each); the script computes them for every client before timing and prints how long that took.
 
-    python scripts/dp_benchmark.py                       # 5 rounds x 3 repeats, every path
-    python scripts/dp_benchmark.py --rounds 4 --repeats 2 --paths no-dp dp-hooks opacus
+    python scripts/benchmarks/dp_benchmark.py                       # 5 rounds x 3 repeats, every path
+    python scripts/benchmarks/dp_benchmark.py --rounds 4 --repeats 2 --paths no-dp dp-hooks opacus
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ their state carries over. The trial-step rows repeat one solver's step on its ow
 trial inside a server step (a cache-blocked trial 35 % faster here was no faster there): to time a change to the
 solver, read the server-step rows.
 
-    python scripts/circuit_step_benchmark.py --clients 10 --size 9488266     # VGG-11 size
+    python scripts/benchmarks/circuit_step_benchmark.py --clients 10 --size 9488266     # VGG-11 size
 """
 
 import argparse

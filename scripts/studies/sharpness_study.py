@@ -10,7 +10,7 @@ set (its validation share included), is found by power iteration on Hessian-vect
 clients' mean learning rate p_i dt_i (Adaptive's from its metrics, FedECADO's the configured lr), their product (a
 Forward-Euler step along the sharpest direction multiplies it by 1 - lr x sharpness: stable below 2), val_acc.
 
-    python scripts/sharpness_study.py --seeds 0 1 --out runs/sharpness
+    python scripts/studies/sharpness_study.py --seeds 0 1 --out runs/sharpness
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from lightfed import Callback
 from lightfed.data import Digits
 from lightfed.models import SmallCNN
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs" / "digits"
 HETEROGENEOUS = ["--trainer.local_epochs", "randint:1:3", "--trainer.redraw_local_work", "true"]
 PAPER = [
@@ -104,7 +104,7 @@ def train(arm: str, seed: int, rounds: int, out: Path) -> Path:
     ]
     environment = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "scripts"), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")]),
     }
     subprocess.run(command, check=False, env=environment, stdout=subprocess.DEVNULL)
     return folder

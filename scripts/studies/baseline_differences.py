@@ -6,7 +6,7 @@ differ); 3 rounds from x = 0. Prints, per setting, the largest coordinate differ
 evaluates after the last round from those of the default. With ``flwr`` installed, Flower's FedAdam, FedYogi and
 FedAdagrad run on the same client results (``--flower``)::
 
-    python scripts/baseline_differences.py [--flower]
+    python scripts/studies/baseline_differences.py [--flower]
 """
 
 import argparse

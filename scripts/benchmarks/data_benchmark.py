@@ -11,8 +11,8 @@ plain figures for its cost.
 Workloads: ``digits`` (the embedded default: 20 Dirichlet(0.3) clients, batch 16) and ``cifar`` (CIFAR-shaped
 synthetic data from ``lightfed.experiments.synthetic_cifar``: 100 IID clients of 500 images, batch 32).
 
-    python scripts/data_benchmark.py
-    python scripts/data_benchmark.py --device cuda --augmentation
+    python scripts/benchmarks/data_benchmark.py
+    python scripts/benchmarks/data_benchmark.py --device cuda --augmentation
 """
 
 from __future__ import annotations

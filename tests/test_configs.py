@@ -51,12 +51,12 @@ def _written(config: Any, key: str = "") -> dict[str, Any]:
     }
 
 
-def _merged(files: tuple[str, ...]) -> dict[str, Any]:
+def _merged(files: tuple[str, ...], configs: Path = CONFIGS) -> dict[str, Any]:
     """The leaves the files write, a later file winning; a class_path a later file changes drops the settings of the
     class before it (jsonargparse keeps only those the new class takes)."""
     merged: dict[str, Any] = {}
     for file in files:
-        written = _written(yaml.safe_load((CONFIGS / file).read_text()))
+        written = _written(yaml.safe_load((configs / file).read_text()))
         for key, value in written.items():
             if key.endswith(".class_path") and merged.get(key, value) != value:
                 merged = {k: v for k, v in merged.items() if not k.startswith(key.removesuffix("class_path"))}
@@ -123,3 +123,59 @@ def test_digits_config_learns(files, tmp_path):
         ]
     )
     assert metrics["val_acc"] > 0.5  # ten classes: chance is 0.1
+
+
+def _settings(files: tuple[str, ...], configs: Path) -> dict[tuple[str, str], Any]:
+    """The settings the last file writes, each keyed by (the class it configures, its key), over what the files
+    before it set: ``strategy.tolerance`` of FedECADO and of AdaptiveFedECADO are two settings."""
+    merged = _merged(files, configs)
+    written = _written(yaml.safe_load((configs / files[-1]).read_text()) or {})
+
+    def owner(key: str) -> str:
+        parts = key.split(".")
+        for end in range(len(parts) - 1, 0, -1):
+            path = ".".join(parts[:end]) + ".class_path"
+            if path in merged:
+                return str(merged[path])
+        return ""
+
+    return {(owner(key), key): value for key, value in written.items()}
+
+
+def repeated_settings(configs: Path = CONFIGS) -> list[str]:
+    """Settings an overlay writes with the value its folder's base.yaml already gives, and settings every overlay of
+    a folder writes with the same value (they belong in the base); run names aside."""
+    found = []
+    for base in sorted(configs.rglob("base.yaml")):
+        folder = base.parent.relative_to(configs)
+        overlays = [p for p in sorted(base.parent.glob("*.yaml")) if p.name != "base.yaml"]
+        base_values = _written(yaml.safe_load(base.read_text()) or {})
+        settings = {}
+        for overlay in overlays:
+            files = (str(base.relative_to(configs)), str(overlay.relative_to(configs)))
+            settings[overlay.name] = own = _settings(files, configs)
+            found += [
+                f"{folder}/{overlay.name}: {key} repeats the base"
+                for (_, key), v in own.items()
+                if base_values.get(key, object()) == v and not key.startswith("trainer.name")
+            ]
+        if len(settings) > 1:
+            common = set.intersection(*({(k, repr(v)) for k, v in own.items()} for own in settings.values()))
+            found += [f"{folder}: every overlay sets {key[1]}" for key, _ in common if key[1] != "trainer.name"]
+    return sorted(found)
+
+
+def test_no_setting_is_repeated_across_a_folders_overlays_or_their_base():
+    assert repeated_settings() == []
+
+
+def test_a_repeated_setting_is_found(tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "base.yaml").write_text("trainer: {rounds: 5}\n")
+    (tmp_path / "x" / "a.yaml").write_text("trainer: {rounds: 5, name: a}\nmodel: {class_path: M, init_args: {k: 2}}\n")
+    (tmp_path / "x" / "b.yaml").write_text("trainer: {name: b}\nmodel: {class_path: M, init_args: {k: 2}}\n")
+    assert repeated_settings(tmp_path) == [
+        "x/a.yaml: trainer.rounds repeats the base",
+        "x: every overlay sets model.class_path",
+        "x: every overlay sets model.k",
+    ]

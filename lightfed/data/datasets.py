@@ -128,8 +128,7 @@ class Synthetic(DatasetSource):
     same amount to every logit, so alpha leaves the labels unchanged; beta drives the skew.
 
     With ``client_size`` every client holds that many examples, drawn in float32 (torch's generator) for blocks of
-    clients at once
-    (millions of clients in seconds; numbers of their own, not those of the FedProx-sized clients of the same seed).
+    clients at once: numbers of their own, not those of the FedProx-sized clients of the same seed.
     """
 
     BLOCK = 1 << 22  # values (clients x client_size x dim) drawn at once with client_size

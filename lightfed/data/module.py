@@ -74,8 +74,7 @@ class FederatedDataModule:
                 setup prints which; null: all of them.
             holdout_draws: How each client's held-out shares are drawn (``client_val_fraction``, and ``val_fraction``
                 of a dataset already split across clients): "per_client" shuffles client after client; "vectorized"
-                draws one random key per example for all clients at once (the same distribution, other draws: seconds
-                instead of minutes for a million clients).
+                draws one random key per example for all clients at once (the same distribution, other draws).
         """
         if batch_size < 1 or eval_batch_size < 1:
             raise ConfigError(

@@ -55,7 +55,7 @@ def split_each(
 
     ``draws``: ``per_client`` shuffles group after group (``held_out``); ``vectorized`` gives every example of every
     group one random key and sorts them all at once (by group, stratum, key), then picks as ``held_out`` does: the same
-    distribution, other draws, and seconds rather than minutes for a million groups."""
+    distribution, other draws."""
     if draws == "per_client":
         kept, held = [], []
         for group in groups:

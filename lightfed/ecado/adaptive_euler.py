@@ -28,26 +28,28 @@ def passivity_bound(params: Tensor, velocity: Tensor) -> float:
 
 class AdaptiveEuler(LocalRule):
     """Integrates the client ODE dx/dt = I_i^k - p_i grad f_i(x) (p_i = |D_i| / |D|) with error-controlled Forward
-    Euler, taking the step itself: the user's optimizer from ``configure_optimizers`` is replaced by this plain FE
-    step (SGD without momentum or weight decay, step size chosen here), because the FE step is the simulation whose
-    error the tolerance bounds; momentum, weight decay or Adam would integrate a different ODE.
+    Euler, taking the step itself: it replaces the step of the optimizer from ``configure_optimizers`` (plain FE steps,
+    no momentum or weight decay; the step size chosen here).
 
     Each step, on the step's batch: v = I - p g(x). The first step of a round tries the passivity bound (eq. 16;
     ``fallback_step`` where it is not positive and finite), or with ``first_step="probe"`` the step a probe predicts
-    (see ``_probe``; no fallback), later steps twice the previous accepted step but, with ``cap_at_first_step``, never
-    more than that first trial. With ``lte="trial_step"`` a trial x' = x + dt v is evaluated on the same batch,
-    LTE = (dt/2) |v(x') - v(x)| (eq. 14, with p_i as in the ODE); while LTE > tolerance, dt <- 0.9 (tolerance / LTE) dt
-    (``max_backtracks`` tries, then the step is forced): two gradients a step or more. With ``lte="retrospective"``
-    the error after the first step is estimated from the velocity change D over the previous step, dt^2 D / (2 dt_prev),
-    and a step above the tolerance is cut in one shot: one gradient a step. The client's window T_i is the sum of its
-    accepted dt.
+    (see ``_probe``; no fallback), later steps ``max_growth`` x the previous accepted step but, with
+    ``cap_at_first_step``, never more than that first trial. With ``lte="trial_step"`` a trial x' = x + dt v is
+    evaluated on the same batch, LTE = (dt/2) |v(x') - v(x)| (eq. 14, with p_i as in the ODE); while LTE > tolerance,
+    dt <- 0.9 (tolerance / LTE) dt (``max_backtracks`` tries, then the step is forced): two gradients a step or more.
+    With ``lte="retrospective"`` the error after the first step is estimated from the velocity change D over the
+    previous step, dt^2 D / (2 dt_prev), and a step above the tolerance is cut in one shot: one gradient a step. The
+    client's window T_i is the sum of its accepted dt.
 
     ``error_scale`` says what the tolerance is measured against ("absolute", "state": rms(x), "step": the step
     itself); ``error_norm`` whether |.| is the max over the coordinates ("max", eq. 15) or their root mean square
     ("rms"); ``step_limit`` bounds every step besides the tolerance ("monotone": no overshoot along its own direction,
     "descent": not past the minimum of the client's energy along it, "none"); ``fixed_lr`` replaces error control by
-    SGD at that learning rate, dt = fixed_lr / p_i. Why each exists, and what each does on digits and on the spec's
-    quadratics: the documentation's page "Paper corrections: Adaptive FedECADO" (docs/corrections/adaptive-fedecado.md).
+    SGD at that learning rate, dt = fixed_lr / p_i. What each does, measured: docs/corrections/adaptive-fedecado.md.
+
+    Raises:
+        ConfigError: ``tolerance`` or ``fallback_step`` not > 0; from ``start``, 16-mixed precision.
+        DivergenceError: From ``adjust``, a retrospective step whose velocity change is not finite.
     """
 
     requirements = Requirements(
@@ -136,7 +138,7 @@ class AdaptiveEuler(LocalRule):
     def _limit(self) -> float:
         """k in the step limit LTE <= dt |v| / k, i.e. |dv| <= 2 |v| / k: 2 ("monotone": p dt |Hv| <= |v|, no
         overshoot along v), 2 cos ("descent"), 4/3 ("stability": p dt |Hv| <= 1.5 |v|, Forward Euler's amplification
-        of the mode along v within +-1/2; at its stability bound itself, 2 |v|, the quadratics stall at gamma >= 1)."""
+        of the mode along v within +-1/2)."""
         return 4 / 3 if self.step_limit == "stability" else 2 * self._alignment()
 
     def _alignment(self) -> float:
@@ -212,13 +214,12 @@ class AdaptiveEuler(LocalRule):
         self, start: Tensor, velocity: Tensor, speed: float, gradient: Tensor, grad: Tensor, params: Tensor
     ) -> float:
         """The round's first trial from the first gradients alone: a probe step dt_p = 0.01 rms(x) / rms(v), which
-        moves the weights by 1 % of their own size (SciPy's ``select_initial_step``; gamma-free, so a loose gamma does
-        not probe far outside the linearisation), measures D = |v(x + dt_p v) - v(x)|, so the FE error
-        (dt^2 / 2)|x''| of a step dt is about dt^2 D / (2 dt_p); returns 0.9 x the step where that equals the allowed
-        error: 0.9 sqrt(2 gamma r dt_p / D) (r = 1 with "absolute", rms(x) with "state"), or with "step"
-        0.9 x 2 gamma |v| dt_p / D (and at most the step limit).
-        A loss c times larger gives steps 1/c times as long; proportional to sqrt(gamma) (to gamma with "step"). Where
-        v does not change (a linear loss along v) the probe step itself."""
+        moves the weights by 1 % of their own size (gamma-free, as SciPy's ``select_initial_step``), measures
+        D = |v(x + dt_p v) - v(x)|, so the FE error (dt^2 / 2)|x''| of a step dt is about dt^2 D / (2 dt_p); returns
+        0.9 x the step where that equals the allowed error: 0.9 sqrt(2 gamma r dt_p / D) (r = 1 with "absolute",
+        rms(x) with "state"), or with "step" 0.9 x 2 gamma |v| dt_p / D (and at most the step limit). A loss c times
+        larger gives steps 1/c times as long; proportional to sqrt(gamma) (to gamma with "step"). Where v does not
+        change (a linear loss along v) the probe step itself."""
         size, rate = (float(torch.linalg.vector_norm(t)) for t in (start, velocity))
         probe = 0.01 * size / rate if size > 0 and rate > 0 else 1e-6
         params.copy_(start).add_(velocity, alpha=probe)

@@ -25,10 +25,9 @@ ClientStepControl = Literal["every_round", "first_round"]
 
 
 def critical_inductance(conductance: Tensor, branches: int = 1, out: Tensor | None = None) -> Tensor:
-    """L = 1 / (4 n G^2): n alike branches (R = 1/G) that share the unit central capacitor are critically damped in the
-    mode where all their currents charge it, L s^2 + R s + n = 0 with R^2 = 4 n L (their other modes, currents
-    circulating between branches, only decay). n = 1 is the paper's eq. 24, zeta = (R/2) sqrt(C/L) = 1 for one branch;
-    with n branches eq. 24 leaves zeta = 1/sqrt(n). Elementwise for a diagonal G."""
+    """L = 1 / (4 n G^2) for n = ``branches``, elementwise (into ``out`` when given): critically damps n alike
+    branches (R = 1/G) sharing the unit central capacitor, in the mode where all their currents charge it (n = 1: the
+    paper's eq. 24)."""
     return torch.mul(conductance, conductance, out=out).mul_(4 * branches).reciprocal_()
 
 
@@ -38,14 +37,11 @@ class AdaptiveFedECADO(FedECADO):
     tolerance, the active branches critically damped by L_i = 1 / (4 n G_i^2), G_i = 1/dt_G + p_i diag(H_i), dt_G the
     client's window T_i. With the defaults the clients' error control runs in the run's first round and sets the
     learning rate of every later client step (``step_control="first_round"``), and G_i = 1/dt_G (``curvature="none"``);
-    the paper's settings, error control at every step and H_i a Hutchinson diagonal estimated the first time a client
-    is sampled, are ``step_control="every_round"`` and ``curvature="diagonal"``.
+    the paper's settings are ``step_control="every_round"`` and ``curvature="diagonal"``.
 
-    Where and why the defaults depart from the paper as printed, with the measurements behind each: the documentation's
-    page "Paper corrections: Adaptive FedECADO" (docs/corrections/adaptive-fedecado.md).
-
-    Memory per client that has trained: I_i and diag(H_i), 2 d / N floats per process (N processes; see
-    ``FedECADO`` for where they live).
+    Memory per process, per client that has trained: d / N floats of I_i, and d / N of diag(H_i) with
+    ``curvature="diagonal"`` (N processes; where they live: ``FedECADO``). Departures from the paper and the
+    measurements behind the defaults: docs/corrections/adaptive-fedecado.md.
     """
 
     learned_lr: float | None = None  # with step_control="first_round", from the first round on
@@ -109,58 +105,46 @@ class AdaptiveFedECADO(FedECADO):
             curvature_examples: None: the estimate runs on whole local batches; a number: on random subsets of that
                 many of the client's examples (see ``FedECADO``).
             curvature: "none" (default): G_i = 1/dt_G, no estimate; "diagonal": G_i = 1/dt_G + p_i diag(H_i) with
-                the client's Hutchinson diagonal (the paper; estimated once it goes stale on losses whose curvature
-                changes, see the documentation's page "Paper corrections: Adaptive FedECADO", section "A stale
-                curvature").
+                the client's Hutchinson diagonal (the paper).
             curvature_every: Re-estimate a client's diagonal when it is sampled this many rounds after its last
-                estimate; 0: once, the first time it is sampled (the paper estimates it once, before training).
+                estimate; 0: once, the first time it is sampled (the paper).
             fallback_step: With ``first_step="passivity"``: a client's first step where the passivity bound is not
                 positive (backtracking shrinks it).
             cap_client_steps: No client step exceeds its round's first trial step; False: steps may double while the
-                LTE test passes (diverges where a loss saturates).
-            client_lte: How a client estimates a step's error: "trial_step" (the paper's loop: the gradient again at
-                the trial point, two or more gradients a step) or "retrospective" (from the velocity change over the
-                previous step, one gradient a step; see ``AdaptiveEuler``).
-            damping: "collective": L_i = 1 / (4 n G_i^2) with n the round's active clients, so that the n branches
-                together with the central capacitor are critically damped; "branch": L_i = 1 / (4 G_i^2), the paper's
-                eq. 24, which damps each branch alone (zeta = 1/sqrt(n) for n alike active branches); "shared":
-                L_i = R_i R_eq / 4 (R_eq = 1 / sum_j G_j, FedECADO's rule), every branch the same time constant
-                R_eq / 4, so the currents' sum is critically damped however the G_i differ ("collective" is, only for
-                alike branches, where the two agree); "constant": every
-                L_i = ``inductance``, FedECADO's (the paper's ablation of its momentum design, Table 13).
+                LTE test passes.
+            client_lte: How a client estimates a step's error: "trial_step" (the gradient again at the trial point,
+                the paper's loop) or "retrospective" (from the velocity change over the previous step; see
+                ``AdaptiveEuler``).
+            damping: "collective": L_i = 1 / (4 n G_i^2), n the round's active clients (``critical_inductance``);
+                "branch": L_i = 1 / (4 G_i^2), the paper's eq. 24; "shared": L_i = R_i R_eq / 4 (R_eq = 1 /
+                sum_j G_j), FedECADO's rule; "constant": every L_i = ``inductance``.
             error_norm: The server's error norm, "rms" or "max" (the paper; see ``FedECADO``); the clients' is
                 ``client_norm``.
             min_step: Shortest server step as a fraction of the round's window (see ``FedECADO``).
             state_device: Where the per-client currents and curvatures live: "accelerator" or "cpu" (pinned).
-            first_step: A client's first trial step each round: "probe" (default: a probe step that moves the weights
-                by 1 % of their size measures the velocity's change; the trial is the step whose predicted FE error is
-                0.81 gamma, within the step limit: scale-free, proportional to sqrt(gamma), no fallback; see
-                ``AdaptiveEuler``) or "passivity" (eq. 16 on the raw weights, else ``fallback_step``; the paper).
+            first_step: A client's first trial step each round: "probe" (default: the step a probe step predicts,
+                see ``AdaptiveEuler``) or "passivity" (eq. 16 on the raw weights, else ``fallback_step``; the paper).
             window_end: The server integrates to the longest window ("max", the paper) or to the data-weighted mean
-                window ("mean"; with ``sensitivity_step="window"`` dt_G is then how long each client's modelled state
-                at that end responds to its current, see ``FedECADO``: with "extrapolate" alike for every client, so
-                the shortest window no longer weighs most, as it does with G_i = 1/T_i).
+                window ("mean"; see ``FedECADO``).
             error_scale: What a client's tolerance is measured against (see ``AdaptiveEuler``): "absolute" (the paper,
-                LTE <= gamma in weight units), "state" (LTE <= gamma rms(x)) or "step" (LTE <= gamma max|dt v|: gamma
-                is the step's fraction of Forward Euler's stability limit). The server's error stays absolute.
-            step_limit: "monotone" (default): no client step overshoots along its own direction (LTE <= |dt v| / 2,
-                half of Forward Euler's stability limit) whatever gamma; "descent": no step goes past the minimum of
-                the client's energy along its direction (p dt v'Hv <= |v|^2, at least as long); "stability": steps up to 1.5 x
-                "monotone"'s, p dt |Hv| <= 1.5 |v|, within Forward Euler's stability bound (2 |v|) with the mode along
-                the step amplified by at most -1/2 (it overshoots the valley's floor instead of stopping short); "none": the tolerance alone (the
-                paper).
+                LTE <= gamma in weight units), "state" (LTE <= gamma rms(x)) or "step" (LTE <= gamma max|dt v|). The
+                server's error stays absolute.
+            step_limit: What bounds a client step besides the tolerance: "monotone" (default; no overshoot along its
+                own direction, LTE <= |dt v| / 2), "descent" (not past the minimum of the client's energy along its
+                direction, p dt v'Hv <= |v|^2), "stability" (p dt |Hv| <= 1.5 |v|) or "none" (the paper).
             client_norm: The norm of a client's errors and velocities: "rms" (default, the root mean square over the
-                coordinates, as the server's) or "max" (the paper's, eq. 15: the stiffest weight sets every step).
+                coordinates) or "max" (the paper's, eq. 15).
             inductance: L_i of every branch with ``damping="constant"``.
             fixed_lr: None (default): LTE-controlled client steps; a number: every client step is plain SGD at this
-                learning rate, dt = fixed_lr / p_i, no error control (FedECADO's clients; the paper's ablation of its
-                adaptive steps, Table 15, whose constant step is FedECADO's learning rate).
+                learning rate, dt = fixed_lr / p_i, no error control (FedECADO's clients).
             step_control: "first_round" (default): the clients' error control runs in the run's first round only,
                 then every client step is plain SGD (as with ``fixed_lr``) at that round's mean learning rate p_i dt_i
-                (``strategy/client_lr_mean``, then ``strategy/learned_lr``): the step the error control took at the
-                weights' start, before training sharpened the loss (see the documentation's page "Paper corrections:
-                Adaptive FedECADO", section "A step learned in the first round"); "every_round": every client step
-                error-controlled (the paper).
+                (logged as ``strategy/client_lr_mean``, then ``strategy/learned_lr``); "every_round": every client
+                step error-controlled (the paper).
+
+        Raises:
+            ConfigError: A setting out of its range (``fallback_step``, ``inductance``, ``fixed_lr``, the curvature
+                counts, the step control's) or an unknown ``curvature`` or ``step_control``.
         """
         if not fallback_step > 0:
             raise ConfigError(f"strategy.fallback_step must be > 0, got {fallback_step}")

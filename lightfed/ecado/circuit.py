@@ -1,15 +1,15 @@
 """The server half of the ECADO equivalent circuit: Backward-Euler steps over one round's window, LTE-controlled.
 
-Canonical signs (FedECADO ICML appendix A; the main text's signs give an unstable circuit), I_i = current from the
-server to client i, R_i = 1/G_i (the client's aggregate sensitivity, a Thevenin resistance)::
+Canonical signs (FedECADO ICML appendix A; corrections to the paper: docs/corrections/fedecado.md), I_i = current
+from the server to client i, R_i = 1/G_i (the client's aggregate sensitivity, a Thevenin resistance)::
 
     dx_c/dt = -sum_i I_i
     L_i dI_i/dt = x_c - R_i (I_i - I_i^k) - Gamma_i(t)
 
 Only the active clients' currents are integrated; the inactive clients' currents stay frozen inside the sum of the
-first equation (dropping them does not converge). Gamma_i is the line through the client's start (x_c at the start of
-the window) and its final state at its own window end T_i, extrapolated (or held) beyond T_i. R_i and L_i are
-per-client scalars or per-coordinate vectors; every operation is elementwise, O(active clients x d) per step.
+first equation. Gamma_i is the line from the client's start (x_c at the start of the window) to its final state at
+its own window end T_i, continued beyond T_i as ``path_progress`` says. R_i and L_i are per-client scalars or
+per-coordinate vectors; every operation is elementwise, O(active clients x d) per step.
 """
 
 import math
@@ -53,12 +53,11 @@ class Branches:
 
 
 def path_progress(ratio: Tensor, beyond_window: BeyondWindow, decay: Tensor | None = None) -> Tensor:
-    """r(s) for s / T = ``ratio``: s / T within the window; beyond it s / T ("extrapolate"), 1 ("hold"), or with
-    "decay" the path goes on at a speed that keeps decaying as it did over the window, from rho = ``decay`` (speed at
-    T over speed at 0) to rho^(1 + u) at s = (1 + u) T: an exponential path x(s) = x_inf - (x_inf - x_0) rho^(s / T),
-    whose speed at T is rho ln(1 / rho) / (1 - rho) of its mean speed over the window, so r = 1 + rho (1 - rho^u) /
-    (1 - rho), at most 1 / (1 - rho): a client that saturated (rho -> 0) is held, a steady one (rho -> 1) is
-    extrapolated linearly, and no path is stretched past where its own deceleration takes it."""
+    """r(s), the share of its window's change a client's path has made at s, for s / T = ``ratio`` (per client):
+    s / T within the window; beyond it, at s = (1 + u) T, s / T ("extrapolate"), 1 ("hold") or with "decay"
+    1 + rho (1 - rho^u) / (1 - rho), at most 1 / (1 - rho): the path goes on at a speed that keeps decaying as it did
+    over the window, rho = ``decay`` (its speed at T over its speed at 0). Raises ValueError for "decay" without
+    ``decay``."""
     if beyond_window == "extrapolate":
         return ratio
     if beyond_window == "hold":
@@ -86,8 +85,8 @@ class WindowSolver:
     with dI the step's current change (q = 0 at the window start, where x_c = Gamma = start and I = I^k).
 
     ``norm``: the error is the largest of these over every coordinate ("max", the paper), or the larger of the root
-    mean squares of the x_c errors and of the current errors ("rms", the norm of CVODE's and SciPy's error control),
-    which does not grow with the number of coordinates. ``coordinates`` combines every process's slice (one small
+    mean squares of the x_c errors and of the current errors ("rms"), which does not grow with the number of
+    coordinates. ``coordinates`` combines every process's slice (one small
     all-reduce per trial; the rms in blocks, the same bits on any number of processes). Work arrays: two for the
     currents, the change and the previous step's change, the error (a, d each; from ``workspace`` when given, where
     the currents of the result are overwritten by the next solve that uses it); the caller's x_c and I^k are read,

@@ -21,9 +21,8 @@ LOSS_DIFFERENCE_STEP = 1e-3  # s of ``loss_difference_curvature``, per coordinat
 
 
 def probe_generator(generator: torch.Generator, device: torch.device) -> torch.Generator:
-    """``generator`` itself for probes on the CPU; on an accelerator a generator there, seeded from it: drawing a
-    probe on the CPU and copying it over cost more than the Hessian-vector product on a GPU (43 ms for VGG-11's 9.5 M
-    weights on one core)."""
+    """The generator to draw probes on ``device`` from: ``generator`` itself on the CPU (or on its own device), else a
+    new generator on ``device`` seeded from one draw of ``generator``."""
     if device.type == "cpu" or device.type == generator.device.type:
         return generator
     return torch.Generator(device=device).manual_seed(int(torch.randint(2**62, (1,), generator=generator)))
@@ -156,8 +155,12 @@ def client_hessian_diagonal(
 ) -> Tensor:
     """``module_hessian_diagonal`` (or with ``estimate="loss_differences"`` its mean, ``loss_difference_curvature``)
     of the client's live module on ``batches`` of its own shuffled batches, or with ``examples`` on ``batches`` random
-    subsets of that many of its examples (a smaller sample set: an estimate costs about ``examples`` / batch size of
-    one on whole batches)."""
+    subsets of that many of its examples.
+
+    Raises:
+        ValueError: ``probes`` below 1, or no batch to estimate on.
+        ConfigError: With ``estimate="loss_differences"``, weights less precise than float32.
+    """
     generator = torch.Generator().manual_seed(seed)
     data = context.data
     if examples is None:
@@ -177,11 +180,8 @@ def client_hessian_diagonal(
 
 class SquaredGradients:
     """The diagonal empirical Fisher from the mini-batch gradients of a client's own training steps, no extra pass:
-    B x the mean over the steps of g * g (B the batch size). With B = 1 it is the mean squared per-example gradient,
-    the empirical Fisher, which equals the Hessian of a well-specified likelihood at its optimum in expectation; with
-    larger batches it is that where the batch gradients are mostly noise, and above it by (B - 1) x the mean
-    gradient's square where they are not. Not a curvature where the gradients are not a likelihood's noise: on
-    noise-free quadratics it is B x the squared gradient, far above the Hessian, and the circuit then diverges."""
+    B x the mean over the steps of g * g (B the batch size). A curvature only where the gradients are a likelihood's
+    noise (docs/corrections/fedecado.md, "Curvature"). ``estimate`` raises ValueError before any ``add``."""
 
     def __init__(self, batch_size: int) -> None:
         self.batch_size = batch_size

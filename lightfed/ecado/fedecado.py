@@ -44,13 +44,9 @@ WindowEnd = Literal["max", "mean"]
 
 
 def critical_branch_inductance(resistance: Tensor, scale: float = 1.0) -> Tensor:
-    """L_i = scale x R_i R_eq / 4 with R_eq = 1 / sum_i (1 / R_i) (elementwise; rows are the round's branches).
-
-    Every branch then has the same time constant tau = L_i / R_i = R_eq / 4, so the currents' sum J obeys
-    tau J' = (x_c - Gamma) / R_eq - J and x_c follows the clients as tau R_eq x'' + R_eq x' + x = Gamma: damping ratio
-    1 / sqrt(scale) (scale 1: critical), natural frequency 2 / (R_eq sqrt(scale)). With R_i ~ T_i that frequency
-    times the round's window is at least 2 x active clients whatever the windows' size, so the share of the clients'
-    progress x_c captures in a round is fixed (a ramp followed critically lags by 2 / omega)."""
+    """L_i = scale x R_i R_eq / 4 with R_eq = 1 / sum_i (1 / R_i), elementwise over ``resistance``'s rows (the
+    round's branches): every branch the time constant R_eq / 4, x_c following the clients with damping ratio
+    1 / sqrt(scale) (1: critical)."""
     equivalent = sum_rows(resistance.reciprocal()).reciprocal()
     return resistance * equivalent * (scale / 4)
 
@@ -102,24 +98,19 @@ def window_end(windows: Tensor, time_scale: Tensor, rule: str) -> float:
 class FedECADO(ShardedStrategy):
     """Backward-Euler aggregation with aggregate sensitivity G_i = 1/dt_G + H_i / beta_i and multi-rate integration.
 
-    Per round: each active client trains from x_c with its frozen current I_i^k (the first time it is sampled, or
-    every ``curvature_every`` rounds, it also estimates its Hessian H_i at the global model, unless the first round's
-    estimates fell below ``curvature_cutoff``; the paper does so for all clients at x(0), but a client computes only
-    when sampled) and reports its window T_i = beta_i x its summed
-    learning rates. The server then integrates the circuit over [t, t + max T_i] with LTE <= ``tolerance`` and
-    keeps the active currents; the inactive clients' currents stay frozen in the central node's equation.
+    Per round each active client trains from x_c with its frozen current I_i^k and reports its window T_i = beta_i x
+    its summed learning rates; the first time it is sampled (or every ``curvature_every`` rounds) it also estimates its
+    curvature H_i at the global model, unless ``curvature_cutoff`` has stopped the estimates. The server integrates the
+    circuit to the round's ``window_end`` with LTE <= ``tolerance`` and keeps the active currents; the inactive
+    clients' currents stay frozen in the central node's equation.
 
-    The solve is elementwise over coordinates except the LTE's norm, so it runs on the sharded server path: with N
-    processes each integrates its slice of x_c and of the active currents, one small all-reduce per trial step (the
-    rms error's sums over coordinate blocks, ``CoordinateSums``: the same steps and bits on any number of processes).
+    Runs on the sharded server path: with N processes each integrates its slice of x_c and of the active currents,
+    with one small all-reduce per trial step (``CoordinateSums``), and the weights are the same bits on any number of
+    processes. Memory per process, kept from round to round: d / N floats of current per client that has trained, and
+    1 float (d / N with ``curvature="diagonal"``) of its curvature, where ``state_device`` says; about 8 x active
+    clients x d / N floats for the round. Clients receive their whole I_i^k, a second model-sized download.
 
-    Memory per process: per client that has trained, its slice of the current I_i (d / N floats) and of the
-    curvature (1 float, or d / N with ``curvature="diagonal"``); the active clients' slices of deltas, currents
-    and the solver's work arrays (about 8 x active clients x d / N floats, with the currents sent to the clients), all
-    kept from round to round: writing fresh memory costs page faults (a VGG-11 server step on a CPU: 0.98 s fresh,
-    0.37 s kept, ``scripts/circuit_step_benchmark.py``). With ``state_device="accelerator"`` (default) all of it
-    stays on the accelerator; "cpu" keeps the per-client state in pinned host memory, copied to the accelerator each
-    round. Clients also receive their whole I_i^k, a second model-sized download.
+    Departures from the paper and the measurements behind the defaults: docs/corrections/fedecado.md.
     """
 
     report_scalars: tuple[str, ...] = ("time_scale", "curvature_mean")
@@ -150,67 +141,53 @@ class FedECADO(ShardedStrategy):
         """
         Args:
             inductance: With ``inductance_rule="critical"``: the factor on the critically damping inductances (1:
-                critical, damping ratio 1 / sqrt(inductance)); with "constant": L of every branch (the paper), which
-                sets how fast x_c follows the clients (scale it with active clients x the square of the window).
+                critical, damping ratio 1 / sqrt(inductance)); with "constant": L of every branch (the paper).
             tolerance: Bound on the local truncation error of every accepted server step (delta), in ``error_norm``.
             sensitivity_step: dt_G in G_i = 1/dt_G + H_i / beta_i: "window": how long the client's modelled state at
-                the window end has responded to its current (its ODE dx/dt = I - grad / beta gives dx/dI = that time
-                at negligible curvature): min(T_i, end) when held, the window end when extrapolated; a number: one
-                constant for all clients (the paper, e.g. the client lr).
-            inductance_rule: "critical": each round, L_i = inductance x R_i R_eq / 4 (``critical_branch_inductance``),
-                so the server follows the clients critically damped and by a fixed share of their progress whatever
-                the round's windows; "constant": L_i = inductance (the paper).
+                the window end has responded to its current, min(T_i, end) when held, the window end when
+                extrapolated; a number: one constant for all clients (the paper).
+            inductance_rule: "critical": each round, L_i = inductance x R_i R_eq / 4 (``critical_branch_inductance``);
+                "constant": L_i = inductance (the paper).
             initial_step: First server step; None: a tenth of the first round's window. Later rounds start from the
                 step the previous round's control proposed.
-            curvature: H_i as its trace / d (a scalar per client), its Hutchinson diagonal, or "none"
-                (G_i = 1/dt_G, no estimate: on digits the trace term is about 1 % of G_i and changes no result, but on
-                the toy quadratics, whose curvature is comparable to 1/dt_G, it converges 30x further in 100 rounds).
+            curvature: H_i as its trace / d (a scalar per client), its diagonal, or "none" (G_i = 1/dt_G, no
+                estimate).
             curvature_estimate: "loss_differences": the trace / d alone from second differences of the loss along
-                Rademacher probes at the global model before the client trains (``curvature_probes`` per batch,
-                three forward passes for the first and two for each more, no backward pass:
+                Rademacher probes at the global model before the client trains (forward passes only,
                 ``lightfed.ecado.curvature.loss_difference_curvature``); "hutchinson": Hessian-vector products there
                 (the paper's; the diagonal too); both on ``curvature_batches`` whole batches or subsets of
                 ``curvature_examples``; "squared_gradients": the diagonal empirical Fisher from the client's own
-                training gradients of that round, batch size x their mean square
-                (``lightfed.ecado.curvature.SquaredGradients``; no extra pass, the three settings below unused).
-                None: "loss_differences" with ``curvature="trace"`` (half of Hutchinson's cost on digits, the
-                same accuracy: docs/corrections/fedecado.md, "Curvature"), "hutchinson" with "diagonal".
+                training gradients of that round (``lightfed.ecado.curvature.SquaredGradients``; the three settings
+                below unused). None: "loss_differences" with ``curvature="trace"``, "hutchinson" with "diagonal".
             curvature_batches: Local batches (or subsets) the estimate averages over.
-            curvature_probes: Rademacher probes per batch. With the default, one probe on 8 examples once per
-                client, a whole digits run costs 1.13x FedAvg's with loss differences and 1.15x with a Hessian-vector
-                product (1.07x without a curvature); 4 batches x 8 products on whole batches (the paper's) cost 3x
-                (docs/corrections/fedecado.md, "Curvature").
+            curvature_probes: Rademacher probes per batch.
             curvature_examples: None: the estimate runs on whole local batches; a number: on random subsets of that
-                many of the client's examples instead (the paper's "smaller sample set"; costs about that many over
-                the batch size of an estimate on whole batches).
+                many of the client's examples instead (the paper's "smaller sample set").
             curvature_every: Re-estimate a client's curvature when it is sampled this many rounds after its last
                 estimate; 0: estimate once.
             curvature_cutoff: When every estimate of the first round adds less than this share to its client's
                 conductance (H_i dt_G / beta_i, its largest coordinate with "diagonal"; logged as
                 ``curvature_share``), no client estimates again and every G_i is 1/dt_G, as with
-                ``curvature="none"``: an estimate costs a new client about a training step. The first round's largest
-                share was 3e-8 on VGG-11, 6e-4 to 1e-2 on digits with 1 to 3 local epochs and 7e-3 to 3e-2 with 1
-                to 8 (dropping the term changed no accuracy on either), 0.3 to 0.8 on the toy quadratics. 0: every
-                new client estimates (the paper).
+                ``curvature="none"``. 0: every new client estimates (the paper).
             coupling: "data_size": clients add (B/|D_i|) I_i to their gradient steps (the fixed point is the
                 data-weighted optimum); "unit": they add I_i (the paper's Algorithm 2; equal client weights).
             beyond_window: Beyond T_i a client's state is extrapolated linearly ("extrapolate", the paper), held
                 ("hold"), or continued at a speed that keeps decaying as the client's did over its window ("decay",
                 ``lightfed.ecado.circuit.path_progress``: a saturated client is held, a steady one extrapolated).
-                Extrapolating to the longest window (``window_end="max"``) stretches a short window's change by
-                max T / T_i, far past where a saturating client stops; to the mean window, by at most mean T / T_i.
             max_growth: Largest factor by which an accepted server step may grow the next one.
-            error_norm: "rms": the root mean square of the errors over the coordinates, which does not grow with the
-                model's size (about a quarter of the trial steps on digits, same accuracy); "max": the largest error
-                of any coordinate, the paper's (see ``lightfed.ecado.circuit.WindowSolver``).
+            error_norm: "rms": the root mean square of the errors over the coordinates; "max": the largest error of
+                any coordinate, the paper's (see ``lightfed.ecado.circuit.WindowSolver``).
             min_step: Shortest server step, as a fraction of the round's window; a step that short is accepted
                 whatever its error (counted in ``server_forced``), so a round takes at most 1 / min_step steps.
             state_device: Where the per-client currents and curvatures live: "accelerator" (the round's device) or
                 "cpu" (pinned host memory, for state larger than the accelerator's memory).
             window_end: The server integrates to the clients' mean window weighted by data size (1 / beta_i; "mean")
-                or to the longest window ("max", the paper). With "mean" and "extrapolate" a path is stretched by at
-                most mean T / T_i, every client's G_i is alike (1 / mean T with the window sensitivity), and for
-                linear paths the round is FedNova's normalised average.
+                or to the longest window ("max", the paper).
+
+        Raises:
+            ConfigError: A setting out of its range (``sensitivity_step``, ``inductance``, ``initial_step``,
+                ``curvature_cutoff``, the curvature counts, the step control's), or
+                ``curvature_estimate="loss_differences"`` with ``curvature="diagonal"``.
         """
         if sensitivity_step != "window" and not (isinstance(sensitivity_step, (int, float)) and sensitivity_step > 0):
             raise ConfigError(f"strategy.sensitivity_step must be > 0 or 'window', got {sensitivity_step!r}")

@@ -2,7 +2,7 @@
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -47,6 +47,58 @@ def lr_scale(
     log_mean_exp = top + math.log(np.exp(rp - top).sum()) - math.log(len(rp))
     scale = math.exp(min(max(math.log(beta) - log_mean_exp, -LOG_LIMIT), LOG_LIMIT))
     return scale if bounds is None else min(max(scale, bounds[0]), bounds[1])
+
+
+@dataclass(frozen=True)
+class RateSettings:
+    """The constants of ADAPT-FED's learning-rate rule."""
+
+    beta: float = 2.0  # with RP = 0 the client steps with beta * eta_0
+    window: int | None = None  # RPs averaged, the last ones; None: all
+    form: RPForm = "product"  # the form of ``relative_progress``
+    rp_max: float | None = None  # clamp every RP to [-rp_max, rp_max]; None: no clamp
+    bounds: tuple[float, float] | None = None  # clamp eta_k / eta_0; None: no clamp
+
+
+def relative_progress_lr(
+    history: Sequence[float],
+    previous: tuple[float, float, float] | None,
+    probe: float,
+    loss_change: float | None,
+    settings: RateSettings,
+) -> tuple[float, float | None, list[float]]:
+    """ADAPT-FED's learning-rate rule for one participation of a client.
+
+    Args:
+        history: The RPs of the client's earlier participations.
+        previous: (learning rate, mean squared step gradient, probe loss) of its last participation; None: none yet.
+        probe: Its probe loss now (the received model on its data).
+        loss_change: The loss change the RP pairs with ``previous``; None: ``probe`` minus the probe loss then.
+        settings: The rule's constants.
+
+    Returns:
+        (eta_k / eta_0, the previous participation's RP or None, the history with it, cut to the last ``window``):
+        eta_k / eta_0 is ``lr_scale`` of that history, or 1 while it is empty (warm-up).
+    """
+    history, rp = list(history), None
+    if previous is not None:
+        lr, grad_sq, loss = previous
+        change = probe - loss if loss_change is None else loss_change
+        rp = relative_progress(lr, grad_sq, change, settings.form)
+        history = (history + [rp])[-settings.window :] if settings.window else history + [rp]
+    scale = lr_scale(history, settings.beta, settings.rp_max, settings.bounds) if history else 1.0
+    return scale, rp, history
+
+
+def welford_step(state: Sequence[float], value: float) -> tuple[float, float, float]:
+    """Welford's running (count, mean, sum of squared deviations) with ``value`` added; the variance is the third
+    over the first."""
+    count, mean, squares = state
+    count += 1
+    delta = value - mean
+    mean += delta / count
+    squares += delta * (value - mean)
+    return count, mean, squares
 
 
 def probe_loss(context: LocalContext, client_id: int) -> float:
@@ -95,18 +147,14 @@ class RelativeProgressRule(SharpnessAware):
         super().__init__(rho, adaptive, eta)
         self.client_id = client_id
         self.history, self.previous, self.loss_change = list(history), previous, loss_change
-        self.beta, self.window, self.form, self.rp_max, self.bounds = beta, window, form, rp_max, bounds
+        self.rate = RateSettings(beta, window, form, rp_max, bounds)
 
     def start(self, params: Tensor, context: LocalContext) -> None:
         super().start(params, context)
         self.probe = probe_loss(context, self.client_id)
-        self.rp = None
-        if self.previous is not None:
-            lr, grad_sq, loss = self.previous
-            change = self.probe - loss if self.loss_change is None else self.loss_change
-            self.rp = relative_progress(lr, grad_sq, change, self.form)
-            self.history = (self.history + [self.rp])[-self.window :] if self.window else self.history + [self.rp]
-        scale = lr_scale(self.history, self.beta, self.rp_max, self.bounds) if self.history else 1.0
+        scale, self.rp, self.history = relative_progress_lr(
+            self.history, self.previous, self.probe, self.loss_change, self.rate
+        )
         context.scale_lr(scale)
         self.lr = context.lr
         self.steps = 0
@@ -164,6 +212,10 @@ class AdaptFed(FedAvg):
             rp_max: Clamp every RP to [-rp_max, rp_max] (null: no clamp).
             lr_bounds: Clamp eta_k / eta_0 to [low, high] (null: no clamp; the rate is always finite and > 0).
             server_lr: Scale of the averaged delta applied to the global model.
+
+        Raises:
+            ConfigError: ``beta``, ``rp_max`` or ``server_lr`` is not positive, ``window`` is below 1, ``lr_bounds``
+                is not 0 < low <= high, or ``rho`` or ``eta`` is negative.
         """
         super().__init__(server_lr=server_lr)
         if beta <= 0:
@@ -240,11 +292,7 @@ class AdaptFed(FedAvg):
             rp_mean = float(sums["rp"]) / with_rp
             self._metrics["rp_mean"] = rp_mean
             self._metrics["rp_client_var"] = max(float(sums["rp_sq"]) / with_rp - rp_mean**2, 0.0)
-            count, mean, squares = self.rp_rounds
-            count += 1
-            delta = rp_mean - mean
-            mean += delta / count
-            squares += delta * (rp_mean - mean)
+            count, mean, squares = welford_step(self.rp_rounds, rp_mean)
             self.rp_rounds = [count, mean, squares]
             self._metrics["rp_var"] = squares / count
         return super().aggregate(params, sums, round)

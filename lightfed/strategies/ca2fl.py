@@ -14,6 +14,15 @@ from lightfed.strategies.async_base import AsyncStrategy
 from lightfed.strategies.base import ServerContext
 
 
+def ca2fl_step(
+    params: Tensor, h: Tensor, dh: Tensor, count: Tensor | float, num_clients: int, server_lr: float
+) -> tuple[Tensor, Tensor]:
+    """One CA²FL aggregation, from dh = sum over the S = ``count`` buffered updates of (delta_i - h_i):
+    x+ = x + server_lr (h + dh / S) and h+ = h + dh / N (the mean of the N clients' cached updates once each h_i is
+    replaced by delta_i). Returns (x+, h+), new tensors."""
+    return params + server_lr * (h + dh / count), h.add(dh / num_clients)
+
+
 class CA2FL(AsyncStrategy):
     """v = h + (1/S) sum_i (delta_i - h_i);  x <- x + server_lr * v;  then h_i <- delta_i and h = mean over all N
     clients of h_i (caches start at 0).
@@ -27,6 +36,9 @@ class CA2FL(AsyncStrategy):
         """
         Args:
             server_lr: Global step size gamma.
+
+        Raises:
+            ConfigError: ``server_lr`` is not positive.
         """
         if server_lr <= 0:
             raise ConfigError(f"strategy.server_lr must be > 0, got {server_lr}")
@@ -47,9 +59,8 @@ class CA2FL(AsyncStrategy):
         sums.add("count", 1)
 
     def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int, staleness: Sequence[int]) -> Tensor:
-        dh = sums["dh"].to(params.dtype)
-        params = params + self.server_lr * (self.h + dh / sums["count"].to(params.dtype))
-        self.h.add_(dh / self.num_clients)
+        dh, count = sums["dh"].to(params.dtype), sums["count"].to(params.dtype)
+        params, self.h = ca2fl_step(params, self.h, dh, count, self.num_clients, self.server_lr)
         return params
 
     def metrics(self) -> dict[str, float]:

@@ -2,6 +2,7 @@
 delay-adaptive learning rate."""
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -10,6 +11,45 @@ from torch import Tensor
 from lightfed.errors import ConfigError
 from lightfed.strategies.base import ServerContext
 from lightfed.strategies.fedbuff import FedBuff
+from lightfed.strategies.fedopt import adam_second_moment, first_moment
+
+
+@dataclass(frozen=True)
+class AMSGradSettings:
+    """The constants of FADAS's server steps."""
+
+    server_lr: float  # global step size gamma
+    beta1: float  # first-moment decay
+    beta2: float  # second-moment decay
+    eps: float  # added to the denominator
+
+
+def delay_scale(staleness: Sequence[int], delay_adaptive: bool, delay_threshold: int) -> float:
+    """FADAS's lam: 1 / tau_max when ``delay_adaptive`` and the largest staleness tau_max exceeds ``delay_threshold``,
+    else 1. ``staleness``: the buffer's stalenesses (at least one)."""
+    tau_max = max(staleness)
+    return 1 / tau_max if delay_adaptive and tau_max > delay_threshold else 1.0
+
+
+def amsgrad_step(
+    params: Tensor,
+    delta: Tensor,
+    m: Tensor,
+    v: Tensor,
+    v_hat: Tensor,
+    step: int,
+    scale: float,
+    settings: AMSGradSettings,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """FADAS's t-th server step (t = ``step`` >= 1) from the buffer's mean delta D: m+ = b1 m + (1 - b1) D,
+    v+ = b2 v + (1 - b2) D^2, v_hat+ = max(v_hat, v+) and
+    x+ = x + server_lr * scale / (1 - b1^t) * m+ / (sqrt(v_hat+ / (1 - b2^t)) + eps).
+    Returns (x+, m+, v+, v_hat+), new tensors; the arguments are left unchanged."""
+    m = first_moment(m, delta, settings.beta1)
+    v = adam_second_moment(v, delta, settings.beta2)
+    v_hat = torch.maximum(v_hat, v)
+    denominator = (v_hat / (1 - settings.beta2**step)).sqrt().add_(settings.eps)
+    return params + settings.server_lr * scale / (1 - settings.beta1**step) * m / denominator, m, v, v_hat
 
 
 class FADAS(FedBuff):
@@ -35,6 +75,9 @@ class FADAS(FedBuff):
             eps: Added to the denominator.
             delay_adaptive: Divide the step by the buffer's largest staleness when it exceeds ``delay_threshold``.
             delay_threshold: Staleness above which the step is divided (FADAS's tau_c).
+
+        Raises:
+            ConfigError: ``server_lr`` or ``eps`` is not positive, or ``beta1`` or ``beta2`` is outside [0, 1).
         """
         super().__init__(server_lr=server_lr)
         for name, value in [("beta1", beta1), ("beta2", beta2)]:
@@ -51,15 +94,13 @@ class FADAS(FedBuff):
         self.scale = 1.0
 
     def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int, staleness: Sequence[int]) -> Tensor:
-        tau_max = max(staleness)
-        self.scale = 1 / tau_max if self.delay_adaptive and tau_max > self.delay_threshold else 1.0
+        self.scale = delay_scale(staleness, self.delay_adaptive, self.delay_threshold)
         delta = (sums["delta"] / sums["count"]).to(params.dtype)
-        self.m.mul_(self.beta1).add_(delta, alpha=1 - self.beta1)
-        self.v.mul_(self.beta2).add_(delta.square(), alpha=1 - self.beta2)
-        torch.maximum(self.v_hat, self.v, out=self.v_hat)
-        step = round + 1
-        denominator = (self.v_hat / (1 - self.beta2**step)).sqrt().add_(self.eps)
-        return params + self.server_lr * self.scale / (1 - self.beta1**step) * self.m / denominator
+        settings = AMSGradSettings(self.server_lr, self.beta1, self.beta2, self.eps)
+        params, self.m, self.v, self.v_hat = amsgrad_step(
+            params, delta, self.m, self.v, self.v_hat, round + 1, self.scale, settings
+        )
+        return params
 
     def metrics(self) -> dict[str, float]:
         return {"delay_scale": self.scale}

@@ -11,10 +11,12 @@ from lightfed.strategies.base import ServerContext
 from lightfed.strategies.fedavg import FedAvg
 
 
-def momentum_step(params: Tensor, velocity: Tensor, delta: Tensor, server_lr: float, momentum: float) -> Tensor:
-    """v <- momentum * v + delta (in place); returns x + server_lr * v."""
-    velocity.mul_(momentum).add_(delta)
-    return params + server_lr * velocity
+def momentum_step(
+    params: Tensor, velocity: Tensor, delta: Tensor, server_lr: float, momentum: float
+) -> tuple[Tensor, Tensor]:
+    """v+ = momentum * v + delta and x+ = x + server_lr * v+. Returns (x+, v+), new tensors."""
+    velocity = velocity.mul(momentum).add_(delta)
+    return params + server_lr * velocity, velocity
 
 
 class FedAvgM(FedAvg):
@@ -25,6 +27,9 @@ class FedAvgM(FedAvg):
         Args:
             server_lr: Server learning rate.
             momentum: Server momentum (0 is FedAvg).
+
+        Raises:
+            ConfigError: ``server_lr`` is not positive or ``momentum`` is outside [0, 1).
         """
         if not 0 <= momentum < 1:
             raise ConfigError(f"strategy.momentum must be in [0, 1), got {momentum}")
@@ -37,7 +42,8 @@ class FedAvgM(FedAvg):
 
     def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
         delta = (sums["delta"] / sums["weight"]).to(params.dtype)
-        return momentum_step(params, self.velocity, delta, self.server_lr, self.momentum)
+        params, self.velocity = momentum_step(params, self.velocity, delta, self.server_lr, self.momentum)
+        return params
 
     def state_dict(self) -> dict[str, Any]:
         return {"velocity": self.velocity}

@@ -1,7 +1,8 @@
 """FedOpt (Reddi et al. 2021, Algorithm 2): FedAdagrad, FedAdam and FedYogi, adaptive server optimisers."""
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -12,22 +13,85 @@ from lightfed.strategies.base import ServerContext
 from lightfed.strategies.fedavg import FedAvg
 
 
-def adagrad_second_moment(v: Tensor, delta: Tensor, beta2: float) -> None:
-    v.add_(delta.square())
+@dataclass(frozen=True)
+class FedOptSettings:
+    """The constants of one FedOpt server step."""
+
+    lr: float  # eta of this step (bias-corrected where the strategy corrects)
+    beta1: float  # first-moment decay
+    beta2: float  # second-moment decay (unused by FedAdagrad)
+    tau: float  # adaptivity: added to sqrt(v)
 
 
-def adam_second_moment(v: Tensor, delta: Tensor, beta2: float) -> None:
-    v.mul_(beta2).add_(delta.square(), alpha=1 - beta2)
+def first_moment(m: Tensor, delta: Tensor, beta1: float) -> Tensor:
+    """b1 m + (1 - b1) D, as a new tensor."""
+    return m.mul(beta1).add_(delta, alpha=1 - beta1)
 
 
-def yogi_second_moment(v: Tensor, delta: Tensor, beta2: float) -> None:
+def adagrad_second_moment(v: Tensor, delta: Tensor, beta2: float) -> Tensor:
+    """v + D^2, as a new tensor (``beta2`` unused)."""
+    return v.add(delta.square())
+
+
+def adam_second_moment(v: Tensor, delta: Tensor, beta2: float) -> Tensor:
+    """b2 v + (1 - b2) D^2, as a new tensor."""
+    return v.mul(beta2).add_(delta.square(), alpha=1 - beta2)
+
+
+def yogi_second_moment(v: Tensor, delta: Tensor, beta2: float) -> Tensor:
+    """v - (1 - b2) D^2 sign(v - D^2), as a new tensor."""
     square = delta.square()
-    v.sub_((1 - beta2) * square * torch.sign(v - square))
+    return v.sub((1 - beta2) * square * torch.sign(v - square))
+
+
+SecondMoment = Callable[[Tensor, Tensor, float], Tensor]
+
+
+def fedopt_step(
+    params: Tensor, delta: Tensor, m: Tensor, v: Tensor, settings: FedOptSettings, second_moment: SecondMoment
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One FedOpt server step from the mean client delta D: m+ = b1 m + (1 - b1) D, v+ = ``second_moment``(v, D, b2),
+    x+ = x + lr m+ / (sqrt(v+) + tau). Returns (x+, m+, v+), new tensors; the arguments are left unchanged."""
+    m = first_moment(m, delta, settings.beta1)
+    v = second_moment(v, delta, settings.beta2)
+    return params + settings.lr * m / (v.sqrt() + settings.tau), m, v
+
+
+def adagrad_step(
+    params: Tensor, delta: Tensor, m: Tensor, v: Tensor, settings: FedOptSettings
+) -> tuple[Tensor, Tensor, Tensor]:
+    """FedAdagrad's step (``fedopt_step`` with v+ = v + D^2): (x+, m+, v+)."""
+    return fedopt_step(params, delta, m, v, settings, adagrad_second_moment)
+
+
+def adam_step(
+    params: Tensor, delta: Tensor, m: Tensor, v: Tensor, settings: FedOptSettings
+) -> tuple[Tensor, Tensor, Tensor]:
+    """FedAdam's step (``fedopt_step`` with v+ = b2 v + (1 - b2) D^2): (x+, m+, v+)."""
+    return fedopt_step(params, delta, m, v, settings, adam_second_moment)
+
+
+def yogi_step(
+    params: Tensor, delta: Tensor, m: Tensor, v: Tensor, settings: FedOptSettings
+) -> tuple[Tensor, Tensor, Tensor]:
+    """FedYogi's step (``fedopt_step`` with v+ = v - (1 - b2) D^2 sign(v - D^2)): (x+, m+, v+)."""
+    return fedopt_step(params, delta, m, v, settings, yogi_second_moment)
 
 
 def bias_corrected_lr(server_lr: float, beta1: float, beta2: float, step: int) -> float:
     """Adam's eta sqrt(1 - b2^t) / (1 - b1^t) at step t >= 1 (Kingma and Ba 2014)."""
     return server_lr * math.sqrt(1 - beta2**step) / (1 - beta1**step)
+
+
+BiasCorrection = Literal["none", "adam", "flower"]
+
+
+def fedopt_lr(server_lr: float, beta1: float, beta2: float, bias_correction: BiasCorrection, round: int) -> float:
+    """The learning rate of the step that ends round ``round`` (from 0): ``server_lr`` uncorrected, else
+    ``bias_corrected_lr`` at t = round + 1 ("adam") or t = round + 2 ("flower")."""
+    if bias_correction == "none":
+        return server_lr
+    return bias_corrected_lr(server_lr, beta1, beta2, round + (1 if bias_correction == "adam" else 2))
 
 
 class FedOpt(FedAvg):
@@ -38,7 +102,7 @@ class FedOpt(FedAvg):
     ``bias_correction="flower"``, ``initial_v="zero"``); see docs/corrections/baselines.md.
     """
 
-    second_moment = staticmethod(adam_second_moment)
+    server_step = staticmethod(adam_step)
 
     def __init__(
         self,
@@ -47,7 +111,7 @@ class FedOpt(FedAvg):
         beta2: float = 0.99,
         tau: float = 1e-3,
         weighting: Literal["uniform", "examples"] = "uniform",
-        bias_correction: Literal["none", "adam", "flower"] = "none",
+        bias_correction: BiasCorrection = "none",
         initial_v: Literal["tau_squared", "zero"] = "tau_squared",
     ) -> None:
         """
@@ -60,6 +124,9 @@ class FedOpt(FedAvg):
             bias_correction: Scale eta by sqrt(1 - b2^t) / (1 - b1^t): "adam" at the t-th aggregation (Kingma and Ba's
                 t = 1 first), "flower" one step later (Flower's FedAdam: t = server_round + 1, its rounds from 1).
             initial_v: v_0 = tau^2 (the paper) or 0 (Flower).
+
+        Raises:
+            ConfigError: ``server_lr`` or ``tau`` is not positive, or ``beta1`` or ``beta2`` is outside [0, 1).
         """
         super().__init__(server_lr=server_lr, weighting=weighting)
         for name, value in [("beta1", beta1), ("beta2", beta2)]:
@@ -77,13 +144,10 @@ class FedOpt(FedAvg):
 
     def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
         delta = (sums["delta"] / sums["weight"]).to(params.dtype)
-        self.m.mul_(self.beta1).add_(delta, alpha=1 - self.beta1)
-        self.second_moment(self.v, delta, self.beta2)
-        lr = self.server_lr
-        if self.bias_correction != "none":
-            step = round + (1 if self.bias_correction == "adam" else 2)
-            lr = bias_corrected_lr(self.server_lr, self.beta1, self.beta2, step)
-        return params + lr * self.m / (self.v.sqrt() + self.tau)
+        lr = fedopt_lr(self.server_lr, self.beta1, self.beta2, self.bias_correction, round)
+        settings = FedOptSettings(lr, self.beta1, self.beta2, self.tau)
+        params, self.m, self.v = self.server_step(params, delta, self.m, self.v, settings)
+        return params
 
     def state_dict(self) -> dict[str, Any]:
         return {"m": self.m, "v": self.v}
@@ -100,10 +164,10 @@ class FedAdam(FedOpt):
 class FedYogi(FedOpt):
     """v <- v - (1 - b2) D^2 sign(v - D^2)."""
 
-    second_moment = staticmethod(yogi_second_moment)
+    server_step = staticmethod(yogi_step)
 
 
 class FedAdagrad(FedOpt):
     """v <- v + D^2."""
 
-    second_moment = staticmethod(adagrad_second_moment)
+    server_step = staticmethod(adagrad_step)

@@ -52,6 +52,16 @@ class MomentumCorrection(LocalRule):
         return {"grad_mean": self.grad_sum / max(self.steps, 1)}
 
 
+def masfl_state_step(
+    c: Tensor, g: Tensor, dc: Tensor, count: Tensor | float, num_clients: int, beta: float
+) -> tuple[Tensor, Tensor]:
+    """MasFL's server state after an aggregation (Algorithm 1, lines 5 and 7), from dc = sum over the S = ``count``
+    buffered updates of (c_i+ - c_i): g+ = beta (dc / S + c) + (1 - beta) g, from the old c, and c+ = c + dc / N.
+    Returns (c+, g+), new tensors."""
+    g = g.mul(1 - beta).add_(beta * (dc / count + c))
+    return c.add(dc / num_clients), g
+
+
 class MasFL(AsyncStrategy):
     """Clients step along beta (grad - c_i + c) + (1 - beta) g, with the c and g of the version they started from,
     and upload c_i+ = the mean raw gradient along their trajectory. Server, with dc = sum over the buffer of
@@ -73,6 +83,9 @@ class MasFL(AsyncStrategy):
         Args:
             server_lr: Global step size gamma.
             beta: Momentum weight of new information in (0, 1]; null: min(1, sqrt(S K / T)).
+
+        Raises:
+            ConfigError: ``server_lr`` is not positive or ``beta`` is outside (0, 1].
         """
         if server_lr <= 0:
             raise ConfigError(f"strategy.server_lr must be > 0, got {server_lr}")
@@ -82,6 +95,11 @@ class MasFL(AsyncStrategy):
         self.beta_setting = beta
 
     def configure_async(self, setting: AsyncSetting) -> None:
+        """Sets beta: the given one, or min(1, sqrt(S K / T)).
+
+        Raises:
+            ConfigError: beta is not given and the jobs' number of local steps K varies.
+        """
         super().configure_async(setting)
         if self.beta_setting is not None:
             self.beta = self.beta_setting
@@ -134,10 +152,8 @@ class MasFL(AsyncStrategy):
         self.g.copy_(self.c)
 
     def _update_state(self, sums: Mapping[str, Tensor]) -> None:
-        """g from the OLD c (1/S), then c (1/N): Algorithm 1, lines 5 and 7."""
-        dc = sums["dc"].to(self.c.dtype)
-        self.g.mul_(1 - self.beta).add_(self.beta * (dc / sums["count"].to(self.c.dtype) + self.c))
-        self.c.add_(dc / self.num_clients)
+        dc, count = sums["dc"].to(self.c.dtype), sums["count"].to(self.c.dtype)
+        self.c, self.g = masfl_state_step(self.c, self.g, dc, count, self.num_clients, self.beta)
 
     def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int, staleness: Sequence[int]) -> Tensor:
         self._update_state(sums)

@@ -11,9 +11,20 @@ from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.requirements import Requirements
 from lightfed.core.sums import Sums
 from lightfed.errors import ConfigError
-from lightfed.local import GradientCorrection
+from lightfed.local.correction import GradientCorrection
 from lightfed.strategies.base import NOTHING, ServerContext
 from lightfed.strategies.fedavg import FedAvg
+
+
+def client_control_variate(c_i: Tensor, c: Tensor, delta: Tensor, local_time: float) -> Tensor:
+    """Option II's new control variate of a client: c_i+ = c_i - c + (x - y_i) / T_i = c_i - c - delta_i / T_i, with
+    delta_i = y_i - x its update and T_i the sum of its step sizes. A new tensor."""
+    return c_i - c - delta / local_time
+
+
+def server_control_variate(c: Tensor, dc_sum: Tensor, num_clients: int) -> Tensor:
+    """c+ = c + sum_i (c_i+ - c_i) / N over the N clients of the population, in c's dtype. A new tensor."""
+    return c.add((dc_sum / num_clients).to(c.dtype))
 
 
 class Scaffold(FedAvg):
@@ -39,6 +50,9 @@ class Scaffold(FedAvg):
                 strategy; "disk" here puts SCAFFOLD's on disk whatever the trainer says.
             client_states_folder: With "disk", where each process keeps its files (null: a new temporary folder); on
                 the file system of the run folder, a checkpoint links them instead of copying them.
+
+        Raises:
+            ConfigError: ``client_states`` is neither "memory" nor "disk", or ``server_lr`` is not positive.
         """
         if client_states not in ("memory", "disk"):
             raise ConfigError(f'strategy.client_states must be "memory" or "disk", got {client_states!r}')
@@ -64,12 +78,12 @@ class Scaffold(FedAvg):
     def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
         super().accumulate(sums, update)
         c_i = self._client_variate(update.client_id)
-        new_c_i = c_i - self.c - update.delta / update.local_time
+        new_c_i = client_control_variate(c_i, self.c, update.delta, update.local_time)
         self.client_states.set(update.client_id, "c", new_c_i)
         sums.add("dc", new_c_i - c_i)
 
     def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
-        self.c.add_((sums["dc"] / self.num_clients).to(self.c.dtype))
+        self.c = server_control_variate(self.c, sums["dc"], self.num_clients)
         return super().aggregate(params, sums, round)
 
     def metrics(self) -> dict[str, float]:

@@ -15,7 +15,7 @@ from lightfed.models import MLP
 from lightfed.privacy import ClippedGaussianNoise
 from lightfed.run.client import ClientTrainer
 from lightfed.strategies import AdaptFed
-from lightfed.strategies.adaptfed import lr_scale, relative_progress
+from lightfed.strategies.adaptfed import RateSettings, lr_scale, relative_progress, relative_progress_lr, welford_step
 from lightfed.strategies.base import ServerContext
 from tests.conftest import small_data, small_trainer
 
@@ -47,6 +47,39 @@ def test_the_rate_is_finite_and_positive_whatever_the_relative_progress(rps):
 def test_relative_progress_product_and_ratio_forms():
     assert relative_progress(0.1, 4.0, -0.2) == pytest.approx(-0.08)
     assert relative_progress(0.1, 4.0, -0.2, form="ratio") == pytest.approx(-0.5)
+
+
+def test_the_learning_rate_rule_by_hand():
+    previous = (0.1, 4.0, 2.0)  # lr, mean squared step gradient, probe loss of the last participation
+    # probe 1.5: dF = 1.5 - 2 = -0.5, RP = 0.1 * 4 * -0.5 = -0.2; history [0, -0.2]: 2 / ((e^0 + e^-0.2) / 2)
+    scale, rp, history = relative_progress_lr([0.0], previous, 1.5, None, RateSettings())
+    assert rp == pytest.approx(-0.2) and history == [0.0, rp]
+    assert scale == pytest.approx(4 / (1 + math.exp(-0.2)))
+    # a window of 1 keeps only the new RP: 2 / e^-0.2
+    scale, _, history = relative_progress_lr([0.0], previous, 1.5, None, RateSettings(window=1))
+    assert history == [pytest.approx(-0.2)] and scale == pytest.approx(2 * math.exp(0.2))
+    # a given loss change (1.0) replaces the probe's: RP = 0.1 * 4 * 1 = 0.4; beta 3: 3 / e^0.4
+    scale, rp, _ = relative_progress_lr([], previous, 1.5, 1.0, RateSettings(beta=3.0))
+    assert rp == pytest.approx(0.4) and scale == pytest.approx(3 * math.exp(-0.4))
+    # ratio form: dF / (lr E||g~||^2) = -0.5 / 0.4 = -1.25, clamped to rp_max 1 -> 2 / e^-1, then to bounds <= 4
+    scale, rp, _ = relative_progress_lr([], previous, 1.5, None, RateSettings(form="ratio", rp_max=1.0))
+    assert rp == pytest.approx(-1.25) and scale == pytest.approx(2 * math.e)
+    assert relative_progress_lr([], previous, 1.5, None, RateSettings(form="ratio", bounds=(0.5, 4.0)))[0] == 4.0
+
+
+def test_the_learning_rate_rule_warms_up_with_the_base_rate():
+    """No earlier participation: no RP, and the rate is eta_0 (or lr_scale of a history kept from before)."""
+    assert relative_progress_lr([], None, 1.5, None, RateSettings()) == (1.0, None, [])
+    scale, rp, history = relative_progress_lr([0.0], None, 1.5, None, RateSettings())
+    assert (scale, rp, history) == (pytest.approx(2.0), None, [0.0])
+
+
+def test_welford_step_gives_the_variance_over_rounds():
+    """Values 1 then 3: mean 2, squared deviations 1 + 1 = 2, variance 2 / 2 = 1."""
+    state = welford_step([0.0, 0.0, 0.0], 1.0)
+    assert state == (1.0, 1.0, 0.0)
+    count, mean, squares = welford_step(state, 3.0)
+    assert (count, mean, squares) == (2.0, 2.0, 2.0) and squares / count == 1.0
 
 
 class Center(L.LightningModule):

@@ -15,11 +15,25 @@ class SharpnessAware(LocalRule):
     twice. Under DP-SGD both gradients are private (see ``lightfed.privacy.DPSGD``)."""
 
     def __init__(self, rho: float = 0.05, adaptive: bool = False, eta: float = 0.01) -> None:
+        """
+        Args:
+            rho: Radius of the ascent step (0: plain steps, one gradient a step).
+            adaptive: ASAM's ascent instead of SAM's.
+            eta: ASAM's offset of the scale |w| + eta.
+
+        Raises:
+            ConfigError: ``rho`` or ``eta`` is negative.
+        """
         check_sam_settings(rho, eta)
         self.rho, self.adaptive, self.eta = rho, adaptive, eta
         self.gradients_per_step = 2 if rho > 0 else 1
 
     def start(self, params: Tensor, context: LocalContext) -> None:
+        """Keeps the client's context for the second gradient of each step.
+
+        Raises:
+            ConfigError: the client's gradients are scaled (``16-mixed`` precision's gradient scaler).
+        """
         if context.scales_gradients:
             raise ConfigError(
                 "sharpness-aware steps need unscaled gradients: use trainer.precision 32-true or bf16-mixed"

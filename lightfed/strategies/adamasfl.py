@@ -28,9 +28,12 @@ class AdaMasFL(MasFL):
     def __init__(self, gamma_mult: float = 1.0, eta_mult: float = 1.0, beta: float | None = None) -> None:
         """
         Args:
-            gamma_mult: Multiplier of the theory's global step size (robustness studies).
-            eta_mult: Multiplier of the theory's local step size (robustness studies).
+            gamma_mult: Multiplier of the theory's global step size gamma.
+            eta_mult: Multiplier of the theory's local step size eta.
             beta: Momentum weight of new information in (0, 1]; null: min(1, sqrt(S K / T)).
+
+        Raises:
+            ConfigError: ``gamma_mult`` or ``eta_mult`` is not positive, or ``beta`` is outside (0, 1].
         """
         if gamma_mult <= 0 or eta_mult <= 0:
             raise ConfigError(f"strategy.gamma_mult and strategy.eta_mult must be > 0, got {gamma_mult}, {eta_mult}")
@@ -38,6 +41,11 @@ class AdaMasFL(MasFL):
         self.gamma_mult, self.eta_mult = gamma_mult, eta_mult
 
     def configure_async(self, setting: AsyncSetting) -> None:
+        """Sets gamma, eta and beta from S, K and T.
+
+        Raises:
+            ConfigError: the jobs' number of local steps K varies.
+        """
         if setting.local_steps is None:
             raise ConfigError("AdaMasFL's step sizes need a fixed number of local steps K: set trainer.local_steps")
         super().configure_async(setting)

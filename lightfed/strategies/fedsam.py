@@ -22,6 +22,9 @@ class FedSAM(FedAvg):
             rho: Radius of the ascent step.
             eta: ASAM's offset of the scale |w| + eta (FedASAM only).
             server_lr: Scale of the averaged delta applied to the global model.
+
+        Raises:
+            ConfigError: ``rho`` or ``eta`` is negative, or ``server_lr`` is not positive.
         """
         super().__init__(server_lr=server_lr)
         SharpnessAware(rho, self.adaptive, eta)  # refuses bad settings now, not in the first round

@@ -50,23 +50,24 @@ load average are reported too, and ``--threads 1`` is the least sensitive settin
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from functools import partial
 from pathlib import Path
 
-from lightfed.experiments.measurement import emit, peak_rss_mb, result_lines, round_periods, set_threads
+from lightfed.experiments.measurement import emit, peak_rss_mb, result_lines, set_threads
 from lightfed.experiments.synthetic_cifar import SyntheticCIFAR
 from lightfed.run.cores import available_cores
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: the shared harness
+import harness  # noqa: E402
+
 PATHS = ("reference", "concurrent", "lightfed", "lightfed-parallel", "lightfed-sequential")
 LIGHTFED = ("lightfed", "lightfed-parallel", "lightfed-sequential")
+SIZES = ("clients", "clients_per_round", "examples_per_client", "test_size", "local_epochs", "batch_size")
 
 
 # ----------------------------------------------------------------------------------------------------------- options
@@ -107,7 +108,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS), help="which paths to run")
-    p.add_argument("--json", type=Path, default=None, help="also write the summary here")
+    harness.add_json_option(p)
     p.add_argument("--profile", type=Path, default=None, help="folder: one extra cProfile'd run per path")
     p.add_argument("--keep", type=Path, default=None, help="folder to keep the runs' files in (default: a temp dir)")
     # internal: one measured run in this process
@@ -115,27 +116,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
     p.add_argument("--profile-out", type=Path, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    for name in (
-        "clients",
-        "clients_per_round",
-        "examples_per_client",
-        "rounds",
-        "repeats",
-        "local_epochs",
-        "batch_size",
-        "eval_batch_size",
-        "width",
-        "devices",
-        "test_size",
-    ):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1")
-    if args.warmup_rounds < 0:
-        p.error("--warmup-rounds must be >= 0")
+    harness.require_at_least(p, args, 1, *SIZES, "rounds", "repeats", "eval_batch_size", "width", "devices", "workers")
+    harness.require_at_least(p, args, 0, "warmup_rounds")
     if args.clients_per_round > args.clients:
         p.error("--clients-per-round must be <= --clients")
-    if args.workers is not None and args.workers < 1:
-        p.error("--workers must be >= 1")
     if args.widths is not None and min(args.widths) < 1:
         p.error("--widths must be >= 1")
     return args
@@ -202,21 +186,8 @@ def run_lightfed(args: argparse.Namespace) -> None:
     set_threads(threads_per_process(args))
     import torch
 
-    from lightfed import Callback, FedAvg, FederatedDataModule, FederatedTrainer
+    from lightfed import FedAvg, FederatedDataModule, FederatedTrainer
     from lightfed.data import IIDPartitioner
-
-    class RoundClock(Callback):
-        """Notes the wall and CPU time at the end of each round, and the trainer's own ``round/time_s``."""
-
-        def __init__(self) -> None:
-            self.ends: list[float] = []
-            self.cpu_ends: list[float] = []
-            self.trainer_times: list[float] = []
-
-        def on_round_end(self, trainer, round: int, metrics: dict[str, float]) -> None:
-            self.ends.append(time.perf_counter())
-            self.cpu_ends.append(time.process_time())
-            self.trainer_times.append(metrics["round/time_s"])
 
     baseline_mb = peak_rss_mb()
     rounds = total_rounds(args)
@@ -228,7 +199,7 @@ def run_lightfed(args: argparse.Namespace) -> None:
         eval_batch_size=args.eval_batch_size,
         val_fraction=0.0,
     )  # the reference's clients: all examples
-    clock = RoundClock()
+    clock = harness.RoundClock()  # the end of each round, and the trainer's own ``round/time_s``
     options = {
         "lightfed": {},
         "lightfed-parallel": {"clients_in_parallel": workers(args)},
@@ -255,9 +226,9 @@ def run_lightfed(args: argparse.Namespace) -> None:
 
         profiler = cProfile.Profile()
         profiler.enable()
-    began, cpu_began = time.perf_counter(), time.process_time()
+    clock.start()
     metrics = trainer.fit(model, data, FedAvg())
-    fit_s = time.perf_counter() - began
+    fit_s = clock.now()[0] - clock.began[0]
     if profiler is not None:
         profiler.disable()
     fabric = trainer.fabric
@@ -274,10 +245,11 @@ def run_lightfed(args: argparse.Namespace) -> None:
         if profiler is not None:
             profiler.dump_stats(args.profile_out)
         # the set-up inside fit() (data, Fabric) comes before round 0: its period is the warm-up's and not timed
+        periods = clock.periods()
         result.update(
-            round_times=timed(round_periods(began, clock.ends), args),
-            cpu_round_times=timed(round_periods(cpu_began, clock.cpu_ends), args),
-            trainer_round_times=timed(clock.trainer_times, args)[:-1],  # the last round's includes the evaluation
+            round_times=timed(periods.wall, args),
+            cpu_round_times=timed(periods.cpu, args),
+            trainer_round_times=timed([m["round/time_s"] for m in clock.metrics], args)[:-1],  # [-1]: evaluates too
             fit_s=fit_s,
             final_train_loss=metrics.get("round/client_train_loss"),
             val_acc=trainer.final_report.get("test_acc"),  # the test set, as the reference's val_acc
@@ -422,8 +394,9 @@ def reference_rank(args: argparse.Namespace, rank: int, port: int) -> None:
 
         profiler = cProfile.Profile()
         profiler.enable()
-    began, cpu_began = time.perf_counter(), time.process_time()
-    ends, cpu_ends, losses = [], [], []
+    clock = harness.RoundClock()  # the loop notes the end of its rounds as lightfed's callback does
+    clock.start()
+    losses = []
     for round in range(total_rounds(args)):
         mine = sample_clients(args.seed, round, args.clients, args.clients_per_round)[rank::world]
         if pool is None:
@@ -443,8 +416,7 @@ def reference_rank(args: argparse.Namespace, rank: int, port: int) -> None:
         global_weights.add_((sums[:num_params] / sums[num_params]).to(global_weights.dtype))  # FedAvg, server lr 1
         losses.append(sums[num_params + 1].item() / args.clients_per_round)  # waits for the device
         sums.zero_()
-        ends.append(time.perf_counter())
-        cpu_ends.append(time.process_time())
+        clock.on_round_end(None, round, {})
 
     # the final global model on this process's share of the test set, as lightfed's last round does
     if pool is not None:
@@ -460,7 +432,7 @@ def reference_rank(args: argparse.Namespace, rank: int, port: int) -> None:
             correct += (net(test_x[start:end]).argmax(1) == test_y[start:end]).sum()
     if world > 1:
         dist.all_reduce(correct)
-    fit_s = time.perf_counter() - began
+    fit_s = clock.now()[0] - clock.began[0]
     if profiler is not None:
         profiler.disable()
     result = {
@@ -475,9 +447,10 @@ def reference_rank(args: argparse.Namespace, rank: int, port: int) -> None:
     if rank == 0:
         if profiler is not None:
             profiler.dump_stats(args.profile_out)
+        periods = clock.periods()
         result.update(
-            round_times=timed(round_periods(began, ends), args),
-            cpu_round_times=timed(round_periods(cpu_began, cpu_ends), args),
+            round_times=timed(periods.wall, args),
+            cpu_round_times=timed(periods.cpu, args),
             fit_s=fit_s,
             final_train_loss=losses[-1],
             val_acc=correct.item() / len(test_y),
@@ -497,26 +470,10 @@ def run_worker(
     """Runs one path in a fresh subprocess of this script; returns the result line of each of its processes."""
     out.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, os.path.abspath(__file__), "--only", path, "--out", str(out), "--devices", str(devices)]
-    for name in (
-        "clients",
-        "clients_per_round",
-        "examples_per_client",
-        "test_size",
-        "rounds",
-        "warmup_rounds",
-        "local_epochs",
-        "batch_size",
-        "eval_batch_size",
-        "lr",
-        "width",
-        "device",
-        "seed",
-    ):
-        command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    names = (*SIZES, "rounds", "warmup_rounds", "eval_batch_size", "lr", "width", "device", "seed", "workers")
+    command += harness.option_words(args, names)
     threads = args.threads or max(1, available_cores() // devices)
     command += ["--threads", str(threads)]
-    if args.workers is not None:
-        command += ["--workers", str(args.workers)]
     if profile_out is not None:
         command += ["--profile-out", str(profile_out)]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
@@ -544,13 +501,13 @@ def max_abs_diff(a: str, b: str) -> float:
 
 def summarize(runs: list[list[dict]]) -> dict:
     """Median over repeats of each run's median round time, and the peak memory."""
-    per_run = [statistics.median(run[0]["round_times"]) for run in runs]
-    cpu_per_run = [statistics.median(run[0]["cpu_round_times"]) for run in runs]
+    per_run = [harness.median(run[0]["round_times"]) for run in runs]
+    cpu_per_run = [harness.median(run[0]["cpu_round_times"]) for run in runs]
     summary = {
-        "s_per_round": statistics.median(per_run),
+        "s_per_round": harness.median(per_run),
         "s_per_round_runs": per_run,
         "best_s_per_round": min(t for run in runs for t in run[0]["round_times"]),  # least disturbed by other work
-        "cpu_s_per_round": statistics.median(cpu_per_run),
+        "cpu_s_per_round": harness.median(cpu_per_run),
         "cpu_s_per_round_runs": cpu_per_run,
         "round_times_runs": [run[0]["round_times"] for run in runs],
         "fit_s_runs": [run[0]["fit_s"] for run in runs],
@@ -564,33 +521,29 @@ def summarize(runs: list[list[dict]]) -> dict:
         "val_acc": runs[0][0]["val_acc"],
     }
     if runs[0][0].get("trainer_round_times"):
-        summary["trainer_time_s"] = statistics.median(statistics.median(run[0]["trainer_round_times"]) for run in runs)
+        summary["trainer_time_s"] = harness.median(harness.median(run[0]["trainer_round_times"]) for run in runs)
     if "cuda_peak_mb" in runs[0][0]:
         summary["cuda_peak_mb"] = max(r["cuda_peak_mb"] for run in runs for r in run)
     return summary
 
 
+def path_ratios(config: dict, path: str, base: str) -> dict:
+    """``path``'s time over ``base``'s: of the medians, of each repeat's, of the CPU times and of the fastest rounds."""
+    ours, theirs = config[path], config[base]
+    return {
+        "ratio": ours["s_per_round"] / theirs["s_per_round"],
+        "ratio_runs": harness.paired_ratios(ours["s_per_round_runs"], theirs["s_per_round_runs"]),
+        "cpu_ratio": ours["cpu_s_per_round"] / theirs["cpu_s_per_round"],
+        "best_ratio": ours["best_s_per_round"] / theirs["best_s_per_round"],
+    }
+
+
 def benchmark(args: argparse.Namespace, root: Path, argv: list[str]) -> dict:
+    workload = ("clients", "clients_per_round", "examples_per_client", "rounds", "warmup_rounds", "repeats")
+    workload += ("local_epochs", "batch_size", "lr", "device", "seed", "threads", "workers")
     report = {
-        "workload": {
-            k: getattr(args, k)
-            for k in (
-                "clients",
-                "clients_per_round",
-                "examples_per_client",
-                "rounds",
-                "warmup_rounds",
-                "repeats",
-                "local_epochs",
-                "batch_size",
-                "lr",
-                "device",
-                "seed",
-                "threads",
-                "workers",
-            )
-        },
-        "command": " ".join(["python", os.path.relpath(__file__)] + argv),
+        "workload": {k: getattr(args, k) for k in workload},
+        "command": harness.command_line(__file__, argv),
         "configs": [],
     }
     device_counts = args.compare_devices or [args.devices]
@@ -599,15 +552,13 @@ def benchmark(args: argparse.Namespace, root: Path, argv: list[str]) -> dict:
         for devices in device_counts:
             name = f"width{width}-devices{devices}"
             runs: dict[str, list[list[dict]]] = {path: [] for path in args.paths}
-            for repeat in range(args.repeats):
-                order = args.paths if repeat % 2 == 0 else list(reversed(args.paths))
-                for path in order:
-                    runs[path].append(run_worker(width_args, path, devices, root / name / f"{path}{repeat}"))
-                    print(
-                        f"  width={width} devices={devices} repeat {repeat + 1}/{args.repeats} {path:19s} "
-                        f"{statistics.median(runs[path][-1][0]['round_times']):.4f} s/round",
-                        flush=True,
-                    )
+            for repeat, path in harness.interleave(args.paths, args.repeats, alternate=True):
+                runs[path].append(run_worker(width_args, path, devices, root / name / f"{path}{repeat}"))
+                print(
+                    f"  width={width} devices={devices} repeat {repeat + 1}/{args.repeats} {path:19s} "
+                    f"{harness.median(runs[path][-1][0]['round_times']):.4f} s/round",
+                    flush=True,
+                )
             first = args.paths[0]
             config = {
                 "width": width,
@@ -617,20 +568,9 @@ def benchmark(args: argparse.Namespace, root: Path, argv: list[str]) -> dict:
                 "weights_vs": first,
             }
             for base in ("concurrent", "reference"):  # every other path's ratios to this loop
-                if base not in args.paths:
-                    continue
-                ref = config[base]
-                for path in args.paths:
+                for path in args.paths if base in args.paths else ():
                     if path != base:
-                        lf = config[path]
-                        config.setdefault("ratios", {})[f"{path}/{base}"] = {
-                            "ratio": lf["s_per_round"] / ref["s_per_round"],
-                            "ratio_runs": [
-                                a / b for a, b in zip(lf["s_per_round_runs"], ref["s_per_round_runs"], strict=False)
-                            ],
-                            "cpu_ratio": lf["cpu_s_per_round"] / ref["cpu_s_per_round"],
-                            "best_ratio": lf["best_s_per_round"] / ref["best_s_per_round"],
-                        }
+                        config.setdefault("ratios", {})[f"{path}/{base}"] = path_ratios(config, path, base)
             for path in args.paths[1:]:  # the final weights of every path against the first one's
                 config.setdefault("max_abs_weight_diff", {})[f"{path}-{first}"] = max(
                     max_abs_diff(a[0]["weights"], b[0]["weights"])
@@ -664,24 +604,19 @@ def print_report(report: dict) -> None:
         paths = [path for path in PATHS if path in config]
         bases = [base for base in ("concurrent", "reference") if base in config]
         ratios, first = config.get("ratios", {}), config["weights_vs"]
-        print(f"\nSmallCNN(width={config['width']}): {config['params']:,} parameters, devices={config['devices']}")
-        print(
-            f"  {'path':19s} {'s/round':>8s}"
-            + "".join(f" {'/ ' + base:>13s}" for base in bases)
-            + f"  {'s/round per repeat':27s} {'fastest':>8s} {'CPU s/round':>11s}  workers x threads"
-        )
+        print(f"\nSmallCNN(width={config['width']}): {config['params']:,} parameters, devices={config['devices']}\n")
+        header = ["path", "s/round", *(f"/ {base}" for base in bases), "s/round per repeat", "fastest"]
+        rows = []
         for path in paths:
             s = config[path]
-            cells = "".join(f" {ratios[f'{path}/{base}']['ratio'] if path != base else 1:12.3f}x" for base in bases)
+            cells = [f"{ratios[f'{path}/{base}']['ratio'] if path != base else 1:.3f}x" for base in bases]
             runs = ", ".join(f"{t:.4f}" for t in s["s_per_round_runs"])
-            print(
-                f"  {path:19s} {s['s_per_round']:8.4f}{cells}  {runs:27s} {s['best_s_per_round']:8.4f} "
-                f"{s['cpu_s_per_round']:11.4f}  {s['workers']} x {s['threads']}"
-            )
-        print(
-            f"  {'path':19s} {'peak RSS MiB/process (all; after imports)':>42s} {'train loss':>11s} {'test acc':>9s} "
-            f"  max |w - {first}|"
-        )
+            rows.append([path, f"{s['s_per_round']:.4f}", *cells, runs, f"{s['best_s_per_round']:.4f}"])
+            rows[-1] += [f"{s['cpu_s_per_round']:.4f}", f"{s['workers']} x {s['threads']}"]
+        harness.print_table([*header, "CPU s/round", "workers x threads"], rows, "lr" + "r" * len(bases) + "lrrl")
+        cuda = any("cuda_peak_mb" in config[path] for path in paths)
+        header = ["path", "peak RSS MiB/process (all; after imports)", "train loss", "test acc", f"max |w - {first}|"]
+        rows = []
         for path in paths:
             s = config[path]
             rss = (
@@ -689,13 +624,10 @@ def print_report(report: dict) -> None:
                 f"{s['baseline_rss_mb_per_process']:.0f})"
             )
             diff = config.get("max_abs_weight_diff", {}).get(f"{path}-{first}")
-            line = (
-                f"  {path:19s} {rss:>42s} {s['final_train_loss']:11.6f} {s['val_acc']:9.4f}   "
-                f"{'-' if diff is None else f'{diff:.3g}'}"
-            )
-            if "cuda_peak_mb" in s:
-                line += f"  CUDA peak {s['cuda_peak_mb']:.0f} MiB"
-            print(line)
+            rows.append([path, rss, f"{s['final_train_loss']:.6f}", f"{s['val_acc']:.4f}", harness.cell(diff, ".3g")])
+            rows[-1] += [harness.cell(s.get("cuda_peak_mb"), ".0f")] if cuda else []
+        print()
+        harness.print_table([*header, *(["CUDA peak MiB"] if cuda else [])], rows, "lrrrr" + "r" * cuda)
         for path in LIGHTFED:
             if "trainer_time_s" in config.get(path, {}):
                 print(f"  {path}'s own round/time_s (leaves out logging): {config[path]['trainer_time_s']:.4f} s")
@@ -725,8 +657,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         with tempfile.TemporaryDirectory(prefix="lightfed-bench-") as tmp:
             report = benchmark(args, Path(tmp), argv)
     print_report(report)
-    if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2))
+    harness.write_json(args.json, report)
     return report
 
 

@@ -76,7 +76,6 @@ constructor arguments (e.g. another curvature estimate; ``null`` is None), named
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -90,13 +89,17 @@ from pathlib import Path
 
 import yaml
 
-from lightfed.experiments.measurement import emit, peak_rss_mb, result_lines, round_periods, set_threads
+from lightfed.experiments.measurement import emit, peak_rss_mb, result_lines, set_threads
 from lightfed.experiments.synthetic_cifar import SyntheticCIFAR
 from lightfed.run.cores import available_cores
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: the shared harness
+import harness  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 STRATEGIES = ("FedAvg", "FedECADO", "AdaptiveFedECADO", "AdaptiveFedECADO-retro")
 BASES = ("FedAvg", "FedECADO", "AdaptiveFedECADO")
+OPTIONAL_COUNTS = ("clients", "local_epochs", "threads", "checkpoint_interval")  # None: the workload's or default
 
 
 @dataclass(frozen=True)
@@ -184,20 +187,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run every strategy this many times, in turn; the table gives medians (a ratio: of each "
         "repeat's own, to FedAvg's run in that repeat)",
     )
-    p.add_argument("--json", type=Path, default=None, help="also write the results here")
+    harness.add_json_option(p)
     p.add_argument("--keep", type=Path, default=None, help="folder to keep the runs' files in (default: a temp dir)")
     # internal: one measured run (one workload, one number of processes, one strategy) in this process
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    for name in ("rounds", "clients_per_round", "repeats"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1")
-    for name in ("clients", "local_epochs", "threads", "checkpoint_interval"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1")
-    if args.warmup_rounds < 0:
-        p.error("--warmup-rounds must be >= 0")
+    harness.require_at_least(p, args, 1, "rounds", "clients_per_round", "repeats", *OPTIONAL_COUNTS)
+    harness.require_at_least(p, args, 0, "warmup_rounds")
     if any(n < 1 for n in args.devices):
         p.error("--devices must be >= 1")
     if args.examples is not None and args.examples < 10:
@@ -351,45 +348,33 @@ def run_worker(args: argparse.Namespace) -> None:
     set_threads(threads_per_process(args))  # a worker has one --devices value
     import torch
 
-    from lightfed import Callback, FederatedTrainer
+    from lightfed import FederatedTrainer
 
     run = settings(args, args.workloads[0])
     total = args.warmup_rounds + args.rounds
 
-    class RoundClock(Callback):
-        """Notes per round its start, its last client's end, its end and the strategy's server time; stops the run
-        after ``total`` rounds (before the trainer's last round, the one it would evaluate)."""
+    class RoundClock(harness.RoundClock):
+        """Notes per round its start, its last client's end, its end and the strategy's server time (waiting for a
+        GPU before each reading); stops the run after ``total`` rounds (before the trainer's last round, the one it
+        would evaluate)."""
 
         def __init__(self) -> None:
-            self.starts: list[float] = []
+            super().__init__(sync=True)
             self.last_client: list[float | None] = []
-            self.ends: list[float] = []
             self.curvature: list[int] = []
-            self.metrics: list[dict[str, float]] = []
             self.state = (0, 0)
 
-        def now(self, trainer) -> float:
-            if trainer.fabric.device.type == "cuda":
-                torch.cuda.synchronize(trainer.fabric.device)
-            return time.perf_counter()
-
-        def on_fit_start(self, trainer) -> None:
-            self.began = self.now(trainer)
-            self.cpu_began = time.process_time()
-
         def on_round_start(self, trainer, round: int) -> None:
-            self.starts.append(self.now(trainer))
+            super().on_round_start(trainer, round)
             self.last_client.append(None)
             self.curvature.append(0)
 
         def on_client_end(self, trainer, update) -> None:
-            self.last_client[-1] = self.now(trainer)
+            self.last_client[-1] = self.now(trainer)[0]
             self.curvature[-1] += int("curvature" in update.report)
 
         def on_round_end(self, trainer, round: int, metrics: dict[str, float]) -> None:
-            self.ends.append(self.now(trainer))
-            self.cpu_seconds = time.process_time() - self.cpu_began
-            self.metrics.append({k: float(v) for k, v in metrics.items() if k.startswith("strategy/server_")})
+            super().on_round_end(trainer, round, metrics)
             if trainer.round >= total:
                 trainer.should_stop = True
 
@@ -418,7 +403,8 @@ def run_worker(args: argparse.Namespace) -> None:
     trainer.fit(model, data, strategy)
     fabric = trainer.fabric
     skip = args.warmup_rounds
-    periods = round_periods(clock.began, clock.ends)
+    periods = clock.periods().wall
+    server = [{k: float(v) for k, v in m.items() if k.startswith("strategy/server_")} for m in clock.metrics[skip:]]
     result = {
         "strategy": args.worker,
         "rank": fabric.global_rank,
@@ -429,14 +415,14 @@ def run_worker(args: argparse.Namespace) -> None:
         "rounds_done": trainer.round,
         "round_times": periods[skip:],
         "run_seconds": sum(periods),
-        "run_cpu_seconds": clock.cpu_seconds,
+        "run_cpu_seconds": clock.ends[-1][1] - clock.began[1],
         "client_times": [
             0.0 if end is None else end - start
-            for start, end in zip(clock.starts[skip:], clock.last_client[skip:], strict=False)
+            for (start, _), end in zip(clock.starts[skip:], clock.last_client[skip:], strict=False)
         ],
-        "server_times": [m.get("strategy/server_seconds", math.nan) for m in clock.metrics[skip:]],
-        "server_steps": [m.get("strategy/server_steps", math.nan) for m in clock.metrics[skip:]],
-        "server_rejected": [m.get("strategy/server_rejected", math.nan) for m in clock.metrics[skip:]],
+        "server_times": [m.get("strategy/server_seconds", math.nan) for m in server],
+        "server_steps": [m.get("strategy/server_steps", math.nan) for m in server],
+        "server_rejected": [m.get("strategy/server_rejected", math.nan) for m in server],
         "curvature_estimates": clock.curvature[skip:],
         "client_state_bytes": clock.state[0],
         "client_state_clients": clock.state[1],
@@ -481,10 +467,8 @@ def launch(args: argparse.Namespace, workload: str, devices: int, strategy: str,
         str(args.clients_per_round),
         "--seed",
         str(args.seed),
+        *harness.option_words(args, ("clients", "examples", "local_epochs", "inductance", "checkpoint_interval")),
     ]
-    for name in ("clients", "examples", "local_epochs", "inductance", "checkpoint_interval"):
-        if getattr(args, name) is not None:
-            command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     for text in args.variant:
         command += ["--variant", text]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}  # buffered: each result line leaves in one write
@@ -500,23 +484,18 @@ def launch(args: argparse.Namespace, workload: str, devices: int, strategy: str,
     return sorted(results, key=lambda r: r["rank"])
 
 
-def median(values: list[float]) -> float:
-    values = [v for v in values if not math.isnan(v)]
-    return statistics.median(values) if values else math.nan
-
-
 def summarize(results: list[dict]) -> dict:
     """Medians over the timed rounds: the round and server time of process 0, the slowest process's client time."""
     first = results[0]
     slowest_clients = [max(r["client_times"][i] for r in results) for i in range(len(first["client_times"]))]
     s = {
-        "round_s": median(first["round_times"]),
+        "round_s": harness.median(first["round_times"]),
         "run_s": first["run_seconds"],
         "cpu_s": sum(r["run_cpu_seconds"] for r in results),
-        "client_s": median(slowest_clients),
-        "server_s": median(first["server_times"]),
-        "server_steps": median(first["server_steps"]),
-        "server_rejected": median(first["server_rejected"]),
+        "client_s": harness.median(slowest_clients),
+        "server_s": harness.median(first["server_times"]),
+        "server_steps": harness.median(first["server_steps"]),
+        "server_rejected": harness.median(first["server_rejected"]),
         "curvature_estimates_per_round": [
             sum(r["curvature_estimates"][i] for r in results) for i in range(len(first["curvature_estimates"]))
         ],
@@ -531,7 +510,7 @@ def summarize(results: list[dict]) -> dict:
     }
     s["curvature_estimates"] = statistics.mean(s["curvature_estimates_per_round"])
     others = [r - c - v for r, c, v in zip(first["round_times"], slowest_clients, first["server_times"], strict=False)]
-    s["other_s"] = median(others)
+    s["other_s"] = harness.median(others)
     later = slice(1, None)  # the timed rounds after the first
     s["parts"] = {
         "start": s["run_s"] - math.fsum(first["round_times"][later]),
@@ -559,17 +538,13 @@ def run_all(args: argparse.Namespace, root: Path) -> dict:
         for devices in args.devices:
             table = {"devices": devices, "run": run, "strategy_settings": strategy_settings(args, run), "rows": {}}
             repeats: dict[str, list[dict]] = {name: [] for name in args.strategies}
-            for repeat in range(args.repeats):  # every strategy once, then again: a slow spell hits all of them
-                for strategy in args.strategies:
-                    print(
-                        f"  {workload} devices={devices} {strategy} (repeat {repeat + 1}/{args.repeats}) ...",
-                        flush=True,
-                    )
-                    out = root / workload / f"devices{devices}" / strategy / f"repeat{repeat}"
-                    try:
-                        repeats[strategy].append(summarize(launch(args, workload, devices, strategy, out)))
-                    except RunFailed as failure:
-                        repeats[strategy].append({"failed": str(failure)})
+            for repeat, strategy in harness.interleave(args.strategies, args.repeats):  # FedAvg, FedECADO, ... again
+                print(f"  {workload} devices={devices} {strategy} (repeat {repeat + 1}/{args.repeats}) ...", flush=True)
+                out = root / workload / f"devices{devices}" / strategy / f"repeat{repeat}"
+                try:
+                    repeats[strategy].append(summarize(launch(args, workload, devices, strategy, out)))
+                except RunFailed as failure:
+                    repeats[strategy].append({"failed": str(failure)})
             table["rows"] = {name: combine(runs, repeats["FedAvg"]) for name, runs in repeats.items()}
             report["tables"].append(table)
             print_table(report, table)
@@ -585,31 +560,25 @@ def combine(runs: list[dict], baselines: list[dict]) -> dict:
         return {"failed": failure}
     row = {**runs[0], "repeats": runs}
     for key in ("round_s", "run_s", "cpu_s", "client_s", "server_s", "other_s", "curvature_estimates"):
-        row[key] = median([run[key] for run in runs])
+        row[key] = harness.median([run[key] for run in runs])
     if not any("failed" in base for base in baselines):
         row["extra_each"] = [
             {part: (run["parts"][part] - base["parts"][part]) / base["run_s"] for part in PARTS}
             for run, base in zip(runs, baselines, strict=True)
         ]
-        row["extra"] = {part: median([each[part] for each in row["extra_each"]]) for part in PARTS}
+        row["extra"] = {part: harness.median([each[part] for each in row["extra_each"]]) for part in PARTS}
         for ratio, key in RATIOS.items():
-            row[f"{ratio}_each"] = each = [run[key] / base[key] for run, base in zip(runs, baselines, strict=True)]
-            row[ratio] = median(each)
+            each = harness.paired_ratios([run[key] for run in runs], [base[key] for base in baselines])
+            row[f"{ratio}_each"], row[ratio] = each, harness.median(each)
             if len(each) > 1:  # the middle half of the repeats' ratios: how far one median may be off
-                quartiles = statistics.quantiles(each, n=4, method="inclusive")
-                row[f"{ratio}_quartiles"] = (quartiles[0], quartiles[2])
+                row[f"{ratio}_quartiles"] = harness.quartiles(each)
     return row
 
 
-def fmt(x: float) -> str:
-    return "-" if math.isnan(x) else f"{x:.4g}"
-
-
-HEADER = (
-    f"  {'strategy':22s} {'run s':>8s} {'run/FedAvg':>10s} {'cpu s':>8s} {'cpu/FedAvg':>10s} {'round s':>9s} {'client s':>9s} {'server s':>10s} {'other s':>9s} "
-    f"{'round/FedAvg':>12s} {'server/FedAvg':>13s} {'srv steps':>9s} {'rejected':>8s} {'curv.est':>8s}  "
-    "client state bytes/process"
-)
+COLUMNS = ("run s", "run/FedAvg", "cpu s", "cpu/FedAvg", "round s", "client s", "server s", "other s")
+COLUMNS += ("round/FedAvg", "server/FedAvg", "srv steps", "rejected", "curv.est", "client state bytes/process")
+KEYS = ("run_s", "run_ratio", "cpu_s", "cpu_ratio", "round_s", "client_s", "server_s", "other_s", "round_ratio")
+KEYS += ("server_ratio", "server_steps", "server_rejected", "curvature_estimates")
 
 
 def print_table(report: dict, table: dict) -> None:
@@ -643,39 +612,40 @@ def print_table(report: dict, table: dict) -> None:
     for name in rows:
         if name not in STRATEGIES:
             print(f"  {name}: {st[name]}")
-    print(HEADER)
-    for name, row in rows.items():
-        if "failed" in row:
-            print(f"  {name:22s} failed: {row['failed']}")
-            continue
-        state = " / ".join(str(b) for b in row["client_state_bytes"])
-        print(
-            f"  {name:22s} {fmt(row['run_s']):>8s} {fmt(row.get('run_ratio', math.nan)):>10s} "
-            f"{fmt(row['cpu_s']):>8s} {fmt(row.get('cpu_ratio', math.nan)):>10s} {fmt(row['round_s']):>9s} {fmt(row['client_s']):>9s} {fmt(row['server_s']):>10s} "
-            f"{fmt(row['other_s']):>9s} {fmt(row.get('round_ratio', math.nan)):>12s} "
-            f"{fmt(row.get('server_ratio', math.nan)):>13s} {fmt(row['server_steps']):>9s} "
-            f"{fmt(row['server_rejected']):>8s} {fmt(row['curvature_estimates']):>8s}  {state}"
-        )
-    print(
-        "  where the extra time goes (each part's excess over FedAvg's, a share of FedAvg's run, median over the "
-        "repeats; start: to the end of the first timed round, then the later rounds' phases):"
+    print()
+    harness.print_table(
+        ["strategy", *COLUMNS],
+        (
+            [name, f"failed: {row['failed']}"]
+            if "failed" in row
+            else [name, *(harness.cell(row.get(key)) for key in KEYS), " / ".join(map(str, row["client_state_bytes"]))]
+            for name, row in rows.items()
+        ),
+        "l" + "r" * len(COLUMNS),
     )
-    for name, row in rows.items():
-        if "extra" in row:
-            parts = "  ".join(f"{part} {row['extra'][part]:+.3f}" for part in PARTS)
-            print(f"  {name:22s} {parts}")
+    print(
+        "\nwhere the extra time goes (each part's excess over FedAvg's, a share of FedAvg's run, median over the "
+        "repeats; start: to the end of the first timed round, then the later rounds' phases):\n"
+    )
+    extra = [[name, *(f"{row['extra'][part]:+.3f}" for part in PARTS)] for name, row in rows.items() if "extra" in row]
+    harness.print_table(["strategy", *PARTS], extra, "l" + "r" * len(PARTS))
     if report["repeats"] > 1:
         print(
-            f"  each column: the median over {report['repeats']} repeats, a ratio over each repeat's own FedAvg run; "
-            "run/FedAvg and cpu/FedAvg in every repeat, and the middle half of the repeats' run/FedAvg:"
+            f"\neach column: the median over {report['repeats']} repeats, a ratio over each repeat's own FedAvg run; "
+            "run/FedAvg and cpu/FedAvg in every repeat, and the middle half of the repeats' run/FedAvg:\n"
         )
-        for name, row in rows.items():
-            if "run_ratio_each" in row:
-                each = ", ".join(
+        each = [
+            [
+                name,
+                ", ".join(
                     f"{r:.3g}/{c:.3g}" for r, c in zip(row["run_ratio_each"], row["cpu_ratio_each"], strict=False)
-                )
-                low, high = row["run_ratio_quartiles"]
-                print(f"  {name:22s} {each}; middle half {low:.3g}-{high:.3g}")
+                ),
+                "{:.3g}-{:.3g}".format(*row["run_ratio_quartiles"]),
+            ]
+            for name, row in rows.items()
+            if "run_ratio_each" in row
+        ]
+        harness.print_table(["strategy", "run/FedAvg / cpu/FedAvg in each repeat", "middle half"], each)
 
 
 def print_scaling(report: dict) -> None:
@@ -686,10 +656,12 @@ def print_scaling(report: dict) -> None:
     for workload, tables in by_workload.items():
         if len(tables) < 2:
             continue
-        print(f"\n{workload}: seconds per round by number of processes")
-        for name in tables[0]["rows"]:
-            cells = [f"{t['devices']}: {fmt(t['rows'][name].get('round_s', math.nan))}" for t in tables]
-            print(f"  {name:22s} " + "   ".join(cells))
+        print(f"\n{workload}: seconds per round by number of processes\n")
+        harness.print_table(
+            ["strategy", *(f"devices={t['devices']}" for t in tables)],
+            ([name, *(harness.cell(t["rows"][name].get("round_s")) for t in tables)] for name in tables[0]["rows"]),
+            "l" + "r" * len(tables),
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -698,7 +670,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker is not None:
         run_worker(args)
         return 0
-    print(f"python {os.path.relpath(__file__)} {' '.join(argv)}".rstrip(), flush=True)
+    print(harness.command_line(__file__, argv), flush=True)
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
         report = run_all(args, args.keep)
@@ -706,8 +678,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="lightfed-circuit-bench-") as tmp:
             report = run_all(args, Path(tmp))
     print_scaling(report)
-    if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2))
+    harness.write_json(args.json, report)
     failed = [
         f"{t['run']['workload']} devices={t['devices']} {name}"
         for t in report["tables"]

@@ -10,9 +10,9 @@ solver, read the server-step rows.
 """
 
 import argparse
-import statistics
-import time
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -20,6 +20,11 @@ from lightfed.ecado.circuit import Branches, WindowSolver
 from lightfed.strategies import AdaptiveFedECADO, FedECADO
 from lightfed.strategies.base import ServerContext
 from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: the shared harness
+import harness  # noqa: E402
+
+REFERENCE = "FedAvg aggregate (x + mean of the deltas)"
 
 
 def server_step(strategy: ShardedStrategy, deltas: torch.Tensor, params: torch.Tensor, g: torch.Generator) -> Callable:
@@ -70,6 +75,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=9_200_000, help="coordinates d")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    harness.add_json_option(parser)
     args = parser.parse_args()
     g = torch.Generator(args.device).manual_seed(0)
     a, d, device = args.clients, args.size, args.device
@@ -93,33 +99,25 @@ def main() -> None:
         solver.accept(0.1)
     kept = torch.empty_like(branches.start)  # the reference, too, writes no fresh memory
     work = {
-        "FedAvg aggregate (x + mean of the deltas)": lambda: torch.mean(branches.deltas, 0, out=kept).add_(
-            branches.start
-        ),
+        REFERENCE: lambda: torch.mean(branches.deltas, 0, out=kept).add_(branches.start),
         "BE trial step, max norm": lambda: solvers["max"].trial(0.2),
         "BE trial step, rms norm": lambda: solvers["rms"].trial(0.2),
     }
     strategies = {"FedECADO server step": FedECADO(), "Adaptive FedECADO server step": AdaptiveFedECADO()}
     small = branches.deltas * 0.001  # a round of small steps, as VGG-11's (one or two server steps a round)
     work.update({name: server_step(strategy, small, branches.start, g) for name, strategy in strategies.items()})
-    times: dict[str, list[float]] = {name: [] for name in work}
-    for _ in range(args.repeats):
-        for name, run in work.items():
-            if device == "cuda":
-                torch.cuda.synchronize()
-            began = time.perf_counter()
-            run()
-            if device == "cuda":
-                torch.cuda.synchronize()
-            times[name].append(time.perf_counter() - began)
-    reference = statistics.median(next(iter(times.values())))
-    print(f"a = {a} clients, d = {d:,} coordinates, fp32, {device}, {torch.get_num_threads()} threads")
-    print(f"{'work':45s} {'median ms':>10s} {'x FedAvg':>9s}")
-    for name, measured in times.items():
-        print(f"{name:45s} {statistics.median(measured) * 1000:10.3f} {statistics.median(measured) / reference:9.2f}")
+    times = harness.time_interleaved(work, args.repeats, sync=harness.synchronizer(device))
+    medians = {name: measured.median for name, measured in times.items()}
+    ratios = harness.ratios(medians, REFERENCE)
+    print(f"a = {a} clients, d = {d:,} coordinates, fp32, {device}, {torch.get_num_threads()} threads\n")
+    rows = ([name, f"{medians[name] * 1000:.3f}", f"{ratios[name]:.2f}"] for name in work)
+    harness.print_table(["work", "median ms", "x FedAvg"], rows, "lrr")
     print()
-    for name, strategy in strategies.items():
-        print(f"{name}: {strategy.metrics()['server_steps']:.0f} trial steps accepted in the last round")
+    steps = {name: strategy.metrics()["server_steps"] for name, strategy in strategies.items()}
+    for name, count in steps.items():
+        print(f"{name}: {count:.0f} trial steps accepted in the last round")
+    figures = {name: {"seconds": times[name].wall, "median_s": medians[name], "ratio": ratios[name]} for name in work}
+    harness.write_json(args.json, {"clients": a, "size": d, "device": device, "work": figures, "server_steps": steps})
 
 
 if __name__ == "__main__":

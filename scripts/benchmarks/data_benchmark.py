@@ -18,14 +18,17 @@ synthetic data from ``lightfed.experiments.synthetic_cifar``: 100 IID clients of
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import sys
 from functools import partial
+from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from lightfed.experiments.synthetic_cifar import SyntheticCIFAR
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: the shared harness
+import harness  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -34,9 +37,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=5, help="passes over every client; the median is printed")
     p.add_argument("--device", default="cpu")
     p.add_argument("--augmentation", action="store_true", help="also time lightfed's batches with crop and flip")
+    harness.add_json_option(p)
     args = p.parse_args(argv)
-    if args.repeats < 1:
-        p.error("--repeats must be >= 1")
+    harness.require_at_least(p, args, 1, "repeats")
     return args
 
 
@@ -82,14 +85,6 @@ def hand_written_pass(x: Tensor, y: Tensor, clients: list[Tensor], batch_size: i
     return total
 
 
-def timed(fn, device: torch.device) -> float:
-    began = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter() - began
-
-
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     device = torch.device(args.device)
@@ -97,22 +92,26 @@ def main(argv: list[str] | None = None) -> None:
         f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), device {device}; "
         f"median of {args.repeats} passes over every client (ms per client epoch)"
     )
-    print(f"  {'workload':8s} {'lightfed':>9s} {'hand-written':>12s} {'ratio':>6s} {'with crop+flip':>14s}")
+    print(
+        "\n" + harness.markdown_table(["workload", "lightfed", "hand-written", "ratio", "with crop+flip"], (), "lrrrr")
+    )
+    sync, figures = harness.synchronizer(device), {}
     for workload in args.workloads:
         data = make_data(workload, device, augmentation=False)
         augmented = make_data(workload, device, augmentation=True) if args.augmentation else None
         x, y, clients = data.train_x, data.train_y, data._client_indices
         assert torch.equal(lightfed_pass(data, 0), hand_written_pass(x, y, clients, data.batch_size, 0))
-        ours, reference, with_augmentation = [], [], []
-        for repeat in range(args.repeats):
-            ours.append(timed(partial(lightfed_pass, data, repeat), device))
-            reference.append(timed(partial(hand_written_pass, x, y, clients, data.batch_size, repeat), device))
+        times = {"lightfed": harness.Times(), "hand-written": harness.Times(), "with crop+flip": harness.Times()}
+        for repeat in range(args.repeats):  # each pass its own shuffles
+            times["lightfed"].measure(partial(lightfed_pass, data, repeat), sync)
+            times["hand-written"].measure(partial(hand_written_pass, x, y, clients, data.batch_size, repeat), sync)
             if augmented is not None:
-                with_augmentation.append(timed(partial(lightfed_pass, augmented, repeat), device))
-        per_client = 1e3 / data.num_clients
-        a, b = statistics.median(ours) * per_client, statistics.median(reference) * per_client
-        c = f"{statistics.median(with_augmentation) * per_client:.3f}" if augmented is not None else "-"
-        print(f"  {workload:8s} {a:9.3f} {b:12.3f} {a / b:6.3f} {c:>14s}")
+                times["with crop+flip"].measure(partial(lightfed_pass, augmented, repeat), sync)
+        ms = {name: measured.median * 1e3 / data.num_clients for name, measured in times.items() if measured.wall}
+        figures[workload] = {"ms_per_client_epoch": ms, "ratio": ms["lightfed"] / ms["hand-written"]}
+        cells = [ms["lightfed"], ms["hand-written"], figures[workload]["ratio"], ms.get("with crop+flip")]
+        print(harness.markdown_row([workload, *(harness.cell(value, ".3f") for value in cells)]), flush=True)
+    harness.write_json(args.json, figures)
 
 
 if __name__ == "__main__":

@@ -1,17 +1,12 @@
 """scripts/studies/async_study.py: its table from numbers worked out by hand, then one tiny end-to-end study on digits."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("async_study_script", ROOT / "scripts" / "studies" / "async_study.py")
-study = importlib.util.module_from_spec(_spec)
-sys.modules["async_study_script"] = study
-_spec.loader.exec_module(study)
+from tests.scripts.script_modules import load
+
+study = load("studies/async_study.py")
 
 TINY = [
     "--no-tune",

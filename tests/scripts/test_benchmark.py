@@ -1,21 +1,16 @@
 """scripts/benchmarks/benchmark.py: helpers by hand, then one tiny end-to-end run of both paths (no timing assertions)."""
 
-import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from lightfed.run.cores import available_cores
+from tests.scripts.script_modules import SCRIPTS, load
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "benchmarks" / "benchmark.py"
-_spec = importlib.util.spec_from_file_location("benchmark_script", SCRIPT)
-benchmark = importlib.util.module_from_spec(_spec)
-sys.modules["benchmark_script"] = benchmark
-_spec.loader.exec_module(benchmark)
+SCRIPT = SCRIPTS / "benchmarks" / "benchmark.py"
+benchmark = load("benchmarks/benchmark.py")
 
 TINY = [
     "--clients",
@@ -87,8 +82,8 @@ def test_every_path_runs_and_ends_with_the_same_weights(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
-    assert all(f"  {path} " in out for path in benchmark.PATHS) and "s/round" in out
-    assert "/ concurrent" in out and "/ reference" in out and "max |w - reference|" in out
+    assert all(f"\n| {path} | " in out for path in benchmark.PATHS) and "| s/round |" in out
+    assert "| / concurrent | / reference |" in out and "| max \\|w - reference\\| |" in out
     config = json.loads(summary.read_text())["configs"][0]
     assert (config["width"], config["params"]) == (8, 3962)
     reference = config["reference"]

@@ -1,21 +1,18 @@
 """scripts/benchmarks/circuit_benchmark.py: its settings against the configs, then one tiny digits run of the three strategies
 (one process, two timed rounds; no timing assertions beyond finite, positive and consistent numbers)."""
 
-import importlib.util
 import math
 import subprocess
 import sys
-from pathlib import Path
 
+import harness
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "benchmarks" / "circuit_benchmark.py"
-_spec = importlib.util.spec_from_file_location("circuit_benchmark_script", SCRIPT)
-circuit = importlib.util.module_from_spec(_spec)
-sys.modules["circuit_benchmark_script"] = circuit
-_spec.loader.exec_module(circuit)
+from tests.scripts.script_modules import ROOT, SCRIPTS, load
+
+SCRIPT = SCRIPTS / "benchmarks" / "circuit_benchmark.py"
+circuit = load("benchmarks/circuit_benchmark.py")
 
 TINY = [
     "--workloads",
@@ -160,9 +157,14 @@ def test_repeats_give_median_times_and_the_median_of_each_repeats_own_ratio():
     assert row["run_ratio_each"] == [1.5, pytest.approx(0.55), 1.5] and row["run_ratio"] == 1.5
     assert row["cpu_ratio_each"] == [1.0, 1.5, 1.0] and row["cpu_ratio"] == 1.0
     assert row["run_ratio_quartiles"] == (pytest.approx(1.025), 1.5)  # of 0.55, 1.5, 1.5: halfway to the median
-    assert row["run_s"] / circuit.median([b["run_s"] for b in baselines]) == pytest.approx(1.1)  # not the ratio
+    assert row["run_s"] / harness.median([b["run_s"] for b in baselines]) == pytest.approx(1.1)  # not the ratio
     failed = circuit.combine([timed(1.0, 1.0), {"failed": "exit 1: out of memory"}, timed(1.0, 1.0)], baselines)
     assert failed == {"failed": "exit 1: out of memory"}
+
+
+def cells_of(line: str) -> list[str]:
+    """The cells of a Markdown table's row."""
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
 
 
 @pytest.mark.slow
@@ -170,10 +172,10 @@ def test_a_tiny_digits_run_prints_a_row_per_strategy_with_consistent_ratios(tmp_
     proc = subprocess.run([sys.executable, str(SCRIPT), *TINY], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["strategy", "run"])
+    header = lines.index("| strategy | " + " | ".join(circuit.COLUMNS) + " |")
     rows, runs = {}, {}
-    for line in lines[header + 1 : header + 5]:
-        name, run_s, run_ratio, cpu_s, cpu_ratio, *cells = line.split()
+    for line in lines[header + 2 : header + 6]:
+        name, run_s, run_ratio, cpu_s, cpu_ratio, *cells = cells_of(line)
         assert float(cpu_s) > 0 and float(cpu_ratio) > 0
         rows[name], runs[name] = cells, (float(run_s), float(run_ratio))
     assert set(rows) == {"FedAvg", "FedECADO", "AdaptiveFedECADO", "FedECADO-cheap"}
@@ -191,11 +193,11 @@ def test_a_tiny_digits_run_prints_a_row_per_strategy_with_consistent_ratios(tmp_
     for name in ("FedECADO", "AdaptiveFedECADO", "FedECADO-cheap"):
         assert float(rows[name][6]) >= 1  # server steps
         assert int(rows[name][-1]) > 0  # bytes of the currents (and curvatures) of the clients that trained
-    split = next(i for i, line in enumerate(lines) if line.startswith("  where the extra time goes"))
-    for line in lines[split + 1 : split + 5]:  # start, clients, server, other: they add up to run/FedAvg - 1
-        name, *cells = line.split()
-        assert cells[0::2] == ["start", "clients", "server", "other"]
-        parts = [float(x) for x in cells[1::2]]
+    split = next(i for i, line in enumerate(lines) if line.startswith("where the extra time goes"))
+    assert lines[split + 2] == "| strategy | start | clients | server | other |"
+    for line in lines[split + 4 : split + 8]:  # start, clients, server, other: they add up to run/FedAvg - 1
+        name, *cells = cells_of(line)
+        parts = [float(x) for x in cells]
         assert sum(parts) == pytest.approx(runs[name][1] - 1, abs=3e-3), line
         if name == "FedAvg":
             assert parts == [0, 0, 0, 0]

@@ -1,20 +1,13 @@
 """scripts/studies/sharpness_study.py: its sharpness is the largest eigenvalue of the loss's Hessian."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
 
 from lightfed.models import SmallCNN
+from tests.scripts.script_modules import load
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "studies" / "sharpness_study.py"
-_spec = importlib.util.spec_from_file_location("sharpness_study_script", SCRIPT)
-study = importlib.util.module_from_spec(_spec)
-sys.modules["sharpness_study_script"] = study
-_spec.loader.exec_module(study)
+study = load("studies/sharpness_study.py")
 
 
 def test_the_sharpness_is_the_largest_eigenvalue_of_the_whole_hessian():

@@ -37,5 +37,8 @@ def test_every_import_runs_down_the_layers():
 
 
 def test_an_upward_import_is_found():
-    graph = {"lightfed.core.messages": {"lightfed.local.proximal"}, "lightfed.local.proximal": {"lightfed.core.flat"}}
-    assert upward_imports(graph) == ["lightfed.core.messages (core) -> lightfed.local.proximal (algorithms)"]
+    graph = {
+        "lightfed.core.messages": {"lightfed.local.correction"},
+        "lightfed.local.correction": {"lightfed.core.flat"},
+    }
+    assert upward_imports(graph) == ["lightfed.core.messages (core) -> lightfed.local.correction (algorithms)"]

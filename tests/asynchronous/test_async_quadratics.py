@@ -9,8 +9,8 @@ import torch
 from lightfed.asynchronous.delays import Exponential
 from lightfed.asynchronous.schedule import Asynchrony
 from lightfed.data.module import FederatedDataModule
-from lightfed.local import MomentumCorrection
 from lightfed.strategies import AdaMasFL, FedBuff, MasFL
+from lightfed.strategies.masfl import MomentumCorrection
 from lightfed.trainer import FederatedTrainer
 from tests.strategies.test_quadratics import CLIENTS, EXAMPLES, LeastSquares, LeastSquaresClients, _optimum
 

@@ -82,7 +82,7 @@ class Center(L.LightningModule):
 
 
 def test_a_local_rule_changes_every_step_between_backward_and_optimizer_step():
-    from lightfed.local import ProximalTerm
+    from lightfed.strategies.fedprox import ProximalTerm
 
     client = _client(Center())
     x = torch.tensor([1.0, 1.0, 1.0])

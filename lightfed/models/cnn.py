@@ -30,12 +30,16 @@ class SmallCNN(ClassificationModule):
         """
         super().__init__(num_classes=num_classes, **kwargs)
         self.net = nn.Sequential(
-            nn.Conv2d(in_channels, width, kernel_size=3, padding=1),
+            *self.conv(in_channels, width),
             nn.ReLU(),
-            nn.Conv2d(width, 2 * width, kernel_size=3, padding=1),
+            *self.conv(width, 2 * width),
             nn.ReLU(),
             nn.MaxPool2d(2),
             nn.AdaptiveAvgPool2d(4),
             nn.Flatten(),
             nn.Linear(2 * width * 4 * 4, num_classes),
         )
+
+    def conv(self, in_channels: int, out_channels: int) -> list[nn.Module]:
+        """A 3x3 convolution keeping the image size."""
+        return [nn.Conv2d(in_channels, out_channels, kernel_size=3, padding=1)]

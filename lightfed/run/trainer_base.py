@@ -1,5 +1,6 @@
 """A trainer but its round loop: settings, Fabric, run output, state, the checks before a run, evaluating a checkpoint."""
 
+from functools import partialmethod
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -198,35 +199,17 @@ class TrainerBase:
         resume_from = checkpoint_to_resume(self.fabric, ckpt_path, self.output.experiment, self.version)
         return None if resume_from is None else (resume_from, RunState.load(resume_from, self.fabric.print))
 
-    def validate(
+    def evaluate(
         self,
-        model: LightningModule,
-        data: FederatedDataModule,
-        ckpt_path: str | None = None,
-        run_config: str | None = None,
-    ) -> dict[str, float]:
-        """Evaluates the (checkpointed) global model with ``validation_step`` on the validation split."""
-        return self._evaluate_once(model, data, ckpt_path, run_config, "validation_step")
-
-    def test(
-        self,
-        model: LightningModule,
-        data: FederatedDataModule,
-        ckpt_path: str | None = None,
-        run_config: str | None = None,
-    ) -> dict[str, float]:
-        """Evaluates the (checkpointed) global model with ``test_step`` on the central test set."""
-        return self._evaluate_once(model, data, ckpt_path, run_config, "test_step")
-
-    def _evaluate_once(
-        self,
-        model: LightningModule,
-        data: FederatedDataModule,
-        ckpt_path: str | None,
-        run_config: str | None,
         step: str,
+        model: LightningModule,
+        data: FederatedDataModule,
+        ckpt_path: str | None = None,
+        run_config: str | None = None,
     ) -> dict[str, float]:
-        """Evaluates the checkpoint's global model (the initial one without ``ckpt_path``); writes nothing."""
+        """Evaluates the checkpoint's global model (the initial one without ``ckpt_path``) with ``step``:
+        ``validation_step`` on the validation split (``validate``) or ``test_step`` on the central test set
+        (``test``); writes nothing."""
         run_checks.check_step(model, step)
         self._launch(data)
         path = checkpoint_to_resume(self.fabric, ckpt_path, self.output.experiment, self.version)
@@ -236,6 +219,9 @@ class TrainerBase:
             self.fabric, model, data, path, current, step
         )
         return metrics
+
+    validate = partialmethod(evaluate, "validation_step")
+    test = partialmethod(evaluate, "test_step")
 
     def _server_context(self, data: FederatedDataModule) -> ServerContext:
         """What the strategy is set up with, from the run's settings and the global model."""

@@ -6,10 +6,10 @@ from torch import Tensor
 
 from lightfed.core.sharding import sum_rows
 from lightfed.errors import ConfigError
-from lightfed.strategies.krum import krum_scores
+from lightfed.strategies.krum import Krum, krum_scores
 from lightfed.strategies.pairwise_distances import ShardedDistances
 from lightfed.strategies.robust import trimmed_mean
-from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
+from lightfed.strategies.sharded_base import ShardedRound
 
 
 def bulyan_selection(distances: Tensor, num_byzantine: int) -> list[int]:
@@ -32,20 +32,10 @@ def closest_to_median_mean(values: Tensor, beta: int) -> Tensor:
     return (sum_rows(values.gather(0, rows).double()) / len(rows)).to(values.dtype)
 
 
-class Bulyan(ShardedStrategy):
+class Bulyan(Krum):
     """x <- x + server_lr * Bulyan's aggregate of the round's deltas, tolerating ``num_byzantine`` Byzantine clients
-    (a round needs at least 4f + 3). Krum's distances come from the coordinate shards (one all-reduce); the
+    (a round needs at least 4f + 3; Krum's settings). Krum's distances come from the coordinate shards (one all-reduce); the
     coordinate-wise step needs only this process's slice."""
-
-    def __init__(self, num_byzantine: int = 1, server_lr: float = 1.0) -> None:
-        """
-        Args:
-            num_byzantine: f, the Byzantine clients tolerated in a round (a round needs at least 4f + 3 clients).
-            server_lr: Server step size on the aggregate.
-        """
-        if num_byzantine < 0:
-            raise ConfigError(f"strategy.num_byzantine must be >= 0, got {num_byzantine}")
-        self.num_byzantine, self.server_lr = num_byzantine, server_lr
 
     def aggregate_shard(self, params: Tensor, updates: ShardedRound) -> Tensor:
         count, f = len(updates.client_ids), self.num_byzantine

@@ -45,10 +45,7 @@ class ClientPrivacy(ABC):
         return module
 
     def setup(
-        self,
-        data: FederatedDataModule,
-        clients_per_round: int,
-        planned: Callable[[], Iterable[ClientPlan]],
+        self, data: FederatedDataModule, clients_per_round: int, planned: Callable[[], Iterable[ClientPlan]]
     ) -> None:
         """Called once per run (before a resume too): the data and every client plan the run will make."""
         self.data, self.clients_per_round, self.planned = data, clients_per_round, planned

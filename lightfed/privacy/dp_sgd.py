@@ -151,10 +151,7 @@ class DPSGD(ClientPrivacy):
     # ----------------------------------------------------------------- noise and accounting
 
     def setup(
-        self,
-        data: FederatedDataModule,
-        clients_per_round: int,
-        planned: Callable[[], Iterable[ClientPlan]],
+        self, data: FederatedDataModule, clients_per_round: int, planned: Callable[[], Iterable[ClientPlan]]
     ) -> None:
         """Also refuses a noise multiplier whose round 1 alone takes one of its clients past ``target_epsilon``."""
         super().setup(data, clients_per_round, planned)

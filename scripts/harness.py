@@ -12,8 +12,11 @@ import json
 import math
 import os
 import statistics
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,9 +70,6 @@ class Times:
     def __getitem__(self, repeats: slice) -> Times:
         """These repeats (``times[1:]``: all but the first)."""
         return Times(self.wall[repeats], self.cpu[repeats])
-
-    def __len__(self) -> int:
-        return len(self.wall)
 
     def measure(self, work: Callable[[], Any], sync: Sync = None) -> Any:
         """Runs ``work`` once, adds its seconds and returns its result; ``sync`` runs before each clock is read."""
@@ -167,16 +167,16 @@ class RoundClock:
 
     def rounds(self) -> Times:
         """Each round's seconds from its start to its end."""
-        return _spans(list(zip(self.starts, self.ends, strict=False)))
+        return self._spans(self.starts)
 
     def periods(self) -> Times:
         """Each round's seconds from the end of the one before (the first: from ``began``) to its end."""
         assert self.began is not None, "no round started"
-        return _spans(list(zip([self.began, *self.ends], self.ends, strict=False)))
+        return self._spans([self.began, *self.ends])
 
-
-def _spans(pairs: list[tuple[tuple[float, float], tuple[float, float]]]) -> Times:
-    return Times([end[0] - start[0] for start, end in pairs], [end[1] - start[1] for start, end in pairs])
+    def _spans(self, starts: list[tuple[float, float]]) -> Times:
+        spans = [(end[0] - start[0], end[1] - start[1]) for start, end in zip(starts, self.ends, strict=False)]
+        return Times([wall for wall, _ in spans], [cpu for _, cpu in spans])
 
 
 # ----------------------------------------------------------------------------------------------------------- tables
@@ -214,14 +214,21 @@ def add_json_option(parser: argparse.ArgumentParser) -> None:
 
 
 def write_json(path: Path | None, figures: Any) -> None:
-    """Writes ``figures`` to ``path`` as indented JSON (nothing when ``path`` is None)."""
+    """Writes ``figures`` to ``path`` as indented JSON, NaN and infinities as null, which JSON has none of (nothing
+    when ``path`` is None)."""
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(figures, indent=2) + "\n")
+        path.write_text(json.dumps(_json_values(figures), indent=2, allow_nan=False) + "\n")
 
 
-def read_json(path: Path) -> Any:
-    return json.loads(Path(path).read_text())
+def _json_values(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _json_values(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_values(item) for item in value]
+    return value
 
 
 # ----------------------------------------------------------------------------------------------------------- options
@@ -247,3 +254,40 @@ def option_words(args: argparse.Namespace, names: Iterable[str]) -> list[str]:
 def command_line(script: str, argv: Sequence[str]) -> str:
     """How the script was run, relative to the current folder: ``python scripts/<folder>/<name>.py ...``."""
     return " ".join(["python", os.path.relpath(script), *argv])
+
+
+# ----------------------------------------------------------------------------------------------------------- runs
+
+
+@contextmanager
+def work_folder(keep: Path | None, prefix: str) -> Iterator[Path]:
+    """Where a script's runs write: ``keep`` (``--keep``, created) or a temporary folder, removed afterwards."""
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        yield keep
+    else:
+        with tempfile.TemporaryDirectory(prefix=prefix) as folder:
+            yield Path(folder)
+
+
+class RunFailed(RuntimeError):
+    """A measured run failed; the message is its exit status and the last error line of its stderr."""
+
+
+def run_processes(command: list[str], threads: int, processes: int, out: Path, **env: str) -> list[dict]:
+    """Runs ``command`` (one measured run: a subprocess of the script, with ``OMP_NUM_THREADS=threads`` and ``env``)
+    whose ``processes`` processes each print a result line (``lightfed.experiments.measurement.emit``); returns the
+    results by rank. A run that exits with an error or misses a result line raises ``RunFailed`` (its whole stderr
+    in ``out/stderr.txt``)."""
+    from lightfed.experiments.measurement import result_lines
+
+    out.mkdir(parents=True, exist_ok=True)
+    environment = {**os.environ, "OMP_NUM_THREADS": str(threads), **env}
+    done = subprocess.run(command, env=environment, capture_output=True, text=True)
+    results = result_lines(done.stdout)
+    if done.returncode != 0 or len(results) != processes:
+        (out / "stderr.txt").write_text(done.stderr)
+        lines = [line.strip() for line in done.stderr.splitlines() if line.strip()] or [""]
+        reason = next((line for line in reversed(lines) if "Error" in line or "error:" in line), lines[-1])
+        raise RunFailed(f"exit {done.returncode}: {reason[:300]}")
+    return sorted(results, key=lambda result: result["rank"])

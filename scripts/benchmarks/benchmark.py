@@ -52,13 +52,11 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import subprocess
 import sys
-import tempfile
 from functools import partial
 from pathlib import Path
 
-from lightfed.experiments.measurement import emit, peak_rss_mb, result_lines, set_threads
+from lightfed.experiments.measurement import emit, peak_rss_mb, set_threads
 from lightfed.experiments.synthetic_cifar import SyntheticCIFAR
 from lightfed.run.cores import available_cores
 
@@ -468,7 +466,6 @@ def run_worker(
     args: argparse.Namespace, path: str, devices: int, out: Path, profile_out: Path | None = None
 ) -> list[dict]:
     """Runs one path in a fresh subprocess of this script; returns the result line of each of its processes."""
-    out.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, os.path.abspath(__file__), "--only", path, "--out", str(out), "--devices", str(devices)]
     names = (*SIZES, "rounds", "warmup_rounds", "eval_batch_size", "lr", "width", "device", "seed", "workers")
     command += harness.option_words(args, names)
@@ -476,18 +473,11 @@ def run_worker(
     command += ["--threads", str(threads)]
     if profile_out is not None:
         command += ["--profile-out", str(profile_out)]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
     load_before = os.getloadavg()[0]
-    proc = subprocess.run(command, env=env, capture_output=True, text=True)
-    results = result_lines(proc.stdout)
+    results = harness.run_processes(command, threads, devices, out, PYTHONUNBUFFERED="1")
     for result in results:  # 1-minute load averages: other work on the machine makes the timings noisy
         result["load_avg"] = [load_before, os.getloadavg()[0]]
-    if proc.returncode != 0 or len(results) != devices:
-        raise RuntimeError(
-            f"{path} run failed (exit {proc.returncode}, {len(results)}/{devices} results): {' '.join(command)}\n"
-            f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
-        )
-    return sorted(results, key=lambda r: r["rank"])
+    return results
 
 
 def max_abs_diff(a: str, b: str) -> float:
@@ -650,12 +640,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     if args.only is not None:
         (run_lightfed if args.only in LIGHTFED else run_reference)(args)
         return None
-    if args.keep is not None:
-        args.keep.mkdir(parents=True, exist_ok=True)
-        report = benchmark(args, args.keep, argv)
-    else:
-        with tempfile.TemporaryDirectory(prefix="lightfed-bench-") as tmp:
-            report = benchmark(args, Path(tmp), argv)
+    with harness.work_folder(args.keep, "lightfed-bench-") as root:
+        report = benchmark(args, root, argv)
     print_report(report)
     harness.write_json(args.json, report)
     return report

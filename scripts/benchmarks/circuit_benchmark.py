@@ -79,9 +79,7 @@ import argparse
 import math
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, replace
 from functools import partial
@@ -89,7 +87,7 @@ from pathlib import Path
 
 import yaml
 
-from lightfed.experiments.measurement import emit, peak_rss_mb, result_lines, set_threads
+from lightfed.experiments.measurement import emit, peak_rss_mb, set_threads
 from lightfed.experiments.synthetic_cifar import SyntheticCIFAR
 from lightfed.run.cores import available_cores
 
@@ -436,52 +434,16 @@ def run_worker(args: argparse.Namespace) -> None:
 # ----------------------------------------------------------------------------------------------------------- driver
 
 
-class RunFailed(RuntimeError):
-    pass
-
-
 def launch(args: argparse.Namespace, workload: str, devices: int, strategy: str, out: Path) -> list[dict]:
     """Runs one strategy in a fresh subprocess of this script; returns each of its processes' result, by rank."""
-    out.mkdir(parents=True, exist_ok=True)
     threads = threads_per_process(args)
-    command = [
-        sys.executable,
-        os.path.abspath(__file__),
-        "--worker",
-        strategy,
-        "--workloads",
-        workload,
-        "--devices",
-        str(devices),
-        "--out",
-        str(out),
-        "--threads",
-        str(threads),
-        "--accelerator",
-        args.accelerator,
-        "--rounds",
-        str(args.rounds),
-        "--warmup-rounds",
-        str(args.warmup_rounds),
-        "--clients-per-round",
-        str(args.clients_per_round),
-        "--seed",
-        str(args.seed),
-        *harness.option_words(args, ("clients", "examples", "local_epochs", "inductance", "checkpoint_interval")),
-    ]
+    command = [sys.executable, os.path.abspath(__file__), "--worker", strategy, "--workloads", workload]
+    command += ["--devices", str(devices), "--out", str(out), "--threads", str(threads)]
+    command += harness.option_words(args, ("accelerator", "rounds", "warmup_rounds", "clients_per_round", "seed"))
+    command += harness.option_words(args, ("clients", "examples", "local_epochs", "inductance", "checkpoint_interval"))
     for text in args.variant:
         command += ["--variant", text]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}  # buffered: each result line leaves in one write
-    proc = subprocess.run(command, env=env, capture_output=True, text=True)
-    results = result_lines(proc.stdout)
-    if proc.returncode != 0 or len(results) != devices:
-        lines = [line for line in proc.stderr.splitlines() if line.strip()]
-        reason = next(
-            (line for line in reversed(lines) if "Error" in line or "error:" in line), lines[-1] if lines else ""
-        )
-        (out / "stderr.txt").write_text(proc.stderr)
-        raise RunFailed(f"exit {proc.returncode}: {reason.strip()[:300]}")
-    return sorted(results, key=lambda r: r["rank"])
+    return harness.run_processes(command, threads, devices, out)  # buffered: a result line in one write
 
 
 def summarize(results: list[dict]) -> dict:
@@ -543,7 +505,7 @@ def run_all(args: argparse.Namespace, root: Path) -> dict:
                 out = root / workload / f"devices{devices}" / strategy / f"repeat{repeat}"
                 try:
                     repeats[strategy].append(summarize(launch(args, workload, devices, strategy, out)))
-                except RunFailed as failure:
+                except harness.RunFailed as failure:
                     repeats[strategy].append({"failed": str(failure)})
             table["rows"] = {name: combine(runs, repeats["FedAvg"]) for name, runs in repeats.items()}
             report["tables"].append(table)
@@ -671,12 +633,8 @@ def main(argv: list[str] | None = None) -> int:
         run_worker(args)
         return 0
     print(harness.command_line(__file__, argv), flush=True)
-    if args.keep is not None:
-        args.keep.mkdir(parents=True, exist_ok=True)
-        report = run_all(args, args.keep)
-    else:
-        with tempfile.TemporaryDirectory(prefix="lightfed-circuit-bench-") as tmp:
-            report = run_all(args, Path(tmp))
+    with harness.work_folder(args.keep, "lightfed-circuit-bench-") as root:
+        report = run_all(args, root)
     print_scaling(report)
     harness.write_json(args.json, report)
     failed = [

@@ -32,17 +32,16 @@ each); the script computes them for every client before timing and prints how lo
 from __future__ import annotations
 
 import argparse
-import statistics
+import sys
 import tempfile
-import time
 import warnings
 from functools import partial
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from lightfed import FederatedTrainer
-from lightfed.callbacks import Callback
 from lightfed.core.seeding import sample_clients
 from lightfed.data import Digits, DirichletPartitioner
 from lightfed.data.module import FederatedDataModule
@@ -50,6 +49,9 @@ from lightfed.models import SmallCNN
 from lightfed.privacy import DPSGD
 from lightfed.privacy.accountant import _rdp_of_one_step, poisson_schedule
 from lightfed.strategies import FedAvg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: the shared harness
+import harness  # noqa: E402
 
 CLIENTS, PER_ROUND, EPOCHS, BATCH, NOISE, CLIP, SEED = 20, 10, 2, 16, 1.0, 1.0, 0
 PATHS = ["no-dp", "dp-hooks", "dp-functorch", "opacus", "opacus-per-client"]
@@ -66,22 +68,10 @@ def model() -> SmallCNN:
     return SmallCNN(num_classes=10, in_channels=1, optimizer=partial(torch.optim.SGD, lr=0.1, momentum=0.9))
 
 
-class RoundTimes(Callback):
-    """Notes the wall and CPU seconds of every round, from ``on_round_start`` to ``on_round_end``."""
-
-    def __init__(self) -> None:
-        self.times: list[tuple[float, float]] = []
-
-    def on_round_start(self, trainer, round) -> None:
-        self.began = (time.perf_counter(), time.process_time())
-
-    def on_round_end(self, trainer, round, metrics) -> None:
-        self.times.append((time.perf_counter() - self.began[0], time.process_time() - self.began[1]))
-
-
-def lightfed_rounds(path: str, rounds: int) -> list[tuple[float, float]]:
+def lightfed_rounds(path: str, rounds: int) -> harness.Times:
+    """Each round's seconds but the first and the last (which evaluates)."""
     privacy = None if path == "no-dp" else DPSGD(NOISE, CLIP, grad_sample_mode=path.removeprefix("dp-"))
-    times = RoundTimes()
+    clock = harness.RoundClock()
     with tempfile.TemporaryDirectory() as root:
         trainer = FederatedTrainer.from_settings(
             accelerator="cpu",
@@ -95,15 +85,15 @@ def lightfed_rounds(path: str, rounds: int) -> list[tuple[float, float]]:
             progress_bar=False,
             clients_in_parallel=1,
             privacy=privacy,
-            callbacks=[times],
+            callbacks=[clock],
             logger=False,
         )
         trainer.fit(model(), data(), FedAvg())
-    return times.times[1:-1]
+    return clock.rounds()[1:-1]
 
 
-def opacus_rounds(path: str, rounds: int) -> list[tuple[float, float]]:
-    """The hand-written loop (see the module's docstring)."""
+def opacus_rounds(path: str, rounds: int) -> harness.Times:
+    """The hand-written loop (see the module's docstring); each round's seconds but the first."""
     from opacus import PrivacyEngine
     from opacus.accountants import RDPAccountant
     from opacus.utils.uniform_sampler import UniformWithReplacementSampler
@@ -132,9 +122,9 @@ def opacus_rounds(path: str, rounds: int) -> list[tuple[float, float]]:
 
     private = None if path == "opacus-per-client" else make_private(*clients[0])
     global_params = [p.detach().clone() for p in net.parameters()]
-    times = []
+    clock = harness.RoundClock()  # noted as lightfed's rounds are
     for round in range(rounds):
-        began = (time.perf_counter(), time.process_time())
+        clock.on_round_start(None, round)
         weighted, weight = [torch.zeros_like(p) for p in global_params], 0
         for c in sample_clients(SEED, round, CLIENTS, PER_ROUND):
             x, y = clients[c]
@@ -162,8 +152,8 @@ def opacus_rounds(path: str, rounds: int) -> list[tuple[float, float]]:
         with torch.no_grad():
             for g, s in zip(global_params, weighted, strict=True):
                 g.add_(s / weight)
-        times.append((time.perf_counter() - began[0], time.process_time() - began[1]))
-    return times[1:]
+        clock.on_round_end(None, round, {})
+    return clock.rounds()[1:]
 
 
 def warm_accounting() -> float:
@@ -171,10 +161,10 @@ def warm_accounting() -> float:
     process (lightfed caches it per noise multiplier and sample rate), paid here before any path is timed."""
     federated = data()
     federated.setup(seed=SEED, device=torch.device("cpu"))
-    began = time.perf_counter()
-    for client_id in range(CLIENTS):
-        _rdp_of_one_step(NOISE, poisson_schedule(federated.client_size(client_id), BATCH)[0])
-    return time.perf_counter() - began
+    rates = [poisson_schedule(federated.client_size(client_id), BATCH)[0] for client_id in range(CLIENTS)]
+    times = harness.Times()
+    times.measure(lambda: [_rdp_of_one_step(NOISE, rate) for rate in rates])
+    return times.wall[0]
 
 
 def main() -> None:
@@ -182,24 +172,37 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--paths", nargs="+", choices=PATHS, default=PATHS)
+    harness.add_json_option(parser)
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.filterwarnings(
         "ignore", message=".*(srun|Secure RNG|Optimal order|Full backward hook|new dataset object).*"
     )
-    print(f"one-time RDP of each client's sample rate: {warm_accounting():.1f} s (not in the table)")
-    times: dict[str, list[tuple[float, float]]] = {path: [] for path in args.paths}
-    for repeat in range(args.repeats):
-        for path in args.paths if repeat % 2 == 0 else reversed(args.paths):
-            run = opacus_rounds if path.startswith("opacus") else lightfed_rounds
-            times[path] += run(path, args.rounds)
-    wall = {path: statistics.median(t[0] for t in values) for path, values in times.items()}
-    cpu = {path: statistics.median(t[1] for t in values) for path, values in times.items()}
-    print("| path | wall s / round | x opacus | CPU s / round | x opacus |")
-    print("|---|---|---|---|---|")
-    for path in times:
-        ratios = [f"{v[path] / v['opacus']:.2f}" if "opacus" in v else "-" for v in (wall, cpu)]
-        print(f"| {path} | {wall[path]:.3f} | {ratios[0]} | {cpu[path]:.3f} | {ratios[1]} |")
+    accounting_s = warm_accounting()
+    print(f"one-time RDP of each client's sample rate: {accounting_s:.1f} s (not in the table)")
+    times = {path: harness.Times() for path in args.paths}
+    for _, path in harness.interleave(args.paths, args.repeats, alternate=True):
+        times[path].extend((opacus_rounds if path.startswith("opacus") else lightfed_rounds)(path, args.rounds))
+    wall = {path: measured.median for path, measured in times.items()}
+    cpu = {path: measured.cpu_median for path, measured in times.items()}
+    wall_x = harness.ratios(wall, "opacus") if "opacus" in times else {}
+    cpu_x = harness.ratios(cpu, "opacus") if "opacus" in times else {}
+    harness.print_table(
+        ["path", "wall s / round", "x opacus", "CPU s / round", "x opacus"],
+        (
+            [
+                p,
+                f"{wall[p]:.3f}",
+                harness.cell(wall_x.get(p), ".2f"),
+                f"{cpu[p]:.3f}",
+                harness.cell(cpu_x.get(p), ".2f"),
+            ]
+            for p in times
+        ),
+    )
+    rounds = {path: vars(measured) for path, measured in times.items()}
+    figures = {"wall_s": wall, "wall_x_opacus": wall_x, "cpu_s": cpu, "cpu_x_opacus": cpu_x, "rounds": rounds}
+    harness.write_json(args.json, {"accounting_s": accounting_s, **figures})
 
 
 if __name__ == "__main__":

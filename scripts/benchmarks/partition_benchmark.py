@@ -8,8 +8,8 @@ Prints a markdown table of seconds (the best of ``--repeats``)::
 """
 
 import argparse
-import time
-from collections.abc import Callable
+import sys
+from pathlib import Path
 
 import datasets
 import numpy as np
@@ -18,16 +18,8 @@ from flwr_datasets.partitioner import NaturalIdPartitioner as FlowerNaturalId
 from lightfed.data import NaturalIdPartitioner
 from lightfed.data.natural_ids import natural_id_codes
 
-
-def best_of(repeats: int, run: Callable[[], list[np.ndarray]]) -> tuple[float, float, list[np.ndarray]]:
-    """The least wall-clock and CPU seconds of ``repeats`` runs (CPU time: what a loaded machine does not inflate)."""
-    walls, cpus, parts = [], [], []
-    for _ in range(repeats):
-        wall, cpu = time.perf_counter(), time.process_time()
-        parts = run()
-        walls.append(time.perf_counter() - wall)
-        cpus.append(time.process_time() - cpu)
-    return min(walls), min(cpus), parts
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: the shared harness
+import harness  # noqa: E402
 
 
 def lightfed_parts(rows: datasets.Dataset) -> list[np.ndarray]:
@@ -49,17 +41,27 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--ids", type=int, default=3597)
     parser.add_argument("--repeats", type=int, default=1)
+    harness.add_json_option(parser)
     args = parser.parse_args()
     datasets.disable_progress_bars()
     writers = np.char.add("f", np.random.default_rng(0).integers(0, args.ids, args.rows).astype(str))
     rows = datasets.Dataset.from_dict({"writer_id": writers})
-    ours_s, ours_cpu, ours = best_of(args.repeats, lambda: lightfed_parts(rows))
-    flower_s, flower_cpu, theirs = best_of(args.repeats, lambda: flower_parts(rows))
-    assert [part.tolist() for part in ours] == [sorted(part.tolist()) for part in theirs], "partitions differ"
-    print(f"{args.rows} rows, {len(ours)} natural ids (the same partitions; seconds, best of {args.repeats})\n")
-    print("| partitioner | wall-clock s | CPU s |\n|---|---|---|")
-    print(f"| lightfed `NaturalIdPartitioner` (Arrow group-by codes) | {ours_s:.2f} | {ours_cpu:.2f} |")
-    print(f"| Flower Datasets `NaturalIdPartitioner` | {flower_s:.2f} | {flower_cpu:.2f} |")
+    # the least wall-clock and CPU seconds of the repeats (CPU time: what a loaded machine does not inflate)
+    ours, theirs = harness.Times(), harness.Times()
+    for _ in range(args.repeats):
+        lightfed = ours.measure(lambda: lightfed_parts(rows))
+    for _ in range(args.repeats):
+        flower = theirs.measure(lambda: flower_parts(rows))
+    assert [part.tolist() for part in lightfed] == [sorted(part.tolist()) for part in flower], "partitions differ"
+    print(f"{args.rows} rows, {len(lightfed)} natural ids (the same partitions; seconds, best of {args.repeats})\n")
+    times = {
+        "lightfed `NaturalIdPartitioner` (Arrow group-by codes)": ours,
+        "Flower Datasets `NaturalIdPartitioner`": theirs,
+    }
+    table = ([name, f"{measured.best:.2f}", f"{measured.cpu_best:.2f}"] for name, measured in times.items())
+    harness.print_table(["partitioner", "wall-clock s", "CPU s"], table)
+    figures = {name: {"best_s": measured.best, "best_cpu_s": measured.cpu_best} for name, measured in times.items()}
+    harness.write_json(args.json, {"rows": args.rows, "ids": len(lightfed), "partitioners": figures})
 
 
 if __name__ == "__main__":

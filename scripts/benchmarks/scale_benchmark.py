@@ -25,11 +25,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: the shared harness
+import harness  # noqa: E402
 
 STRATEGIES = ("fedavg", "scaffold", "scaffold-disk")
 
@@ -50,6 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="vectorized",
         help="data.holdout_draws: how each client's validation share is drawn (as configs/scale/ sets it)",
     )
+    harness.add_json_option(p)
     p.add_argument("--worker", nargs=2, metavar=("CLIENTS", "STRATEGY"), help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -61,13 +65,13 @@ def written_bytes() -> int:
 
 def worker(args: argparse.Namespace, clients: int, strategy_name: str) -> dict:
     """One run; its figures as a dict."""
-    import resource
     from functools import partial
 
     import torch
 
     from lightfed.data import Synthetic
     from lightfed.data.module import FederatedDataModule
+    from lightfed.experiments.measurement import peak_rss_mb
     from lightfed.models import MLP
     from lightfed.strategies import FedAvg, Scaffold
     from lightfed.trainer import FederatedTrainer
@@ -113,10 +117,10 @@ def worker(args: argparse.Namespace, clients: int, strategy_name: str) -> dict:
     return {
         "clients": clients,
         "strategy": strategy_name,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": peak_rss_mb(),
         "partition_s": partition[0],
-        "s_per_round": statistics.median(seconds for seconds, _ in periods),
-        "written_per_round": statistics.median(written for _, written in periods[:-1] or periods),
+        "s_per_round": harness.median(seconds for seconds, _ in periods),
+        "written_per_round": harness.median(written for _, written in periods[:-1] or periods),
         "written_last_round": periods[-1][1],
     }
 
@@ -144,16 +148,16 @@ def main(argv: list[str] | None = None) -> None:
         f"clients a round, {args.rounds} rounds, a checkpoint every round; load average {load:.1f} before, "
         f"{os.getloadavg()[0]:.1f} after, {os.cpu_count()} cores\n"
     )
-    print(
-        "| clients | strategy | peak RSS (MB) | partition (s) | s/round | written/round | written/last round | run (s) |"
-    )
-    print("|---:|---|---:|---:|---:|---:|---:|---:|")
-    for row in rows:
-        print(
-            f"| {row['clients']:,} | {row['strategy']} | {row['peak_rss_mb']:,.0f} | {row['partition_s']:.1f} | "
-            f"{row['s_per_round']:.2f} | {_size(row['written_per_round'])} | {_size(row['written_last_round'])} | "
-            f"{row['total_s']:.0f} |"
-        )
+    header = ["clients", "strategy", "peak RSS (MB)", "partition (s)", "s/round", "written/round"]
+    header += ["written/last round", "run (s)"]
+    table = [
+        [f"{row['clients']:,}", row["strategy"], f"{row['peak_rss_mb']:,.0f}", f"{row['partition_s']:.1f}"]
+        + [f"{row['s_per_round']:.2f}", _size(row["written_per_round"]), _size(row["written_last_round"])]
+        + [f"{row['total_s']:.0f}"]
+        for row in rows
+    ]
+    harness.print_table(header, table, "rlrrrrrr")
+    harness.write_json(args.json, rows)
 
 
 def _size(count: float) -> str:

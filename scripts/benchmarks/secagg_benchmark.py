@@ -19,20 +19,23 @@ and the validation accuracy after the last round.
 from __future__ import annotations
 
 import argparse
-import statistics
+import sys
 import tempfile
 import warnings
 from functools import partial
+from pathlib import Path
 
 import torch
 
 from lightfed import FederatedTrainer
-from lightfed.callbacks import Callback
 from lightfed.data import Digits, DirichletPartitioner
 from lightfed.data.module import FederatedDataModule
 from lightfed.models import SmallCNN
 from lightfed.privacy import SecureAggregation
 from lightfed.strategies import FedAvg, Strategy
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: the shared harness
+import harness  # noqa: E402
 
 PREFIX = "strategy/secure_aggregation/"
 SETTINGS = {
@@ -44,16 +47,6 @@ SETTINGS = {
 }
 
 
-class Metrics(Callback):
-    """Notes every round's metrics."""
-
-    def __init__(self) -> None:
-        self.rounds: list[dict[str, float]] = []
-
-    def on_round_end(self, trainer, round, metrics) -> None:
-        self.rounds.append(dict(metrics))
-
-
 def run(settings: dict, rounds: int, local_steps: int) -> list[dict[str, float]]:
     strategy: Strategy = FedAvg(weighting="uniform")
     if settings:
@@ -61,7 +54,7 @@ def run(settings: dict, rounds: int, local_steps: int) -> list[dict[str, float]]
     torch.manual_seed(0)
     model = SmallCNN(num_classes=10, in_channels=1, optimizer=partial(torch.optim.SGD, lr=0.05))
     data = FederatedDataModule(Digits(test_fraction=0.2), DirichletPartitioner(20, alpha=0.3), batch_size=16)
-    metrics = Metrics()
+    clock = harness.RoundClock()
     with tempfile.TemporaryDirectory() as root:
         trainer = FederatedTrainer.from_settings(
             accelerator="cpu",
@@ -74,32 +67,35 @@ def run(settings: dict, rounds: int, local_steps: int) -> list[dict[str, float]]
             root_dir=root,
             progress_bar=False,
             clients_in_parallel=1,
-            callbacks=[metrics],
+            callbacks=[clock],
             logger=False,
         )
         trainer.fit(model, data, strategy)
-    return metrics.rounds
+    return clock.metrics
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--local-steps", type=int, default=5)
+    harness.add_json_option(parser)
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=".*srun.*")
-    print("| setting | round s | client s (secagg) | server s (secagg) | quantization RMSE | val_acc |")
-    print("|---|---|---|---|---|---|")
+    columns = {"round s": "round/time_s", "client s (secagg)": PREFIX + "client_seconds"}
+    columns |= {"server s (secagg)": PREFIX + "server_seconds", "quantization RMSE": PREFIX + "quantization_rmse"}
+    print(harness.markdown_table(["setting", *columns, "val_acc"]), flush=True)
+    figures = {}
     for name, settings in SETTINGS.items():
         rounds = run(settings, args.rounds, args.local_steps)
-        timed = rounds[1:-1]
-
-        def median(key: str, timed: list[dict[str, float]] = timed) -> str:
-            return f"{statistics.median(r[key] for r in timed):.4g}" if key in timed[0] else "-"
-
-        cells = [median("round/time_s"), median(PREFIX + "client_seconds"), median(PREFIX + "server_seconds")]
-        cells += [median(PREFIX + "quantization_rmse"), f"{rounds[-1]['val_acc']:.4f}"]
-        print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+        timed = rounds[1:-1]  # the first round's one-time costs and the last one's evaluation left out
+        figures[name] = {
+            c: harness.median(r[key] for r in timed) if key in timed[0] else None for c, key in columns.items()
+        }
+        figures[name]["val_acc"] = rounds[-1]["val_acc"]
+        cells = [harness.cell(figures[name][column]) for column in columns]
+        print(harness.markdown_row([name, *cells, f"{rounds[-1]['val_acc']:.4f}"]), flush=True)
+    harness.write_json(args.json, figures)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ writes the wall-clock time when round 0 starts); the command's start and exit ar
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -17,6 +16,9 @@ import time
 from pathlib import Path
 
 from lightfed.callbacks.base import Callback
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: the shared harness
+import harness  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,7 +35,8 @@ class FirstRoundStamp(Callback):
 
 
 def timed(command: list[str], stamp: Path | None = None) -> tuple[float | None, float]:
-    """Seconds from starting ``command`` to the stamp it writes (None without one) and to its exit."""
+    """Seconds from starting ``command`` to the stamp it writes (None without one) and to its exit: wall-clock
+    time (``time.time``), which the stamp of another process can be compared with."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")]),
@@ -50,15 +53,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=1)
+    harness.add_json_option(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="lightfed-startup-") as folder:
         results = measure(Path(folder), args.rounds, args.repeats)
-    print(f"median of {args.repeats} runs, {os.cpu_count()} CPU cores, quickstart with trainer.rounds {args.rounds}")
-    print(f"{'':<30}{'first round s':>15}{'exit s':>10}")
-    for name, runs in results.items():
-        first = [f for f, _ in runs if f is not None]
-        first_s = f"{statistics.median(first):.2f}" if first else "-"
-        print(f"{name:<30}{first_s:>15}{statistics.median([e for _, e in runs]):>10.2f}")
+    print(f"median of {args.repeats} runs, {os.cpu_count()} CPU cores, quickstart with trainer.rounds {args.rounds}\n")
+    medians = {
+        name: (harness.median(first for first, _ in runs if first is not None), harness.median(e for _, e in runs))
+        for name, runs in results.items()
+    }
+    rows = ([name, *(harness.cell(seconds, ".2f") for seconds in pair)] for name, pair in medians.items())
+    harness.print_table(["command", "first round s", "exit s"], rows, "lrr")
+    figures = {name: {"first_round_s": first, "exit_s": ended} for name, (first, ended) in medians.items()}
+    harness.write_json(args.json, {name: {**figures[name], "runs": runs} for name, runs in results.items()})
 
 
 def measure(work: Path, rounds: int, repeats: int) -> dict[str, list[tuple[float | None, float]]]:
@@ -78,10 +85,10 @@ def measure(work: Path, rounds: int, repeats: int) -> dict[str, list[tuple[float
     }
     results: dict[str, list[tuple[float | None, float]]] = {name: [] for name in cases}
     timed(cases["quickstart, 1 process"][0], stamp)  # warm the file cache and the dataset
-    for _ in range(repeats):
-        for name, (command, stamped) in cases.items():
-            stamp.unlink(missing_ok=True)
-            results[name].append(timed(command, stamp if stamped else None))
+    for _, name in harness.interleave(list(cases), repeats):
+        command, stamped = cases[name]
+        stamp.unlink(missing_ok=True)
+        results[name].append(timed(command, stamp if stamped else None))
     return results
 
 

@@ -27,6 +27,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: the shared harness
+import harness  # noqa: E402
+
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "digits"
 HETEROGENEOUS = ["--set", "trainer.local_epochs=randint:1:3", "--set", "trainer.redraw_local_work=true"]
 S = "strategy.init_args."
@@ -98,11 +101,10 @@ def mean(values: list[float]) -> float:
     return statistics.fmean(values) if values else float("nan")
 
 
-def summarise(out: Path, arms: list[str], rounds_shown: list[int]) -> str:
-    lines = [
-        "| arm / setting | seeds finished | final val_acc | test_acc | round | " + " | ".join(COLUMNS) + " |",
-        "|---|---|---|---|---|" + "---|" * len(COLUMNS),
-    ]
+def summarise(out: Path, arms: list[str], rounds_shown: list[int]) -> list[dict]:
+    """A row per setting and round shown: the setting's seeds finished, final val_acc and test_acc (means over its
+    seeds), and the round's figures (``COLUMNS``, means over the seeds that logged them)."""
+    rows = []
     for name in arms:
         if not (out / name / "runs").is_dir():
             continue
@@ -112,15 +114,27 @@ def summarise(out: Path, arms: list[str], rounds_shown: list[int]) -> str:
             finished = [run for run, final in zip(records, finals, strict=True) if final]
             final_val = mean([run[-1]["val_acc"] for run in finished])
             test = mean([f["test_acc"] for f in finals if "test_acc" in f])
-            seeds = f"{len(finished)}/{len(runs)}"
-            for index, shown in enumerate(rounds_shown):
-                cells = []
-                for key in COLUMNS.values():
+            head = {"arm": name, "setting": setting, "seeds finished": f"{len(finished)}/{len(runs)}"}
+            for shown in rounds_shown:
+                rows.append({**head, "final val_acc": final_val, "test_acc": test, "round": shown})
+                for column, key in COLUMNS.items():
                     values = [r[key] for run in records for r in run if r["round"] == shown and key in r]
-                    cells.append(f"{mean(values):.3g}" if values else "")
-                head = f"| {setting} | {seeds} | {final_val:.3f} | {test:.3f}" if index == 0 else "| | | |"
-                lines.append(f"{head} | {shown} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+                    rows[-1][column] = mean(values) if values else None
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    """The rows as Markdown, a setting's own figures on its first row; a round's to 3 significant digits (an empty
+    cell where none was logged)."""
+    cells = []
+    for row, before in zip(rows, [{}, *rows], strict=False):
+        first = (row["arm"], row["setting"]) != (before.get("arm"), before.get("setting"))
+        head = [row["setting"], row["seeds finished"], f"{row['final val_acc']:.3f}", f"{row['test_acc']:.3f}"]
+        cells.append([*(head if first else [""] * 4), row["round"]])
+        cells[-1] += [harness.cell(row[column], ".3g", missing="") for column in COLUMNS]
+    return harness.markdown_table(
+        ["arm / setting", "seeds finished", "final val_acc", "test_acc", "round", *COLUMNS], cells
+    )
 
 
 def main() -> None:
@@ -139,14 +153,16 @@ def main() -> None:
     )
     parser.add_argument("--show-rounds", nargs="+", type=int, default=[1, 5, 10, 20, 30])
     parser.add_argument("--summarise-only", action="store_true")
+    harness.add_json_option(parser)
     args = parser.parse_args()
     arms = {**ARMS, "extra": [ADAPTIVE] + [part for grid in args.extra for part in ("--grid", S + grid)]}
     if not args.summarise_only:
         for name in args.arms:
             run_arm(name, arms[name], args.seeds, args.rounds, args.out, args.workers)
-    table = summarise(args.out, args.arms, [r for r in args.show_rounds if r <= args.rounds])
-    (args.out / "ablation.md").write_text(table + "\n")
-    print(table)
+    rows = summarise(args.out, args.arms, [r for r in args.show_rounds if r <= args.rounds])
+    (args.out / "ablation.md").write_text(table(rows) + "\n")
+    print(table(rows))
+    harness.write_json(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -26,13 +26,15 @@ import argparse
 import contextlib
 import io
 import itertools
-import json
 import statistics
 import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: the shared harness
+import harness  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 METHODS = ["adamasfl", "masfl", "fedbuff", "ca2fl", "fadas"]
@@ -150,7 +152,7 @@ def describe(method: str, lrs) -> str:
 
 def render_table(sweep: list[dict], chosen: dict[str, list], concurrencies: list[int]) -> str:
     header = ["method", "step sizes", *[f"M_c={m}" for m in concurrencies], "spread (max-min)"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for method in METHODS:
         means = []
         cells = [method, describe(method, chosen[method])]
@@ -159,11 +161,11 @@ def render_table(sweep: list[dict], chosen: dict[str, list], concurrencies: list
             means.append(statistics.fmean(scores))
             std = f" ± {statistics.stdev(scores):.3f}" if len(scores) > 1 else ""
             cells.append(f"{means[-1]:.3f}{std}")
-        cells.append(f"{max(means) - min(means):.3f}")
-        lines.append("| " + " | ".join(cells) + " |")
+        rows.append([*cells, f"{max(means) - min(means):.3f}"])
     staleness = [statistics.fmean(r["staleness"] for r in sweep if r["concurrency"] == m) for m in concurrencies]
-    lines.append("| mean staleness | | " + " | ".join(f"{s:.2f}" for s in staleness) + " | |")
-    return "\n".join(lines) + "\n\nscore: mean val_acc over the last quarter of the evaluations; ± std over seeds.\n"
+    rows.append(["mean staleness", "", *(f"{s:.2f}" for s in staleness), ""])
+    table = harness.markdown_table(header, rows)
+    return table + "\n\nscore: mean val_acc over the last quarter of the evaluations; ± std over seeds.\n"
 
 
 def plot(sweep: list[dict], concurrencies: list[int], tune_concurrency: int, path: Path) -> None:
@@ -247,7 +249,7 @@ def main(args: list[str] | None = None) -> int:
 
     table = render_table(sweep, chosen, options.concurrency)
     (out / "table.md").write_text(table)
-    (out / "results.json").write_text(json.dumps({"tuning": tuning, "sweep": sweep}, indent=1))
+    harness.write_json(out / "results.json", {"tuning": tuning, "sweep": sweep})
     plot(sweep, options.concurrency, options.tune_concurrency, out / "accuracy.png")
     print(table)
     print(f"table, results and plot: {out}")

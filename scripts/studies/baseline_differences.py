@@ -10,6 +10,8 @@ FedAdagrad run on the same client results (``--flower``)::
 """
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
 
@@ -18,6 +20,9 @@ from lightfed.core.sums import Sums
 from lightfed.strategies import FedAdagrad, FedAdam, FedBuff, FedExP, FedNova, FedYogi
 from lightfed.strategies.async_base import AsyncSetting
 from lightfed.strategies.base import ServerContext
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: the shared harness
+import harness  # noqa: E402
 
 CURVATURE = torch.tensor([[1.0, 4.0, 0.5], [3.0, 0.5, 2.0]], dtype=torch.float64)
 OPTIMUM = torch.tensor([[1.0, -2.0, 0.5], [-1.0, 1.0, 2.0]], dtype=torch.float64)
@@ -75,13 +80,14 @@ def flower_run(name: str, beta1: float, flower_rounds: range) -> torch.Tensor:
     return params
 
 
-def difference(a: torch.Tensor, b: torch.Tensor) -> str:
-    return f"{(a - b).abs().max().item():.3g}"
+def difference(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a - b).abs().max().item()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--flower", action="store_true", help="also run Flower's FedAdam, FedYogi, FedAdagrad")
+    harness.add_json_option(parser)
     args = parser.parse_args()
     adam = dict(server_lr=0.1, beta1=0.9, beta2=0.99, tau=1e-3)
     flower_settings = dict(weighting="examples", initial_v="zero")
@@ -123,27 +129,31 @@ def main() -> None:
         ),
         "FedNova": (lambda **o: FedNova(**o), {"normalise_by=steps (released code)": {"normalise_by": "steps"}}),
     }
-    print("| baseline | setting | max abs difference from the default after 3 rounds |")
-    print("|---|---|---|")
+    figures = []
+
+    def report(baseline: str, setting: str, value: float) -> None:
+        figures.append({"baseline": baseline, "setting": setting, "max_abs_difference": value})
+        print(harness.markdown_row([baseline, setting, f"{value:.3g}"]), flush=True)
+
+    print(harness.markdown_table(["baseline", "setting", "max abs difference from the default after 3 rounds"]))
     for name, (build, options) in rows.items():
         default = run(build())
         for label, overrides in options.items():
-            print(f"| {name} | {label} | {difference(run(build(**overrides)), default)} |")
+            report(name, label, difference(run(build(**overrides)), default))
     staleness = (0, 3)
     plain = run(FedBuff(server_lr=1.0), staleness)
     scaled = run(FedBuff(server_lr=1.0, staleness_weighting=True), staleness)
-    print(f"| FedBuff | staleness_weighting=true (staleness 0 and 3) | {difference(scaled, plain)} |")
+    report("FedBuff", "staleness_weighting=true (staleness 0 and 3)", difference(scaled, plain))
     if args.flower:
         for name, beta1, bias in [("FedAdam", 0.9, "flower"), ("FedYogi", 0.9, "none"), ("FedAdagrad", 0.0, "none")]:
             build = {"FedAdam": FedAdam, "FedYogi": FedYogi, "FedAdagrad": FedAdagrad}[name]
             ours = run(build(**{**adam, "beta1": beta1}, **flower_settings, bias_correction=bias))
             default = run(build(**adam))
             in_a_run = flower_run(name, beta1, range(1, ROUNDS + 1))
-            print(
-                f"| {name} | Flower 1.42, server_round 1..3 (a Flower run) vs lightfed's default | "
-                f"{difference(in_a_run, default)} |"
-            )
-            print(f"| {name} | Flower 1.42, server_round 1..3 vs Flower's settings | {difference(in_a_run, ours)} |")
+            flower = "Flower 1.42, server_round 1..3"
+            report(name, f"{flower} (a Flower run) vs lightfed's default", difference(in_a_run, default))
+            report(name, f"{flower} vs Flower's settings", difference(in_a_run, ours))
+    harness.write_json(args.json, figures)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: the shared harness
+import harness  # noqa: E402
+
 EPSILONS, DELTA, RATE, ROUNDS = (2, 4, 8), 1e-5, 50 / 100, 30
 CONFIGS = "configs/privacy"
 
@@ -45,20 +48,19 @@ def compare_args(out: str, workers: int) -> list[str]:
     ]  # fmt: skip
 
 
-def table(out: Path) -> str:
-    """Method, epsilon logged in the last round, validation accuracy then, test accuracy at the end."""
-    rows = ["| method | setting | epsilon (last round) | val_acc | test_acc |", "|---|---|---|---|---|"]
+def results(out: Path) -> list[dict]:
+    """Each finished run's method, setting, epsilon logged in the last round, validation accuracy then and test
+    accuracy at the end (None without a final record)."""
+    rows = []
     for run in sorted((out / "runs").iterdir()):
         records = [json.loads(line) for line in (max(run.glob("version_*")) / "metrics.jsonl").read_text().splitlines()]
         final = next((r for r in records if r.get("final")), None)
         last = [r for r in records if not r.get("final")][-1]
         epsilon = last.get("privacy/epsilon_max", last.get("strategy/user_dp/epsilon", float("inf")))
         method, _, setting = run.name.removesuffix("__seed0").partition("__")
-        test = f"{final['test_acc']:.4f}" if final else "-"
-        rows.append(
-            f"| {method} | {setting or '-'} | {epsilon:.3g} | {last.get('val_acc', float('nan')):.4f} | {test} |"
-        )
-    return "\n".join(rows)
+        rows.append({"method": method, "setting": setting or "-", "epsilon (last round)": epsilon})
+        rows[-1] |= {"val_acc": last.get("val_acc", float("nan")), "test_acc": final["test_acc"] if final else None}
+    return rows
 
 
 def main() -> None:
@@ -66,10 +68,16 @@ def main() -> None:
     parser.add_argument("--out", default="runs/privacy_study")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--table", action="store_true", help="only tabulate the finished runs in --out")
+    harness.add_json_option(parser)
     args = parser.parse_args()
     if not args.table:
         subprocess.run([sys.executable, "-m", "lightfed", "compare", *compare_args(args.out, args.workers)], check=True)
-    print(table(Path(args.out)))
+    rows = results(Path(args.out))
+    columns = {"method": "", "setting": "", "epsilon (last round)": ".3g", "val_acc": ".4f", "test_acc": ".4f"}
+    harness.print_table(
+        list(columns), ([harness.cell(row[key], spec) for key, spec in columns.items()] for row in rows)
+    )
+    harness.write_json(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,9 @@ from lightfed import Callback
 from lightfed.data import Digits
 from lightfed.models import SmallCNN
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: the shared harness
+import harness  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs" / "digits"
 HETEROGENEOUS = ["--trainer.local_epochs", "randint:1:3", "--trainer.redraw_local_work", "true"]
@@ -143,14 +146,16 @@ def main() -> None:
     parser.add_argument("--show-rounds", nargs="+", type=int, default=[1, 2, 5, 10, 15, 20, 25, 30])
     parser.add_argument("--out", type=Path, default=Path("runs/sharpness"))
     parser.add_argument("--summarise-only", action="store_true")
+    harness.add_json_option(parser)
     args = parser.parse_args()
-    model = SmallCNN()
+    model, figures = SmallCNN(), []
+    columns = {"round": "d", "sharpness": ".2f", "client lr": ".4f", "lr x sharpness": ".2f", "val_acc": ".3f"}
     for arm in args.arms:
         for seed in args.seeds:
             folder = args.out / arm / f"seed{seed}" if args.summarise_only else train(arm, seed, args.rounds, args.out)
             splits = Digits().load(seed)  # the run's own train/test split
             history = records(folder)
-            print(f"\n{arm}, seed {seed}\n round  sharpness  client lr  lr x sharpness  val_acc")
+            print(f"\n{arm}, seed {seed}\n\n{harness.markdown_table(list(columns), align='rrrrr')}")
             for round in args.show_rounds:
                 path = folder / "params" / f"round_{round:03d}.pt"
                 if not path.exists():
@@ -158,9 +163,12 @@ def main() -> None:
                 value = sharpness(model, torch.load(path), splits.train_x, splits.train_y)
                 record = history.get(round, {})
                 lr = LEARNING_RATES.get(arm, record.get("strategy/client_lr_mean", float("nan")))
-                print(
-                    f" {round:5d}  {value:9.2f}  {lr:9.4f}  {lr * value:14.2f}  {record.get('val_acc', float('nan')):7.3f}"
+                row = dict(
+                    zip(columns, (round, value, lr, lr * value, record.get("val_acc", float("nan"))), strict=True)
                 )
+                print(harness.markdown_row(harness.cell(row[key], spec) for key, spec in columns.items()), flush=True)
+                figures.append({"arm": arm, "seed": seed, **row})
+    harness.write_json(args.json, figures)
 
 
 if __name__ == "__main__":

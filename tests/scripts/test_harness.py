@@ -2,6 +2,7 @@
 periods, the Markdown table, the figures written as JSON and read back, and the options it shares."""
 
 import argparse
+import json
 import math
 
 import harness
@@ -36,10 +37,10 @@ def test_times_hold_each_repeats_wall_and_cpu_seconds():
     times = harness.Times()
     for wall, cpu in zip(FEDECADO, [0.5, 0.2, 0.4], strict=True):
         times.add(wall, cpu)
-    assert (times.median, times.cpu_median, times.best, times.cpu_best, len(times)) == (0.5, 0.4, 0.3, 0.2, 3)
+    assert (times.median, times.cpu_median, times.best, times.cpu_best) == (0.5, 0.4, 0.3, 0.2)
     assert times[1:] == harness.Times([0.30, 0.50], [0.2, 0.4])  # the first repeat left out (a warm-up)
     times.extend(harness.Times([0.1], [0.1]))
-    assert times.best == 0.1 and len(times) == 4
+    assert times.best == 0.1 and len(times.wall) == len(times.cpu) == 4
 
 
 def test_a_measurement_waits_for_the_device_before_each_reading_and_returns_the_result():
@@ -47,7 +48,7 @@ def test_a_measurement_waits_for_the_device_before_each_reading_and_returns_the_
     times = harness.Times()
     result = times.measure(lambda: calls.append("work") or 7, sync=lambda: calls.append("sync"))
     assert result == 7 and calls == ["sync", "work", "sync"]
-    assert len(times) == 1 and times.wall[0] >= 0 and times.cpu[0] >= 0
+    assert len(times.wall) == 1 and times.wall[0] >= 0 and times.cpu[0] >= 0
 
 
 def test_repeats_are_interleaved_after_the_warm_up_and_may_alternate():
@@ -59,7 +60,7 @@ def test_repeats_are_interleaved_after_the_warm_up_and_may_alternate():
     work = {name: (lambda name=name: calls.append(name)) for name in ("a", "b")}
     times = harness.time_interleaved(work, repeats=3, warmup=1, alternate=True)
     assert calls == ["a", "b", "a", "b", "b", "a", "a", "b"]  # one untimed round first
-    assert {name: len(measured) for name, measured in times.items()} == {"a": 3, "b": 3}
+    assert {name: len(measured.wall) for name, measured in times.items()} == {"a": 3, "b": 3}
 
 
 class Trainer:
@@ -98,9 +99,14 @@ def test_the_figures_are_written_as_json_and_read_back(tmp_path):
     harness.add_json_option(parser)
     path = tmp_path / "out" / "figures.json"
     args = parser.parse_args(["--json", str(path)])
-    figures = {"medians": {"FedAvg": 0.2, "FedECADO": 0.5}, "each": [2.0, 3.0], "quartiles": (1.0, 2.0)}
+    figures = {"medians": {"FedAvg": 0.2, "FedECADO": 0.5}, "each": [2.0, math.nan, math.inf], "quartiles": (1.0, 2.0)}
     harness.write_json(args.json, figures)
-    assert harness.read_json(path) == {**figures, "quartiles": [1.0, 2.0]}  # a tuple comes back a list
+    assert "NaN" not in path.read_text()  # JSON has no NaN: null, as for a figure not measured
+    assert json.loads(path.read_text()) == {
+        **figures,
+        "each": [2.0, None, None],
+        "quartiles": [1.0, 2.0],
+    }  # a tuple: a list
     harness.write_json(parser.parse_args([]).json, figures)  # without --json: nothing written
     assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == ["figures.json"]
 
@@ -113,4 +119,7 @@ def test_options_are_checked_and_handed_on(capsys):
         harness.require_at_least(parser, args, 1, "clients_per_round", "rounds")
     assert "--rounds must be >= 1" in capsys.readouterr().err
     assert harness.option_words(args, ["clients_per_round", "lr", "rounds"]) == ["--lr", "0.5", "--rounds", "0"]
-    assert harness.command_line("scripts/benchmarks/x.py", ["--a", "1"]) == "python scripts/benchmarks/x.py --a 1"
+    assert (
+        harness.command_line("scripts/benchmarks/data_benchmark.py", ["--a", "1"])
+        == "python scripts/benchmarks/data_benchmark.py --a 1"
+    )

@@ -205,6 +205,7 @@ def main(args: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, help="override trainer.rounds (T) of every run")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override of every run")
     parser.add_argument("--workers", type=int, default=1, help="runs at a time, each in its own process")
+    harness.add_json_option(parser)  # beside OUT/results.json
     options = parser.parse_args(args)
     if options.tune_concurrency not in options.concurrency:
         parser.error(f"--tune-concurrency {options.tune_concurrency} must be one of --concurrency")
@@ -249,7 +250,8 @@ def main(args: list[str] | None = None) -> int:
 
     table = render_table(sweep, chosen, options.concurrency)
     (out / "table.md").write_text(table)
-    harness.write_json(out / "results.json", {"tuning": tuning, "sweep": sweep})
+    for path in (out / "results.json", options.json):
+        harness.write_json(path, {"tuning": tuning, "sweep": sweep})
     plot(sweep, options.concurrency, options.tune_concurrency, out / "accuracy.png")
     print(table)
     print(f"table, results and plot: {out}")

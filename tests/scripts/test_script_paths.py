@@ -8,7 +8,7 @@ PATH = re.compile(r"(?<![\w/.])scripts/[\w/]+\.(?:py|sh)")
 
 
 def test_every_script_path_named_exists():
-    pages = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / ".ci").iterdir()]
+    pages = [ROOT / "README.md", SCRIPTS / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / ".ci").iterdir()]
     pages += [*SCRIPTS.rglob("*.py"), *SCRIPTS.rglob("*.sh"), *(ROOT / "tests" / "scripts").glob("*.py")]
     named = {(page.relative_to(ROOT).as_posix(), path) for page in pages for path in PATH.findall(page.read_text())}
     assert len({path for _, path in named}) >= 15  # every benchmark and study is named somewhere

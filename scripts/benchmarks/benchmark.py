@@ -38,13 +38,13 @@ Other work on the machine only ever adds time, and with several OpenMP threads p
 parallel op waits for its slowest thread): the fastest round of each path, the CPU time per round and the 1-minute
 load average are reported too, and ``--threads 1`` is the least sensitive setting on a shared machine.
 
-    python scripts/benchmarks/benchmark.py                                  # defaults: 500 clients, 50 per round, 3 repeats
-    python scripts/benchmarks/benchmark.py --widths 32 120                  # also a model 10x larger (301k parameters, not 30k)
-    python scripts/benchmarks/benchmark.py --workers 2 --threads 1          # 2 clients at once in concurrent, lightfed-parallel
-    python scripts/benchmarks/benchmark.py --devices 2                      # 2 processes per path (1 thread each on 2 cores)
-    python scripts/benchmarks/benchmark.py --compare-devices 1 2            # both, and the speed-up of 2 over 1
-    python scripts/benchmarks/benchmark.py --device cuda                    # on a GPU (adds torch.cuda.max_memory_allocated)
-    python scripts/benchmarks/benchmark.py --profile prof/                  # plus one cProfile'd run per path
+    python scripts/benchmarks/benchmark.py                          # defaults: 500 clients, 50 per round, 3 repeats
+    python scripts/benchmarks/benchmark.py --widths 32 120          # also a model 10x larger (301k parameters, not 30k)
+    python scripts/benchmarks/benchmark.py --workers 2 --threads 1  # 2 clients at once in concurrent, lightfed-parallel
+    python scripts/benchmarks/benchmark.py --devices 2              # 2 processes per path (1 thread each on 2 cores)
+    python scripts/benchmarks/benchmark.py --compare-devices 1 2    # both, and the speed-up of 2 over 1
+    python scripts/benchmarks/benchmark.py --device cuda            # on a GPU (adds torch.cuda.max_memory_allocated)
+    python scripts/benchmarks/benchmark.py --profile prof/          # plus one cProfile'd run per path
 """
 
 from __future__ import annotations

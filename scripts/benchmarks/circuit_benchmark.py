@@ -31,8 +31,8 @@ notes the times):
   rounds (user + system, ``time.process_time``, summed over processes) and cpu/FedAvg its multiple: on a shared
   machine, where other jobs stretch the wall time of whichever run they overlap, the steadier comparison (with one
   thread a process, ``--threads 1``, no thread spins waiting for another);
-- round s: wall time from the end of one round (``on_round_end``) to the end of the next, as ``scripts/benchmarks/benchmark.py``
-  measures it (everything the trainer does per round);
+- round s: wall time from the end of one round (``on_round_end``) to the end of the next, as
+  ``scripts/benchmarks/benchmark.py`` measures it (everything the trainer does per round);
 - client s: from ``on_round_start`` to the last ``on_client_end`` of the round (configuring, training and
   accumulating the round's clients; with several processes the slowest process's);
 - server s: the strategy's ``aggregate`` (``strategy/server_seconds``), on process 0;
@@ -62,7 +62,7 @@ a run of a few seconds varies by a tenth or more from one start to the next on a
 All runs use the same number of torch/OpenMP threads per process (``--threads``, default cores / the largest
 ``--devices``); on a GPU (``--accelerator gpu``) the callback synchronises the device at each time it notes.
 
-    python scripts/benchmarks/circuit_benchmark.py                                          # all three workloads, 1 process
+    python scripts/benchmarks/circuit_benchmark.py                        # all three workloads, 1 process
     python scripts/benchmarks/circuit_benchmark.py --workloads digits vgg11 --rounds 3 --clients 20 --examples 50
     python scripts/benchmarks/circuit_benchmark.py --workloads resnet18gn --accelerator gpu --devices 1 2
     python scripts/benchmarks/circuit_benchmark.py --workloads digits --clients 50 --warmup-rounds 0 --rounds 30 \

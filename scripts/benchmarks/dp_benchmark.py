@@ -187,19 +187,9 @@ def main() -> None:
     cpu = {path: measured.cpu_median for path, measured in times.items()}
     wall_x = harness.ratios(wall, "opacus") if "opacus" in times else {}
     cpu_x = harness.ratios(cpu, "opacus") if "opacus" in times else {}
-    harness.print_table(
-        ["path", "wall s / round", "x opacus", "CPU s / round", "x opacus"],
-        (
-            [
-                p,
-                f"{wall[p]:.3f}",
-                harness.cell(wall_x.get(p), ".2f"),
-                f"{cpu[p]:.3f}",
-                harness.cell(cpu_x.get(p), ".2f"),
-            ]
-            for p in times
-        ),
-    )
+    x = {path: [harness.cell(wall_x.get(path), ".2f"), harness.cell(cpu_x.get(path), ".2f")] for path in times}
+    rows = ([path, f"{wall[path]:.3f}", x[path][0], f"{cpu[path]:.3f}", x[path][1]] for path in times)
+    harness.print_table(["path", "wall s / round", "x opacus", "CPU s / round", "x opacus"], rows)
     rounds = {path: vars(measured) for path, measured in times.items()}
     figures = {"wall_s": wall, "wall_x_opacus": wall_x, "cpu_s": cpu, "cpu_x_opacus": cpu_x, "rounds": rounds}
     harness.write_json(args.json, {"accounting_s": accounting_s, **figures})

@@ -16,7 +16,8 @@ control variates in memory (``scaffold``) and on disk (``scaffold-disk``).
 - written/last round: the same, for the last round alone (the in-memory store rewrites every client trained so far).
 
     nice -n 10 python scripts/benchmarks/scale_benchmark.py
-    python scripts/benchmarks/scale_benchmark.py --clients 20000 --client-size 0 --clients-per-round 10 --strategies fedavg
+    python scripts/benchmarks/scale_benchmark.py --clients 20000 --client-size 0 --clients-per-round 10 \
+        --strategies fedavg
     python scripts/benchmarks/scale_benchmark.py --clients 10000 100000 --strategies fedavg scaffold-disk --rounds 5
 """
 

@@ -6,7 +6,8 @@ the DP config added after them. ADAPT-FED's rate is about beta * eta_0 = 2 eta_0
 also runs FedSAM at a fixed 2 eta_0 (OUT/SETTING-control): it separates the RP rule from the doubling of the rate.
 ``--set`` and ``--rounds`` are passed on to lightfed compare. Example::
 
-    python scripts/studies/compare_adaptfed.py --seeds 0 1 2 --rounds 10 --set model.init_args.width=8 --out runs/adaptfed-cmp
+    python scripts/studies/compare_adaptfed.py --seeds 0 1 2 --rounds 10 --set model.init_args.width=8 \
+        --out runs/adaptfed-cmp
 """
 
 import argparse

@@ -1,4 +1,4 @@
-"""Start-up: what a run imports and how its processes begin (timings: scripts/startup_benchmark.py)."""
+"""Start-up: what a run imports and how its processes begin (timings: scripts/benchmarks/startup_benchmark.py)."""
 
 import json
 import os

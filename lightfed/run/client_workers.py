@@ -150,14 +150,7 @@ class ClientWorkers:
     def between_runs(self) -> Iterator[None]:
         """The calling thread's work between the workers' runs (a round's planning, reduction and server step), on
         one intra-op thread when several workers train a model under ``SERIAL_BETWEEN_BELOW`` weights (its count is
-        restored after).
-
-        After a parallel op OpenMP's idle threads spin for about 10 ms, on the cores the workers train on next. On
-        digits split 50 ways (29,066 weights, 0.14 s rounds, 2 cores) that cost FedECADO about 15 ms a round (its
-        whole run 1.20x FedAvg's, 1.10x with this work on one thread), and its server step is faster on one thread
-        (3.6 ms against 4.6 ms on two). One thread costs a FedECADO server step of 10 clients 11 ms at 290,660 weights
-        (30 ms against 19 ms on two) and 0.34 s at VGG-11's 9.5 million (``scripts/circuit_step_benchmark.py``), so
-        from about a million weights the threads are kept."""
+        restored after): OpenMP's idle threads would spin on the workers' cores (measured: docs/guides/performance.md)."""
         small = self.clients[0].flat.params.numel() < SERIAL_BETWEEN_BELOW
         with _torch_threads(1) if self.lanes > 1 and small else nullcontext():
             yield

@@ -28,7 +28,7 @@ def test_a_diagonal_hessian_is_recovered_exactly_by_one_probe():
 
 
 def test_probes_on_the_cpu_come_from_the_callers_generator():
-    """The draws every CPU run so far made (their weights are pinned by scripts/final_weights.py)."""
+    """The draws every CPU run so far made (their weights are pinned by scripts/checks/final_weights.py)."""
     generator = torch.Generator().manual_seed(3)
     assert probe_generator(generator, torch.device("cpu")) is generator
     h = torch.tensor([0.5, 2.0, -1.0])

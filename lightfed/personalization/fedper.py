@@ -50,13 +50,17 @@ class FedPer(Personalized):
 
     def rule(self, plan: ClientPlan) -> LocalRule:
         """The client's rule: its own layers loaded before training, around the inner strategy's rule."""
+        return PersonalLayers(*self.personal_layers(plan.client_id), plan.rule)
+
+    def personal_layers(self, client_id: int) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        """The personal coordinates' masks (parameters, buffers) and the client's own values of them (None: none
+        yet)."""
         states, coordinates = self.client_states, self.coordinates
-        return PersonalLayers(
+        return (
             coordinates.params,
             coordinates.buffers,
-            states.get(plan.client_id, PERSONAL),
-            states.get(plan.client_id, PERSONAL_BUFFERS),
-            plan.rule,
+            states.get(client_id, PERSONAL),
+            states.get(client_id, PERSONAL_BUFFERS),
         )
 
     def accumulate(self, sums: Sums, update: ClientUpdate) -> None:

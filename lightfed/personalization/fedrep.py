@@ -14,7 +14,6 @@ from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.local.head_then_body import HeadThenBody
 from lightfed.personalization.fedper import FedPer
-from lightfed.personalization.personalized import PERSONAL, PERSONAL_BUFFERS
 from lightfed.strategies.base import NOTHING, Strategy
 
 
@@ -56,12 +55,4 @@ class FedRep(FedPer):
         return replace(plan, steps=(plan.steps or 0) + self.head_steps(plan.client_id))
 
     def rule(self, plan: ClientPlan) -> LocalRule:
-        states, coordinates = self.client_states, self.coordinates
-        return HeadThenBody(
-            coordinates.params,
-            coordinates.buffers,
-            states.get(plan.client_id, PERSONAL),
-            states.get(plan.client_id, PERSONAL_BUFFERS),
-            self.head_steps(plan.client_id),
-            plan.rule,
-        )
+        return HeadThenBody(*self.personal_layers(plan.client_id), self.head_steps(plan.client_id), plan.rule)

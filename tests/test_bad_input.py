@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from lightfed.cli import main, run
+from tests.conftest import trainer_options
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
@@ -109,8 +110,7 @@ REFUSED = [
         [
             "--strategy",
             "lightfed.strategies.AdaptiveFedECADO",
-            "--trainer.lr_schedule",
-            "lightfed.schedules.CosineDecay",
+            *trainer_options(lr_schedule="lightfed.schedules.CosineDecay"),
         ],
         ["remove trainer.lr_schedule"],
     ),
@@ -207,14 +207,7 @@ def test_a_truncated_checkpoint_without_a_previous_one_leaves_the_run_as_it_was(
             "fit",
             "--config",
             QUICKSTART,
-            "--trainer.root_dir",
-            str(tmp_path),
-            "--trainer.progress_bar",
-            "false",
-            "--trainer.rounds",
-            "1",
-            "--trainer.client_eval_interval",
-            "0",
+            *trainer_options(root_dir=str(tmp_path), progress_bar="false", rounds=1, client_eval_interval=0),
         ]
     )
     folder = tmp_path / "quickstart"

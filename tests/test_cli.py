@@ -1,7 +1,6 @@
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +9,8 @@ import pytest
 import torch
 
 from lightfed.cli import main, run
-from lightfed.core.saved_client_states import saved_client_states
 from lightfed.subcommands import headline
+from tests.conftest import LIGHTFED, trainer_options
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
@@ -23,10 +22,7 @@ def _fit_quickstart(tmp_path, *overrides: str) -> dict[str, float]:
             "fit",
             "--config",
             QUICKSTART,
-            "--trainer.root_dir",
-            str(tmp_path),
-            "--trainer.progress_bar",
-            "false",
+            *trainer_options(root_dir=str(tmp_path), progress_bar="false"),
             *overrides,
         ]
     )
@@ -64,8 +60,7 @@ def test_dotted_overrides_and_print_config(capsys):
                 "fit",
                 "--config",
                 QUICKSTART,
-                "--trainer.rounds",
-                "5",
+                *trainer_options(rounds=5),
                 "--strategy.init_args.server_lr",
                 "0.5",
                 "--print_config",
@@ -105,14 +100,7 @@ def test_without_model_and_strategy_the_run_uses_smallcnn_and_fedavg(tmp_path):
             "fit",
             "--config",
             str(config),
-            "--trainer.rounds",
-            "5",
-            "--trainer.client_eval_interval",
-            "0",
-            "--trainer.root_dir",
-            str(tmp_path),
-            "--trainer.progress_bar",
-            "false",
+            *trainer_options(rounds=5, client_eval_interval=0, root_dir=str(tmp_path), progress_bar="false"),
         ]
     )
     assert metrics["val_acc"] > 0.3  # SmallCNN (lr 0.05) trained by FedAvg on digits
@@ -144,24 +132,18 @@ def test_two_processes_give_the_weights_of_one(tmp_path):
         root = tmp_path / f"devices{devices}"
         subprocess.run(
             [
-                sys.executable,
-                "-m",
-                "lightfed",
+                *LIGHTFED,
                 "fit",
                 "--config",
                 config,
-                "--trainer.rounds",
-                "3",
-                "--trainer.name",
-                "run",
-                "--trainer.devices",
-                str(devices),
-                "--trainer.root_dir",
-                str(root),
-                "--trainer.progress_bar",
-                "false",
-                "--trainer.check_replicas",
-                "true",
+                *trainer_options(
+                    rounds=3,
+                    name="run",
+                    devices=str(devices),
+                    root_dir=str(root),
+                    progress_bar="false",
+                    check_replicas="true",
+                ),
             ],  # every round: the global weights are the same on every process
             check=True,
             cwd=tmp_path,
@@ -175,65 +157,6 @@ def test_two_processes_give_the_weights_of_one(tmp_path):
     assert one["round"] == two["round"] == 3
     assert (one["params"] - two["params"]).abs().max() <= 1e-5
     assert not list((tmp_path / "devices2" / "run").glob("version_1"))  # one run folder, written by rank 0
-
-
-@pytest.mark.slow
-def test_scaffold_resumes_on_two_processes_and_on_one_from_the_per_process_files(tmp_path):
-    """SCAFFOLD keeps each client's control variate on the process that trains it (i % 2), which writes it into its
-    own checkpoint file. A two-process run cut after round 2 resumes on two processes (each reads its own file) to the
-    uninterrupted run's weights and control variates, and on one process (which takes every file's clients) to them
-    within the 1-vs-2-process tolerance."""
-    digits = ROOT / "configs" / "digits"
-    scaffold = ["--config", str(digits / "base.yaml"), "--config", str(digits / "scaffold.yaml")]
-
-    def fit(root: Path, devices: int, rounds: int, *extra: str) -> dict:
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "lightfed",
-                "fit",
-                *scaffold,
-                "--trainer.rounds",
-                str(rounds),
-                "--trainer.name",
-                "run",
-                "--trainer.devices",
-                str(devices),
-                "--trainer.root_dir",
-                str(root),
-                "--trainer.progress_bar",
-                "false",
-                "--trainer.client_eval_interval",
-                "0",
-                *extra,
-            ],
-            check=True,
-            cwd=tmp_path,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-            capture_output=True,
-            timeout=300,
-        )
-        path = root / "run" / "version_0" / "checkpoints" / "last.ckpt"
-        return {**torch.load(path, weights_only=False), "client_states": saved_client_states(path)}
-
-    straight = fit(tmp_path / "straight", 2, 3)
-    folder = tmp_path / "straight" / "run" / "version_0" / "checkpoints" / "process_states" / "round_3"
-    for rank in range(2):
-        held = torch.load(folder / f"process_{rank}_of_2.pt", weights_only=False)["clients"]
-        assert held and all(client_id % 2 == rank for client_id in held)
-    fit(tmp_path / "cut", 2, 2)
-    shutil.copytree(tmp_path / "cut", tmp_path / "cut_to_one")
-    resumed = fit(tmp_path / "cut", 2, 3, "--ckpt_path", "last")
-    assert torch.equal(resumed["params"], straight["params"])
-    assert resumed["client_states"].keys() == straight["client_states"].keys()
-    assert all(torch.equal(s["c"], resumed["client_states"][i]["c"]) for i, s in straight["client_states"].items())
-    on_one = fit(tmp_path / "cut_to_one", 1, 3, "--ckpt_path", "last")
-    assert (on_one["params"] - straight["params"]).abs().max() <= 1e-5
-    assert on_one["client_states"].keys() == straight["client_states"].keys()
-    assert all(
-        (s["c"] - on_one["client_states"][i]["c"]).abs().max() <= 1e-5 for i, s in straight["client_states"].items()
-    )
 
 
 BLOBS_MODULE = """
@@ -272,10 +195,7 @@ def test_a_datamodule_beside_the_config_file_is_found_and_split_by_label(tmp_pat
             "fit",
             "--config",
             str(project / "blobs.yaml"),
-            "--trainer.root_dir",
-            str(tmp_path / "runs"),
-            "--trainer.progress_bar",
-            "false",
+            *trainer_options(root_dir=str(tmp_path / "runs"), progress_bar="false"),
         ]
     )
     assert metrics["round/clients"] == 4 and metrics["val_acc"] > 0.4  # 3 classes a unit apart
@@ -316,7 +236,7 @@ def _readme_own_model_and_data() -> tuple[str, str]:
 
 
 @pytest.mark.slow
-def test_the_readmes_own_model_and_data_train_to_the_same_weights_on_one_and_two_processes(tmp_path):
+def test_the_readmes_own_model_and_data_train_to_the_same_weights_on_two_processes(tmp_path):
     """The README's mine.py and mine.yaml, run by the lightfed command in their folder (no PYTHONPATH)."""
     code, config = _readme_own_model_and_data()
     assert len(config.splitlines()) <= 10
@@ -333,10 +253,7 @@ def test_the_readmes_own_model_and_data_train_to_the_same_weights_on_one_and_two
                 "fit",
                 "--config",
                 "mine.yaml",
-                "--trainer.devices",
-                str(devices),
-                "--trainer.progress_bar",
-                "false",
+                *trainer_options(devices=str(devices), progress_bar="false"),
             ],
             cwd=project,
             env=env,

@@ -3,10 +3,11 @@
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import quickstart_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,27 +28,9 @@ def test_a_fedavg_round_on_two_processes_makes_the_counted_collectives(tmp_path)
     """Round 2 of 3 of the quickstart (evaluated and checkpointed, no per-client evaluation), on each process:
     torch.distributed's calls from the start of the round to the start of the next."""
     subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lightfed",
-            "fit",
-            "--config",
-            str(ROOT / "configs" / "quickstart.yaml"),
-            "--trainer.rounds",
-            "3",
-            "--trainer.client_eval_interval",
-            "0",
-            "--trainer.devices",
-            "2",
-            "--trainer.root_dir",
-            str(tmp_path),
-            "--trainer.progress_bar",
-            "false",
-            "--trainer.logger",
-            "false",
-            "--trainer.callbacks+=tests.collective_counter.CountCollectives",
-        ],
+        quickstart_command(
+            tmp_path, 2, "--trainer.callbacks+=tests.collective_counter.CountCollectives", rounds=3, logger="false"
+        ),
         check=True,
         cwd=tmp_path,
         capture_output=True,

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from lightfed.cli import main, run
+from tests.conftest import trainer_options
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -114,12 +115,7 @@ def test_digits_config_learns(files, tmp_path):
         [
             "fit",
             *configs,
-            "--trainer.rounds",
-            "10",
-            "--trainer.root_dir",
-            str(tmp_path),
-            "--trainer.progress_bar",
-            "false",
+            *trainer_options(rounds=10, root_dir=str(tmp_path), progress_bar="false"),
         ]
     )
     assert metrics["val_acc"] > 0.5  # ten classes: chance is 0.1

@@ -4,41 +4,21 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.conftest import quickstart_command
+
 ROOT = Path(__file__).resolve().parents[1]
 KILLS = 10
 
 
 def _command(root: Path, devices: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "lightfed",
-        "fit",
-        "--config",
-        str(ROOT / "configs" / "quickstart.yaml"),
-        "--trainer.rounds",
-        "8",
-        "--trainer.eval_interval",
-        "2",
-        "--trainer.client_eval_interval",
-        "0",
-        "--trainer.devices",
-        str(devices),
-        "--trainer.root_dir",
-        str(root),
-        "--trainer.progress_bar",
-        "false",
-        "--trainer.callbacks+=tests.fault_marker.MarkTrainingStarted",
-        "--ckpt_path",
-        "auto",
-    ]
+    marker = "--trainer.callbacks+=tests.fault_marker.MarkTrainingStarted"
+    return quickstart_command(root, devices, marker, "--ckpt_path", "auto", rounds=8, eval_interval=2)
 
 
 def _environment(marker: Path) -> dict[str, str]:

@@ -4,7 +4,6 @@ names the process, how it was lost and where the run's last checkpoint is."""
 import json
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,7 +12,7 @@ import torch
 
 from lightfed.errors import ConfigError
 from lightfed.run.lost_process import collective_failed, lost_process_line
-from tests.conftest import small_trainer
+from tests.conftest import quickstart_command, small_trainer
 from tests.session import run_in_session
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,29 +21,7 @@ TIMEOUT_S = 10  # short, yet longer than any healthy wait of this tiny run on a 
 
 def fit_two_processes(root: Path, *extra: str) -> subprocess.CompletedProcess:
     """``lightfed fit`` of the quickstart (4 rounds) on 2 CPU processes, with a short collective timeout."""
-    return run_in_session(
-        [
-            sys.executable,
-            "-m",
-            "lightfed",
-            "fit",
-            "--config",
-            str(ROOT / "configs" / "quickstart.yaml"),
-            "--trainer.rounds",
-            "4",
-            "--trainer.client_eval_interval",
-            "0",
-            "--trainer.devices",
-            "2",
-            "--trainer.root_dir",
-            str(root),
-            "--trainer.progress_bar",
-            "false",
-            "--trainer.collective_timeout",
-            str(TIMEOUT_S),
-            *extra,
-        ]
-    )
+    return run_in_session(quickstart_command(root, 2, *extra, rounds=4, collective_timeout=TIMEOUT_S))
 
 
 def signal_at_round_three(signals: list[str], rank: int) -> str:

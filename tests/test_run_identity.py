@@ -18,7 +18,7 @@ from lightfed.errors import ConfigError
 from lightfed.run.fingerprint import RESUMABLE, check_fingerprint, fingerprint
 from lightfed.run.run_folder import claim_run_folder
 from lightfed.strategies import FedAvg
-from tests.conftest import small_data, small_model, small_trainer
+from tests.conftest import LIGHTFED, small_data, small_model, small_trainer, trainer_options
 
 TINY = """
 seed_everything: 0
@@ -126,14 +126,11 @@ def test_four_runs_started_at_once_with_one_name_get_four_folders(tmp_path):
     runs = [
         subprocess.Popen(
             [
-                sys.executable,
-                "-m",
-                "lightfed",
+                *LIGHTFED,
                 "fit",
                 "--config",
                 str(config),
-                "--trainer.root_dir",
-                str(tmp_path / "runs"),
+                *trainer_options(root_dir=str(tmp_path / "runs")),
                 "--seed_everything",
                 str(seed),
             ],

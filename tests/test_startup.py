@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import LIGHTFED, trainer_options
+
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
 OPTIONAL = ["opacus", "sklearn", "tensorboard", "torch.utils.tensorboard"]  # imported by the runs that use them
@@ -48,20 +50,11 @@ def test_the_privacy_accountant_imports_opacus_where_it_is_used():
 def _fit_on_two_processes(tmp_path: Path, callback: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "lightfed",
+            *LIGHTFED,
             "fit",
             "--config",
             QUICKSTART,
-            "--trainer.rounds",
-            "1",
-            "--trainer.devices",
-            "2",
-            "--trainer.root_dir",
-            str(tmp_path / "runs"),
-            "--trainer.progress_bar",
-            "false",
+            *trainer_options(rounds=1, devices=2, root_dir=str(tmp_path / "runs"), progress_bar="false"),
             f"--trainer.callbacks+=tests.process_probe.{callback}",
         ],
         cwd=ROOT,

@@ -2,7 +2,6 @@
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,24 +14,20 @@ from lightfed.asynchronous.schedule import Asynchrony, BufferedSchedule
 from lightfed.cli import main, run
 from lightfed.core.saved_client_states import saved_client_states
 from lightfed.errors import ConfigError
+from tests.conftest import LIGHTFED, trainer_options
 from tests.data.test_datasets import write_fake_mnist
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "configs" / "async" / "digits"
 MASFL = ["--config", str(DIGITS / "base.yaml"), "--config", str(DIGITS / "masfl.yaml")]
 SMALL = [
-    "--trainer.rounds",
-    "4",
-    "--trainer.clients_per_round",
-    "2",
+    *trainer_options(rounds=4, clients_per_round=2),
     "--asynchronous.concurrency",
     "4",
-    "--trainer.local_steps",
-    "2",
+    *trainer_options(local_steps=2),
     "--data.partitioner.init_args.num_clients",
     "8",
-    "--trainer.progress_bar",
-    "false",
+    *trainer_options(progress_bar="false"),
 ]
 
 
@@ -188,8 +183,7 @@ def test_every_async_config_trains(tmp_path, config):
             "8",
             "--model.init_args.width",
             "4",
-            "--trainer.accelerator",
-            "cpu",
+            *trainer_options(accelerator="cpu"),
         ]
     layers = ["--config", str(config.with_name("base.yaml")), "--config", str(config)]
     metrics = run(
@@ -197,12 +191,7 @@ def test_every_async_config_trains(tmp_path, config):
             "fit",
             *layers,
             *SMALL,
-            "--trainer.rounds",
-            "2",
-            "--trainer.eval_interval",
-            "1",
-            "--trainer.root_dir",
-            str(tmp_path / "runs"),
+            *trainer_options(rounds=2, eval_interval=1, root_dir=str(tmp_path / "runs")),
             *overrides,
         ]
     )
@@ -225,10 +214,7 @@ def _error_of(argv: list[str], capsys) -> str:
         (["--asynchronous.concurrency", "1"], "(S=2) <= asynchronous.concurrency (M_c=1)"),
         (
             [
-                "--trainer.local_steps",
-                "null",
-                "--trainer.local_epochs",
-                "1",
+                *trainer_options(local_steps="null", local_epochs=1),
                 "--strategy",
                 "lightfed.strategies.AdaMasFL",
             ],
@@ -261,20 +247,11 @@ def test_two_processes_give_the_weights_and_client_states_of_one(tmp_path):
     _fit(tmp_path / "one", "--trainer.name", "run")
     subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "lightfed",
+            *LIGHTFED,
             "fit",
             *MASFL,
             *SMALL,
-            "--trainer.name",
-            "run",
-            "--trainer.devices",
-            "2",
-            "--trainer.check_replicas",
-            "true",
-            "--trainer.root_dir",
-            str(tmp_path / "two"),
+            *trainer_options(name="run", devices=2, check_replicas="true", root_dir=str(tmp_path / "two")),
         ],
         check=True,
         cwd=tmp_path,

@@ -23,7 +23,7 @@ from lightfed.errors import ConfigError
 from lightfed.models import SmallCNN
 from lightfed.strategies import CoordinateMedian, FedAvg
 from lightfed.strategies.sharded_base import ShardedRound
-from tests.conftest import fit_in_subprocess, small_data, small_model, small_trainer
+from tests.conftest import same_weights_on_two_processes, small_data, small_model, small_trainer, trainer_options
 from tests.personalization.conftest import linear_net, pathological_data
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -205,32 +205,17 @@ def test_lie_replaces_the_malicious_rows_from_the_benign_updates_the_attackers_k
 def test_a_colluding_attack_gives_the_same_model_on_one_and_two_processes(tmp_path):
     """The held updates meet through one all-reduce; the crafted updates are the same on every process."""
 
-    def params(devices: int) -> torch.Tensor:
-        root = tmp_path / f"devices{devices}"
-        fit_in_subprocess(
-            ROOT / "configs" / "quickstart.yaml",
-            root,
-            devices,
-            "--strategy",
-            "lightfed.strategies.Krum",
-            "--strategy.num_byzantine",
-            "2",
-            "--trainer.attack",
-            "lightfed.attacks.MinMax",
-            "--trainer.attack.fraction",
-            "0.3",
-            "--trainer.rounds",
-            "2",
-            "--trainer.local_epochs",
-            "1",
-            "--trainer.client_eval_interval",
-            "0",
-            "--trainer.check_replicas",
-            "true",
-        )
-        return torch.load(root / "quickstart" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)["params"]
-
-    assert torch.equal(params(1), params(2))
+    assert same_weights_on_two_processes(
+        tmp_path,
+        "--strategy",
+        "lightfed.strategies.Krum",
+        "--strategy.num_byzantine",
+        "2",
+        *trainer_options(attack="lightfed.attacks.MinMax"),
+        "--trainer.attack.fraction",
+        "0.3",
+        *trainer_options(rounds=2, local_epochs=1, client_eval_interval=0),
+    )
 
 
 class _KeepsTheModel(FedAvg):

@@ -10,7 +10,7 @@ from lightfed.callbacks import EarlyStopping, ProgressBar
 from lightfed.cli import run
 from lightfed.errors import ConfigError
 from lightfed.run.run_output import METRICS_FILE
-from tests.conftest import small_data, small_model, small_trainer
+from tests.conftest import LIGHTFED, small_data, small_model, small_trainer, trainer_options
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
@@ -120,14 +120,7 @@ def test_early_stopping_from_a_config_stops_every_process_and_keeps_the_checkpoi
             QUICKSTART,
             "--config",
             str(config),
-            "--trainer.rounds",
-            "5",
-            "--trainer.client_eval_interval",
-            "0",
-            "--trainer.root_dir",
-            str(tmp_path / "runs"),
-            "--trainer.progress_bar",
-            "false",
+            *trainer_options(rounds=5, client_eval_interval=0, root_dir=str(tmp_path / "runs"), progress_bar="false"),
         ]
     )
     run_dir = tmp_path / "runs" / "quickstart" / "version_0"
@@ -151,20 +144,12 @@ def test_a_logger_from_the_command_line_and_the_hparams_of_tensorboard(tmp_path)
         "fit",
         "--config",
         QUICKSTART,
-        "--trainer.rounds",
-        "1",
-        "--trainer.progress_bar",
-        "false",
-        "--trainer.client_eval_interval",
-        "0",
+        *trainer_options(rounds=1, progress_bar="false", client_eval_interval=0),
     ]
     run(
         [
             *common,
-            "--trainer.root_dir",
-            str(tmp_path / "csv"),
-            "--trainer.logger",
-            "lightning.fabric.loggers.CSVLogger",
+            *trainer_options(root_dir=str(tmp_path / "csv"), logger="lightning.fabric.loggers.CSVLogger"),
             "--trainer.logger.root_dir",
             str(tmp_path / "csv_logs"),
         ]
@@ -184,27 +169,15 @@ def test_sigterm_mid_round_on_two_processes_checkpoints_that_round_and_exits_cle
     a traceback, and resuming gives the weights of an uninterrupted run."""
     import os
     import subprocess
-    import sys
 
     def fit(root: Path, *extra: str) -> subprocess.CompletedProcess:
         return subprocess.run(
             [
-                sys.executable,
-                "-m",
-                "lightfed",
+                *LIGHTFED,
                 "fit",
                 "--config",
                 QUICKSTART,
-                "--trainer.rounds",
-                "4",
-                "--trainer.client_eval_interval",
-                "0",
-                "--trainer.devices",
-                "2",
-                "--trainer.root_dir",
-                str(root),
-                "--trainer.progress_bar",
-                "false",
+                *trainer_options(rounds=4, client_eval_interval=0, devices=2, root_dir=str(root), progress_bar="false"),
                 *extra,
             ],
             cwd=ROOT,

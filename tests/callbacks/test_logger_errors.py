@@ -6,6 +6,7 @@ import pytest
 from lightning.fabric.loggers import Logger
 
 from lightfed.cli import main
+from tests.conftest import trainer_options
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,16 +18,9 @@ def fit_with_logger(tmp_path: Path, logger: str) -> int:
                 "fit",
                 "--config",
                 str(ROOT / "configs" / "quickstart.yaml"),
-                "--trainer.rounds",
-                "2",
-                "--trainer.client_eval_interval",
-                "0",
-                "--trainer.root_dir",
-                str(tmp_path),
-                "--trainer.progress_bar",
-                "false",
-                "--trainer.logger",
-                logger,
+                *trainer_options(
+                    rounds=2, client_eval_interval=0, root_dir=str(tmp_path), progress_bar="false", logger=logger
+                ),
             ]
         )
     return exit.value.code

@@ -3,13 +3,13 @@
 import json
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from lightfed.cli import run
+from tests.conftest import LIGHTFED, trainer_options
 from tests.session import run_in_session
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,22 +20,13 @@ def fit(root: Path, devices: int, *extra: str) -> subprocess.CompletedProcess:
     """``lightfed fit`` of the quickstart (4 rounds); it ends without a traceback and leaves no process behind."""
     done = run_in_session(
         [
-            sys.executable,
-            "-m",
-            "lightfed",
+            *LIGHTFED,
             "fit",
             "--config",
             QUICKSTART,
-            "--trainer.rounds",
-            "4",
-            "--trainer.client_eval_interval",
-            "0",
-            "--trainer.devices",
-            str(devices),
-            "--trainer.root_dir",
-            str(root),
-            "--trainer.progress_bar",
-            "false",
+            *trainer_options(
+                rounds=4, client_eval_interval=0, devices=str(devices), root_dir=str(root), progress_bar="false"
+            ),
             *extra,
         ]
     )
@@ -116,14 +107,7 @@ def test_a_warned_slurm_job_says_whether_its_requeue_succeeded(tmp_path, monkeyp
             "fit",
             "--config",
             QUICKSTART,
-            "--trainer.rounds",
-            "4",
-            "--trainer.client_eval_interval",
-            "0",
-            "--trainer.root_dir",
-            str(root),
-            "--trainer.progress_bar",
-            "false",
+            *trainer_options(rounds=4, client_eval_interval=0, root_dir=str(root), progress_bar="false"),
             signals_at_round_two("SIGUSR1"),
         ]
     )

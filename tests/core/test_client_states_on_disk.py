@@ -16,7 +16,7 @@ from lightfed.errors import ConfigError
 from lightfed.personalization import FedPer
 from lightfed.strategies import FedAvg, Scaffold
 from tests.asynchronous.test_asynchronous import MASFL, SMALL
-from tests.conftest import small_data, small_model, small_trainer
+from tests.conftest import small_data, small_model, small_trainer, trainer_options
 from tests.personalization.conftest import linear_net, pathological_data
 
 
@@ -57,14 +57,12 @@ def test_an_asynchronous_strategys_state_on_disk_gives_the_in_memory_run(tmp_pat
                 "fit",
                 *MASFL,
                 *SMALL,
-                "--trainer.root_dir",
-                str(tmp_path / store),
-                "--trainer.name",
-                "run",
-                "--trainer.client_states",
-                store,
-                "--trainer.client_states_folder",
-                str(tmp_path / store),
+                *trainer_options(
+                    root_dir=str(tmp_path / store),
+                    name="run",
+                    client_states=store,
+                    client_states_folder=str(tmp_path / store),
+                ),
             ]
         )
         return tmp_path / store / "run" / "version_0" / "checkpoints" / "last.ckpt"

@@ -4,6 +4,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from lightfed.core.logged_values import LoggedValues
 from lightfed.models import SmallCNN
+from tests.conftest import quickstart_command
 
 
 def test_batch_weighted_means_and_metric_compute():
@@ -46,7 +47,6 @@ def test_a_metric_logged_in_training_step_is_reduced_when_a_process_trains_no_cl
     (it used to wait for the other forever); the accuracy is the one-process run's."""
     import os
     import subprocess
-    import sys
     from pathlib import Path
 
     import yaml
@@ -56,28 +56,14 @@ def test_a_metric_logged_in_training_step_is_reduced_when_a_process_trains_no_cl
     def last_train_acc(devices: int) -> float:
         out = tmp_path / f"devices{devices}"
         subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "lightfed",
-                "fit",
-                "--config",
-                str(root / "configs" / "quickstart.yaml"),
+            quickstart_command(
+                out,
+                devices,
                 "--model",
                 "tests.run.metric_model.SmallCNNWithTrainAccuracy",
-                "--trainer.clients_per_round",
-                "1",
-                "--trainer.rounds",
-                "3",
-                "--trainer.client_eval_interval",
-                "0",
-                "--trainer.devices",
-                str(devices),
-                "--trainer.root_dir",
-                str(out),
-                "--trainer.progress_bar",
-                "false",
-            ],
+                clients_per_round=1,
+                rounds=3,
+            ),
             check=True,
             cwd=root,
             capture_output=True,

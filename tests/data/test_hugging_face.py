@@ -14,7 +14,7 @@ from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.models import MLP
 from lightfed.strategies import FedAvg
-from tests.conftest import small_trainer
+from tests.conftest import small_trainer, trainer_options
 
 datasets = pytest.importorskip("datasets")
 PIL = pytest.importorskip("PIL.Image")
@@ -78,16 +78,9 @@ def test_the_femnist_config_trains_from_a_local_saved_dataset(saved_femnist, tmp
             str(saved_femnist),
             "--model.init_args.num_classes",
             "4",
-            "--trainer.rounds",
-            "2",
-            "--trainer.clients_per_round",
-            "4",
-            "--trainer.accelerator",
-            "cpu",
-            "--trainer.root_dir",
-            str(tmp_path),
-            "--trainer.progress_bar",
-            "false",
+            *trainer_options(
+                rounds=2, clients_per_round=4, accelerator="cpu", root_dir=str(tmp_path), progress_bar="false"
+            ),
         ]
     )
     assert metrics["round/clients"] == 4 and np.isfinite(metrics["val_loss"])
@@ -117,18 +110,14 @@ def test_local_parquet_files_train_with_a_dirichlet_split(tmp_path):
             "4",
             "--data.partitioner.init_args.min_size",
             "5",
-            "--trainer.rounds",
-            "2",
-            "--trainer.clients_per_round",
-            "4",
-            "--trainer.local_epochs",
-            "1",
-            "--trainer.accelerator",
-            "cpu",
-            "--trainer.root_dir",
-            str(tmp_path),
-            "--trainer.progress_bar",
-            "false",
+            *trainer_options(
+                rounds=2,
+                clients_per_round=4,
+                local_epochs=1,
+                accelerator="cpu",
+                root_dir=str(tmp_path),
+                progress_bar="false",
+            ),
         ]
     )
     assert metrics["round/clients"] == 4 and np.isfinite(metrics["val_loss"])
@@ -166,16 +155,9 @@ def test_the_shakespeare_config_trains_on_next_characters(tmp_path):
             "8",
             "--model.init_args.num_layers",
             "1",
-            "--trainer.rounds",
-            "1",
-            "--trainer.clients_per_round",
-            "3",
-            "--trainer.accelerator",
-            "cpu",
-            "--trainer.root_dir",
-            str(tmp_path),
-            "--trainer.progress_bar",
-            "false",
+            *trainer_options(
+                rounds=1, clients_per_round=3, accelerator="cpu", root_dir=str(tmp_path), progress_bar="false"
+            ),
         ]
     )
     assert metrics["round/clients"] == 3 and np.isfinite(metrics["val_loss"])

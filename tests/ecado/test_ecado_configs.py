@@ -8,6 +8,7 @@ import torch
 
 from lightfed.cli import run
 from lightfed.data import DatasetSource, TensorSplits
+from tests.conftest import trainer_options
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = [
@@ -52,26 +53,19 @@ def test_paper_config_runs_one_round_on_fake_data(config, tmp_path):
             "4",
             "--data.partitioner.init_args.alpha",
             "100",
-            "--trainer.clients_per_round",
-            "2",
-            "--trainer.local_epochs",
-            "null",
-            "--trainer.local_steps",
-            "1",
-            "--trainer.redraw_local_work",
-            "false",
-            "--trainer.rounds",
-            "1",
-            "--trainer.accelerator",
-            "cpu",
+            *trainer_options(
+                clients_per_round=2,
+                local_epochs="null",
+                local_steps=1,
+                redraw_local_work="false",
+                rounds=1,
+                accelerator="cpu",
+            ),
             "--strategy.init_args.curvature_batches",
             "1",
             "--strategy.init_args.curvature_probes",
             "1",
-            "--trainer.root_dir",
-            str(tmp_path),
-            "--trainer.progress_bar",
-            "false",
+            *trainer_options(root_dir=str(tmp_path), progress_bar="false"),
             *loose,
         ]
     )

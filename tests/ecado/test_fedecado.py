@@ -15,6 +15,8 @@ from lightfed.strategies.base import ServerContext
 from tests.conftest import small_data, small_model, small_trainer
 from tests.ecado.ecado_quadratics import dense_quadratics, diagonal_quadratics, run_rounds, sharded_round, train_client
 
+TOY = dict(inductance=0.3, inductance_rule="constant", window_end="max", tolerance=1e-2, beyond_window="extrapolate")
+
 
 def _branches(a: int = 3, d: int = 5, seed: int = 0, dtype=torch.float64, **overrides) -> Branches:
     g = torch.Generator().manual_seed(seed)
@@ -175,12 +177,8 @@ def test_converges_to_the_data_weighted_optimum_of_heterogeneous_quadratics(curv
         lte.append(strategy.metrics()["max_lte"])
 
     strategy = FedECADO(
-        inductance=0.3,
-        inductance_rule="constant",
-        window_end="max",
-        tolerance=1e-2,
+        **TOY,
         sensitivity_step=float(time_steps.mean()),
-        beyond_window="extrapolate",
         initial_step=1e-2,
         curvature=curvature,
     )
@@ -200,12 +198,8 @@ def test_without_the_data_size_coupling_the_fixed_point_weighs_clients_equally()
     problem = dense_quadratics()
     time_steps, steps, _ = _toy_setup(problem)
     strategy = FedECADO(
-        inductance=0.3,
-        inductance_rule="constant",
-        window_end="max",
-        tolerance=1e-2,
+        **TOY,
         sensitivity_step=float(time_steps.mean()),
-        beyond_window="extrapolate",
         coupling="unit",
     )
     x = run_rounds(strategy, problem, 250, 5, steps, time_steps, torch.zeros(20, dtype=torch.float64))

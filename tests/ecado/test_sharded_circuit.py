@@ -4,7 +4,6 @@ per process falling as 1 / processes, and the digits configs on two real process
 import json
 import os
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from lightfed.core.saved_client_states import saved_client_states
 from lightfed.core.sharding import CoordinateShards, CoordinateSums
 from lightfed.ecado.circuit import Branches, StepControl, integrate_window
 from lightfed.strategies import FedECADO
+from tests.conftest import LIGHTFED, trainer_options
 from tests.ecado.ecado_quadratics import ThreadGroup, dense_quadratics, run_rounds
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,30 +154,22 @@ def test_the_curvature_cutoff_is_decided_alike_on_every_process(cutoff):
 def _fit(root: Path, config: str, devices: int, *overrides: str) -> Path:
     subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "lightfed",
+            *LIGHTFED,
             "fit",
             "--config",
             str(Path(config).with_name("base.yaml")),
             "--config",
             config,
-            "--trainer.devices",
-            str(devices),
-            "--trainer.clients_per_round",
-            "10",
-            "--trainer.local_epochs",
-            "1",
-            "--trainer.client_eval_interval",
-            "0",
-            "--trainer.root_dir",
-            str(root),
-            "--trainer.name",
-            "run",
-            "--trainer.progress_bar",
-            "false",
-            "--trainer.check_replicas",
-            "true",
+            *trainer_options(
+                devices=str(devices),
+                clients_per_round=10,
+                local_epochs=1,
+                client_eval_interval=0,
+                root_dir=str(root),
+                name="run",
+                progress_bar="false",
+                check_replicas="true",
+            ),
             *overrides,
         ],  # every round: the same global weights on every process
         check=True,

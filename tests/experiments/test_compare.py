@@ -17,6 +17,7 @@ import torch
 
 from lightfed.cli import main as lightfed_main
 from lightfed.experiments import compare, markdown, plan, run_logs, summaries, sweep_specs
+from tests.conftest import trainer_options
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
@@ -120,20 +121,13 @@ def test_run_names_and_arguments_are_deterministic():
         "fit",
         "--config",
         "/c/quickstart.yaml",
-        "--trainer.progress_bar",
-        "false",
-        "--trainer.local_epochs",
-        "1",
+        *trainer_options(progress_bar="false", local_epochs=1),
         f"--{LR}",
         "0.5",
-        "--trainer.rounds",
-        "3",
+        *trainer_options(rounds=3),
         "--seed_everything",
         "1",
-        "--trainer.root_dir",
-        "/out/runs",
-        "--trainer.name",
-        "quickstart__strategy.server_lr=0.5__seed1",
+        *trainer_options(root_dir="/out/runs", name="quickstart__strategy.server_lr=0.5__seed1"),
     ]
     assert plan.run_name("fedavg", {}, 2) == "fedavg__seed2"
     assert plan.config_names(["c/digits/fedavg.yaml", "c/cifar10/fedavg.yaml", "c/digits/fedprox.yaml"]) == [

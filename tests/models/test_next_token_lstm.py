@@ -89,7 +89,7 @@ def test_a_federation_of_writers_learns_most_of_what_their_text_allows(tmp_path)
 
 
 @pytest.mark.slow
-def test_the_text_config_trains_to_the_same_weights_on_one_and_two_processes(tmp_path) -> None:
+def test_the_text_config_trains_to_the_same_weights_on_two_processes(tmp_path) -> None:
     def final_checkpoint(devices: int) -> dict:
         root = tmp_path / f"devices{devices}"
         fit_in_subprocess(CONFIG, root, devices, "--trainer.rounds", "3")

@@ -9,7 +9,7 @@ import torch
 
 from lightfed.cli import run
 from lightfed.core.saved_client_states import saved_client_states
-from tests.conftest import fit_in_subprocess
+from tests.conftest import fit_in_subprocess, trainer_options
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = [
@@ -19,24 +19,19 @@ CONFIGS = [
     str(ROOT / "configs" / "personalization" / "base.yaml"),
 ]
 TINY = [
-    "--trainer.clients_per_round",
-    "4",
-    "--trainer.local_epochs",
-    "null",
-    "--trainer.local_steps",
-    "2",
-    "--trainer.client_eval_interval",
-    "0",
-    "--trainer.unseen_clients",
-    "0",
-    "--trainer.name",
-    "run",
+    *trainer_options(
+        clients_per_round=4,
+        local_epochs="null",
+        local_steps=2,
+        client_eval_interval=0,
+        unseen_clients=0,
+        name="run",
+    ),
     "--model.init_args.width",
     "4",
     "--data.partitioner.init_args.num_clients",
     "8",
-    "--trainer.progress_bar",
-    "false",
+    *trainer_options(progress_bar="false"),
 ]
 
 
@@ -47,8 +42,7 @@ def _fit(root: Path, method: str, devices: int, rounds: int, *extra: str) -> dic
         "--config",
         str(ROOT / "configs" / "personalization" / f"{method}.yaml"),
         *TINY,
-        "--trainer.rounds",
-        str(rounds),
+        *trainer_options(rounds=str(rounds)),
         *extra,
     ]
     if devices == 1:

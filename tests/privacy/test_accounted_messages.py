@@ -20,7 +20,7 @@ from lightfed.strategies import (
     Scaffold,
 )
 from lightfed.strategies.requirements import check_requirements
-from tests.conftest import small_data, small_model, small_trainer
+from tests.conftest import small_data, small_model, small_trainer, trainer_options
 
 SGD = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
 
@@ -88,8 +88,7 @@ def test_the_refusal_from_the_command_line_is_one_line(tmp_path, capsys):
         "configs/digits/fedecado.yaml",
         "--config",
         "configs/privacy/dp-sgd.yaml",
-        "--trainer.root_dir",
-        str(tmp_path),
+        *trainer_options(root_dir=str(tmp_path)),
     ]
     with pytest.raises(SystemExit) as exit:
         main(argv)

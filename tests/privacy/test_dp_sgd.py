@@ -19,7 +19,7 @@ from lightfed.models import MLP, VGG11
 from lightfed.privacy import DPSGD
 from lightfed.run.client import ClientTrainer
 from lightfed.strategies import FedAvg
-from tests.conftest import small_data, small_trainer
+from tests.conftest import small_data, small_trainer, trainer_options
 
 
 class Fixed(DatasetSource):
@@ -233,14 +233,10 @@ def test_dp_is_configured_from_the_command_line_and_its_refusals_are_one_line(tm
         "configs/digits/base.yaml",
         "--config",
         "configs/digits/fedavg.yaml",
-        "--trainer.root_dir",
-        str(tmp_path),
-        "--trainer.privacy",
-        "lightfed.privacy.DPSGD",
+        *trainer_options(root_dir=str(tmp_path), privacy="lightfed.privacy.DPSGD"),
         "--trainer.privacy.init_args.noise_multiplier",
         "1.0",
-        "--trainer.precision",
-        "bf16-mixed",
+        *trainer_options(precision="bf16-mixed"),
     ]
     with pytest.raises(SystemExit) as exit:
         main(argv)

@@ -12,7 +12,7 @@ from lightfed.privacy import SecureAggregation, UserLevelDP
 from lightfed.privacy.pairwise_masks import neighbour_graph
 from lightfed.privacy.quantization import dequantize_sum, quantize, step_size
 from lightfed.strategies import FedAvg, FedBuff, ServerContext
-from tests.conftest import fit_in_subprocess
+from tests.conftest import fit_in_subprocess, trainer_options
 
 ROOT = Path(__file__).resolve().parents[2]
 SECAGG = ROOT / "configs" / "privacy" / "secagg.yaml"
@@ -171,14 +171,7 @@ def test_one_and_two_processes_give_the_same_model(tmp_path):
             devices,
             "--config",
             str(SECAGG),
-            "--trainer.rounds",
-            "2",
-            "--trainer.local_steps",
-            "2",
-            "--trainer.local_epochs",
-            "null",
-            "--trainer.client_eval_interval",
-            "0",
+            *trainer_options(rounds=2, local_steps=2, local_epochs="null", client_eval_interval=0),
             "--strategy.init_args.dropout",
             "0.2",
             "--strategy.init_args.neighbours",

@@ -15,7 +15,7 @@ from lightfed.privacy import DPSGD, UserLevelDP
 from lightfed.privacy.user_level import CLIPPED, UNCLIPPED
 from lightfed.strategies import AdaptFed, FedAdam, FedAvg, FedECADO, FedExP, FedNova, Scaffold
 from lightfed.strategies.base import ServerContext
-from tests.conftest import fit_in_subprocess, small_data, small_model, small_trainer
+from tests.conftest import same_weights_on_two_processes, small_data, small_model, small_trainer, trainer_options
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -193,30 +193,12 @@ def test_the_budget_stops_the_run_with_a_checkpoint_of_the_last_round_within_it(
 
 @pytest.mark.slow
 def test_one_and_two_processes_give_the_same_model(tmp_path):
-    def params(devices: int) -> torch.Tensor:
-        root = tmp_path / f"devices{devices}"
-        fit_in_subprocess(
-            ROOT / "configs" / "quickstart.yaml",
-            root,
-            devices,
-            "--config",
-            str(ROOT / "configs" / "privacy" / "user-level-adaptive.yaml"),
-            "--trainer.rounds",
-            "2",
-            "--trainer.local_epochs",
-            "1",
-            "--trainer.clients_per_round",
-            "4",
-            "--trainer.client_eval_interval",
-            "0",
-            "--trainer.check_replicas",
-            "true",
-        )
-        return torch.load(
-            root / "user-level-dp-adaptive" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False
-        )["params"]
-
-    assert torch.equal(params(1), params(2))
+    assert same_weights_on_two_processes(
+        tmp_path,
+        "--config",
+        str(ROOT / "configs" / "privacy" / "user-level-adaptive.yaml"),
+        *trainer_options(rounds=2, local_epochs=1, clients_per_round=4, client_eval_interval=0),
+    )
 
 
 def test_user_level_dp_combines_with_example_level_dp_sgd(tmp_path):

@@ -15,23 +15,20 @@ from lightfed.cli import main, run
 from lightfed.core.checkpoint_files import file_checksum
 from lightfed.run.checkpoint import load_checkpoint, save_checkpoint
 from lightfed.run.run_output import RunOutput
+from tests.conftest import trainer_options
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "configs" / "digits"
 SCAFFOLD = ["--config", str(DIGITS / "base.yaml"), "--config", str(DIGITS / "scaffold.yaml")]  # per-process files
 TINY = [
-    "--trainer.clients_per_round",
-    "4",
-    "--trainer.local_epochs",
-    "null",
-    "--trainer.local_steps",
-    "3",
-    "--trainer.client_eval_interval",
-    "0",
-    "--trainer.progress_bar",
-    "false",
-    "--trainer.name",
-    "run",
+    *trainer_options(
+        clients_per_round=4,
+        local_epochs="null",
+        local_steps=3,
+        client_eval_interval=0,
+        progress_bar="false",
+        name="run",
+    ),
 ]
 
 

@@ -10,6 +10,7 @@ from tensorboard.plugins.hparams.backend_context import Context
 
 from lightfed.cli import run
 from lightfed.run.hparams import summary_hparams
+from tests.conftest import trainer_options
 from tests.test_run_identity import TINY
 
 
@@ -37,10 +38,7 @@ def test_two_strategies_compared_show_what_differs_first_with_the_test_metrics(t
                 "fit",
                 "--config",
                 str(config),
-                "--trainer.root_dir",
-                str(tmp_path / "runs"),
-                "--trainer.name",
-                strategy,
+                *trainer_options(root_dir=str(tmp_path / "runs"), name=strategy),
                 "--strategy",
                 f"lightfed.strategies.{strategy}",
             ]

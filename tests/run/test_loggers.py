@@ -10,6 +10,7 @@ from lightning.fabric.loggers import Logger
 
 from lightfed.cli import main
 from lightfed.trainer import FederatedTrainer
+from tests.conftest import trainer_options
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUNDS = 2
@@ -26,14 +27,9 @@ def fit(tmp_path: Path, logger: object, *args: str) -> Path:
             str(ROOT / "configs" / "quickstart.yaml"),
             "--config",
             str(overlay),
-            "--trainer.rounds",
-            str(ROUNDS),
-            "--trainer.client_eval_interval",
-            "0",
-            "--trainer.progress_bar",
-            "false",
-            "--trainer.root_dir",
-            str(tmp_path / "runs"),
+            *trainer_options(
+                rounds=str(ROUNDS), client_eval_interval=0, progress_bar="false", root_dir=str(tmp_path / "runs")
+            ),
             *args,
         ]
     )

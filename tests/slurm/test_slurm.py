@@ -34,6 +34,7 @@ import torch
 import yaml
 
 from lightfed.core.process_states import FOLDER
+from tests.conftest import trainer_options
 
 REPO = Path(__file__).resolve().parents[2]
 SLURM_DIR = REPO / "SLURM"
@@ -332,14 +333,7 @@ def reference_params(root: Path, monkeypatch, *args: str, config: str = QUICKSTA
         [
             "fit",
             *(arg for c in config.split() for arg in ("--config", str(REPO / c))),
-            "--trainer.accelerator",
-            "cpu",
-            "--trainer.progress_bar",
-            "false",
-            "--trainer.root_dir",
-            str(root),
-            "--trainer.name",
-            "reference",
+            *trainer_options(accelerator="cpu", progress_bar="false", root_dir=str(root), name="reference"),
             *QUICK,
             *args,
         ]

@@ -1,6 +1,5 @@
 import os
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from lightfed.errors import ConfigError
 from lightfed.strategies import CoordinateMedian, TrimmedMean
 from lightfed.strategies.robust import trimmed_mean
 from lightfed.strategies.sharded_base import ShardedRound
-from tests.conftest import small_data, small_model, small_trainer
+from tests.conftest import LIGHTFED, small_data, small_model, small_trainer, trainer_options
 
 ROOT = Path(__file__).resolve().parents[2]
 DELTAS = torch.tensor([[1.0, -4.0], [100.0, 2.0], [3.0, 0.0], [2.0, -100.0], [5.0, 1.0]])
@@ -67,26 +66,20 @@ def test_one_and_two_processes_give_the_same_model_and_client_states(tmp_path):
         root = tmp_path / f"devices{devices}"
         subprocess.run(
             [
-                sys.executable,
-                "-m",
-                "lightfed",
+                *LIGHTFED,
                 "fit",
                 "--config",
                 str(ROOT / "configs" / "quickstart.yaml"),
                 "--strategy",
                 "tests.strategies.sharded_memory.MedianRememberingDeltas",
-                "--trainer.rounds",
-                "2",
-                "--trainer.client_eval_interval",
-                "0",
-                "--trainer.devices",
-                str(devices),
-                "--trainer.root_dir",
-                str(root),
-                "--trainer.progress_bar",
-                "false",
-                "--trainer.check_replicas",
-                "true",
+                *trainer_options(
+                    rounds=2,
+                    client_eval_interval=0,
+                    devices=str(devices),
+                    root_dir=str(root),
+                    progress_bar="false",
+                    check_replicas="true",
+                ),
             ],
             check=True,
             cwd=ROOT,

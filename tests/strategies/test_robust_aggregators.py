@@ -15,7 +15,7 @@ from lightfed.strategies.geometric_median import weighted_mean
 from lightfed.strategies.pairwise_distances import ShardedDistances
 from lightfed.strategies.robust import trimmed_mean
 from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
-from tests.conftest import fit_in_subprocess
+from tests.conftest import same_weights_on_two_processes, trainer_options
 
 ROOT = Path(__file__).resolve().parents[2]
 LINE = torch.tensor([[0.0], [1.0], [2.0], [4.0], [8.0], [50.0], [-60.0]])
@@ -156,23 +156,9 @@ def test_one_and_two_processes_give_the_same_model(tmp_path):
     """Every rule's distances and norms through two processes' coordinate shards: the same final weights, bit for bit
     (and the same on both processes every round: check_replicas)."""
 
-    def params(devices: int) -> torch.Tensor:
-        root = tmp_path / f"devices{devices}"
-        fit_in_subprocess(
-            ROOT / "configs" / "quickstart.yaml",
-            root,
-            devices,
-            "--strategy",
-            "tests.strategies.test_robust_aggregators.RobustCycle",
-            "--trainer.rounds",
-            "5",
-            "--trainer.local_epochs",
-            "1",
-            "--trainer.client_eval_interval",
-            "0",
-            "--trainer.check_replicas",
-            "true",
-        )
-        return torch.load(root / "quickstart" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)["params"]
-
-    assert torch.equal(params(1), params(2))
+    assert same_weights_on_two_processes(
+        tmp_path,
+        "--strategy",
+        "tests.strategies.test_robust_aggregators.RobustCycle",
+        *trainer_options(rounds=5, local_epochs=1, client_eval_interval=0),
+    )

@@ -1,10 +1,7 @@
 """SCAFFOLD with its control variates on disk: the weights of the in-memory store, and a run cut after round 2
 resumes bit for bit on the same number of processes, and on another one within the 1-vs-2-process tolerance."""
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +9,7 @@ import torch
 
 from lightfed.core.saved_client_states import saved_client_states
 from lightfed.strategies import Scaffold
-from tests.conftest import small_data, small_model, small_trainer
+from tests.conftest import scaffold_run, small_data, small_model, small_trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,55 +42,26 @@ def test_on_disk_it_gives_the_weights_and_states_of_the_in_memory_store_and_resu
 
 
 @pytest.mark.slow
-def test_on_disk_a_two_process_run_resumes_bit_for_bit_on_two_processes_and_on_one(tmp_path):
-    """Every run keeps its files in a folder of its own under ``states`` (a resume must name the same folder)."""
-    digits = ROOT / "configs" / "digits"
+@pytest.mark.parametrize("store", ["memory", "disk"])
+def test_a_two_process_run_resumes_bit_for_bit_on_two_processes_and_on_one(tmp_path, store):
+    """SCAFFOLD keeps each client's control variate on the process that trains it (i % 2), which writes it into its
+    own checkpoint file (on disk: each run keeps its files in a folder of its own under ``states``, which a resume
+    names again). A two-process run cut after round 2 resumes on two processes (each reads its own file) to the
+    uninterrupted run's weights and control variates, and on one process (which takes every file's clients) to them
+    within the 1-vs-2-process tolerance."""
+    disk = ["--strategy.init_args.client_states", "disk", "--strategy.init_args.client_states_folder"]
+    options = [*disk, str(tmp_path / "states")] if store == "disk" else []
+    steps = {"clients_per_round": 6, "local_epochs": "null", "local_steps": 3} if store == "disk" else {}
 
     def fit(root: Path, devices: int, rounds: int, *extra: str) -> dict:
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "lightfed",
-                "fit",
-                "--config",
-                str(digits / "base.yaml"),
-                "--config",
-                str(digits / "scaffold.yaml"),
-                "--trainer.rounds",
-                str(rounds),
-                "--trainer.name",
-                "run",
-                "--trainer.devices",
-                str(devices),
-                "--trainer.root_dir",
-                str(root),
-                "--trainer.progress_bar",
-                "false",
-                "--trainer.client_eval_interval",
-                "0",
-                "--trainer.clients_per_round",
-                "6",
-                "--trainer.local_epochs",
-                "null",
-                "--trainer.local_steps",
-                "3",
-                "--strategy.init_args.client_states",
-                "disk",
-                "--strategy.init_args.client_states_folder",
-                str(tmp_path / "states"),
-                *extra,
-            ],
-            check=True,
-            cwd=tmp_path,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-            capture_output=True,
-            timeout=600,
-        )
-        path = root / "run" / "version_0" / "checkpoints" / "last.ckpt"
-        return {**torch.load(path, weights_only=False), "client_states": saved_client_states(path)}
+        return scaffold_run(root, devices, rounds, *options, *extra, **steps)
 
     straight = fit(tmp_path / "straight", 2, 3)
+    if store == "memory":
+        folder = tmp_path / "straight" / "run" / "version_0" / "checkpoints" / "process_states" / "round_3"
+        for rank in range(2):
+            held = torch.load(folder / f"process_{rank}_of_2.pt", weights_only=False)["clients"]
+            assert held and all(client_id % 2 == rank for client_id in held)
     fit(tmp_path / "cut", 2, 2)
     shutil.copytree(tmp_path / "cut", tmp_path / "cut_to_one")
     resumed = fit(tmp_path / "cut", 2, 3, "--ckpt_path", "last")

@@ -11,6 +11,7 @@ from lightfed.core.transforms import Pipeline, Transform
 from lightfed.errors import ConfigError
 from lightfed.strategies import FedAvg, Krum
 from lightfed.transforms import NormBounding
+from tests.conftest import trainer_options
 from tests.run.fake_training import engine_round
 from tests.test_run_identity import TINY
 
@@ -85,10 +86,7 @@ def test_a_config_lists_transforms_and_a_bound_no_delta_reaches_leaves_fedavg_bi
                 "fit",
                 "--config",
                 str(config),
-                "--trainer.root_dir",
-                str(tmp_path),
-                "--trainer.name",
-                name,
+                *trainer_options(root_dir=str(tmp_path), name=name),
                 "--transforms",
                 transforms,
             ]

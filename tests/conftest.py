@@ -45,6 +45,21 @@ def trainer_options(**settings: object) -> list[str]:
     return [option for key, value in settings.items() for option in (f"--trainer.{key}", str(value))]
 
 
+def config_options(*configs: object) -> list[str]:
+    """``--config <file>`` for each config file, in order."""
+    return [option for config in configs for option in ("--config", str(config))]
+
+
+def refusal_lines(argv: list[str], capsys: pytest.CaptureFixture) -> list[str]:
+    """The ``lightfed: error:`` lines ``lightfed`` prints when it refuses ``argv``, which it must with exit status 2."""
+    from lightfed.cli import main
+
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    assert exit.value.code == 2
+    return [line for line in capsys.readouterr().err.splitlines() if line.startswith("lightfed: error:")]
+
+
 def quickstart_command(root: Path, devices: int, *extra: str, **settings: object) -> list[str]:
     """``lightfed fit`` of the quickstart on ``devices`` processes, its runs under ``root``, no progress bar and no
     per-client evaluation, with more trainer ``settings``, then ``extra`` arguments."""

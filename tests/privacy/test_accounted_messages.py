@@ -20,7 +20,7 @@ from lightfed.strategies import (
     Scaffold,
 )
 from lightfed.strategies.requirements import check_requirements
-from tests.conftest import small_data, small_model, small_trainer, trainer_options
+from tests.conftest import config_options, refusal_lines, small_data, small_model, small_trainer, trainer_options
 
 SGD = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
 
@@ -78,22 +78,9 @@ def test_fedecado_without_curvature_trains_under_dp_sgd_and_logs_epsilon(tmp_pat
 
 
 def test_the_refusal_from_the_command_line_is_one_line(tmp_path, capsys):
-    from lightfed.cli import main
-
-    argv = [
-        "fit",
-        "--config",
-        "configs/digits/base.yaml",
-        "--config",
-        "configs/digits/fedecado.yaml",
-        "--config",
-        "configs/privacy/dp-sgd.yaml",
-        *trainer_options(root_dir=str(tmp_path)),
-    ]
-    with pytest.raises(SystemExit) as exit:
-        main(argv)
-    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lightfed: error:")]
-    assert exit.value.code == 2 and len(errors) == 1
+    configs = config_options("configs/digits/base.yaml", "configs/digits/fedecado.yaml", "configs/privacy/dp-sgd.yaml")
+    errors = refusal_lines(["fit", *configs, *trainer_options(root_dir=str(tmp_path))], capsys)
+    assert len(errors) == 1
     assert errors[0].startswith("lightfed: error: FedECADO's clients send curvature computed from their data")
 
 

@@ -19,7 +19,7 @@ from lightfed.models import MLP, VGG11
 from lightfed.privacy import DPSGD
 from lightfed.run.client import ClientTrainer
 from lightfed.strategies import FedAvg
-from tests.conftest import small_data, small_trainer, trainer_options
+from tests.conftest import config_options, refusal_lines, small_data, small_trainer, trainer_options
 
 
 class Fixed(DatasetSource):
@@ -225,23 +225,16 @@ def test_bad_privacy_settings_are_refused(settings, message):
 
 
 def test_dp_is_configured_from_the_command_line_and_its_refusals_are_one_line(tmp_path, capsys):
-    from lightfed.cli import main
-
     argv = [
         "fit",
-        "--config",
-        "configs/digits/base.yaml",
-        "--config",
-        "configs/digits/fedavg.yaml",
+        *config_options("configs/digits/base.yaml", "configs/digits/fedavg.yaml"),
         *trainer_options(root_dir=str(tmp_path), privacy="lightfed.privacy.DPSGD"),
         "--trainer.privacy.init_args.noise_multiplier",
         "1.0",
         *trainer_options(precision="bf16-mixed"),
     ]
-    with pytest.raises(SystemExit) as exit:
-        main(argv)
-    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lightfed: error:")]
-    assert exit.value.code == 2 and len(errors) == 1
+    errors = refusal_lines(argv, capsys)
+    assert len(errors) == 1
     assert errors[0].startswith("lightfed: error: differential privacy needs trainer.precision 32-true")
 
 

@@ -32,6 +32,18 @@ def _strategy(params, num_clients=4, clients_per_round=2, **settings):
     return strategy
 
 
+def _poisson(clients_per_round, noise_multiplier):
+    """Poisson sampling of 1000 clients at rate 0.1, with ``trainer.clients_per_round`` ``clients_per_round``."""
+    return _strategy(
+        torch.zeros(2),
+        num_clients=1000,
+        clients_per_round=clients_per_round,
+        noise_multiplier=noise_multiplier,
+        sampling="poisson",
+        sample_rate=0.1,
+    )
+
+
 def _round(strategy, deltas, params, round=0):
     sums = Sums(strategy.sum_sizes(), torch.device("cpu"))
     for client_id, delta in enumerate(deltas):
@@ -97,14 +109,7 @@ def test_adaptive_clipping_converges_to_the_target_quantile_of_the_update_norms(
 
 
 def test_poisson_sampling_draws_each_client_with_the_sample_rate_and_the_others_take_no_step():
-    strategy = _strategy(
-        torch.zeros(2),
-        num_clients=1000,
-        clients_per_round=1000,
-        noise_multiplier=0.0,
-        sampling="poisson",
-        sample_rate=0.1,
-    )
+    strategy = _poisson(clients_per_round=1000, noise_multiplier=0.0)
     plans = [strategy.configure_client(ClientPlan(i, 0, seed=0, epochs=2)) for i in range(1000)]
     drawn = [plan for plan in plans if plan.steps != 0]
     assert 70 < len(drawn) < 130 and all(plan.epochs == 2 for plan in drawn)
@@ -114,14 +119,7 @@ def test_poisson_sampling_draws_each_client_with_the_sample_rate_and_the_others_
     assert float(sums[CLIPPED][0]) == 0.5 * len(drawn)  # the clients not drawn add nothing
     assert strategy.expected == 100  # the denominator: q N, not the number drawn
     with pytest.raises(ConfigError, match="set trainer.clients_per_round to 1000, got 10"):
-        _strategy(
-            torch.zeros(2),
-            num_clients=1000,
-            clients_per_round=10,
-            noise_multiplier=1.0,
-            sampling="poisson",
-            sample_rate=0.1,
-        )
+        _poisson(clients_per_round=10, noise_multiplier=1.0)
 
 
 def test_distributed_noise_is_added_by_the_clients_and_sums_to_the_same_std():

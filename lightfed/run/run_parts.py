@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from lightfed.run.client_workers import ClientWorkers
+from lightfed.run.client_training import ClientTraining
 from lightfed.run.engine import RoundEngine
 from lightfed.run.evaluation import Evaluation
 from lightfed.run.rounds import SampledRounds
@@ -15,7 +15,7 @@ class RunParts:
     jobs, the round ``engine`` that runs them, the global model's ``evaluation``, and whether client i always trains
     on process i % world size (``fixed_process``: where its per-client state lives)."""
 
-    training: ClientWorkers
+    training: ClientTraining
     strategy: Strategy
     source: SampledRounds
     engine: RoundEngine

@@ -23,7 +23,7 @@ from lightfed.run.run_output import run_folder_of
 from lightfed.run.run_parts import RunParts
 from lightfed.run.run_state import RunState
 from lightfed.run.trainer_base import TrainerBase
-from lightfed.strategies.base import Strategy
+from lightfed.strategies.base import Strategy, SumsStrategy
 from lightfed.strategies.requirements import check_requirements, run_requirements
 
 
@@ -115,8 +115,7 @@ class FederatedTrainer(TrainerBase):
             self.fabric.call("on_evaluation_end", trainer=self, metrics=validation)
             metrics.update(validation)
         metrics["round/time_s"] = time.perf_counter() - began
-        if self.privacy is not None:
-            metrics.update(self.privacy.metrics(self.fabric))
+        metrics.update(self.privacy.metrics(self.fabric))
         metrics.update(self._client_metrics(evaluation, source, evaluated))
         self.best.update(self.round, metrics, evaluated, self.buffers)
         self.last_metrics = metrics
@@ -132,19 +131,23 @@ class FederatedTrainer(TrainerBase):
         self, model: LightningModule, data: FederatedDataModule, strategy: Strategy, transforms: Pipeline
     ) -> RunParts:
         """The workers, the initial global model, the strategy and the round engine; nothing is written yet."""
-        model = model if self.privacy is None else self.privacy.prepare(model, self.processes.precision)
+        model = self.privacy.prepare(model, self.processes.precision)
         self.workers = workers = ClientWorkers.build(
             self.fabric, model, data, self.processes.clients_in_parallel, self.clients_per_round, **self.client_settings
         )
-        check_requirements(
-            strategy, workers.reference.optimizer.optimizer, self.privacy, self.local.lr_schedule, self.asynchronous
-        )
+        optimizer = workers.reference.optimizer.optimizer
+        check_requirements(strategy, optimizer, self.privacy, self.local.lr_schedule, self.asynchronous, transforms)
         self.params = self.fabric.broadcast(workers.reference.flat.params.clone())
         self.buffers = self.fabric.broadcast(workers.reference.flat.buffers.clone())
         source = self._rounds(data, strategy)
         self.strategy, self.source = strategy, source
-        strategy.setup(self._server_context(data))
-        fixed = run_requirements(strategy, self.privacy).client_state  # client i trains on process i % world size
+        context = self._server_context(data)
+        strategy.setup(context)
+        own_sums = strategy.sum_sizes() if isinstance(strategy, SumsStrategy) else {}
+        transforms.setup(context, own_sums, None if self.asynchronous else source.cohort)
+        fixed = run_requirements(
+            strategy, self.privacy, transforms
+        ).client_state  # client i trains on process i % world size
         self.engine = engine = RoundEngine(
             self.fabric,
             workers,
@@ -156,10 +159,12 @@ class FederatedTrainer(TrainerBase):
             self.privacy,
             transforms,
         )
-        if self.privacy is not None:  # its accountants live in its own per-client store
-            self.privacy.setup(data, self.clients_per_round, partial(source.planned, self.rounds))
+        self.privacy.setup(  # its accountants live in its own per-client store
+            data, self.clients_per_round, partial(source.planned, self.rounds)
+        )
         self.round, self.should_stop, self.last_metrics, self._process_states = 0, False, {}, None
-        return RunParts(workers, strategy, source, engine, self._evaluation(strategy, data, workers.reference), fixed)
+        evaluation = self._evaluation(strategy, data, workers.reference)
+        return RunParts(workers, strategy, transforms, source, engine, evaluation, fixed)
 
     def _checkpoint(self, parts: RunParts) -> None:
         """Writes what each process alone holds (its clients' states, its slices) in its own file, then ``last.ckpt``
@@ -169,7 +174,7 @@ class FederatedTrainer(TrainerBase):
         held = parts.fixed_process or any(own.values())  # without fixed processes, the same on every process
         files = save_process_states(self.fabric, folder, name, own, held)
         if self.fabric.is_global_zero:
-            checkpoint = self._run_state(strategy, parts.source, files).checkpoint()
+            checkpoint = self._run_state(parts, files).checkpoint()
             parts.training.reference.module.on_save_checkpoint(checkpoint)
             self.fabric.call("on_save_checkpoint", trainer=self, checkpoint=checkpoint)
             RunState.from_checkpoint(checkpoint).save(self.checkpoint_path)
@@ -182,6 +187,7 @@ class FederatedTrainer(TrainerBase):
         process file when the number of processes is unchanged."""
         self.params, self.buffers = saved.weights_for(self.params, self.buffers)
         parts.strategy.load_state_dict(saved.strategy)
+        parts.transforms.load_state_dict(saved.transforms)
         stores = ProcessStores(parts.strategy, self.privacy)
         self._process_states = load_process_states(
             stores, path.parent / PROCESS_STATES, saved.process_states, self.fabric.global_rank, self.fabric.world_size

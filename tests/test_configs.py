@@ -42,7 +42,10 @@ LAYERS = _layers()
 
 
 def _written(config: Any, key: str = "") -> dict[str, Any]:
-    """The leaves of a config, as {"a.b": value}, without the ``init_args`` level (a config may leave it out)."""
+    """The leaves of a config, as {"a.b": value, "list.0.c": value}, without the ``init_args`` level (a config may
+    leave it out)."""
+    if isinstance(config, list) and config:
+        return {k: v for i, inner in enumerate(config) for k, v in _written(inner, f"{key}.{i}").items()}
     if not isinstance(config, dict) or not config:
         return {key: config}
     return {

@@ -2,7 +2,7 @@
 is malicious; one file per attack."""
 
 from lightfed.attacks.backdoor import Backdoor
-from lightfed.attacks.base import Attack, malicious_clients
+from lightfed.attacks.base import Attack, NoAttack, malicious_clients
 from lightfed.attacks.collusion import ColludingAttack
 from lightfed.attacks.gaussian import GaussianUpdates
 from lightfed.attacks.label_flipping import LabelFlipping
@@ -13,6 +13,7 @@ from lightfed.attacks.sign_flipping import SignFlipping
 
 __all__ = [
     "Attack",
+    "NoAttack",
     "Backdoor",
     "ColludingAttack",
     "GaussianUpdates",

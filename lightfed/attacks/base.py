@@ -69,3 +69,13 @@ class Attack:
     def callbacks(self) -> list[object]:
         """Callbacks the trainer runs for this attack. Default: none."""
         return []
+
+
+class NoAttack(Attack):
+    """No malicious client (the default ``trainer.attack``)."""
+
+    def __init__(self) -> None:
+        super().__init__(0.0)
+
+
+NO_ATTACK = NoAttack()  # no malicious client whatever its set-up: one for every run

@@ -38,6 +38,10 @@ class Requirements:
     chooses_client_steps: bool = False  # its local rule sets every step size itself (no trainer.lr_schedule)
     sends: frozenset[Sent] = frozenset()  # what clients send besides their delta and counts (``ClientUpdate.report``)
     reads_each_update: bool = False  # its aggregate needs each client's update, not only the sum of their deltas
+    sums_path: bool = False  # a transform that reads or changes the round's sums: the synchronous sums path only
+    mean_only: bool = False  # a transform that gives the strategy only the mean delta: its sums are delta and weight
+    every_client_sends: bool = False  # a transform that needs a contribution from every client of the round
+    drops_clients: bool = False  # a transform that simulates clients of the round sending nothing
 
     def __or__(self, other: "Requirements") -> "Requirements":
         return Requirements(
@@ -47,6 +51,10 @@ class Requirements:
             chooses_client_steps=self.chooses_client_steps or other.chooses_client_steps,
             sends=self.sends | other.sends,
             reads_each_update=self.reads_each_update or other.reads_each_update,
+            sums_path=self.sums_path or other.sums_path,
+            mean_only=self.mean_only or other.mean_only,
+            every_client_sends=self.every_client_sends or other.every_client_sends,
+            drops_clients=self.drops_clients or other.drops_clients,
         )
 
     def without(self, *names: str) -> "Requirements":

@@ -5,6 +5,8 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
+DELTA, WEIGHT = "delta", "weight"  # the sums of a strategy that reads only the weighted mean of the deltas
+
 
 class Sums(Mapping[str, Tensor]):
     """Per-round sums of client contributions.

@@ -1,70 +1,177 @@
 """Transforms: the stages an update goes through between a client's training and the strategy, as one flat list.
 
 Each transform has a client half, ``contribution`` (the update a client sends, given the round), and a server half,
-``recovered`` (what the server reads of the round's reduced sums: the transform's own entries). A ``Pipeline`` runs
-the client halves in the listed order, each on the previous one's output, and the server halves in reverse order; no
-transform sees another. The strategy (its server path: sums, asynchronous or coordinate shards) takes what the last
-transform gives, so a transform stands in front of any strategy (norm bounding in front of Krum).
+``recovered`` (run on the round's reduced sums before the strategy reads them). A ``Pipeline`` runs the client halves
+in the listed order, each on the previous one's output, and the server halves in reverse order; no transform sees
+another. The strategy (its server path: sums, asynchronous or coordinate shards) takes what the last transform gives,
+so a transform stands in front of any strategy (norm bounding in front of Krum).
+
+A transform that ``seals`` (secure aggregation) stands last: it receives the client's whole contribution to the
+round's sums (the strategy's and the transforms' before it) and adds its sealed form into its own sums instead; its
+server half writes the plain sums back before the others read them.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from torch import Tensor
 
-from lightfed.core.messages import ClientUpdate
+from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.requirements import Requirements
+from lightfed.core.server_context import ServerContext
 from lightfed.core.sums import Sums
 from lightfed.errors import ConfigError
+
+Accumulate = Callable[[Sums, ClientUpdate], None]  # the server path's: adds one update into the sums given
+
+
+@dataclass(frozen=True)
+class TransformContext:
+    """What a transform is set up with, once per run (and before a resume)."""
+
+    server: ServerContext
+    strategy_sums: dict[str, int]  # the sums the strategy's server path adds into (name: length)
+    sealed: dict[str, int]  # for a sealing transform: the sums a client's contribution covers (the strategy's, then
+    # the transforms' before it); {} for the others
+    cohort: Callable[[int], list[int]] | None = None  # a synchronous round's clients, as the run samples them
 
 
 class Transform:
     """One stage of the pipeline; the base changes nothing."""
 
+    seals = False  # whether ``seal`` replaces the client's contribution to the sums (it then stands last)
+
+    @property
+    def requirements(self) -> Requirements:
+        """What it needs of the run, checked with the strategy's in one place (``check_requirements``)."""
+        return Requirements()
+
+    def setup(self, context: TransformContext) -> None:
+        """Called once before the first round (and before a resume)."""
+
+    def plan(self, plan: ClientPlan) -> ClientPlan:
+        """The client's plan for its round, after the strategy configured it."""
+        return plan
+
     def sum_sizes(self) -> dict[str, int]:
-        """The sums its client half adds into (name: length), reduced over every process with the round's own."""
+        """The sums it adds into (name: length), reduced over every process with the round's own."""
         return {}
 
-    def contribution(self, update: ClientUpdate, round: int, sums: Sums) -> ClientUpdate:
-        """What the client sends instead of ``update`` in round ``round`` (0-based); may add into its ``sums``."""
+    def contribution(self, update: ClientUpdate, round: int, sums: Sums) -> ClientUpdate | None:
+        """What the client sends instead of ``update`` in round ``round`` (0-based; None: nothing); may add into its
+        ``sums``."""
         return update
 
-    def recovered(self, sums: Mapping[str, Tensor], round: int) -> None:
-        """Reads its entries of the round's reduced ``sums``."""
+    def seal(self, contribution: Tensor, client_id: int, round: int, sums: Sums) -> None:
+        """Adds the sealed form of a client's ``contribution`` (the sums ``TransformContext.sealed`` names, packed)
+        into its own ``sums`` (only when ``seals``)."""
+        raise NotImplementedError
+
+    def recovered(self, sums: Sums, round: int) -> None:
+        """Reads, and may change, the round's reduced ``sums`` before the strategy reads them."""
 
     def metrics(self) -> dict[str, float]:
         """Scalars to log after the round, under ``<the transform's name>/``."""
         return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resume needs, the same on every process (saved in ``last.ckpt``)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores what ``state_dict`` returned."""
 
 
 class Pipeline:
     """The run's transforms in order (none: updates go to the strategy as trained)."""
 
     def __init__(self, transforms: Sequence[Transform] = ()) -> None:
-        """Raises ``ConfigError`` when two transforms add into the same sums."""
+        """Raises ``ConfigError`` when a sealing transform is not last."""
         self.transforms = list(transforms)
-        sizes: dict[str, int] = {}
+        sealing = [t for t in self.transforms if t.seals]
+        if sealing and sealing[0] is not self.transforms[-1]:
+            raise ConfigError(f"transforms: {name_of(sealing[0])} seals what clients send: it must be the last one")
+        self.sealer = sealing[0] if sealing else None
+        self.unsealed = self.transforms[:-1] if self.sealer else self.transforms
+        self._scratch: Sums | None = None
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        """Every transform's sums, in order."""
+        return {name: size for t in self.transforms for name, size in t.sum_sizes().items()}
+
+    @property
+    def requirements(self) -> Requirements:
+        """What the transforms need together."""
+        needs = Requirements()
         for transform in self.transforms:
+            needs = needs | transform.requirements
+        return needs
+
+    def setup(
+        self, server: ServerContext, strategy_sums: dict[str, int], cohort: Callable[[int], list[int]] | None
+    ) -> None:
+        """Sets every transform up, in order; ``strategy_sums``: the sums the strategy adds into. Raises
+        ``ConfigError`` when two of them add into the same sums (or into the strategy's)."""
+        sizes = dict(strategy_sums)
+        for transform in self.transforms:
+            transform.setup(TransformContext(server, strategy_sums, sizes if transform.seals else {}, cohort))
             clash = sorted(set(sizes) & set(transform.sum_sizes()))
             if clash:
-                raise ConfigError(
-                    f"transforms: {type(transform).__name__} adds into sums another one adds into: {clash}"
-                )
-            sizes.update(transform.sum_sizes())
-        self.sizes = sizes
+                raise ConfigError(f"transforms: {name_of(transform)} adds into sums already added into: {clash}")
+            if not transform.seals:
+                sizes.update(transform.sum_sizes())
+        if self.sealer is not None:
+            self._scratch = Sums(sizes, server.params.device)
 
-    def contribution(self, update: ClientUpdate, round: int, sums: Sums) -> ClientUpdate:
-        """The client halves in order."""
+    def plan(self, plan: ClientPlan) -> ClientPlan:
         for transform in self.transforms:
-            update = transform.contribution(update, round, sums)
+            plan = transform.plan(plan)
+        return plan
+
+    def add(self, sums: Sums, update: ClientUpdate, round: int, accumulate: Accumulate) -> None:
+        """Sends one client's update through the client halves in order into ``sums`` (``accumulate``: the server
+        path's); a sealing transform gets the whole contribution, zeros when an earlier one sends nothing."""
+        target = sums if self._scratch is None else self._scratch
+        if self._scratch is not None:
+            self._scratch.zero_()
+        if (sent := self._through_unsealed(update, round, target)) is not None:
+            accumulate(target, sent)
+        if self.sealer is not None and self._scratch is not None:
+            self.sealer.seal(self._scratch.buffer, update.client_id, round, sums)
+
+    def _through_unsealed(self, update: ClientUpdate, round: int, sums: Sums) -> ClientUpdate | None:
+        for transform in self.unsealed:
+            sent = transform.contribution(update, round, sums)
+            if sent is None:
+                return None
+            update = sent
         return update
 
-    def recovered(self, sums: Mapping[str, Tensor], round: int) -> dict[str, float]:
+    def recovered(self, sums: Sums, round: int) -> dict[str, float]:
         """The server halves in reverse order; returns their metrics, each under its transform's name."""
         for transform in reversed(self.transforms):
             transform.recovered(sums, round)
-        return {f"{_name(t)}/{key}": value for t in self.transforms for key, value in t.metrics().items()}
+        return {f"{name_of(t)}/{key}": value for t in self.transforms for key, value in t.metrics().items()}
+
+    def state_dict(self) -> list[dict[str, Any]]:
+        return [transform.state_dict() for transform in self.transforms]
+
+    def load_state_dict(self, states: list[dict[str, Any]] | None) -> None:
+        """Restores what ``state_dict`` returned (a checkpoint without transforms' state: nothing to restore)."""
+        for transform, state in zip(self.transforms, states or [{}] * len(self.transforms), strict=True):
+            transform.load_state_dict(state)
 
 
-def _name(transform: Transform) -> str:
-    """``NormBounding`` -> ``norm_bounding``."""
+NO_TRANSFORMS = Pipeline()  # updates go to the strategy as trained
+
+
+def name_of(transform: Transform) -> str:
+    """``NormBounding`` -> ``norm_bounding``; ``UserLevelDP`` -> ``user_level_dp``."""
     name = type(transform).__name__
-    return "".join(f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(name))
+    out = ""
+    for i, c in enumerate(name):
+        after_lower = i and name[i - 1].islower()
+        out += f"_{c.lower()}" if c.isupper() and after_lower else c.lower()
+    return out

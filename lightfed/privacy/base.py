@@ -28,6 +28,7 @@ class ClientPrivacy(ABC):
     (``Requirements(client_state=True)``)."""
 
     requirements = Requirements()
+    private = True  # changes how clients train (``NoPrivacy``: not)
     limits_budget = False  # the run stops before a client would exceed its privacy budget
     accounts = True  # reports an epsilon, which must cover everything a client sends (``Requirements.sends``)
 
@@ -77,3 +78,27 @@ class ClientPrivacy(ABC):
     def metrics(self, fabric: Fabric) -> dict[str, float]:
         """Scalars to log after each round (a collective call: every process calls it)."""
         return {}
+
+
+class NoPrivacy(ClientPrivacy):
+    """No mechanism (the default ``trainer.privacy``): clients train as they are, and nothing is accounted."""
+
+    private = False
+    accounts = False
+
+    def check_precision(self, precision: str) -> None:
+        """Any precision."""
+
+    def setup(
+        self, data: FederatedDataModule, clients_per_round: int, planned: Callable[[], Iterable[ClientPlan]]
+    ) -> None:
+        """Nothing to set up."""
+
+    def stores(self) -> dict[str, ProcessStore]:
+        return {}
+
+    def session(self, context: LocalContext, plan: ClientPlan, generator: torch.Generator) -> LocalSession:
+        return LocalSession(context, plan, generator)
+
+
+NO_PRIVACY = NoPrivacy()  # stateless: one for every run

@@ -1,17 +1,18 @@
 """Secure aggregation, simulated (SecAgg, Bonawitz et al. 2017; SecAgg+, Bell et al. 2020): the server only sees
-masked, fixed-point quantized client contributions, whose sum is the quantized plain sum exactly."""
+masked, fixed-point quantized client contributions, whose sum is the quantized plain sum exactly: a sealing transform
+(``lightfed.core.transforms``)."""
 
 import math
 import time
-from collections.abc import Mapping
 from typing import Literal
 
 import torch
 from torch import Tensor
 
-from lightfed.core.messages import ClientPlan, ClientUpdate
-from lightfed.core.seeding import derived_seed, sample_clients
+from lightfed.core.requirements import Requirements
+from lightfed.core.seeding import derived_seed
 from lightfed.core.sums import Sums
+from lightfed.core.transforms import Transform, TransformContext
 from lightfed.errors import ConfigError
 from lightfed.privacy.pairwise_masks import (
     dropped_clients,
@@ -21,9 +22,6 @@ from lightfed.privacy.pairwise_masks import (
     unrecoverable,
 )
 from lightfed.privacy.quantization import dequantize_sum, quantize
-from lightfed.privacy.user_level import UserLevelDP
-from lightfed.strategies.base import NOTHING, ServerContext, Strategy
-from lightfed.strategies.wrapper import SumsStrategyWrapper
 from lightfed.streams import SecureAggregationKey, Stream
 
 MASKED = "secure_aggregation/masked"  # the sum of the masked inputs, mod 2^k (integers, exact in float64)
@@ -33,20 +31,22 @@ CLIENT_SECONDS = "secure_aggregation/client_seconds"
 MAX_MODULUS_BITS = 40  # sums of masked inputs over up to 2^13 processes x workers stay exact in float64
 
 
-class SecureAggregation(SumsStrategyWrapper):
-    """The inner strategy of the sums path, each client's contribution to every one of its sums quantized to
-    ``bits``-bit fixed point (range [-clip_range, clip_range]) and masked with pairwise masks mod 2^modulus_bits, so
-    that the reduced sum is the quantized plain sum bit for bit; the inner strategy aggregates its dequantization.
+class SecureAggregation(Transform):
+    """Each client's whole contribution to the round's sums (the strategy's of the sums path, and the transforms'
+    before this one) quantized to ``bits``-bit fixed point (range [-clip_range, clip_range]) and masked with pairwise
+    masks mod 2^modulus_bits, so that the reduced sum is the quantized plain sum bit for bit; the server unmasks it
+    and the strategy reads its dequantization. It stands last among the transforms.
 
     Clients whose ids ``dropout`` picks drop after the masks are agreed: they send nothing, and the server removes
     the survivors' masks with them (the seeds recovered from secret shares, which needs ``threshold`` of every
-    affected client's neighbours to survive). Composes with noise that an inner wrapper adds in ``accumulate``
-    (on the client, before quantization: distributed DP).
+    affected client's neighbours to survive). Noise a transform before it adds on the client (UserLevelDP's
+    distributed noise) is quantized with the rest.
     """
+
+    seals = True
 
     def __init__(
         self,
-        strategy: Strategy,
         bits: int = 16,
         clip_range: float = 1.0,
         clip_ranges: dict[str, float] | None = None,
@@ -58,10 +58,9 @@ class SecureAggregation(SumsStrategyWrapper):
     ) -> None:
         """
         Args:
-            strategy: The strategy of the sums path that aggregates the (dequantized) sums.
             bits: Fixed-point bits per coordinate of a client's contribution.
             clip_range: Each coordinate is clipped to [-clip_range, clip_range] before it is quantized.
-            clip_ranges: Ranges of some of the inner strategy's sums, by name (e.g. FedAvg's ``weight``).
+            clip_ranges: Ranges of some of the sums, by name (e.g. FedAvg's ``weight``).
             rounding: "stochastic" (unbiased, from a seeded generator per client and round) or "nearest".
             modulus_bits: k: masks and sums are integers mod 2^k; clients per round x (2^bits - 1) must be < 2^k.
             neighbours: SecAgg+: each client masks with this many (even) neighbours of a random ring graph; null:
@@ -71,50 +70,52 @@ class SecureAggregation(SumsStrategyWrapper):
         """
         if not 1 <= bits < modulus_bits <= MAX_MODULUS_BITS:
             raise ConfigError(
-                f"strategy.bits and modulus_bits need 1 <= bits < modulus_bits <= {MAX_MODULUS_BITS}, got {bits} "
-                f"and {modulus_bits}"
+                f"SecureAggregation's bits and modulus_bits need 1 <= bits < modulus_bits <= {MAX_MODULUS_BITS}, got "
+                f"{bits} and {modulus_bits}"
             )
         ranges = {"clip_range": clip_range, **(clip_ranges or {})}
         if any(not value > 0 for value in ranges.values()):
-            raise ConfigError(f"strategy.clip_range and clip_ranges must be > 0, got {ranges}")
+            raise ConfigError(f"SecureAggregation's clip_range and clip_ranges must be > 0, got {ranges}")
         if neighbours is not None and (neighbours < 2 or neighbours % 2):
-            raise ConfigError(f"strategy.neighbours must be an even number >= 2 (or null), got {neighbours}")
+            raise ConfigError(f"SecureAggregation's neighbours must be an even number >= 2 (or null), got {neighbours}")
         if not 0 <= dropout < 1 or not 0 < threshold <= 1:
-            raise ConfigError(f"strategy.dropout must be in [0, 1) and threshold in (0, 1], got {dropout}, {threshold}")
-        if dropout > 0 and _distributed_noise(strategy):
             raise ConfigError(
-                f"strategy.dropout {dropout:g} leaves the distributed noise short of what UserLevelDP accounts (each "
-                "client adds std / sqrt(expected clients)): set dropout 0 or UserLevelDP's noise: central"
+                f"SecureAggregation's dropout must be in [0, 1) and threshold in (0, 1], got {dropout}, {threshold}"
             )
-        super().__init__(strategy)
         self.bits, self.clip_range, self.clip_ranges, self.rounding = bits, clip_range, clip_ranges or {}, rounding
         self.modulus_bits, self.neighbours, self.dropout, self.threshold = modulus_bits, neighbours, dropout, threshold
-        self.round = 0
         self.last: dict[str, float] = {}
 
-    def setup(self, context: ServerContext) -> None:
-        super().setup(context)
-        self.seed, self.clients_per_round = context.seed, context.clients_per_round
-        self.population = context.sampled_clients or context.num_clients  # without trainer.unseen_clients
+    @property
+    def requirements(self) -> Requirements:
+        """The round's sums (it seals them); with dropout, clients of the round that send nothing."""
+        return Requirements(sums_path=True, drops_clients=self.dropout > 0)
+
+    def setup(self, context: TransformContext) -> None:
+        server = context.server
+        self.seed, self.clients_per_round = server.seed, server.clients_per_round
+        if context.cohort is None:
+            raise ConfigError("SecureAggregation needs synchronous rounds: its parties are each round's clients")
+        self.cohort = context.cohort
         if self.clients_per_round * (2**self.bits - 1) >= 2**self.modulus_bits:
             raise ConfigError(
                 f"{self.clients_per_round} clients x {self.bits}-bit values overflow the modulus 2^{self.modulus_bits}: "
-                "raise strategy.modulus_bits or lower strategy.bits"
+                "raise SecureAggregation's modulus_bits or lower its bits"
             )
-        sizes = self.inner.sum_sizes()
-        unknown = set(self.clip_ranges) - set(sizes)
+        self.sealed = context.sealed
+        unknown = set(self.clip_ranges) - set(self.sealed)
         if unknown:
-            raise ConfigError(f"strategy.clip_ranges names {sorted(unknown)}, not sums of {type(self.inner).__name__}")
+            raise ConfigError(
+                f"SecureAggregation's clip_ranges names {sorted(unknown)}, not sums of {list(self.sealed)}"
+            )
         self.clip = torch.cat(
-            [torch.full((size,), float(self.clip_ranges.get(name, self.clip_range))) for name, size in sizes.items()]
+            [
+                torch.full((size,), float(self.clip_ranges.get(name, self.clip_range)))
+                for name, size in self.sealed.items()
+            ]
         ).to(torch.float64)
-        self._scratch: Sums | None = None
         self._graphs: dict[int, tuple[list[int], dict[int, list[int]], set[int]]] = {}
-        self.check_rounds(context.rounds)
-
-    def cohort(self, round: int) -> list[int]:
-        """The round's clients (as the synchronous trainer samples them): the parties of the protocol."""
-        return sample_clients(self.seed, round, self.population, self.clients_per_round)
+        self.check_rounds(server.rounds)
 
     def protocol(self, round: int) -> tuple[list[int], dict[int, list[int]], set[int]]:
         """The round's cohort, its masking graph and its dropped clients (refused when they cannot be unmasked)."""
@@ -126,7 +127,7 @@ class SecureAggregation(SumsStrategyWrapper):
             if lost:
                 raise ConfigError(
                     f"secure aggregation cannot unmask round {round + 1}: too few surviving neighbours hold the shares "
-                    f"of clients {lost}; lower strategy.dropout or strategy.threshold, or raise strategy.neighbours"
+                    f"of clients {lost}; lower SecureAggregation's dropout or threshold, or raise its neighbours"
                 )
             self._graphs = {round: (cohort, graph, dropped)}
         return self._graphs[round]
@@ -140,50 +141,37 @@ class SecureAggregation(SumsStrategyWrapper):
         scalars = (SUBMITTED, IDS, SQUARED_ERROR, CLIPPED, CLIENT_SECONDS)
         return {MASKED: self.clip.numel(), **dict.fromkeys(scalars, 1)}
 
-    def configure_client(self, plan: ClientPlan, received: Mapping[str, Tensor] = NOTHING) -> ClientPlan:
-        self.round = plan.round
-        return super().configure_client(plan, received)
-
-    def contribution(self, update: ClientUpdate) -> Tensor:
-        """The client's contribution to every sum of the inner strategy, concatenated (float64)."""
-        if self._scratch is None:
-            self._scratch = Sums(self.inner.sum_sizes(), update.delta.device)
-        self._scratch.zero_()
-        self.inner.accumulate(self._scratch, update)
-        return self._scratch.buffer
-
-    def quantized(self, client_id: int, contribution: Tensor) -> Tensor:
+    def quantized(self, client_id: int, round: int, contribution: Tensor) -> Tensor:
         """The client's contribution in fixed point (its rounding drawn from (seed, round, client))."""
         generator = None
         if self.rounding == "stochastic":
             generator = torch.Generator(contribution.device)
             generator.manual_seed(
-                derived_seed(self.seed, Stream.SECURE_AGGREGATION, SecureAggregationKey.ROUNDING, self.round, client_id)
+                derived_seed(self.seed, Stream.SECURE_AGGREGATION, SecureAggregationKey.ROUNDING, round, client_id)
             )
         return quantize(contribution, self.clip.to(contribution.device), self.bits, generator)
 
-    def client_message(self, client_id: int, quantized: Tensor) -> Tensor:
+    def client_message(self, client_id: int, round: int, quantized: Tensor) -> Tensor:
         """The masked input y_u the client sends: all the server ever sees of it."""
-        _, graph, _ = self.protocol(self.round)
-        return masked_input(quantized, client_id, graph[client_id], self.seed, self.round, self.modulus_bits)
+        _, graph, _ = self.protocol(round)
+        return masked_input(quantized, client_id, graph[client_id], self.seed, round, self.modulus_bits)
 
-    def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
-        if update.client_id in self.protocol(self.round)[2]:
+    def seal(self, contribution: Tensor, client_id: int, round: int, sums: Sums) -> None:
+        if client_id in self.protocol(round)[2]:
             return  # dropped out: sends nothing
         began = time.perf_counter()
-        contribution = self.contribution(update)
         clip = self.clip.to(contribution.device)
-        quantized = self.quantized(update.client_id, contribution)
-        message = self.client_message(update.client_id, quantized)
+        quantized = self.quantized(client_id, round, contribution)
+        message = self.client_message(client_id, round, quantized)
         sums[MASKED].add_(message.to(torch.float64)).remainder_(2**self.modulus_bits)
         error = dequantize_sum(quantized, clip, self.bits, 1) - contribution
         sums.add(SQUARED_ERROR, float(error.square().sum()))
         sums.add(CLIPPED, float((contribution.abs() > clip).sum()))
         sums.add(SUBMITTED, 1)
-        sums.add(IDS, update.client_id)
+        sums.add(IDS, client_id)
         sums.add(CLIENT_SECONDS, time.perf_counter() - began)
 
-    def unmasked_sum(self, sums: Mapping[str, Tensor], round: int) -> tuple[Tensor, int]:
+    def unmasked_sum(self, sums: Sums, round: int) -> tuple[Tensor, int]:
         """The sum of the survivors' quantized contributions (int64) and their number, from the reduced sums."""
         cohort, graph, dropped = self.protocol(round)
         survivors = [u for u in cohort if u not in dropped]
@@ -196,29 +184,23 @@ class SecureAggregation(SumsStrategyWrapper):
         removed = unmasking(survivors, dropped, graph, self.seed, round, masked.numel(), self.modulus_bits)
         return (masked - removed).remainder_(2**self.modulus_bits), len(survivors)
 
-    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
+    def recovered(self, sums: Sums, round: int) -> None:
+        """Writes the dequantized sum of the survivors' contributions into the plain sums it sealed."""
         began = time.perf_counter()
         total, survivors = self.unmasked_sum(sums, round)
-        plain = Sums(self.inner.sum_sizes(), params.device)
-        plain.buffer.copy_(dequantize_sum(total, self.clip, self.bits, survivors))
+        plain = dequantize_sum(total, self.clip, self.bits, survivors).to(sums.buffer.device)
+        offset = 0
+        for name, size in self.sealed.items():
+            sums[name].copy_(plain[offset : offset + size])
+            offset += size
         size = self.clip.numel()
         self.last = {
-            "secure_aggregation/dropped": float(self.clients_per_round - survivors),
-            "secure_aggregation/quantization_rmse": math.sqrt(float(sums[SQUARED_ERROR]) / (survivors * size)),
-            "secure_aggregation/clipped_fraction": float(sums[CLIPPED]) / (survivors * size),
-            "secure_aggregation/client_seconds": float(sums[CLIENT_SECONDS]) / survivors,
-            "secure_aggregation/server_seconds": time.perf_counter() - began,
+            "dropped": float(self.clients_per_round - survivors),
+            "quantization_rmse": math.sqrt(float(sums[SQUARED_ERROR]) / (survivors * size)),
+            "clipped_fraction": float(sums[CLIPPED]) / (survivors * size),
+            "client_seconds": float(sums[CLIENT_SECONDS]) / survivors,
+            "server_seconds": time.perf_counter() - began,
         }
-        return super().aggregate(params, plain, round)
 
     def metrics(self) -> dict[str, float]:
-        return {**super().metrics(), **self.last}
-
-
-def _distributed_noise(strategy: Strategy) -> bool:
-    """Whether ``strategy`` or a strategy it wraps is UserLevelDP with noise added by the clients."""
-    while not isinstance(strategy, UserLevelDP):
-        if not isinstance(strategy, SumsStrategyWrapper):
-            return False
-        strategy = strategy.inner
-    return strategy.noise == "distributed"
+        return self.last

@@ -1,35 +1,33 @@
 """User-level differential privacy: DP-FedAvg (McMahan et al. 2018) with fixed or adaptive clipping (Andrew et al.
-2021), as a wrapper around a strategy of the sums path."""
+2021), as a transform in front of a strategy that reads only the mean delta."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Literal
 
 import torch
-from torch import Tensor
 
 from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.requirements import Requirements
 from lightfed.core.seeding import derived_rng, derived_seed
-from lightfed.core.sums import Sums
+from lightfed.core.sums import DELTA, WEIGHT, Sums
+from lightfed.core.transforms import Transform, TransformContext
 from lightfed.errors import ConfigError
 from lightfed.privacy.accountant import accountant_state, compose, load_accountant, spent_epsilon
 from lightfed.privacy.base import BudgetReached
-from lightfed.strategies.base import NOTHING, ServerContext, Strategy
-from lightfed.strategies.sharded_base import ShardedStrategy
-from lightfed.strategies.wrapper import SumsStrategyWrapper
 from lightfed.streams import Stream, UserLevelKey
 
-CLIPPED, UNCLIPPED = "user_level/clipped_sum", "user_level/unclipped_count"
+UNCLIPPED = "user_level_dp/unclipped_count"
 
 
-class UserLevelDP(SumsStrategyWrapper):
-    """DP-FedAvg around ``strategy``: each client's whole delta is clipped to L2 norm ``clip``; Gaussian noise of std
+class UserLevelDP(Transform):
+    """DP-FedAvg: each client's whole delta is clipped to L2 norm ``clip`` and weighs 1; Gaussian noise of std
     noise_multiplier x clip is added to their sum, which is divided by the expected number of clients per round
-    (unweighted: the fixed denominator of DP-FedAvg), and the inner strategy takes this private mean as the round's
-    only update (its server step: FedAvg's, FedAvgM's momentum, FedAdam's moments, ...).
+    (unweighted: the fixed denominator of DP-FedAvg), and the strategy takes this private mean as the round's mean
+    delta (its server step: FedAvg's, FedAvgM's momentum, FedAdam's moments, ...; one that reads more than the mean
+    is refused).
 
     With ``target_quantile`` the clip norm follows that quantile of the clients' update norms (Andrew et al.): each
     client also sends b - 1/2, b = 1 if its norm was at most the clip (0 if not): sensitivity 1/2; their sum gets
@@ -40,13 +38,12 @@ class UserLevelDP(SumsStrategyWrapper):
 
     Every process draws the same noise (seeded by ``trainer.seed`` and the round), so 1 and N processes give the same
     model. Epsilon (Opacus' accountant, at ``target_delta``, one subsampled Gaussian step per round) is logged every
-    round as ``strategy/user_dp/epsilon``, kept in checkpoints, and with ``target_epsilon`` the run stops (with a
+    round as ``user_level_dp/epsilon``, kept in checkpoints, and with ``target_epsilon`` the run stops (with a
     checkpoint of the last round within it) at the first round that would exceed it.
     """
 
     def __init__(
         self,
-        strategy: Strategy,
         noise_multiplier: float,
         clip: float = 1.0,
         target_quantile: float | None = None,
@@ -61,8 +58,6 @@ class UserLevelDP(SumsStrategyWrapper):
     ) -> None:
         """
         Args:
-            strategy: The server step taken with the private mean (sums path: FedAvg, FedAvgM, FedAdam, FedYogi,
-                FedAdagrad, FedProx, FedSAM, FedASAM); one that keeps per-client state or reads each update is refused.
             noise_multiplier: z: the std of the noise on the sum over the clip norm (0: no noise, epsilon infinite).
             clip: Clip norm C of a client's delta (adaptive: its initial value; Andrew et al. start from 0.1).
             target_quantile: None: fixed clipping; a number in (0, 1): adaptive clipping to that quantile of the
@@ -84,19 +79,6 @@ class UserLevelDP(SumsStrategyWrapper):
             target_delta: Delta at which epsilon is computed and logged.
             accountant: Opacus accountant: "rdp" (Renyi DP) or "prv" (privacy random variables).
         """
-        if isinstance(strategy, ShardedStrategy):
-            raise ConfigError(
-                f"UserLevelDP noises the sum of clipped deltas; {type(strategy).__name__} (sharded path) aggregates "
-                "each client's own update: wrap a sums-path strategy (FedAvg, FedAvgM, FedAdam, ...)"
-            )
-        super().__init__(strategy)
-        needs, name = strategy.requirements, type(strategy).__name__
-        if needs.client_state or needs.sends or needs.reads_each_update:
-            raise ConfigError(
-                f"UserLevelDP gives the inner strategy only the noised mean of the clipped deltas, but {name} keeps "
-                "per-client state or uses what each client sends: wrap FedAvg, FedAvgM, FedAdam, FedYogi, FedAdagrad, "
-                "FedProx, FedSAM or FedASAM"
-            )
         checks = {
             "noise_multiplier must be >= 0": noise_multiplier >= 0,
             "clip must be > 0": clip > 0,
@@ -115,7 +97,7 @@ class UserLevelDP(SumsStrategyWrapper):
         }
         for message, holds in checks.items():
             if not holds:
-                raise ConfigError(f"strategy.{message}")
+                raise ConfigError(f"UserLevelDP's {message}")
         self.noise_multiplier, self.clip, self.target_quantile, self.clip_lr = (
             noise_multiplier,
             clip,
@@ -125,14 +107,26 @@ class UserLevelDP(SumsStrategyWrapper):
         self.count_stddev, self.sampling, self.sample_rate, self.noise = count_stddev, sampling, sample_rate, noise
         self.target_epsilon, self.target_delta, self.mechanism = target_epsilon, target_delta, accountant
 
-    def setup(self, context: ServerContext) -> None:
-        super().setup(context)
-        clients, sampled = context.sampled_clients or context.num_clients, context.clients_per_round
+    @property
+    def requirements(self) -> Requirements:
+        """The round's sums (it noises them), a strategy of the mean, and with distributed noise every client's
+        share of it."""
+        return Requirements(sums_path=True, mean_only=True, every_client_sends=self.noise == "distributed")
+
+    def setup(self, context: TransformContext) -> None:
+        server = context.server
+        if set(context.strategy_sums) != {DELTA, WEIGHT}:
+            raise ConfigError(
+                f"UserLevelDP noises the mean delta (sums {DELTA!r} and {WEIGHT!r}), but the strategy adds into "
+                f"{sorted(context.strategy_sums)}: use FedAvg, FedAvgM, FedAdam, FedYogi, FedAdagrad, FedProx or FedSAM"
+            )
+        clients, sampled = server.sampled_clients or server.num_clients, server.clients_per_round
         if self.sampling == "poisson" and sampled != clients:
             raise ConfigError(
                 f"sampling: poisson draws each of the {clients} clients itself: set trainer.clients_per_round to "
                 f"{clients}, got {sampled}"
             )
+        self.num_clients = server.num_clients
         self.rate = sampled / clients if self.sampling == "fixed" else float(self.sample_rate or 0)
         self.expected = self.rate * clients  # the fixed denominator: expected clients per round
         z = self.noise_multiplier
@@ -140,11 +134,11 @@ class UserLevelDP(SumsStrategyWrapper):
         self.count_std = 0.0 if self.target_quantile is None or z == 0 else count_std
         if self.target_quantile is not None and z > 0 and not 2 * count_std > z:
             raise ConfigError(
-                f"strategy.count_stddev {count_std:g} leaves the unclipped count or the update without privacy at "
+                f"UserLevelDP's count_stddev {count_std:g} leaves the unclipped count or the update without privacy at "
                 f"noise_multiplier {z}: it must exceed noise_multiplier / 2"
             )
         self.update_multiplier = z if not self.count_std else (z**-2 - (2 * self.count_std) ** -2) ** -0.5
-        self.seed = context.seed
+        self.seed = server.seed
         self.accountant = load_accountant(self.mechanism, None)
         self.epsilon = 0.0 if z > 0 else math.inf
         if self.target_epsilon is not None:  # a budget that round 1 alone exceeds is refused
@@ -152,13 +146,12 @@ class UserLevelDP(SumsStrategyWrapper):
             compose(one, z, self.rate, 1)
             first = spent_epsilon(one, self.target_delta)
             if first > self.target_epsilon:
-                rate = "trainer.clients_per_round" if self.sampling == "fixed" else "strategy.sample_rate"
+                rate = "trainer.clients_per_round" if self.sampling == "fixed" else "UserLevelDP's sample_rate"
                 raise ConfigError(
-                    f"strategy.target_epsilon {self.target_epsilon:g} is spent by round 1 alone: one round of "
+                    f"UserLevelDP's target_epsilon {self.target_epsilon:g} is spent by round 1 alone: one round of "
                     f"noise_multiplier {z:g} at sampling rate {self.rate:.4g} has epsilon {first:.4g} (delta "
-                    f"{self.target_delta:g}); raise strategy.noise_multiplier or target_epsilon, or lower {rate}"
+                    f"{self.target_delta:g}); raise its noise_multiplier or target_epsilon, or lower {rate}"
                 )
-        self.round = 0
         self._coins: tuple[int, Any] = (-1, None)  # the Poisson coins of the last round drawn
         self.clip_used, self.unclipped_fraction = self.clip, math.nan
 
@@ -177,39 +170,37 @@ class UserLevelDP(SumsStrategyWrapper):
             )
         return bool(self._coins[1][client_id] < self.rate)
 
-    def configure_client(self, plan: ClientPlan, received: Mapping[str, Tensor] = NOTHING) -> ClientPlan:
-        plan = super().configure_client(plan, received)
-        self.round = plan.round
+    def plan(self, plan: ClientPlan) -> ClientPlan:
+        """A client Poisson sampling leaves out of its round takes no step."""
         return plan if self.drawn(plan.round, plan.client_id) else replace(plan, epochs=None, steps=0)
 
     def sum_sizes(self) -> dict[str, int]:
-        return {CLIPPED: self.num_params, UNCLIPPED: 1}
+        return {UNCLIPPED: 1}
 
-    def contribution(self, update: ClientUpdate) -> dict[str, Tensor]:
-        """What the client adds to the round's sums (float64): its delta clipped to the clip norm, and 1/2 if it was
-        not clipped (-1/2 if it was); with "distributed" noise, each with the client's share of the noise."""
+    def contribution(self, update: ClientUpdate, round: int, sums: Sums) -> ClientUpdate | None:
+        """The client's delta clipped to the clip norm (float64, weight 1), and 1/2 added to the unclipped count if it
+        was not clipped (-1/2 if it was); with "distributed" noise, each with the client's share of the noise. A
+        client Poisson sampling left out sends nothing."""
+        if not self.drawn(round, update.client_id):
+            return None
         delta = update.delta.double()
         norm = float(torch.linalg.vector_norm(delta))
         scale = min(1.0, self.clip / norm) if norm > 0 else 1.0
-        contribution = {CLIPPED: delta * scale, UNCLIPPED: delta.new_tensor([float(norm <= self.clip) - 0.5])}
+        clipped, unclipped = delta * scale, delta.new_tensor([float(norm <= self.clip) - 0.5])
         if self.noise == "distributed":
             generator = torch.Generator().manual_seed(
-                derived_seed(self.seed, Stream.USER_LEVEL_DP, UserLevelKey.CLIENT_NOISE, self.round, update.client_id)
+                derived_seed(self.seed, Stream.USER_LEVEL_DP, UserLevelKey.CLIENT_NOISE, round, update.client_id)
             )
             share = 1 / math.sqrt(self.expected)
-            for name, std in ((CLIPPED, self.update_std()), (UNCLIPPED, self.count_std)):
-                value = contribution[name]
+            for value, std in ((clipped, self.update_std()), (unclipped, self.count_std)):
                 noise = torch.randn(value.shape, generator=generator, dtype=torch.float64).to(value.device)
                 value.add_(noise, alpha=std * share)
-        return contribution
+        sums.add(UNCLIPPED, unclipped)
+        return replace(update, delta=clipped, num_examples=1)
 
-    def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
-        if self.drawn(self.round, update.client_id):
-            for name, value in self.contribution(update).items():
-                sums.add(name, value)
-
-    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
-        """The inner strategy's step with the private mean; refuses (``BudgetReached``) a round past the budget."""
+    def recovered(self, sums: Sums, round: int) -> None:
+        """Noises the sum of clipped deltas (central noise) and sets its weight to the expected number of clients;
+        refuses (``BudgetReached``) a round past the budget."""
         history = list(self.accountant.history)
         if self.noise_multiplier > 0:
             compose(self.accountant, self.noise_multiplier, self.rate, 1)
@@ -221,7 +212,7 @@ class UserLevelDP(SumsStrategyWrapper):
                     f"{self.target_epsilon:g}"
                 )
             self.epsilon = epsilon
-        total, count = sums[CLIPPED].clone(), sums[UNCLIPPED].clone()
+        total, count = sums[DELTA], sums[UNCLIPPED]
         if self.noise == "central":
             generator = torch.Generator().manual_seed(
                 derived_seed(self.seed, Stream.USER_LEVEL_DP, UserLevelKey.CENTRAL_NOISE, round)
@@ -229,35 +220,24 @@ class UserLevelDP(SumsStrategyWrapper):
             for value, std in ((total, self.update_std()), (count, self.count_std)):
                 noise = torch.randn(value.shape, generator=generator, dtype=torch.float64).to(value.device)
                 value.add_(noise, alpha=std)
-        mean = (total / self.expected).to(params.dtype)
+        sums[WEIGHT].fill_(self.expected)
         self.clip_used, self.unclipped_fraction = self.clip, min(1.0, max(0.0, float(count) / self.expected + 0.5))
         if self.target_quantile is not None:
             self.clip *= math.exp(-self.clip_lr * (self.unclipped_fraction - self.target_quantile))
-        inner = self.inner
-        one = Sums(inner.sum_sizes(), params.device)
-        zero = torch.zeros((), device=params.device)
-        inner.accumulate(one, ClientUpdate(-1, mean, params.new_zeros(0), 1, 1, 1.0, zero))
-        return inner.aggregate(params, one, round)
 
     def metrics(self) -> dict[str, float]:
         """Epsilon (with noise), the round's clip norm, and with adaptive clipping the noised unclipped fraction (with
         fixed clipping the fraction is not private, and not logged)."""
-        metrics = {**super().metrics(), "user_dp/clip": self.clip_used}
+        metrics = {"clip": self.clip_used}
         if self.noise_multiplier > 0:
-            metrics["user_dp/epsilon"] = self.epsilon
+            metrics["epsilon"] = self.epsilon
         if self.target_quantile is not None:
-            metrics["user_dp/unclipped_fraction"] = self.unclipped_fraction
+            metrics["unclipped_fraction"] = self.unclipped_fraction
         return metrics
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            **super().state_dict(),
-            "accountant": accountant_state(self.accountant),
-            "clip": self.clip,
-            "epsilon": self.epsilon,
-        }
+        return {"accountant": accountant_state(self.accountant), "clip": self.clip, "epsilon": self.epsilon}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
         self.accountant = load_accountant(self.mechanism, state["accountant"])
         self.clip, self.epsilon = state["clip"], state["epsilon"]

@@ -11,17 +11,16 @@ from lightning.pytorch.utilities.data import extract_batch_size
 from torch import Tensor
 from torch.optim import Optimizer
 
-from lightfed.attacks.base import Attack
+from lightfed.attacks.base import NO_ATTACK, Attack
 from lightfed.core.flat import FlatModule
 from lightfed.core.local_context import LocalContext
-from lightfed.core.local_session import LocalSession
 from lightfed.core.logged_values import LoggedValues
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.workspace import Workspace
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.optim.sam import SAM
-from lightfed.privacy.base import ClientPrivacy
+from lightfed.privacy.base import NO_PRIVACY, ClientPrivacy
 from lightfed.run.settings import LocalTraining
 from lightfed.run.trainer_view import TrainerView
 
@@ -77,10 +76,10 @@ class ClientTrainer:
         fabric: Fabric,
         module: LightningModule,
         data: FederatedDataModule,
-        privacy: ClientPrivacy | None = None,
+        privacy: ClientPrivacy = NO_PRIVACY,
         local: LocalTraining | None = None,
         rounds: int = 1,
-        attack: Attack | None = None,
+        attack: Attack = NO_ATTACK,
     ) -> None:
         local = local or LocalTraining()
         self.fabric, self.attack = fabric, attack
@@ -100,7 +99,7 @@ class ClientTrainer:
         self._scaler = getattr(fabric.strategy.precision, "scaler", None)  # set under 16-mixed
         self.privacy = privacy
         self._sam_closure = self._gradient if isinstance(optimizer, SAM) else None  # SAM re-evaluates the batch
-        if self._sam_closure is not None and (privacy is not None or self.scales_gradients):
+        if self._sam_closure is not None and (privacy.private or self.scales_gradients):
             raise ConfigError(
                 "a SAM optimizer needs trainer.precision 32-true or bf16-mixed and no trainer.privacy; under "
                 "differential privacy use strategy FedSAM or FedASAM, whose rule makes both gradients private"
@@ -134,11 +133,7 @@ class ClientTrainer:
         module, optimizer, view = self.module, self.optimizer, self.view
         if not module.training:  # an evaluation left it in eval mode (Lightning, too, switches modes per stage)
             module.train()
-        session = (
-            LocalSession(context, plan, generator)
-            if self.privacy is None
-            else self.privacy.session(context, plan, generator)
-        )
+        session = self.privacy.session(context, plan, generator)
         self._session = session
         loss_sum = torch.zeros((), device=self.fabric.device)
         steps, local_time, per_epoch = (
@@ -149,7 +144,7 @@ class ClientTrainer:
         view._enter("train", plan.round, plan.client_id)
         with self.logged.attached(module):
             module.on_train_start()
-            batches = session.batches() if self.attack is None else self.attack.batches(session.batches(), plan)
+            batches = self.attack.batches(session.batches(), plan)
             for batch in batches:
                 if steps % per_epoch == 0:
                     view._epoch = steps // per_epoch
@@ -178,8 +173,7 @@ class ClientTrainer:
         session.finish()
         view._enter("")
         torch.sub(self.flat.params, params, out=self.delta)
-        if self.attack is not None:
-            self.attack.update(self.delta, plan)
+        self.attack.update(self.delta, plan)
         return ClientUpdate(
             client_id=plan.client_id,
             delta=self.delta,
@@ -194,7 +188,7 @@ class ClientTrainer:
     def fine_tuned(self, plan: ClientPlan, params: Tensor, buffers: Tensor) -> tuple[Tensor, Tensor]:
         """The weights after training ``plan`` from ``params``/``buffers``, keeping nothing the module logs (evaluation
         after fine-tuning), as a benign client: a simulated attack changes what clients send, not what is measured."""
-        (logged, self.logged), (attack, self.attack) = (self.logged, LoggedValues()), (self.attack, None)
+        (logged, self.logged), (attack, self.attack) = (self.logged, LoggedValues()), (self.attack, NO_ATTACK)
         try:
             update = self.train(plan, params, buffers)
         finally:

@@ -15,6 +15,7 @@ from lightfed.adapters import copy_without_trainer
 from lightfed.core.logged_values import LoggedValues
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
+from lightfed.privacy.base import NO_PRIVACY
 from lightfed.run.client import ClientTrainer
 from lightfed.run.client_training import Deliver, TrainingJob
 from lightfed.run.cores import available_cores
@@ -66,7 +67,8 @@ class ClientWorkers:
                 "forked from concurrent training threads can deadlock): set one of them to 1 / 0"
             )
         if workers == "auto":
-            parallel = fabric.device.type == "cpu" and client.get("privacy") is None and data.num_workers == 0
+            private = client.get("privacy", NO_PRIVACY).private
+            parallel = fabric.device.type == "cpu" and not private and data.num_workers == 0
             workers = cores if parallel else 1
         workers = min(int(workers), math.ceil(clients_per_round / fabric.world_size))
         modules = [model, *(copy_without_trainer(model) for _ in range(workers - 1))]

@@ -17,8 +17,8 @@ from lightfed.attacks.collusion import HeldUpdates
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.sharding import AllReduce, CoordinateShards, local
 from lightfed.core.sums import Sums
-from lightfed.core.transforms import Pipeline
-from lightfed.privacy.base import ClientPrivacy
+from lightfed.core.transforms import NO_TRANSFORMS, Accumulate, Pipeline
+from lightfed.privacy.base import NO_PRIVACY, ClientPrivacy
 from lightfed.run.client_training import ClientTraining, TrainingJob
 from lightfed.run.divergence import divergence_error
 from lightfed.run.server_paths import RoundJobs, server_path
@@ -66,8 +66,8 @@ class RoundEngine:
         fixed_process: bool,
         check_replicas: bool = False,
         on_client_end: Callable[[ClientUpdate], None] | None = None,
-        privacy: ClientPrivacy | None = None,
-        transforms: Pipeline | None = None,
+        privacy: ClientPrivacy = NO_PRIVACY,
+        transforms: Pipeline = NO_TRANSFORMS,
     ) -> None:
         """``fixed_process``: client i always trains on process i % world (where its per-client state lives).
         ``on_client_end``: called with each update once the strategy has taken it. ``privacy``: its budget is checked
@@ -77,7 +77,7 @@ class RoundEngine:
         self.client = client = training.reference
         self.fixed_process, self.check_replicas = fixed_process, check_replicas
         self.on_client_end, self.privacy = on_client_end, privacy
-        self.transforms = Pipeline() if transforms is None else transforms
+        self.transforms = transforms
         self.shards = CoordinateShards(client.flat.params.numel(), fabric.world_size, fabric.global_rank)
 
         def all_reduce(tensor: Tensor, op: str) -> Tensor:
@@ -127,21 +127,23 @@ class RoundEngine:
         )
         received = path.received(layout)
         plans = [
-            self.strategy.configure_client(job.plan, {**job.package, **sent})
+            self.transforms.plan(self.strategy.configure_client(job.plan, {**job.package, **sent}))
             for job, sent in zip(mine, received, strict=True)
         ]
-        if self.privacy is not None:
-            self.privacy.check_budget(self.fabric, round, plans)
+        self.privacy.check_budget(self.fabric, round, plans)
         for lane_sums in self._lane_sums:
             lane_sums.zero_()
         path.begin(layout, params)
         held = HeldUpdates(self.client.attack, layout.client_ids, params)  # a colluding attack's stage
 
+        def to_path(index: int) -> Accumulate:
+            return lambda sums, update: path.add(sums, index, update, mine[index].staleness)
+
         def deliver(lane: int, index: int, update: ClientUpdate) -> None:
             sums = self._lane_sums[lane]
             with self._lock:
                 if not held.takes(index, update):
-                    path.add(sums, index, self.transforms.contribution(update, round, sums), mine[index].staleness)
+                    self.transforms.add(sums, update, round, to_path(index))
                 sums.add("_buffers", update.buffers, weight=update.num_examples)
                 sums.add("_examples", update.num_examples)
                 sums.add("_train_loss", update.train_loss)
@@ -153,7 +155,7 @@ class RoundEngine:
             [TrainingJob(plan, job.params, job.buffers) for plan, job in zip(plans, mine, strict=True)], deliver
         )
         for index, update in held.released(self.all_reduce):  # the attack's, through the transforms too
-            path.add(sums, index, self.transforms.contribution(update, round, sums), mine[index].staleness)
+            self.transforms.add(sums, update, round, to_path(index))
         for lane_sums in self._lane_sums[1 : self.training.lanes]:
             sums.buffer.add_(lane_sums.buffer)
         sums.add("_stop", float(stop_requested is not None and stop_requested.is_set()))

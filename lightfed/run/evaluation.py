@@ -19,6 +19,7 @@ from lightfed.core.messages import ClientPlan
 from lightfed.core.seeding import derived_rng, derived_seed
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
+from lightfed.privacy.base import ClientPrivacy
 from lightfed.run.client import ClientTrainer
 from lightfed.run.fingerprint import check_fingerprint
 from lightfed.run.run_state import RunState
@@ -215,7 +216,7 @@ class BestRound:
 
 def check_client_evaluation(
     settings: ClientEvaluation,
-    privacy: object,
+    privacy: ClientPrivacy,
     unseen_clients: int,
     clients_per_round: int,
     num_clients: int,
@@ -224,7 +225,7 @@ def check_client_evaluation(
     """Refuses per-client evaluation settings the run cannot honour, in one line."""
     if unseen_clients and asynchronous:
         raise ConfigError("trainer.unseen_clients is not supported with `asynchronous:` yet: set it to 0")
-    if settings.finetune_steps and privacy is not None:
+    if settings.finetune_steps and privacy.private:
         raise ConfigError(
             "trainer.client_eval_finetune_steps would train on clients' data outside trainer.privacy's accounting: "
             "set it to 0 with privacy"

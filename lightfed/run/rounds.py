@@ -34,10 +34,13 @@ class SampledRounds:
     def begin(self, engine: RoundEngine, params: Tensor, buffers: Tensor) -> None:
         """Called once before the first round of a fresh run."""
 
+    def cohort(self, round: int) -> list[int]:
+        """The clients of round ``round``, in increasing id order."""
+        return sample_clients(self.seed, round, self.num_clients, self.clients_per_round)
+
     def jobs(self, round: int, params: Tensor, buffers: Tensor) -> list[Job]:
         """The round's jobs, in increasing client id order."""
-        clients = sample_clients(self.seed, round, self.num_clients, self.clients_per_round)
-        return [Job(client_plan(self.seed, self.local_work, round, c), params, buffers) for c in clients]
+        return [Job(client_plan(self.seed, self.local_work, round, c), params, buffers) for c in self.cohort(round)]
 
     def finish(self, round: int, params: Tensor, buffers: Tensor) -> dict[str, float]:
         """Called with the round's result; returns scalars to log with it."""
@@ -46,7 +49,7 @@ class SampledRounds:
     def planned(self, rounds: int) -> Iterator[ClientPlan]:
         """Every client plan of a run of ``rounds`` rounds, before the strategy configures it (privacy budgets)."""
         for round in range(rounds):
-            for client_id in sample_clients(self.seed, round, self.num_clients, self.clients_per_round):
+            for client_id in self.cohort(round):
                 yield client_plan(self.seed, self.local_work, round, client_id)
 
     def state_dict(self) -> dict[str, Any]:

@@ -27,6 +27,9 @@ class RunState:
     best_round: dict[str, Any] | None  # ``BestRound.state_dict``
     fingerprint: dict[str, str] | None  # the settings a resume must not change
     source: dict[str, Any]  # where the rounds' jobs come from (the asynchronous schedule)
+    transforms: (
+        list[dict[str, Any]] | None
+    )  # each transform's state (None: a checkpoint from before transforms had one)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def checkpoint(self) -> dict[str, Any]:

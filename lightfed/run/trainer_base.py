@@ -12,14 +12,14 @@ from torch import Tensor
 from lightfed.adapters import set_collective_timeout
 from lightfed.asynchronous.buffered_rounds import BufferedRounds, VirtualTimeLogging
 from lightfed.asynchronous.schedule import Asynchrony
-from lightfed.attacks.base import Attack
+from lightfed.attacks.base import NO_ATTACK, Attack
 from lightfed.callbacks import Callback, ProgressBar
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.heterogeneity import LocalWork
 from lightfed.launcher import quiet_srun_hint
 from lightfed.personalization.personalized import personalization_of
-from lightfed.privacy.base import ClientPrivacy
+from lightfed.privacy.base import NO_PRIVACY, ClientPrivacy
 from lightfed.run import run_checks
 from lightfed.run.checkpoint import LAST, rng_states
 from lightfed.run.client import ClientTrainer
@@ -37,6 +37,7 @@ from lightfed.run.preemption import Preemption
 from lightfed.run.resume import checkpoint_to_resume, run_fingerprint
 from lightfed.run.rounds import SampledRounds
 from lightfed.run.run_output import RunOutput, check_writable, run_folder_of
+from lightfed.run.run_parts import RunParts
 from lightfed.run.run_state import RunState
 from lightfed.run.settings import (
     ClientStateSettings,
@@ -85,9 +86,9 @@ class TrainerBase:
         evaluation, output = evaluation or EvaluationSettings(), output or OutputSettings()
         client_states = client_states or ClientStateSettings()
         at_least(rounds=(rounds, 1), clients_per_round=(clients_per_round, 1))
-        if privacy is not None:  # before Fabric, whose own warning about the precision would come first
-            privacy.check_precision(processes.precision)
-        if privacy is not None and processes.clients_in_parallel not in ("auto", 1):
+        privacy, attack = privacy or NO_PRIVACY, attack or NO_ATTACK  # None in a config: none
+        privacy.check_precision(processes.precision)  # before Fabric, whose own warning would come first
+        if privacy.private and processes.clients_in_parallel not in ("auto", 1):
             raise ConfigError(
                 "trainer.clients_in_parallel must be 1 or 'auto' with trainer.privacy: its clients train one at a time"
             )
@@ -97,7 +98,7 @@ class TrainerBase:
         self.privacy, self.attack = privacy, attack
         self.local_work = LocalWork(local.epochs, local.steps, local.lr, local.redraw)
         self.asynchrony = asynchrony
-        attacking = [] if attack is None else attack.callbacks()
+        attacking = attack.callbacks()
         clock = [] if asynchrony is None else [VirtualTimeLogging()]
         everything = [*attacking, *clock, *(callbacks or []), *([ProgressBar()] if output.progress_bar else [])]
         self.fabric = build_fabric(processes, everything)
@@ -172,8 +173,7 @@ class TrainerBase:
             self.fabric.launch()
             self._launched = True
         data.setup(self.seed, self.fabric.device)
-        if self.attack is not None:
-            self.attack.setup(data.num_clients, self.seed)
+        self.attack.setup(data.num_clients, self.seed)
 
     def _checked(
         self,
@@ -278,19 +278,20 @@ class TrainerBase:
         sampled = data.num_clients - self.evaluation.unseen_clients
         return SampledRounds(self.seed, sampled, self.clients_per_round, self.local_work)
 
-    def _run_state(self, strategy: Strategy, source: SampledRounds, process_states: dict[str, Any] | None) -> RunState:
+    def _run_state(self, parts: RunParts, process_states: dict[str, Any] | None) -> RunState:
         """The run as a checkpoint holds it, after ``self.round`` rounds (``process_states``: its per-process files)."""
         return RunState(
             self.round,
             self.params.cpu(),
             self.buffers.cpu(),
-            strategy.state_dict(),
+            parts.strategy.state_dict(),
             process_states,
             rng_states(),
             self.last_metrics,
             self.best.state_dict(),
             self.fingerprint,
-            source.state_dict(),
+            parts.source.state_dict(),
+            parts.transforms.state_dict(),
         )
 
     def _fingerprinted(self) -> dict[str, Any]:

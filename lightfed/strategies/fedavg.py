@@ -6,7 +6,7 @@ from typing import Literal
 from torch import Tensor
 
 from lightfed.core.messages import ClientUpdate
-from lightfed.core.sums import Sums
+from lightfed.core.sums import DELTA, WEIGHT, Sums
 from lightfed.errors import ConfigError
 from lightfed.strategies.base import SumsStrategy
 
@@ -34,12 +34,12 @@ class FedAvg(SumsStrategy):
         return float(update.num_examples) if self.weighting == "examples" else 1.0
 
     def sum_sizes(self) -> dict[str, int]:
-        return {"delta": self.num_params, "weight": 1}
+        return {DELTA: self.num_params, WEIGHT: 1}
 
     def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
         weight = self.client_weight(update)
-        sums.add("delta", update.delta, weight=weight)
-        sums.add("weight", weight)
+        sums.add(DELTA, update.delta, weight=weight)
+        sums.add(WEIGHT, weight)
 
     def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
-        return fedavg_step(params, sums["delta"], float(sums["weight"]), self.server_lr)
+        return fedavg_step(params, sums[DELTA], float(sums[WEIGHT]), self.server_lr)

@@ -3,8 +3,9 @@
 import torch
 
 from lightfed.core.requirements import Requirements
+from lightfed.core.transforms import NO_TRANSFORMS, Pipeline
 from lightfed.errors import ConfigError
-from lightfed.privacy.base import ClientPrivacy
+from lightfed.privacy.base import NO_PRIVACY, ClientPrivacy
 from lightfed.schedules import RoundSchedule
 from lightfed.strategies.async_base import AsyncStrategy
 from lightfed.strategies.base import Strategy, SumsStrategy
@@ -21,21 +22,24 @@ def strategy_name(strategy: Strategy) -> str:
     return type(strategy).__name__
 
 
-def run_requirements(strategy: Strategy, privacy: ClientPrivacy | None) -> Requirements:
-    """What the strategy and the privacy mechanism need together."""
-    return strategy.requirements | (privacy.requirements if privacy is not None else Requirements())
+def run_requirements(
+    strategy: Strategy, privacy: ClientPrivacy = NO_PRIVACY, transforms: Pipeline = NO_TRANSFORMS
+) -> Requirements:
+    """What the strategy, the privacy mechanism and the transforms need together."""
+    return strategy.requirements | privacy.requirements | transforms.requirements
 
 
 def check_requirements(
     strategy: Strategy,
     optimizer: torch.optim.Optimizer,
-    privacy: ClientPrivacy | None = None,
+    privacy: ClientPrivacy = NO_PRIVACY,
     lr_schedule: RoundSchedule | None = None,
     asynchronous: bool = False,
+    transforms: Pipeline = NO_TRANSFORMS,
 ) -> None:
-    """Refuses, in one line, a run whose strategy (or local rule, or privacy mechanism) cannot run with the model's
-    ``optimizer``, ``privacy``, ``lr_schedule`` or under the (a)synchronous trainer."""
-    name, needs = strategy_name(strategy), run_requirements(strategy, privacy)
+    """Refuses, in one line, a run whose strategy (or local rule, or privacy mechanism, or transforms) cannot run with
+    the model's ``optimizer``, ``privacy``, ``lr_schedule``, the ``transforms`` or under the (a)synchronous trainer."""
+    name, needs = strategy_name(strategy), run_requirements(strategy, privacy, transforms)
     if not isinstance(strategy, (SumsStrategy, ShardedStrategy, AsyncStrategy)):
         raise ConfigError(f"{name} has no server path: subclass SumsStrategy, ShardedStrategy or AsyncStrategy")
     if isinstance(strategy, AsyncStrategy) and not asynchronous:
@@ -44,9 +48,10 @@ def check_requirements(
         )
     if asynchronous and not isinstance(strategy, AsyncStrategy):
         raise ConfigError(f"{name} is synchronous; with `asynchronous:` use {ASYNCHRONOUS}")
-    if asynchronous and privacy is not None:
+    if asynchronous and privacy.private:
         raise ConfigError("trainer.privacy is not supported with `asynchronous:` yet: its budgets assume rounds")
-    if privacy is not None and privacy.accounts:
+    check_transforms(strategy, transforms, asynchronous)
+    if privacy.accounts:
         check_accounted(name, needs)
     if needs.chooses_client_steps and lr_schedule is not None:
         raise ConfigError(f"{name} chooses its clients' step sizes itself: remove trainer.lr_schedule")
@@ -61,6 +66,33 @@ def check_requirements(
         raise ConfigError(
             f"{name} sets the whole local step direction: the model's optimizer needs weight_decay 0, got "
             f"{groups[0]['weight_decay']}"
+        )
+
+
+def check_transforms(strategy: Strategy, transforms: Pipeline, asynchronous: bool) -> None:
+    """Refuses, in one line, transforms whose requirements the strategy or the other transforms break."""
+    name, own = strategy_name(strategy), strategy.requirements
+    for transform in transforms.transforms:
+        needs, it = transform.requirements, type(transform).__name__
+        if needs.sums_path and (asynchronous or not isinstance(strategy, SumsStrategy)):
+            raise ConfigError(
+                f"transforms: {it} works on the round's sums: use a synchronous strategy of the sums path (FedAvg, "
+                f"FedAdam, Scaffold, ...), not {name}"
+            )
+        if needs.mean_only and (own.client_state or own.sends or own.reads_each_update):
+            raise ConfigError(
+                f"transforms: {it} gives the strategy only the mean delta, but {name} keeps per-client state or uses "
+                "more of what each client sends: use FedAvg, FedAvgM, FedAdam, FedYogi, FedAdagrad, FedProx, FedSAM "
+                "or FedASAM"
+            )
+    needs = transforms.requirements
+    if needs.every_client_sends and needs.drops_clients:
+        senders = [type(t).__name__ for t in transforms.transforms if t.requirements.every_client_sends]
+        droppers = [type(t).__name__ for t in transforms.transforms if t.requirements.drops_clients]
+        raise ConfigError(
+            f"transforms: {', '.join(droppers)} drops clients of the round, but {', '.join(senders)} needs every "
+            "client's contribution (UserLevelDP's distributed noise: each client adds std / sqrt(expected clients)): "
+            "set dropout 0 or noise: central"
         )
 
 

@@ -139,12 +139,14 @@ def main() -> None:
     parser.add_argument("--save", type=Path, help="write the digests to this JSON file")
     parser.add_argument("--compare", type=Path, help="compare with the digests in this JSON file")
     parser.add_argument("--devices", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES), help="default: every case")
     args = parser.parse_args()
     before = json.loads(args.compare.read_text()) if args.compare else {}
     digests = {}
     print("| case | processes | final weights (SHA-256) |" + (" same as before |" if before else ""))
     print("|---|---|---|" + ("---|" if before else ""))
-    for name, arguments in CASES.items():
+    for name in args.cases:
+        arguments = CASES[name]
         for devices in args.devices:
             with tempfile.TemporaryDirectory() as root:
                 digest = final_weights_digest(arguments, devices, Path(root))

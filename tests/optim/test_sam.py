@@ -8,6 +8,7 @@ from lightfed.core.messages import ClientPlan
 from lightfed.errors import ConfigError
 from lightfed.optim import SAM, sam_perturbation
 from lightfed.privacy import DPSGD
+from lightfed.privacy.base import NO_PRIVACY
 from lightfed.run.client import ClientTrainer
 from tests.conftest import small_data
 
@@ -74,7 +75,7 @@ class Quadratic(L.LightningModule):
         return SAM(self.parameters(), torch.optim.SGD, rho=0.3, adaptive=self.adaptive, eta=0.1, lr=0.2)
 
 
-def _client(model, privacy=None):
+def _client(model, privacy=NO_PRIVACY):
     data = small_data()
     data.setup(seed=0, device=torch.device("cpu"))
     return ClientTrainer(Fabric(accelerator="cpu", devices=1), model, data, privacy)

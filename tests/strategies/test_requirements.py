@@ -64,7 +64,7 @@ def test_what_each_strategy_declares():
 
 
 def test_privacy_with_accountants_keeps_clients_on_their_process():
-    assert not run_requirements(FedAvg(), None).client_state
+    assert not run_requirements(FedAvg()).client_state
     assert run_requirements(FedAvg(), DPSGD(noise_multiplier=1.0)).client_state
 
 

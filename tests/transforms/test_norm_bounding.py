@@ -6,6 +6,7 @@ import torch
 
 from lightfed.cli import run
 from lightfed.core.messages import ClientUpdate
+from lightfed.core.server_context import ServerContext
 from lightfed.core.sums import Sums
 from lightfed.core.transforms import Pipeline, Transform
 from lightfed.errors import ConfigError
@@ -20,11 +21,24 @@ def _update(client_id: int, delta: list[float], examples: int = 10) -> ClientUpd
     return ClientUpdate(client_id, torch.tensor(delta), torch.zeros(0), examples, 1, 0.1, torch.tensor(0.0))
 
 
+def _sent(pipeline: Pipeline, updates: list[ClientUpdate], sums: Sums) -> list[ClientUpdate]:
+    """What reaches the strategy of each update sent through ``pipeline`` (in round 0)."""
+    sent: list[ClientUpdate] = []
+    for update in updates:
+        pipeline.add(sums, update, 0, lambda _, update: sent.append(update))
+    return sent
+
+
+def _set_up(pipeline: Pipeline) -> Pipeline:
+    pipeline.setup(ServerContext(torch.zeros(3), num_clients=2), {}, None)
+    return pipeline
+
+
 def test_a_delta_longer_than_max_norm_is_scaled_to_it_and_the_clipped_fraction_comes_from_the_sums():
-    pipeline = Pipeline([NormBounding(max_norm=1.0)])
+    pipeline = _set_up(Pipeline([NormBounding(max_norm=1.0)]))
     sums = Sums(pipeline.sizes, torch.device("cpu"))
     long, short = _update(0, [3.0, 4.0, 0.0]), _update(1, [0.3, 0.4, 0.0])
-    sent = [pipeline.contribution(update, 0, sums) for update in (long, short)]
+    sent = _sent(pipeline, [long, short], sums)
     assert torch.allclose(sent[0].delta, torch.tensor([0.6, 0.8, 0.0]))  # norm 5 -> 1
     assert sent[1].delta is short.delta  # within the bound: sent as trained
     assert pipeline.recovered(sums, 0) == {"norm_bounding/clipped_fraction": 0.5}
@@ -44,15 +58,16 @@ def test_client_halves_run_in_order_and_server_halves_in_reverse():
         def recovered(self, sums, round):
             calls.append(f"server {self.name}")
 
-    pipeline = Pipeline([Record("a"), Record("b")])
-    pipeline.contribution(_update(0, [1.0]), 0, Sums({}, torch.device("cpu")))
-    pipeline.recovered({}, 0)
+    pipeline = _set_up(Pipeline([Record("a"), Record("b")]))
+    sums = Sums({}, torch.device("cpu"))
+    _sent(pipeline, [_update(0, [1.0])], sums)
+    pipeline.recovered(sums, 0)
     assert calls == ["client a", "client b", "server b", "server a"]
 
 
 def test_two_transforms_adding_into_the_same_sums_are_refused_in_one_line():
-    with pytest.raises(ConfigError, match=r"NormBounding adds into sums another one adds into: \['norm_bounding/"):
-        Pipeline([NormBounding(1.0), NormBounding(2.0)])
+    with pytest.raises(ConfigError, match=r"norm_bounding adds into sums already added into: \['norm_bounding/"):
+        _set_up(Pipeline([NormBounding(1.0), NormBounding(2.0)]))
     with pytest.raises(ConfigError, match="max_norm must be > 0, got 0"):
         NormBounding(0)
 

@@ -1,0 +1,32 @@
+"""What a strategy and a transform are set up with, once per run."""
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from lightfed.core.sharding import CoordinateShards
+
+
+@dataclass(frozen=True)
+class ServerContext:
+    """What a strategy is set up with, once per run (and before a resume)."""
+
+    params: Tensor  # the initial global parameters, flat fp32: their number, dtype and device
+    num_clients: int
+    world_size: int = 1
+    rank: int = 0
+    clients_per_round: int = 0  # clients the run samples each round (0: not given)
+    seed: int = 0  # the run's seed (``trainer.seed``), the same on every process
+    sampled_clients: int = 0  # clients the run samples from (0: all num_clients; fewer with trainer.unseen_clients)
+    client_states: str = "memory"  # where ``Strategy.client_states`` lives: "memory" or "disk" (trainer.client_states)
+    client_states_folder: str | None = None  # with "disk": where each process keeps its files (null: a temporary one)
+    rounds: int = 0  # rounds the run trains (trainer.rounds; 0: not given)
+
+    @property
+    def num_params(self) -> int:
+        return self.params.numel()
+
+    @property
+    def shard(self) -> slice:
+        """The coordinates this process owns on the sharded path."""
+        return CoordinateShards(self.num_params, self.world_size, self.rank).local

@@ -10,7 +10,7 @@ from lightning import LightningModule
 from lightfed.core.client_states import ProcessStores
 from lightfed.core.process_states import FOLDER as PROCESS_STATES
 from lightfed.core.process_states import load_process_states, prune, save_process_states
-from lightfed.core.transforms import Pipeline, Transform
+from lightfed.core.transforms import Pipeline, Transform, TransformContext
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import DivergenceError
 from lightfed.privacy.base import BudgetReached
@@ -144,7 +144,8 @@ class FederatedTrainer(TrainerBase):
         context = self._server_context(data)
         strategy.setup(context)
         own_sums = strategy.sum_sizes() if isinstance(strategy, SumsStrategy) else {}
-        transforms.setup(context, own_sums, None if self.asynchronous else source.cohort)
+        cohort = None if self.asynchronous else source.cohort
+        transforms.setup(TransformContext(context, own_sums, cohort, workers.reference.module, data))
         fixed = run_requirements(
             strategy, self.privacy, transforms
         ).client_state  # client i trains on process i % world size
@@ -163,14 +164,14 @@ class FederatedTrainer(TrainerBase):
             data, self.clients_per_round, partial(source.planned, self.rounds)
         )
         self.round, self.should_stop, self.last_metrics, self._process_states = 0, False, {}, None
-        evaluation = self._evaluation(strategy, data, workers.reference)
+        evaluation = self._evaluation(transforms, data, workers.reference)
         return RunParts(workers, strategy, transforms, source, engine, evaluation, fixed)
 
     def _checkpoint(self, parts: RunParts) -> None:
         """Writes what each process alone holds (its clients' states, its slices) in its own file, then ``last.ckpt``
         (process 0): nothing is gathered to one process. A collective call."""
         strategy, folder, name = parts.strategy, self.checkpoint_path.parent / PROCESS_STATES, f"round_{self.round}"
-        own = ProcessStores(strategy, self.privacy).process_state()
+        own = ProcessStores(strategy, self.privacy, parts.transforms).process_state()
         held = parts.fixed_process or any(own.values())  # without fixed processes, the same on every process
         files = save_process_states(self.fabric, folder, name, own, held)
         if self.fabric.is_global_zero:
@@ -188,7 +189,7 @@ class FederatedTrainer(TrainerBase):
         self.params, self.buffers = saved.weights_for(self.params, self.buffers)
         parts.strategy.load_state_dict(saved.strategy)
         parts.transforms.load_state_dict(saved.transforms)
-        stores = ProcessStores(parts.strategy, self.privacy)
+        stores = ProcessStores(parts.strategy, self.privacy, parts.transforms)
         self._process_states = load_process_states(
             stores, path.parent / PROCESS_STATES, saved.process_states, self.fabric.global_rank, self.fabric.world_size
         )

@@ -12,15 +12,18 @@ server half writes the plain sums back before the others read them.
 """
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from lightning import LightningModule
 from torch import Tensor
 
+from lightfed.core.client_states import ProcessStore
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.requirements import Requirements
 from lightfed.core.server_context import ServerContext
 from lightfed.core.sums import Sums
+from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 
 Accumulate = Callable[[Sums, ClientUpdate], None]  # the server path's: adds one update into the sums given
@@ -32,15 +35,18 @@ class TransformContext:
 
     server: ServerContext
     strategy_sums: dict[str, int]  # the sums the strategy's server path adds into (name: length)
-    sealed: dict[str, int]  # for a sealing transform: the sums a client's contribution covers (the strategy's, then
-    # the transforms' before it); {} for the others
     cohort: Callable[[int], list[int]] | None = None  # a synchronous round's clients, as the run samples them
+    module: LightningModule | None = None  # the live module (names of its parameters and buffers)
+    data: FederatedDataModule | None = None  # the run's data (its clients' sizes)
+    sealed: dict[str, int] | None = None  # for a sealing transform: the sums a client's contribution covers (the
+    # strategy's, then the transforms' before it)
 
 
 class Transform:
     """One stage of the pipeline; the base changes nothing."""
 
     seals = False  # whether ``seal`` replaces the client's contribution to the sums (it then stands last)
+    keeps_client_models = False  # whether ``client_model`` gives clients models of their own (personalization)
 
     @property
     def requirements(self) -> Requirements:
@@ -70,6 +76,19 @@ class Transform:
 
     def recovered(self, sums: Sums, round: int) -> None:
         """Reads, and may change, the round's reduced ``sums`` before the strategy reads them."""
+
+    def stepped(self, before: Tensor, after: Tensor) -> Tensor:
+        """The next global parameters, from those ``before`` the round and the strategy's step (``after``)."""
+        return after
+
+    def client_model(self, client_id: int, params: Tensor, buffers: Tensor) -> tuple[Tensor, Tensor] | None:
+        """The weights a client is evaluated with when the global model is ``params``/``buffers``; None: the global
+        model's (or, with ``keeps_client_models``, none yet on this process)."""
+        return None
+
+    def stores(self) -> dict[str, ProcessStore]:
+        """What only this process holds, by name (saved in this process's checkpoint file)."""
+        return {}
 
     def metrics(self) -> dict[str, float]:
         """Scalars to log after the round, under ``<the transform's name>/``."""
@@ -109,21 +128,19 @@ class Pipeline:
             needs = needs | transform.requirements
         return needs
 
-    def setup(
-        self, server: ServerContext, strategy_sums: dict[str, int], cohort: Callable[[int], list[int]] | None
-    ) -> None:
-        """Sets every transform up, in order; ``strategy_sums``: the sums the strategy adds into. Raises
-        ``ConfigError`` when two of them add into the same sums (or into the strategy's)."""
-        sizes = dict(strategy_sums)
+    def setup(self, context: TransformContext) -> None:
+        """Sets every transform up, in order. Raises ``ConfigError`` when two of them add into the same sums (or into
+        the strategy's)."""
+        sizes = dict(context.strategy_sums)
         for transform in self.transforms:
-            transform.setup(TransformContext(server, strategy_sums, sizes if transform.seals else {}, cohort))
+            transform.setup(replace(context, sealed=dict(sizes)) if transform.seals else context)
             clash = sorted(set(sizes) & set(transform.sum_sizes()))
             if clash:
                 raise ConfigError(f"transforms: {name_of(transform)} adds into sums already added into: {clash}")
             if not transform.seals:
                 sizes.update(transform.sum_sizes())
         if self.sealer is not None:
-            self._scratch = Sums(sizes, server.params.device)
+            self._scratch = Sums(sizes, context.server.params.device)
 
     def plan(self, plan: ClientPlan) -> ClientPlan:
         for transform in self.transforms:
@@ -154,6 +171,28 @@ class Pipeline:
         for transform in reversed(self.transforms):
             transform.recovered(sums, round)
         return {f"{name_of(t)}/{key}": value for t in self.transforms for key, value in t.metrics().items()}
+
+    def stepped(self, before: Tensor, after: Tensor) -> Tensor:
+        """The server halves' last word on the next global parameters, in reverse order."""
+        for transform in reversed(self.transforms):
+            after = transform.stepped(before, after)
+        return after
+
+    @property
+    def keeps_client_models(self) -> bool:
+        return any(transform.keeps_client_models for transform in self.transforms)
+
+    def client_model(self, client_id: int, params: Tensor, buffers: Tensor) -> tuple[Tensor, Tensor] | None:
+        """The first transform's model of the client (None: the global model)."""
+        for transform in self.transforms:
+            model = transform.client_model(client_id, params, buffers)
+            if model is not None:
+                return model
+        return None
+
+    def stores(self) -> dict[str, ProcessStore]:
+        """Every transform's per-process stores, each under its transform's name."""
+        return {f"{name_of(t)}/{name}": store for t in self.transforms for name, store in t.stores().items()}
 
     def state_dict(self) -> list[dict[str, Any]]:
         return [transform.state_dict() for transform in self.transforms]

@@ -102,7 +102,7 @@ class SecureAggregation(Transform):
                 f"{self.clients_per_round} clients x {self.bits}-bit values overflow the modulus 2^{self.modulus_bits}: "
                 "raise SecureAggregation's modulus_bits or lower its bits"
             )
-        self.sealed = context.sealed
+        self.sealed = context.sealed or {}
         unknown = set(self.clip_ranges) - set(self.sealed)
         if unknown:
             raise ConfigError(

@@ -161,7 +161,7 @@ class RoundEngine:
         sums.add("_stop", float(stop_requested is not None and stop_requested.is_set()))
         sums.buffer.copy_(self.all_reduce(sums.buffer, "sum"))
         transformed = self.transforms.recovered(sums, round)
-        params = path.aggregate(round, layout, sums, params)
+        params = self.transforms.stepped(params, path.aggregate(round, layout, sums, params))
         buffers = (sums["_buffers"] / sums["_examples"]).to(buffers.dtype)
         self._check(round, params, buffers, layout.client_ids)
         metrics = {

@@ -14,11 +14,11 @@ from lightfed.asynchronous.buffered_rounds import BufferedRounds, VirtualTimeLog
 from lightfed.asynchronous.schedule import Asynchrony
 from lightfed.attacks.base import NO_ATTACK, Attack
 from lightfed.callbacks import Callback, ProgressBar
+from lightfed.core.transforms import Pipeline
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.heterogeneity import LocalWork
 from lightfed.launcher import quiet_srun_hint
-from lightfed.personalization.personalized import personalization_of
 from lightfed.privacy.base import NO_PRIVACY, ClientPrivacy
 from lightfed.run import run_checks
 from lightfed.run.checkpoint import LAST, rng_states
@@ -238,16 +238,14 @@ class TrainerBase:
             self.rounds,
         )
 
-    def _evaluation(self, strategy: Strategy, data: FederatedDataModule, client: ClientTrainer) -> Evaluation:
+    def _evaluation(self, transforms: Pipeline, data: FederatedDataModule, client: ClientTrainer) -> Evaluation:
         """The global model's and the clients' evaluation on ``client``'s module; the best round is chosen on the
-        clients' personal models when a personalization strategy's clients are evaluated."""
-        settings, personal = self.evaluation, personalization_of(strategy)
-        personal_best = personal is not None and settings.client_interval > 0
+        clients' own models when a transform keeps them (personalization) and clients are evaluated."""
+        settings, personal = self.evaluation, transforms.keeps_client_models
+        personal_best = personal and settings.client_interval > 0
         self.best = BestRound(f"clients/personal/{self.monitor}_mean" if personal_best else self.monitor)
-        if personal is not None:
-            personal.bind(client.module, data)
         clients = ClientEvaluation(
-            None if personal is None else personal.personal_model, settings.finetune_steps, settings.clients, self.seed
+            transforms.client_model if personal else None, settings.finetune_steps, settings.clients, self.seed
         )
         unseen, per_round = settings.unseen_clients, self.clients_per_round
         check_client_evaluation(clients, self.privacy, unseen, per_round, data.num_clients, self.asynchronous)

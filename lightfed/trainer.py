@@ -54,7 +54,7 @@ class FederatedTrainer(TrainerBase):
         if resume is not None and check_resume(*resume, self.fingerprint, self.rounds, self.fabric.print):
             self.output.log_dir = run_folder_of(resume[0])
             return resume[1].metrics
-        parts = self._set_up(model, data, strategy, Pipeline(transforms))
+        parts = self._set_up(model, data, strategy, Pipeline([self.attack, *transforms]))
         resume_from = None if resume is None else resume[0]
         self.output.start(resume_from, self.version, run_config, {"seed": self.seed, "rounds": self.rounds})
         self.output.write_label_names(data.label_names)

@@ -6,7 +6,9 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from lightfed.core.messages import ClientPlan
+from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.sums import Sums
+from lightfed.core.transforms import Transform, TransformContext
 from lightfed.data.module import Batch
 from lightfed.errors import ConfigError
 
@@ -24,10 +26,11 @@ def labelled(batch: Batch, attack: str) -> tuple[Tensor, Tensor]:
     return batch[0], batch[1]
 
 
-class Attack:
+class Attack(Transform):
     """A ``fraction`` of the clients (drawn once from the run's seed) is malicious; their local training runs as
-    usual through ``batches`` (data poisoning: ``poison_batch``) and their update is then changed in place
-    (``poison_update``). Benign clients are untouched. ``callbacks`` observe the run (e.g. an attack's success)."""
+    usual through ``batches`` (data poisoning: ``poison_batch``) and what they send is then changed in place
+    (``poison_update``): the attack is the first transform of the run, so every other transform sees what the attacker
+    sends. Benign clients are untouched. ``callbacks`` observe the run (e.g. an attack's success)."""
 
     colludes = False  # the malicious updates depend on other updates of the round (``lightfed.attacks.collusion``)
 
@@ -40,9 +43,14 @@ class Attack:
             raise ConfigError(f"trainer.attack.fraction must be in [0, 1], got {fraction}")
         self.fraction = fraction
         self.malicious: frozenset[int] = frozenset()
+        self._plans: dict[int, ClientPlan] = {}  # a malicious client's plan of its latest round
 
-    def setup(self, num_clients: int, seed: int) -> None:
+    def setup(self, context: TransformContext) -> None:
         """Draws the malicious clients (the same on every process and on a resume)."""
+        self.draw(context.server.num_clients, context.server.seed)
+
+    def draw(self, num_clients: int, seed: int) -> None:
+        """The malicious clients of ``num_clients`` clients, drawn from ``seed``."""
         self.malicious = malicious_clients(num_clients, self.fraction, seed)
 
     def is_malicious(self, client_id: int) -> bool:
@@ -53,6 +61,17 @@ class Attack:
         if not self.is_malicious(plan.client_id):
             return batches
         return (self.poison_batch(batch) for batch in batches)
+
+    def plan(self, plan: ClientPlan) -> ClientPlan:
+        if self.is_malicious(plan.client_id):
+            self._plans[plan.client_id] = plan
+        return plan
+
+    def contribution(self, update: ClientUpdate, round: int, sums: Sums) -> ClientUpdate:
+        """A malicious client's update, its delta changed in place by ``poison_update``."""
+        if self.is_malicious(update.client_id):
+            self.update(update.delta, self._plans[update.client_id])
+        return update
 
     def update(self, delta: Tensor, plan: ClientPlan) -> None:
         """Changes a malicious client's update (its delta, in place) after its local training."""

@@ -68,7 +68,7 @@ class ClientTrainer:
     and ``self.trainer`` is a ``TrainerView``. Of the ``local`` settings, ``lr_schedule`` scales each round's learning
     rate (over ``rounds``) and ``gradient_clip_val`` clips each step's final gradient (after the rule and privacy,
     before the optimizer step) by its norm or by value.
-    An ``attack`` changes the batches and the update of its malicious clients.
+    An ``attack`` changes the batches of its malicious clients (what they send: the attack is the run's first transform).
     """
 
     def __init__(
@@ -173,7 +173,6 @@ class ClientTrainer:
         session.finish()
         view._enter("")
         torch.sub(self.flat.params, params, out=self.delta)
-        self.attack.update(self.delta, plan)
         return ClientUpdate(
             client_id=plan.client_id,
             delta=self.delta,

@@ -173,7 +173,6 @@ class TrainerBase:
             self.fabric.launch()
             self._launched = True
         data.setup(self.seed, self.fabric.device)
-        self.attack.setup(data.num_clients, self.seed)
 
     def _checked(
         self,

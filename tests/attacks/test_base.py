@@ -28,7 +28,7 @@ def test_the_fraction_bounds_are_inclusive_and_a_negative_fraction_is_refused():
 def test_setup_draws_the_malicious_set_of_the_run_seed_and_is_malicious_reads_it():
     attack = Attack(0.4)
     assert attack.malicious == frozenset() and not attack.is_malicious(0)  # nobody before setup
-    attack.setup(10, 3)
+    attack.draw(10, 3)
     assert attack.malicious == malicious_clients(10, 0.4, 3) and len(attack.malicious) == 4
     assert all(attack.is_malicious(c) == (c in attack.malicious) for c in range(10))
     assert attack.callbacks() == []
@@ -67,7 +67,7 @@ def test_only_malicious_clients_go_through_poison_batch_and_poison_update():
 
 def test_the_default_poisoning_changes_nothing():
     attack = Attack(1.0)
-    attack.setup(3, 0)
+    attack.draw(3, 0)
     batch, delta = (torch.zeros(2, 3), torch.tensor([0, 1])), torch.tensor([0.5, -1.0])
     (seen,) = attack.batches(iter([batch]), ClientPlan(2, 0, seed=0))
     attack.update(delta, ClientPlan(2, 0, seed=0))

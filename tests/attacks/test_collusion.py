@@ -120,7 +120,7 @@ def test_each_process_holds_its_own_rows_and_the_all_reduce_gives_every_process_
 )
 def test_nothing_is_held_without_a_colluding_attack_or_without_an_attacker_in_the_round(attack, ids):
     if isinstance(attack, SignFlipping):
-        attack.setup(2, 0)
+        attack.draw(2, 0)
     held = HeldUpdates(attack, ids, torch.zeros(2))
 
     def never(rows: torch.Tensor, op: str) -> torch.Tensor:

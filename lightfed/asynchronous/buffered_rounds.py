@@ -9,6 +9,7 @@ like a synchronous round. Logs staleness and virtual time per aggregation, and e
 ``vs_time/<metric>`` with step = virtual time x 1000.
 """
 
+import threading
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -17,10 +18,12 @@ from torch import Tensor
 
 from lightfed.asynchronous.schedule import Asynchrony, BufferedSchedule
 from lightfed.callbacks.base import Callback, TrainerState
+from lightfed.core.messages import ClientUpdate
 from lightfed.core.seeding import derived_seed
 from lightfed.core.sums import Sums
 from lightfed.errors import ConfigError
 from lightfed.heterogeneity import LocalWork
+from lightfed.run.client_training import TrainingJob
 from lightfed.run.engine import Job, RoundEngine
 from lightfed.run.rounds import SampledRounds, client_plan
 from lightfed.strategies.async_base import AsyncStrategy
@@ -52,21 +55,35 @@ class BufferedRounds(SampledRounds):
 
     def begin(self, engine: RoundEngine, params: Tensor, buffers: Tensor) -> None:
         """The warm-up job of every client (if the strategy wants one), then the first M_c jobs."""
-        strategy, fabric = self.strategy, engine.fabric
-        if strategy.warms_up:
-            sums = Sums(strategy.sum_sizes(), fabric.device)
+        strategy, fabric, training = self.strategy, engine.fabric, engine.training
+        if strategy.warms_up:  # through the client-training seam; each lane's sums added in lane order
+            lanes = [Sums(strategy.sum_sizes(), fabric.device) for _ in range(training.lanes)]
             everyone = [
                 Job(client_plan(self.seed, self.local_work, 0, c), params, buffers) for c in range(self.num_clients)
             ]
-            for job in engine.share(everyone):
-                plan = replace(job.plan, seed=derived_seed(self.seed, Stream.WARM_UP, job.plan.client_id))
-                strategy.accumulate_warm_up(
-                    sums, engine.client.train(strategy.configure_warm_up(plan), params, buffers)
+            jobs = [
+                TrainingJob(
+                    strategy.configure_warm_up(
+                        replace(job.plan, seed=derived_seed(self.seed, Stream.WARM_UP, job.plan.client_id))
+                    ),
+                    params,
+                    buffers,
                 )
+                for job in engine.share(everyone)
+            ]
+            lock = threading.Lock()
+
+            def deliver(lane: int, index: int, update: ClientUpdate) -> None:
+                with lock:
+                    strategy.accumulate_warm_up(lanes[lane], update)
+
+            training.train(jobs, deliver)
+            sums = lanes[0]
+            for lane_sums in lanes[1:]:
+                sums.buffer.add_(lane_sums.buffer)
             sums.buffer.copy_(torch.as_tensor(fabric.all_reduce(sums.buffer, reduce_op="sum")))
             strategy.finish_warm_up(sums)
-            # the warm-up's training losses are not round 1's
-            engine.client.logged.compute(fabric, engine.client.module)
+            training.logged().compute(fabric, training.reference.module)  # the warm-up's losses are not round 1's
         self.schedule.start()
         self._publish(0, params, buffers)
 

@@ -276,10 +276,10 @@ def test_the_run_ends_on_a_short_headline_not_a_dump_of_the_strategys_metrics():
         "round/time_s": 2.0,
         "clients/personal/val_acc_mean": 0.98,
         "clients/personal/val_acc_min": 0.9,
-        "strategy/user_dp/epsilon": 3.0,
-        "strategy/user_dp/clip": 1.0,
+        "user_level_dp/epsilon": 3.0,
+        "user_level_dp/clip": 1.0,
     }
     assert headline(metrics) == (
-        "last round: clients/personal/val_acc_mean=0.98 strategy/user_dp/epsilon=3 "
-        "train_loss=0.5 val_acc=0.9 (all metrics: the logs)"
+        "last round: clients/personal/val_acc_mean=0.98 train_loss=0.5 user_level_dp/epsilon=3 val_acc=0.9 "
+        "(all metrics: the logs)"
     )

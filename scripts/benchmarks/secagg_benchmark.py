@@ -5,11 +5,12 @@ label skew, 10 per round, batch 16, SGD lr 0.05) with ``--local-steps`` local st
 every setting runs the real trainer on the same seed, data and client sampling, in one process, one torch thread:
 
 - ``plain``: ``FedAvg(weighting="uniform")``;
-- ``secagg b<bits>``: ``SecureAggregation`` around it, every other client a neighbour (SecAgg), range [-1, 1];
+- ``secagg b<bits>``: the ``SecureAggregation`` transform in front of it, every other client a neighbour (SecAgg),
+  range [-1, 1];
 - ``secagg+ k=4``: SecAgg+ with 4 neighbours per client; ``... drop 0.2``: 2 of the 10 clients drop out each round.
 
 Per setting, the medians over the rounds after the first: the trainer's ``round/time_s`` (its last round, which
-evaluates, left out), the strategy's client seconds (quantizing and masking one client's contribution) and server
+evaluates, left out), the transform's client seconds (quantizing and masking one client's contribution) and server
 seconds (unmasking and dequantizing the sum), the RMS quantization error per coordinate of a client's contribution;
 and the validation accuracy after the last round.
 
@@ -32,12 +33,12 @@ from lightfed.data import Digits, DirichletPartitioner
 from lightfed.data.module import FederatedDataModule
 from lightfed.models import SmallCNN
 from lightfed.privacy import SecureAggregation
-from lightfed.strategies import FedAvg, Strategy
+from lightfed.strategies import FedAvg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: the shared harness
 import harness  # noqa: E402
 
-PREFIX = "strategy/secure_aggregation/"
+PREFIX = "secure_aggregation/"
 SETTINGS = {
     "plain": {},
     "secagg b16": dict(bits=16),
@@ -48,9 +49,7 @@ SETTINGS = {
 
 
 def run(settings: dict, rounds: int, local_steps: int) -> list[dict[str, float]]:
-    strategy: Strategy = FedAvg(weighting="uniform")
-    if settings:
-        strategy = SecureAggregation(strategy, **settings)
+    transforms = [SecureAggregation(**settings)] if settings else []
     torch.manual_seed(0)
     model = SmallCNN(num_classes=10, in_channels=1, optimizer=partial(torch.optim.SGD, lr=0.05))
     data = FederatedDataModule(Digits(test_fraction=0.2), DirichletPartitioner(20, alpha=0.3), batch_size=16)
@@ -70,7 +69,7 @@ def run(settings: dict, rounds: int, local_steps: int) -> list[dict[str, float]]
             callbacks=[clock],
             logger=False,
         )
-        trainer.fit(model, data, strategy)
+        trainer.fit(model, data, FedAvg(weighting="uniform"), transforms=transforms)
     return clock.metrics
 
 

@@ -40,10 +40,10 @@ def compare_args(out: str, workers: int) -> list[str]:
         f"{CONFIGS}/user-level-adaptive.yaml",
         "--grid", f"dp-sgd:trainer.privacy.init_args.target_epsilon={','.join(map(str, EPSILONS))}",
         "--set", "dp-sgd:trainer.privacy.init_args.noise_multiplier=null",
-        "--grid", f"user-level-fixed:strategy.init_args.noise_multiplier={z}",
-        "--set", "user-level-fixed:strategy.init_args.clip=0.5",
-        "--grid", f"user-level-adaptive:strategy.init_args.noise_multiplier={z}",
-        "--set", "user-level-adaptive:strategy.init_args.count_stddev=5",
+        "--grid", f"user-level-fixed:transforms.init_args.noise_multiplier={z}",
+        "--set", "user-level-fixed:transforms.init_args.clip=0.5",
+        "--grid", f"user-level-adaptive:transforms.init_args.noise_multiplier={z}",
+        "--set", "user-level-adaptive:transforms.init_args.count_stddev=5",
         "--metric", "val_acc", "--workers", str(workers), "--out", out,
     ]  # fmt: skip
 
@@ -56,7 +56,7 @@ def results(out: Path) -> list[dict]:
         records = [json.loads(line) for line in (max(run.glob("version_*")) / "metrics.jsonl").read_text().splitlines()]
         final = next((r for r in records if r.get("final")), None)
         last = [r for r in records if not r.get("final")][-1]
-        epsilon = last.get("privacy/epsilon_max", last.get("strategy/user_dp/epsilon", float("inf")))
+        epsilon = last.get("privacy/epsilon_max", last.get("user_level_dp/epsilon", float("inf")))
         method, _, setting = run.name.removesuffix("__seed0").partition("__")
         rows.append({"method": method, "setting": setting or "-", "epsilon (last round)": epsilon})
         rows[-1] |= {"val_acc": last.get("val_acc", float("nan")), "test_acc": final["test_acc"] if final else None}

@@ -11,7 +11,8 @@ from opacus.accountants import RDPAccountant
 from lightfed.cli import main
 from lightfed.errors import ConfigError
 from lightfed.privacy import SecureAggregation, UserLevelDP
-from lightfed.strategies import FedAvg, ServerContext
+from lightfed.strategies import FedAvg
+from tests.transforms.pipeline_round import set_up
 
 ROOT = Path(__file__).resolve().parents[2]
 SECAGG = str(ROOT / "configs" / "privacy" / "secagg.yaml")
@@ -40,17 +41,24 @@ def _refusal(argv: list[str], tmp_path, capsys, monkeypatch, rounds: int = 1) ->
 
 
 def test_user_level_dp_refuses_a_budget_without_noise(tmp_path, capsys, monkeypatch):
-    argv = ["-c", USER_LEVEL, "--strategy.init_args.noise_multiplier", "0", "--strategy.init_args.target_epsilon", "5"]
+    argv = [
+        "-c",
+        USER_LEVEL,
+        "--transforms.init_args.noise_multiplier",
+        "0",
+        "--transforms.init_args.target_epsilon",
+        "5",
+    ]
     err = _refusal(argv, tmp_path, capsys, monkeypatch)
-    assert "strategy.target_epsilon needs noise: with noise_multiplier 0 epsilon is infinite from round 1" in err
+    assert "UserLevelDP's target_epsilon needs noise: with noise_multiplier 0 epsilon is infinite from round 1" in err
 
 
 def test_user_level_dp_refuses_a_budget_that_round_1_alone_exceeds(tmp_path, capsys, monkeypatch):
     first = _epsilon(1.0, 10 / 20)  # digits: 10 of 20 clients a round
-    err = _refusal(["-c", USER_LEVEL, "--strategy.init_args.target_epsilon", "3"], tmp_path, capsys, monkeypatch)
+    err = _refusal(["-c", USER_LEVEL, "--transforms.init_args.target_epsilon", "3"], tmp_path, capsys, monkeypatch)
     assert (
-        f"strategy.target_epsilon 3 is spent by round 1 alone: one round of noise_multiplier 1 at sampling rate 0.5 "
-        f"has epsilon {first:.4g} (delta 1e-05); raise strategy.noise_multiplier or target_epsilon, or lower "
+        f"UserLevelDP's target_epsilon 3 is spent by round 1 alone: one round of noise_multiplier 1 at sampling rate "
+        f"0.5 has epsilon {first:.4g} (delta 1e-05); raise its noise_multiplier or target_epsilon, or lower "
         "trainer.clients_per_round"
     ) in err
 
@@ -61,11 +69,11 @@ def test_user_level_dp_takes_a_budget_that_round_1_fits_in(sampling):
     clients = 8 if sampling else 2  # fixed: 2 of 8 a round
 
     def setup(target_epsilon: float) -> None:
-        strategy = UserLevelDP(FedAvg(), noise_multiplier=1.0, target_epsilon=target_epsilon, **sampling)
-        strategy.setup(ServerContext(torch.zeros(3), 8, clients_per_round=clients))
+        dp = UserLevelDP(noise_multiplier=1.0, target_epsilon=target_epsilon, **sampling)
+        set_up(FedAvg(), [dp], torch.zeros(3), 8, clients_per_round=clients)
 
     setup(first * 1.001)
-    lower = "strategy.sample_rate" if sampling else "trainer.clients_per_round"
+    lower = "UserLevelDP's sample_rate" if sampling else "trainer.clients_per_round"
     with pytest.raises(ConfigError, match=f"has epsilon {first:.4g} .*, or lower {lower}$"):
         setup(first * 0.999)
 
@@ -88,22 +96,24 @@ def test_dp_sgd_refuses_a_budget_that_a_client_of_round_1_exceeds(tmp_path, caps
 
 
 def test_secure_aggregation_refuses_up_front_the_first_round_it_cannot_unmask():
-    strategy = SecureAggregation(FedAvg(), neighbours=2, dropout=0.2, threshold=0.5)
-    strategy.setup(ServerContext(torch.zeros(4), 20, clients_per_round=10, seed=0))
-    strategy.check_rounds(1)  # with this seed round 1 unmasks, round 2 does not
-    with pytest.raises(ConfigError, match="cannot unmask round 2: .* lower strategy.dropout or strategy.threshold"):
-        strategy.check_rounds(30)
+    def setup(rounds: int) -> None:
+        secure = SecureAggregation(neighbours=2, dropout=0.2, threshold=0.5)
+        set_up(FedAvg(), [secure], torch.zeros(4), 20, clients_per_round=10, rounds=rounds)
+
+    setup(rounds=1)  # with this seed round 1 unmasks, round 2 does not
+    with pytest.raises(ConfigError, match="cannot unmask round 2: .* lower SecureAggregation's dropout or threshold"):
+        setup(rounds=30)
 
 
 def test_secure_aggregation_that_cannot_unmask_a_later_round_is_refused_before_training(tmp_path, capsys, monkeypatch):
     argv = [
         "-c",
         SECAGG,
-        "--strategy.init_args.neighbours",
+        "--transforms.init_args.neighbours",
         "2",
-        "--strategy.init_args.dropout",
+        "--transforms.init_args.dropout",
         "0.2",
-        "--strategy.init_args.threshold",
+        "--transforms.init_args.threshold",
         "0.5",
     ]
     err = _refusal(argv, tmp_path, capsys, monkeypatch, rounds=3)

@@ -9,13 +9,16 @@ import torch
 from opacus.accountants import PRVAccountant, RDPAccountant
 
 from lightfed.core.messages import ClientPlan, ClientUpdate
-from lightfed.core.sums import Sums
+from lightfed.core.sums import DELTA, WEIGHT, Sums
+from lightfed.core.transforms import Pipeline, TransformContext
 from lightfed.errors import ConfigError
 from lightfed.privacy import DPSGD, UserLevelDP
-from lightfed.privacy.user_level import CLIPPED, UNCLIPPED
+from lightfed.privacy.user_level import UNCLIPPED
 from lightfed.strategies import AdaptFed, FedAdam, FedAvg, FedECADO, FedExP, FedNova, Scaffold
-from lightfed.strategies.base import ServerContext
+from lightfed.strategies.base import ServerContext, SumsStrategy
+from lightfed.strategies.requirements import check_requirements, check_transforms
 from tests.conftest import same_weights_on_two_processes, small_data, small_model, small_trainer, trainer_options
+from tests.transforms.pipeline_round import pipeline_round, round_sums, set_up
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,15 +29,25 @@ def _update(client_id, delta):
     )
 
 
-def _strategy(params, num_clients=4, clients_per_round=2, **settings):
-    strategy = UserLevelDP(settings.pop("inner", FedAvg()), **settings)
-    strategy.setup(ServerContext(params, num_clients, clients_per_round=clients_per_round, seed=0))
-    return strategy
+class _DP:
+    """UserLevelDP with ``settings`` in front of ``strategy`` (FedAvg), set up for a run of ``clients_per_round`` of
+    ``num_clients`` clients; ``round`` runs one round, after which ``metrics`` holds the transforms' metrics."""
+
+    def __init__(self, params, num_clients=4, clients_per_round=2, strategy: SumsStrategy | None = None, **settings):
+        self.transform, self.strategy = UserLevelDP(**settings), strategy or FedAvg()
+        self.pipeline = set_up(self.strategy, [self.transform], params, num_clients, clients_per_round)
+        self.metrics: dict[str, float] = {}
+
+    def round(self, deltas, params, round=0):
+        """The next params after round ``round`` in which client i sends ``deltas[i]``."""
+        updates = [_update(client_id, delta) for client_id, delta in enumerate(deltas)]
+        params, self.metrics = pipeline_round(self.strategy, self.pipeline, updates, params, round)
+        return params
 
 
 def _poisson(clients_per_round, noise_multiplier):
     """Poisson sampling of 1000 clients at rate 0.1, with ``trainer.clients_per_round`` ``clients_per_round``."""
-    return _strategy(
+    return _DP(
         torch.zeros(2),
         num_clients=1000,
         clients_per_round=clients_per_round,
@@ -44,21 +57,13 @@ def _poisson(clients_per_round, noise_multiplier):
     )
 
 
-def _round(strategy, deltas, params, round=0):
-    sums = Sums(strategy.sum_sizes(), torch.device("cpu"))
-    for client_id, delta in enumerate(deltas):
-        strategy.configure_client(ClientPlan(client_id, round, seed=0, steps=1))
-        strategy.accumulate(sums, _update(client_id, delta))
-    return strategy.aggregate(params, sums, round)
-
-
 def test_each_delta_is_clipped_to_c_and_the_sum_divided_by_the_clients_per_round():
     x = torch.tensor([1.0, 2.0, 3.0])
-    strategy = _strategy(x, noise_multiplier=0.0, clip=1.0)
+    dp = _DP(x, noise_multiplier=0.0, clip=1.0)
     # [3, 4, 0] (norm 5) -> [0.6, 0.8, 0]; [0.3, 0.4, 0] (norm 0.5) is kept; unweighted, over the 2 clients per round
-    new = _round(strategy, [[3.0, 4.0, 0.0], [0.3, 0.4, 0.0]], x)
+    new = dp.round([[3.0, 4.0, 0.0], [0.3, 0.4, 0.0]], x)
     assert torch.allclose(new, x + torch.tensor([0.45, 0.6, 0.0]))
-    assert "user_dp/epsilon" not in strategy.metrics()  # no noise: no privacy to report
+    assert dp.metrics == {"user_level_dp/clip": 1.0}  # no noise: no epsilon to report (fixed clip: no fraction)
 
 
 @pytest.mark.parametrize(
@@ -70,11 +75,11 @@ def test_each_delta_is_clipped_to_c_and_the_sum_divided_by_the_clients_per_round
 )
 def test_the_noise_on_the_sum_has_std_noise_multiplier_times_c(target_quantile, count_stddev, multiplier):
     d, clip = 40_000, 2.0
-    strategy = _strategy(
+    dp = _DP(
         torch.zeros(d), noise_multiplier=0.5, clip=clip, target_quantile=target_quantile, count_stddev=count_stddev
     )
-    assert strategy.update_std() == pytest.approx(multiplier * clip, rel=1e-12)
-    mean = _round(strategy, [torch.zeros(d), torch.zeros(d)], torch.zeros(d))  # the noise alone, over 2 clients
+    assert dp.transform.update_std() == pytest.approx(multiplier * clip, rel=1e-12)
+    mean = dp.round([torch.zeros(d), torch.zeros(d)], torch.zeros(d))  # the noise alone, over 2 clients
     noise = mean.double() * 2
     assert float(noise.std()) == pytest.approx(multiplier * clip, rel=0.02)  # the estimate's own error: 0.4 %
     assert abs(float(noise.mean())) < 0.02 * multiplier * clip
@@ -82,73 +87,82 @@ def test_the_noise_on_the_sum_has_std_noise_multiplier_times_c(target_quantile, 
 
 @pytest.mark.parametrize("accountant, opacus_accountant", [("rdp", RDPAccountant), ("prv", PRVAccountant)])
 def test_epsilon_after_r_rounds_is_opacus_accountant_with_the_same_rate_noise_and_steps(accountant, opacus_accountant):
-    strategy = _strategy(
-        torch.zeros(3), num_clients=8, clients_per_round=2, noise_multiplier=1.3, accountant=accountant
-    )
+    dp = _DP(torch.zeros(3), num_clients=8, clients_per_round=2, noise_multiplier=1.3, accountant=accountant)
     reference = opacus_accountant()
     for round in range(3):
-        _round(strategy, [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], torch.zeros(3), round)
+        dp.round([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], torch.zeros(3), round)
         reference.step(noise_multiplier=1.3, sample_rate=2 / 8)
-        assert strategy.metrics()["user_dp/epsilon"] == pytest.approx(reference.get_epsilon(delta=1e-5), rel=1e-9)
+        assert dp.metrics["user_level_dp/epsilon"] == pytest.approx(reference.get_epsilon(delta=1e-5), rel=1e-9)
 
 
 def test_adaptive_clipping_converges_to_the_target_quantile_of_the_update_norms():
     """Update norms log-normal(0, 1): the 0.3 quantile is exp(-0.5244) = 0.592; from a clip of 0.1, 100 clients a
     round, count noise std 5 (clients / 20)."""
     generator = torch.Generator().manual_seed(0)
-    strategy = _strategy(
+    dp = _DP(
         torch.zeros(1), num_clients=100, clients_per_round=100, noise_multiplier=1.0, clip=0.1, target_quantile=0.3
     )
     clips = []
     for round in range(150):
         norms = torch.randn(100, generator=generator).exp()
-        _round(strategy, [[float(n)] for n in norms], torch.zeros(1), round)
-        clips.append(strategy.metrics()["user_dp/clip"])
+        dp.round([[float(n)] for n in norms], torch.zeros(1), round)
+        clips.append(dp.metrics["user_level_dp/clip"])
     quantile = math.exp(-0.5244)
     assert clips[0] == 0.1 and sum(clips[-50:]) / 50 == pytest.approx(quantile, rel=0.1)
 
 
 def test_poisson_sampling_draws_each_client_with_the_sample_rate_and_the_others_take_no_step():
-    strategy = _poisson(clients_per_round=1000, noise_multiplier=0.0)
-    plans = [strategy.configure_client(ClientPlan(i, 0, seed=0, epochs=2)) for i in range(1000)]
+    dp = _poisson(clients_per_round=1000, noise_multiplier=0.0)
+    plans = [dp.pipeline.plan(dp.strategy.configure_client(ClientPlan(i, 0, seed=0, epochs=2))) for i in range(1000)]
     drawn = [plan for plan in plans if plan.steps != 0]
     assert 70 < len(drawn) < 130 and all(plan.epochs == 2 for plan in drawn)
-    sums = Sums(strategy.sum_sizes(), torch.device("cpu"))
+    sums = Sums({**dp.strategy.sum_sizes(), **dp.pipeline.sizes}, torch.device("cpu"))
     for plan in plans:
-        strategy.accumulate(sums, _update(plan.client_id, [0.5, 0.0]))
-    assert float(sums[CLIPPED][0]) == 0.5 * len(drawn)  # the clients not drawn add nothing
-    assert strategy.expected == 100  # the denominator: q N, not the number drawn
+        dp.pipeline.add(sums, _update(plan.client_id, [0.5, 0.0]), 0, dp.strategy.accumulate)
+    assert float(sums[DELTA][0]) == 0.5 * len(drawn)  # the clients not drawn add nothing
+    assert float(sums[WEIGHT]) == len(drawn)  # weight 1 each
+    assert dp.transform.expected == 100  # the denominator: q N, not the number drawn
     with pytest.raises(ConfigError, match="set trainer.clients_per_round to 1000, got 10"):
         _poisson(clients_per_round=10, noise_multiplier=1.0)
 
 
 def test_distributed_noise_is_added_by_the_clients_and_sums_to_the_same_std():
     d = 40_000
-    strategy = _strategy(
-        torch.zeros(d), num_clients=8, clients_per_round=4, noise_multiplier=0.5, clip=2.0, noise="distributed"
-    )
-    strategy.configure_client(ClientPlan(0, 0, seed=0, steps=1))
-    share = strategy.contribution(_update(0, torch.zeros(d)))[CLIPPED]
-    assert float(share.std()) == pytest.approx(0.5 * 2.0 / 2, rel=0.02)  # std / sqrt(4 clients)
-    mean = _round(strategy, [torch.zeros(d)] * 4, torch.zeros(d))
+    dp = _DP(torch.zeros(d), num_clients=8, clients_per_round=4, noise_multiplier=0.5, clip=2.0, noise="distributed")
+    share = dp.transform.contribution(_update(0, torch.zeros(d)), 0, Sums(dp.pipeline.sizes, torch.device("cpu")))
+    assert float(share.delta.std()) == pytest.approx(0.5 * 2.0 / 2, rel=0.02)  # std / sqrt(4 clients)
+    mean = dp.round([torch.zeros(d)] * 4, torch.zeros(d))
     assert float((mean.double() * 4).std()) == pytest.approx(0.5 * 2.0, rel=0.02)  # the server adds nothing
 
 
 def test_strategies_that_read_more_than_the_sum_of_deltas_are_refused():
-    for inner in (Scaffold(), AdaptFed(), FedNova(), FedExP()):
-        with pytest.raises(ConfigError, match=f"{type(inner).__name__} keeps per-client state or uses what each"):
-            UserLevelDP(inner, noise_multiplier=1.0)
-    with pytest.raises(ConfigError, match="FedECADO \\(sharded path\\) aggregates each client's own update"):
-        UserLevelDP(FedECADO(), noise_multiplier=1.0)
+    transforms = Pipeline([UserLevelDP(noise_multiplier=1.0)])
+    for strategy in (Scaffold(), AdaptFed(), FedNova(), FedExP()):
+        name = type(strategy).__name__
+        with pytest.raises(ConfigError, match=f"^transforms: UserLevelDP .* but {name} keeps per-client state or uses"):
+            check_transforms(strategy, transforms, asynchronous=False)
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    with pytest.raises(ConfigError, match="^transforms: UserLevelDP works on the round's sums: .*, not FedECADO$"):
+        check_requirements(FedECADO(), optimizer, transforms=transforms)  # the sharded path: each client's own update
+    check_requirements(FedAdam(), optimizer, transforms=transforms)  # a server optimizer of the mean is taken
     with pytest.raises(ConfigError, match="it must exceed noise_multiplier / 2"):
-        _strategy(torch.zeros(1), clients_per_round=10, noise_multiplier=1.0, target_quantile=0.5)  # std 10 / 20
+        _DP(torch.zeros(1), clients_per_round=10, noise_multiplier=1.0, target_quantile=0.5)  # std 10 / 20
 
 
-def test_an_inner_server_optimizer_takes_the_private_mean_as_its_pseudo_gradient():
+def test_its_setup_refuses_a_strategy_that_adds_into_more_than_the_mean_delta():
+    """The requirements of a strategy of the sums path say what it keeps and reads; its sums say the rest."""
+    strategy = FedExP()
+    context = ServerContext(torch.zeros(3), 4, clients_per_round=2, seed=0)
+    strategy.setup(context)
+    with pytest.raises(ConfigError, match="^UserLevelDP noises the mean delta .* but the strategy adds into \\["):
+        Pipeline([UserLevelDP(noise_multiplier=1.0)]).setup(TransformContext(context, strategy.sum_sizes()))
+
+
+def test_a_server_optimizer_behind_it_takes_the_private_mean_as_its_pseudo_gradient():
     x = torch.tensor([1.0, 2.0, 3.0])
-    wrapped, plain = _strategy(x, noise_multiplier=0.0, clip=1.0, inner=FedAdam(server_lr=0.1)), FedAdam(server_lr=0.1)
+    dp, plain = _DP(x, noise_multiplier=0.0, clip=1.0, strategy=FedAdam(server_lr=0.1)), FedAdam(server_lr=0.1)
     plain.setup(ServerContext(x, 4))
-    new = _round(wrapped, [[3.0, 4.0, 0.0], [0.3, 0.4, 0.0]], x)
+    new = dp.round([[3.0, 4.0, 0.0], [0.3, 0.4, 0.0]], x)
     sums = Sums(plain.sum_sizes(), torch.device("cpu"))
     plain.accumulate(sums, _update(0, [0.45, 0.6, 0.0]))  # the clipped mean, (3, 4) / 5 and (0.3, 0.4) halved
     # within float32 rounding: the clipped mean can land one ulp from the literals, by machine (an unclipped or
@@ -157,9 +171,10 @@ def test_an_inner_server_optimizer_takes_the_private_mean_as_its_pseudo_gradient
 
 
 def _fit(root, rounds, ckpt_path=None, **settings):
-    strategy = UserLevelDP(FedAvg(), noise_multiplier=1.0, clip=0.5, target_quantile=0.5, count_stddev=1.0, **settings)
+    dp = UserLevelDP(noise_multiplier=1.0, clip=0.5, target_quantile=0.5, count_stddev=1.0, **settings)
     trainer = small_trainer(root, rounds=rounds, clients_per_round=4)
-    metrics = trainer.fit(model := small_model(momentum=0.0), small_data(), strategy, ckpt_path=ckpt_path)
+    model = small_model(momentum=0.0)
+    metrics = trainer.fit(model, small_data(), FedAvg(), ckpt_path=ckpt_path, transforms=[dp])
     return metrics, torch.cat([p.detach().reshape(-1) for p in model.parameters()]), trainer
 
 
@@ -170,8 +185,8 @@ def test_a_resumed_run_reports_the_same_epsilon_clip_and_weights_as_an_uninterru
     reference = RDPAccountant()
     for _ in range(4):
         reference.step(noise_multiplier=1.0, sample_rate=4 / 8)
-    assert uninterrupted["strategy/user_dp/epsilon"] == pytest.approx(reference.get_epsilon(1e-5), rel=1e-9)
-    for name in ("strategy/user_dp/epsilon", "strategy/user_dp/clip", "strategy/user_dp/unclipped_fraction"):
+    assert uninterrupted["user_level_dp/epsilon"] == pytest.approx(reference.get_epsilon(1e-5), rel=1e-9)
+    for name in ("user_level_dp/epsilon", "user_level_dp/clip", "user_level_dp/unclipped_fraction"):
         assert resumed[name] == uninterrupted[name]
     assert torch.equal(resumed_weights, weights)
 
@@ -183,7 +198,7 @@ def test_the_budget_stops_the_run_with_a_checkpoint_of_the_last_round_within_it(
         reference.step(noise_multiplier=1.0, sample_rate=4 / 8)
         epsilons.append(reference.get_epsilon(1e-5))
     metrics, _, trainer = _fit(tmp_path, rounds=6, target_epsilon=(epsilons[1] + epsilons[2]) / 2)
-    assert metrics["strategy/user_dp/epsilon"] == pytest.approx(epsilons[1], rel=1e-9)
+    assert metrics["user_level_dp/epsilon"] == pytest.approx(epsilons[1], rel=1e-9)
     assert "round 3 would take epsilon to" in capsys.readouterr().out
     checkpoint = torch.load(trainer.log_dir / "checkpoints" / "last.ckpt", weights_only=False)
     assert checkpoint["round"] == 2
@@ -200,15 +215,15 @@ def test_one_and_two_processes_give_the_same_model(tmp_path):
 
 
 def test_user_level_dp_combines_with_example_level_dp_sgd(tmp_path):
-    strategy = UserLevelDP(FedAvg(), noise_multiplier=1.0, clip=0.5)
+    dp = UserLevelDP(noise_multiplier=1.0, clip=0.5)
     trainer = small_trainer(tmp_path, rounds=1, clients_per_round=4, privacy=DPSGD(noise_multiplier=1.0))
-    metrics = trainer.fit(small_model(momentum=0.0), small_data(), strategy)
-    assert metrics["strategy/user_dp/epsilon"] > 0 and metrics["privacy/epsilon_max"] > 0
+    metrics = trainer.fit(small_model(momentum=0.0), small_data(), FedAvg(), transforms=[dp])
+    assert metrics["user_level_dp/epsilon"] > 0 and metrics["privacy/epsilon_max"] > 0
 
 
 def test_a_client_adds_its_unclipped_bit_minus_a_half_and_the_fraction_adds_the_half_back():
     """Andrew et al.: b - 1/2 has sensitivity 1/2, which the split of noise_multiplier between the releases assumes."""
-    strategy = _strategy(
+    dp = _DP(
         torch.zeros(2),
         num_clients=8,
         clients_per_round=4,
@@ -217,27 +232,28 @@ def test_a_client_adds_its_unclipped_bit_minus_a_half_and_the_fraction_adds_the_
         target_quantile=0.5,
         count_stddev=1.0,
     )
-    strategy.configure_client(ClientPlan(0, 0, seed=0, steps=1))
-    assert float(strategy.contribution(_update(0, [0.6, 0.0]))[UNCLIPPED]) == 0.5  # unclipped: 1 - 1/2
-    assert float(strategy.contribution(_update(1, [3.0, 4.0]))[UNCLIPPED]) == -0.5  # clipped: 0 - 1/2
+    for client_id, delta, bit in ((0, [0.6, 0.0], 0.5), (1, [3.0, 4.0], -0.5)):  # unclipped: 1 - 1/2; clipped: 0 - 1/2
+        sums = Sums(dp.pipeline.sizes, torch.device("cpu"))
+        dp.transform.contribution(_update(client_id, delta), 0, sums)
+        assert float(sums[UNCLIPPED]) == bit
     # the update (multiplier z_delta, sensitivity C) and the count (std 1, sensitivity 1/2: multiplier 2) compose to z
-    assert (strategy.update_multiplier**-2 + (2 * strategy.count_std) ** -2) ** -0.5 == pytest.approx(1.0, rel=1e-12)
-    exact = _strategy(torch.zeros(2), num_clients=4, clients_per_round=4, noise_multiplier=0.0, target_quantile=0.5)
-    _round(exact, [[3.0, 4.0], [0.1, 0.0], [0.0, 0.1], [0.2, 0.2]], torch.zeros(2))
-    assert exact.metrics()["user_dp/unclipped_fraction"] == 0.75  # (3 x 1/2 - 1/2) / 4 + 1/2
-    sums = Sums(exact.sum_sizes(), torch.device("cpu"))
+    multipliers = (dp.transform.update_multiplier, 2 * dp.transform.count_std)
+    assert (multipliers[0] ** -2 + multipliers[1] ** -2) ** -0.5 == pytest.approx(1.0, rel=1e-12)
+    exact = _DP(torch.zeros(2), num_clients=4, clients_per_round=4, noise_multiplier=0.0, target_quantile=0.5)
+    exact.round([[3.0, 4.0], [0.1, 0.0], [0.0, 0.1], [0.2, 0.2]], torch.zeros(2))
+    assert exact.metrics["user_level_dp/unclipped_fraction"] == 0.75  # (3 x 1/2 - 1/2) / 4 + 1/2
+    sums = round_sums(exact.strategy, exact.pipeline, [], 1)
     sums.add(UNCLIPPED, 10.0)  # a noised count past every client: the fraction is clamped to [0, 1]
-    exact.aggregate(torch.zeros(2), sums, 1)
-    assert exact.metrics()["user_dp/unclipped_fraction"] == 1.0
+    assert exact.pipeline.recovered(sums, 1)["user_level_dp/unclipped_fraction"] == 1.0
 
 
 @pytest.mark.parametrize("count_stddev", [0.0, 0.5])
 def test_adaptive_clipping_refuses_a_count_noise_that_leaves_the_count_or_the_update_unprotected(count_stddev):
     with pytest.raises(ConfigError, match="it must exceed noise_multiplier / 2"):
-        _strategy(torch.zeros(1), noise_multiplier=1.0, target_quantile=0.5, count_stddev=count_stddev)
+        _DP(torch.zeros(1), noise_multiplier=1.0, target_quantile=0.5, count_stddev=count_stddev)
 
 
 def test_the_sampling_rate_is_over_the_clients_the_run_samples_from_not_the_unseen_ones():
-    strategy = UserLevelDP(FedAvg(), noise_multiplier=1.0)
-    strategy.setup(ServerContext(torch.zeros(1), 10, clients_per_round=2, seed=0, sampled_clients=8))
-    assert strategy.rate == 2 / 8 and strategy.expected == 2
+    dp = UserLevelDP(noise_multiplier=1.0)
+    set_up(FedAvg(), [dp], torch.zeros(1), 10, clients_per_round=2, sampled_clients=8)
+    assert dp.rate == 2 / 8 and dp.expected == 2

@@ -8,7 +8,7 @@ from lightfed.cli import run
 from lightfed.core.messages import ClientUpdate
 from lightfed.core.server_context import ServerContext
 from lightfed.core.sums import Sums
-from lightfed.core.transforms import Pipeline, Transform
+from lightfed.core.transforms import Pipeline, Transform, TransformContext
 from lightfed.errors import ConfigError
 from lightfed.strategies import FedAvg, Krum
 from lightfed.transforms import NormBounding
@@ -30,7 +30,7 @@ def _sent(pipeline: Pipeline, updates: list[ClientUpdate], sums: Sums) -> list[C
 
 
 def _set_up(pipeline: Pipeline) -> Pipeline:
-    pipeline.setup(ServerContext(torch.zeros(3), num_clients=2), {}, None)
+    pipeline.setup(TransformContext(ServerContext(torch.zeros(3), num_clients=2), {}))
     return pipeline
 
 

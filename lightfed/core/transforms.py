@@ -198,8 +198,17 @@ class Pipeline:
         return [transform.state_dict() for transform in self.transforms]
 
     def load_state_dict(self, states: list[dict[str, Any]] | None) -> None:
-        """Restores what ``state_dict`` returned (a checkpoint without transforms' state: nothing to restore)."""
-        for transform, state in zip(self.transforms, states or [{}] * len(self.transforms), strict=True):
+        """Restores what ``state_dict`` returned; refuses a checkpoint that holds another list of transforms' states
+        (None: written before transforms had state), unless none of these transforms has any."""
+        if states is None and not any(transform.state_dict() for transform in self.transforms):
+            return
+        if states is None or len(states) != len(self.transforms):
+            held = "no transforms' state" if states is None else f"the state of {len(states)} transforms"
+            raise ConfigError(
+                f"the checkpoint holds {held}, the run has {len(self.transforms)} (with the attack): resume with the "
+                "transforms it was written with"
+            )
+        for transform, state in zip(self.transforms, states, strict=True):
             transform.load_state_dict(state)
 
 

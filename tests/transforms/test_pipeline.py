@@ -10,9 +10,11 @@ from lightfed.core.seeding import sample_clients
 from lightfed.core.transforms import Pipeline
 from lightfed.errors import ConfigError
 from lightfed.privacy import SecureAggregation, UserLevelDP
+from lightfed.privacy.accountant import load_accountant
 from lightfed.privacy.quantization import step_size
 from lightfed.strategies import FedAvg, FedBuff, FedNova
 from lightfed.strategies.requirements import check_transforms
+from lightfed.transforms import NormBounding
 from tests.transforms.pipeline_round import pipeline_round, set_up
 
 CLIP = 1.0
@@ -64,3 +66,13 @@ def test_a_sealing_transform_stands_last_and_what_the_strategy_cannot_take_is_re
         check_transforms(FedNova(), Pipeline([UserLevelDP(noise_multiplier=1.0)]), asynchronous=False)
     with pytest.raises(ConfigError, match="^transforms: SecureAggregation works on the round's sums: .* not FedBuff$"):
         check_transforms(FedBuff(), Pipeline([SecureAggregation()]), asynchronous=True)
+
+
+def test_a_checkpoint_without_the_transforms_state_is_refused_where_a_transform_has_state():
+    Pipeline([NormBounding(1.0)]).load_state_dict(None)  # stateless: nothing lost
+    dp = UserLevelDP(noise_multiplier=1.0)
+    dp.accountant, dp.clip, dp.epsilon = load_accountant("rdp", None), 1.0, 0.0  # as its setup leaves them
+    with pytest.raises(ConfigError, match="the checkpoint holds no transforms' state, the run has 1"):
+        Pipeline([dp]).load_state_dict(None)
+    with pytest.raises(ConfigError, match="the checkpoint holds the state of 2 transforms, the run has 1"):
+        Pipeline([NormBounding(1.0)]).load_state_dict([{}, {}])

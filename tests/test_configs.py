@@ -89,9 +89,9 @@ def test_each_layer_reaches_the_resolved_config(capsys, files):
     assert {key: resolved.get(key, "missing") for key in merged} == merged
     assert resolved["model.class_path"].startswith("lightfed.models.")
     assert resolved["model.optimizer.class_path"] == "torch.optim.SGD"
-    assert resolved["strategy.class_path"].startswith(  # privacy and personalization wrappers too
-        ("lightfed.strategies.", "lightfed.privacy.", "lightfed.personalization.")
-    )
+    assert resolved["strategy.class_path"].startswith("lightfed.strategies.")  # privacy, personalization: transforms
+    transforms = [v for k, v in resolved.items() if k.startswith("transforms.") and k.endswith(".class_path")]
+    assert all(t.startswith(("lightfed.transforms.", "lightfed.personalization.")) for t in transforms)
     assert resolved["trainer.name"] != "lightfed"  # every shipped config names its runs' folder
 
 

@@ -1,7 +1,6 @@
 """APFL (Deng et al. 2020): each client's model is a mixture alpha v + (1 - alpha) w of a personal and the global
 model."""
 
-from collections.abc import Mapping
 from dataclasses import replace
 
 from torch import Tensor
@@ -12,40 +11,36 @@ from lightfed.core.sums import Sums
 from lightfed.errors import ConfigError
 from lightfed.local.apfl_mixing import APFLMixing
 from lightfed.personalization.personalized import PERSONAL, Personalized
-from lightfed.strategies.base import NOTHING, Strategy
 
 ALPHA = "alpha"
 
 
 class APFL(Personalized):
-    """The inner strategy trains the global model w with plain local steps; each step also moves the client's personal
+    """The strategy trains the global model w with plain local steps; each step also moves the client's personal
     model v along the gradient at the mixture alpha v + (1 - alpha) w (``lightfed.local.apfl_mixing.APFLMixing``).
     A client is evaluated with alpha v + (1 - alpha) w, w the current global model.
 
     ``alpha_lr`` null keeps each client's alpha fixed at ``alpha`` (the paper's fixed-alpha runs); a number updates it
-    by gradient descent each step (its Algorithm 1). The local model's steps are plain: the strategy's own rule (a
-    proximal term, a correction) is refused."""
+    by gradient descent each step (its Algorithm 1). The local model's steps are plain: a strategy with a rule of its
+    own (a proximal term, a correction) is refused."""
 
     own_requirements = Personalized.own_requirements | Requirements(sends=frozenset({Sent(ALPHA, "kept")}))
 
-    def __init__(self, strategy: Strategy, alpha: float = 0.25, alpha_lr: float | None = None) -> None:
+    def __init__(self, alpha: float = 0.25, alpha_lr: float | None = None) -> None:
         """
         Args:
-            strategy: The strategy that trains the global model with plain local steps (FedAvg, FedAdam, ...).
             alpha: The mixing weight of the personal model (each client's starting value when alpha_lr is set).
             alpha_lr: Step size of alpha's own gradient step; null: alpha stays fixed.
         """
         if not 0 <= alpha <= 1:
-            raise ConfigError(f"strategy.alpha must be in [0, 1], got {alpha}")
-        super().__init__(strategy)
+            raise ConfigError(f"transforms: APFL's alpha must be in [0, 1], got {alpha}")
         self.alpha, self.alpha_lr = alpha, alpha_lr
 
-    def configure_client(self, plan: ClientPlan, received: Mapping[str, Tensor] = NOTHING) -> ClientPlan:
-        plan = self.inner.configure_client(plan, received)
+    def plan(self, plan: ClientPlan) -> ClientPlan:
         if plan.rule is not None:
             raise ConfigError(
-                "APFL trains the global model with the model's own local steps: wrap a strategy without a local rule "
-                f"(FedAvg, FedAdam, ...), not one with {type(plan.rule).__name__}"
+                "transforms: APFL trains the global model with the model's own local steps: use a strategy without a "
+                f"local rule (FedAvg, FedAdam, ...), not one with {type(plan.rule).__name__}"
             )
         alpha = self.client_states.get(plan.client_id, ALPHA)
         rule = APFLMixing(
@@ -55,13 +50,13 @@ class APFL(Personalized):
         )
         return replace(plan, rule=rule)
 
-    def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
+    def contribution(self, update: ClientUpdate, round: int, sums: Sums) -> ClientUpdate | None:
         report = dict(update.report)
         self.client_states.set(update.client_id, ALPHA, report.pop(ALPHA))
-        super().accumulate(sums, replace(update, report=report))
+        return super().contribution(replace(update, report=report), round, sums)
 
-    def personal_model(self, client_id: int, params: Tensor, buffers: Tensor) -> tuple[Tensor, Tensor] | None:
-        personal = super().personal_model(client_id, params, buffers)
+    def client_model(self, client_id: int, params: Tensor, buffers: Tensor) -> tuple[Tensor, Tensor] | None:
+        personal = super().client_model(client_id, params, buffers)
         if personal is None:
             return None
         alpha = float(self.client_states.get(client_id, ALPHA))  # type: ignore[arg-type]

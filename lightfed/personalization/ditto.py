@@ -1,27 +1,22 @@
 """Ditto (Li et al. 2021): each client keeps a personal model trained on its data and pulled toward the global one."""
 
-from collections.abc import Mapping
 from dataclasses import replace
-
-from torch import Tensor
 
 from lightfed.core.messages import ClientPlan
 from lightfed.core.seeding import derived_seed
 from lightfed.errors import ConfigError
 from lightfed.local.ditto_steps import DittoSteps
 from lightfed.personalization.personalized import PERSONAL, PERSONAL_BUFFERS, Personalized
-from lightfed.strategies.base import NOTHING, Strategy
 from lightfed.streams import Stream
 
 
 class Ditto(Personalized):
-    """The inner strategy trains the global model w as usual; each sampled client also updates its personal model v
-    from the global model it received, v <- v - lr (grad F(v) + lam (v - w)), for the same local work (or
+    """The strategy trains the global model w as usual; each sampled client also updates its personal model v from
+    the global model it received, v <- v - lr (grad F(v) + lam (v - w)), for the same local work (or
     ``personal_epochs``/``personal_steps``), and is evaluated with v."""
 
     def __init__(
         self,
-        strategy: Strategy,
         lam: float = 0.1,
         personal_lr: float | None = None,
         personal_epochs: int | None = None,
@@ -29,7 +24,6 @@ class Ditto(Personalized):
     ) -> None:
         """
         Args:
-            strategy: The strategy that trains the global model (sums path: FedAvg, FedProx, FedAdam, ...).
             lam: Strength of the pull of the personal model toward the global one (lambda; 0: local training alone).
             personal_lr: Step size of the personal steps; null: the client's learning rate this round.
             personal_epochs: Passes over the client's data of the personal steps; null (with personal_steps null):
@@ -37,15 +31,13 @@ class Ditto(Personalized):
             personal_steps: Personal steps instead of personal_epochs.
         """
         if lam < 0:
-            raise ConfigError(f"strategy.lam must be >= 0, got {lam}")
+            raise ConfigError(f"transforms: Ditto's lam must be >= 0, got {lam}")
         if personal_epochs is not None and personal_steps is not None:
-            raise ConfigError("set one of strategy.personal_epochs and strategy.personal_steps, not both")
-        super().__init__(strategy)
+            raise ConfigError("transforms: set one of Ditto's personal_epochs and personal_steps, not both")
         self.lam, self.personal_lr = lam, personal_lr
         self.personal_epochs, self.personal_steps = personal_epochs, personal_steps
 
-    def configure_client(self, plan: ClientPlan, received: Mapping[str, Tensor] = NOTHING) -> ClientPlan:
-        plan = self.inner.configure_client(plan, received)
+    def plan(self, plan: ClientPlan) -> ClientPlan:
         epochs, steps = self.personal_epochs, self.personal_steps
         if epochs is None and steps is None:
             epochs, steps = plan.epochs, plan.steps

@@ -1,6 +1,5 @@
 """FedPer (Arivazhagan et al. 2019): the personal layers (a head) stay on each client; the rest is federated."""
 
-from collections.abc import Mapping
 from dataclasses import replace
 
 from lightning import LightningModule
@@ -9,16 +8,15 @@ from torch import Tensor
 from lightfed.core.local_rule import LocalRule
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.sums import Sums
-from lightfed.data.module import FederatedDataModule
+from lightfed.core.transforms import TransformContext
 from lightfed.local.personal_layers import PersonalLayers
 from lightfed.personalization.personal_coordinates import PersonalCoordinates, declared_patterns, matching
-from lightfed.personalization.personalized import PERSONAL, PERSONAL_BUFFERS, Personalized
-from lightfed.strategies.base import NOTHING, Strategy
+from lightfed.personalization.personalized import PERSONAL, PERSONAL_BUFFERS, Personalized, live_module
 
 
 class FedPer(Personalized):
-    """Clients train all layers jointly from the global body and their own personal layers; the server aggregates the
-    body only (the personal coordinates of every delta are zeroed, the global model's copy of them never changes).
+    """Clients train all layers jointly from the global body and their own personal layers; the strategy aggregates
+    the body only (the personal coordinates of every delta are zeroed, the global model's copy of them never changes).
     A client's personal model is the global body with its own personal layers; one that has not trained yet uses the
     global model's (initial) ones.
 
@@ -28,28 +26,26 @@ class FedPer(Personalized):
 
     method = "FedPer"
 
-    def __init__(self, strategy: Strategy, personal: list[str] | None = None) -> None:
+    def __init__(self, personal: list[str] | None = None) -> None:
         """
         Args:
-            strategy: The strategy that aggregates the shared layers (sums path: FedAvg, FedProx, FedAdam, ...).
             personal: Name patterns of the personal parameters, e.g. ``["net.7.*"]``; null: the model's
                 ``personal_parameters`` attribute.
         """
-        super().__init__(strategy)
         self.personal = personal
 
-    def bind(self, module: LightningModule, data: FederatedDataModule) -> None:
-        self.coordinates = self.personal_coordinates(module)
+    def setup(self, context: TransformContext) -> None:
+        super().setup(context)
+        self.coordinates = self.personal_coordinates(live_module(context, self.method))
 
     def personal_coordinates(self, module: LightningModule) -> PersonalCoordinates:
         return matching(module, declared_patterns(module, self.personal, self.method), self.method)
 
-    def configure_client(self, plan: ClientPlan, received: Mapping[str, Tensor] = NOTHING) -> ClientPlan:
-        plan = self.inner.configure_client(plan, received)
+    def plan(self, plan: ClientPlan) -> ClientPlan:
         return replace(plan, rule=self.rule(plan))
 
     def rule(self, plan: ClientPlan) -> LocalRule:
-        """The client's rule: its own layers loaded before training, around the inner strategy's rule."""
+        """The client's rule: its own layers loaded before training, around the strategy's rule."""
         return PersonalLayers(*self.personal_layers(plan.client_id), plan.rule)
 
     def personal_layers(self, client_id: int) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
@@ -63,18 +59,19 @@ class FedPer(Personalized):
             states.get(client_id, PERSONAL_BUFFERS),
         )
 
-    def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
+    def contribution(self, update: ClientUpdate, round: int, sums: Sums) -> ClientUpdate | None:
+        """The update with the personal coordinates of its delta zeroed (and its personal weights kept)."""
         mask = self.coordinates.params.to(update.delta.device)
-        super().accumulate(sums, replace(update, delta=update.delta.masked_fill(mask, 0.0)))
+        return super().contribution(replace(update, delta=update.delta.masked_fill(mask, 0.0)), round, sums)
 
-    def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
-        mask = self.coordinates.params.to(params.device)
-        kept = params[mask]
-        new = super().aggregate(params, sums, round)
-        new[mask] = kept
-        return new
+    def stepped(self, before: Tensor, after: Tensor) -> Tensor:
+        """The strategy's step with the personal coordinates as they were ``before`` (the global model's copy of them
+        never changes)."""
+        mask = self.coordinates.params.to(before.device)
+        after[mask] = before[mask]
+        return after
 
-    def personal_model(self, client_id: int, params: Tensor, buffers: Tensor) -> tuple[Tensor, Tensor] | None:
+    def client_model(self, client_id: int, params: Tensor, buffers: Tensor) -> tuple[Tensor, Tensor] | None:
         personal = self.client_states.get(client_id, PERSONAL)
         if personal is None:
             return None

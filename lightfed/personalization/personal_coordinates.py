@@ -44,7 +44,7 @@ def matching(module: nn.Module, patterns: list[str], method: str) -> PersonalCoo
     if not coordinates.params.any() or coordinates.params.all():
         some = ", ".join(n for n, _ in list(module.named_parameters())[:6])
         raise ConfigError(
-            f"{method}'s personal patterns {patterns} match {int(coordinates.params.sum())} of "
+            f"transforms: {method}'s personal patterns {patterns} match {int(coordinates.params.sum())} of "
             f"{coordinates.params.numel()} parameter values; they must match some but not all (names: {some}, ...)"
         )
     return coordinates
@@ -58,8 +58,8 @@ def declared_patterns(module: nn.Module, patterns: list[str] | None, method: str
     declared = getattr(module, ATTRIBUTE, None)
     if declared is None:
         raise ConfigError(
-            f"{method} needs the names of the personal parameters: set strategy.personal (e.g. ['net.7.*']) or give "
-            f"{type(module).__name__} an attribute {ATTRIBUTE} = ['head.*']"
+            f"transforms: {method} needs the names of the personal parameters: set {method}'s personal (e.g. "
+            f"['net.7.*']) or give {type(module).__name__} an attribute {ATTRIBUTE} = ['head.*']"
         )
     return [declared] if isinstance(declared, str) else list(declared)
 
@@ -73,5 +73,5 @@ def batchnorm_coordinates(module: nn.Module) -> PersonalCoordinates:
         for name, _ in [*layer.named_parameters(recurse=False), *layer.named_buffers(recurse=False)]
     }
     if not names:
-        raise ConfigError(f"FedBN keeps BatchNorm layers local, but {type(module).__name__} has none")
+        raise ConfigError(f"transforms: FedBN keeps BatchNorm layers local, but {type(module).__name__} has none")
     return coordinates_of(module, names)

@@ -1,43 +1,53 @@
-"""What every personalization method has: a wrapper around a sums strategy whose clients keep a model of their own
-in the per-client store."""
+"""What every personalization method has: a transform whose clients keep a model of their own in its per-client
+store."""
 
 from dataclasses import replace
 
 from lightning import LightningModule
 from torch import Tensor
 
+from lightfed.core.client_states import ProcessStore
 from lightfed.core.messages import ClientUpdate
 from lightfed.core.requirements import Requirements, Sent
 from lightfed.core.sums import Sums
+from lightfed.core.transforms import Transform, TransformContext
 from lightfed.data.module import FederatedDataModule
-from lightfed.strategies.base import Strategy
-from lightfed.strategies.wrapper import StrategyWrapper, SumsStrategyWrapper
+from lightfed.errors import ConfigError
+from lightfed.strategies.base import client_store
 
 PERSONAL, PERSONAL_BUFFERS = "personal", "personal_buffers"  # names in the client store and in a client's report
 
 
-class Personalized(SumsStrategyWrapper):
-    """The inner strategy of the sums path trains the global model; each client also keeps personal weights
-    (``personal``, and ``personal_buffers``) in the per-client store (``client_states``), which its local rule
-    reports after training. Like SCAFFOLD's control variates they live on the process that trains the client (client
-    i on process i % world size), are saved in that process's checkpoint file and restored for any number of
+class Personalized(Transform):
+    """The strategy (of the synchronous sums path: FedAvg, FedProx, FedAdam, ...) trains the global model; each client
+    also keeps personal weights (``personal``, and ``personal_buffers``) in this transform's per-client store
+    (``client_states``), which its local rule (set in ``plan``) reports after training and ``contribution`` takes out
+    of what the client sends. Like SCAFFOLD's control variates they live on the process that trains the client
+    (client i on process i % world size), are saved in that process's checkpoint file and restored for any number of
     processes.
 
-    ``bind`` is called once with the live module and the data before the run; ``personal_model`` gives the weights a
-    client is evaluated with."""
+    ``client_model`` gives the weights a client is evaluated with (a client has none before it trains)."""
 
+    keeps_client_models = True
     own_requirements = Requirements(
-        client_state=True, sends=frozenset({Sent(PERSONAL, "kept"), Sent(PERSONAL_BUFFERS, "kept")})
+        client_state=True, sends=frozenset({Sent(PERSONAL, "kept"), Sent(PERSONAL_BUFFERS, "kept")}), sums_path=True
     )
 
     @property
-    def requirements(self) -> Requirements:  # type: ignore[override]
-        return self.inner.requirements | self.own_requirements
+    def requirements(self) -> Requirements:
+        return self.own_requirements
 
-    def bind(self, module: LightningModule, data: FederatedDataModule) -> None:  # noqa: B027 (an optional hook)
-        """Learns from the live module (names of its parameters) and the data (clients' sizes) what it needs."""
+    def setup(self, context: TransformContext) -> None:
+        self.client_states = client_store(context.server)
 
-    def personal_model(self, client_id: int, params: Tensor, buffers: Tensor) -> tuple[Tensor, Tensor] | None:
+    def contribution(self, update: ClientUpdate, round: int, sums: Sums) -> ClientUpdate | None:
+        """Keeps the client's reported personal weights; the strategy gets the rest of its update."""
+        report = dict(update.report)
+        self.client_states.set(update.client_id, PERSONAL, report.pop(PERSONAL))
+        self.client_states.set(update.client_id, PERSONAL_BUFFERS, report.pop(PERSONAL_BUFFERS))
+        return replace(update, report=report)
+
+    def client_model(self, client_id: int, params: Tensor, buffers: Tensor) -> tuple[Tensor, Tensor] | None:
         """The client's personal weights when the global model is ``params``/``buffers``; None before it has trained
         (on the process that holds its state)."""
         personal = self.client_states.get(client_id, PERSONAL)
@@ -49,18 +59,19 @@ class Personalized(SumsStrategyWrapper):
         kept = self.client_states.get(client_id, PERSONAL_BUFFERS)
         return buffers if kept is None or kept.numel() != buffers.numel() else kept.to(buffers.device)
 
-    def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
-        """Keeps the client's reported personal weights; the inner strategy gets the rest of its update."""
-        report = dict(update.report)
-        self.client_states.set(update.client_id, PERSONAL, report.pop(PERSONAL))
-        self.client_states.set(update.client_id, PERSONAL_BUFFERS, report.pop(PERSONAL_BUFFERS))
-        super().accumulate(sums, replace(update, report=report))
+    def stores(self) -> dict[str, ProcessStore]:
+        return {"clients": self.client_states}
 
 
-def personalization_of(strategy: Strategy) -> Personalized | None:
-    """The ``Personalized`` strategy in ``strategy``'s chain of wrappers, or None."""
-    while not isinstance(strategy, Personalized):
-        if not isinstance(strategy, StrategyWrapper):
-            return None
-        strategy = strategy.inner
-    return strategy
+def live_module(context: TransformContext, method: str) -> LightningModule:
+    """The run's live module, which ``method`` reads its personal parameters' names from."""
+    if context.module is None:
+        raise ConfigError(f"transforms: {method} is set up with the live module (the trainer gives it); none given")
+    return context.module
+
+
+def run_data(context: TransformContext, method: str) -> FederatedDataModule:
+    """The run's data, which ``method`` reads its clients' sizes from."""
+    if context.data is None:
+        raise ConfigError(f"transforms: {method} is set up with the run's data (the trainer gives it); none given")
+    return context.data

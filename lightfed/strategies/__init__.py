@@ -1,5 +1,6 @@
 """Server algorithms, one per file, on one of three server paths: ``SumsStrategy``, ``ShardedStrategy`` and
-``AsyncStrategy`` (all ``Strategy``); ``StrategyWrapper`` holds an inner strategy."""
+``AsyncStrategy`` (all ``Strategy``); what changes an update before the strategy takes it is a transform
+(``lightfed.core.transforms``)."""
 
 from lightfed.ecado.adaptive_fedecado import AdaptiveFedECADO
 from lightfed.ecado.fedecado import FedECADO
@@ -25,7 +26,6 @@ from lightfed.strategies.masfl import MasFL
 from lightfed.strategies.robust import CoordinateMedian, TrimmedMean
 from lightfed.strategies.scaffold import Scaffold
 from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
-from lightfed.strategies.wrapper import StrategyWrapper, SumsStrategyWrapper
 
 __all__ = [
     "CA2FL",
@@ -60,9 +60,7 @@ __all__ = [
     "ShardedRound",
     "ShardedStrategy",
     "Strategy",
-    "StrategyWrapper",
     "SumsStrategy",
-    "SumsStrategyWrapper",
     "TrimmedMean",
     "fedavg_step",
 ]

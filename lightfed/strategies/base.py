@@ -17,6 +17,12 @@ from lightfed.core.sums import Sums
 NOTHING: Mapping[str, Tensor] = MappingProxyType({})  # what a client of the sums path receives beside the model
 
 
+def client_store(context: ServerContext) -> ClientStates:
+    """A new per-client store where ``trainer.client_states`` puts it: in memory, or on disk (in
+    ``client_states_folder``)."""
+    return ClientStates() if context.client_states == "memory" else DiskClientStates(context.client_states_folder)
+
+
 class Strategy:
     """What every server algorithm has: set-up, a client's plan, metrics, state to resume, its per-client store and
     its ``requirements``. Strategies see only flat fp32 tensors.
@@ -31,9 +37,7 @@ class Strategy:
         """Called once with the run's context before the first round (and before a resume)."""
         self.num_params = context.num_params
         self.num_clients = context.num_clients
-        self.client_states = (
-            ClientStates() if context.client_states == "memory" else DiskClientStates(context.client_states_folder)
-        )
+        self.client_states = client_store(context)
 
     def configure_client(self, plan: ClientPlan, received: Mapping[str, Tensor] = NOTHING) -> ClientPlan:
         """A client's plan for this round (local work, learning rate, local rule); ``received``: the vectors it gets

@@ -10,15 +10,12 @@ from lightfed.schedules import RoundSchedule
 from lightfed.strategies.async_base import AsyncStrategy
 from lightfed.strategies.base import Strategy, SumsStrategy
 from lightfed.strategies.sharded_base import ShardedStrategy
-from lightfed.strategies.wrapper import StrategyWrapper
 
 ASYNCHRONOUS = "lightfed.strategies.FedBuff, CA2FL, FADAS, MasFL or AdaMasFL"
 
 
 def strategy_name(strategy: Strategy) -> str:
-    """The strategy's class name, a wrapper's with its inner strategy's: ``UserLevelDP(FedAvg)``."""
-    if isinstance(strategy, StrategyWrapper):
-        return f"{type(strategy).__name__}({strategy_name(strategy.inner)})"
+    """The strategy's class name: ``FedAvg``."""
     return type(strategy).__name__
 
 

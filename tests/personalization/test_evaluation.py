@@ -43,10 +43,7 @@ def _spread(values: list[float]) -> tuple[float, float, float]:
 
 
 def test_per_client_metrics_match_a_direct_computation(tmp_path):
-    data, strategy = (
-        pathological_data(8, client_val_fraction=0.3),
-        FedPer(FedAvg(), personal=["net.1.bias"]),
-    )  # a personal bias
+    data, fedper = pathological_data(8, client_val_fraction=0.3), FedPer(personal=["net.1.bias"])  # a personal bias
     trainer = small_trainer(
         tmp_path,
         rounds=ROUNDS,
@@ -56,10 +53,10 @@ def test_per_client_metrics_match_a_direct_computation(tmp_path):
         clients_per_round=3,
         clients_in_parallel=1,
     )
-    metrics = trainer.fit(linear_net(LR), data, strategy)
+    metrics = trainer.fit(linear_net(LR), data, FedAvg(), transforms=[fedper])
     seen = {c for r in range(ROUNDS) for c in sample_clients(0, r, 6, 3)}
     assert len(seen) < 6  # some clients of the training population have not trained yet: no personal model
-    params, head = trainer.params, strategy.coordinates.params
+    params, head = trainer.params, fedper.coordinates.params
     expected: dict[str, list[float]] = {
         "clients": [],
         "clients/personal": [],
@@ -73,7 +70,7 @@ def test_per_client_metrics_match_a_direct_computation(tmp_path):
         expected["clients"].append(_accuracy(params, batches))
         if c in seen:
             personal = params.clone()
-            personal[head] = strategy.client_states.get(c, "personal")
+            personal[head] = fedper.client_states.get(c, "personal")
             expected["clients/personal"].append(_accuracy(personal, batches))
             expected["clients/finetuned"].append(tuned)
         else:
@@ -106,9 +103,8 @@ def test_a_personalization_run_selects_its_best_round_on_the_clients_personal_mo
     """The best round is the one with the highest mean personal accuracy over clients; the clients that are unseen
     only until first sampled (no ``unseen_clients``) are not logged."""
     trainer = small_trainer(tmp_path, rounds=4, client_eval_interval=1, clients_per_round=3, clients_in_parallel=1)
-    trainer.fit(
-        linear_net(LR), pathological_data(6, client_val_fraction=0.3), FedPer(FedAvg(), personal=["net.1.bias"])
-    )
+    data = pathological_data(6, client_val_fraction=0.3)
+    trainer.fit(linear_net(LR), data, FedAvg(), transforms=[FedPer(personal=["net.1.bias"])])
     lines = [json.loads(line) for line in (trainer.log_dir / METRICS_FILE).read_text().splitlines()]
     rounds, report = [line for line in lines if not line.get("final")], lines[-1]
     personal = [line["clients/personal/val_acc_mean"] for line in rounds]

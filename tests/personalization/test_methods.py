@@ -35,17 +35,17 @@ class Updates(Callback):
 
 
 def test_fedbn_keeps_each_clients_own_batchnorm_statistics_and_never_their_average(tmp_path):
-    updates, strategy = Updates(), FedBN(FedAvg())
+    updates, fedbn = Updates(), FedBN()
     trainer = small_trainer(tmp_path, rounds=3, callbacks=[updates], clients_in_parallel=1)
-    trainer.fit(bn_model(), pathological_data(6), strategy)
+    trainer.fit(bn_model(), pathological_data(6), FedAvg(), transforms=[fedbn])
     mask = batchnorm_coordinates(bn_model()).buffers
     assert mask.all()  # the model's only floating-point buffers are BatchNorm statistics
     averaged = trainer.buffers[mask]
     for client_id, buffers in updates.buffers.items():
-        kept = strategy.client_states.get(client_id, "personal_buffers")
+        kept = fedbn.client_states.get(client_id, "personal_buffers")
         assert torch.equal(kept, buffers[-1][mask])  # exactly what its own last training ended with
         assert not torch.equal(kept, averaged)
-    params = strategy.client_states.get(next(iter(updates.buffers)), "personal")
+    params = fedbn.client_states.get(next(iter(updates.buffers)), "personal")
     assert params.numel() == 2 * (4 + 8)  # weight and bias of both BatchNorm layers, nothing else
 
 
@@ -79,12 +79,12 @@ class StepRecorder(SmallBNCNN):
 def test_fedrep_trains_the_head_for_its_epochs_with_the_body_frozen_then_the_body_with_the_head_frozen(tmp_path):
     L.seed_everything(0, verbose=False)
     model = StepRecorder(width=4, optimizer=partial(torch.optim.SGD, lr=0.05))
-    data, strategy = pathological_data(6), FedRep(FedAvg(), personal=["net.9.*"], head_epochs=2)
+    data, fedrep = pathological_data(6), FedRep(personal=["net.9.*"], head_epochs=2)
     trainer = small_trainer(tmp_path, rounds=1, clients_per_round=1, local_steps=3, clients_in_parallel=1)
-    trainer.fit(model, data, strategy)
-    (client_id,) = strategy.client_states.state_dict()
+    trainer.fit(model, data, FedAvg(), transforms=[fedrep])
+    (client_id,) = fedrep.client_states.state_dict()
     head_steps = 2 * -(-data.client_size(client_id) // data.batch_size)
-    head = strategy.coordinates.params
+    head = fedrep.coordinates.params
     moves = [after != before for before, after in zip(model.trajectory, model.trajectory[1:], strict=False)]
     assert len(moves) == head_steps + 3
     assert all(m[head].any() and not m[~head].any() for m in moves[:head_steps])
@@ -101,36 +101,36 @@ def _gradient(model, w: torch.Tensor, batch) -> torch.Tensor:
 
 def test_dittos_personal_model_is_the_hand_computed_one(tmp_path):
     lr, lam = 0.1, 0.5
-    data, strategy = pathological_data(2, batch_size=10_000), Ditto(FedAvg(), lam=lam)
+    data, ditto = pathological_data(2, batch_size=10_000), Ditto(lam=lam)
     trainer = small_trainer(tmp_path, rounds=2, clients_per_round=2, local_steps=1, clients_in_parallel=1)
     model = linear_net(lr)
     w0 = torch.cat([p.detach().flatten() for p in model.parameters()])
-    trainer.fit(model, data, strategy)
+    trainer.fit(model, data, FedAvg(), transforms=[ditto])
     batches = [data.client_subset(k, torch.arange(data.client_size(k))) for k in range(2)]
     sizes = torch.tensor([data.client_size(k) for k in range(2)], dtype=torch.float64)
     v1 = [w0 - lr * _gradient(model, w0, batches[k]) for k in range(2)]  # v starts from w0: no pull yet
     w1 = (sum(sizes[k] * v1[k].double() for k in range(2)) / sizes.sum()).float()  # FedAvg: the same step, averaged
     for k in range(2):
         v2 = v1[k] - lr * (_gradient(model, v1[k], batches[k]) + lam * (v1[k] - w1))
-        personal, _ = strategy.personal_model(k, trainer.params, trainer.buffers)
+        personal, _ = ditto.client_model(k, trainer.params, trainer.buffers)
         assert torch.allclose(personal, v2, atol=1e-6), (personal - v2).abs().max()
         assert not torch.allclose(personal, trainer.params, atol=1e-3)
 
 
 def test_apfls_personal_model_and_alpha_are_the_hand_computed_ones(tmp_path):
     lr, alpha, alpha_lr = 0.1, 0.25, 0.5
-    data, strategy = pathological_data(2, batch_size=10_000), APFL(FedAvg(), alpha=alpha, alpha_lr=alpha_lr)
+    data, apfl = pathological_data(2, batch_size=10_000), APFL(alpha=alpha, alpha_lr=alpha_lr)
     trainer = small_trainer(tmp_path, rounds=1, clients_per_round=1, local_steps=2, clients_in_parallel=1)
     model = linear_net(lr)
     w0 = torch.cat([p.detach().flatten() for p in model.parameters()])
-    trainer.fit(model, data, strategy)
-    (k,) = strategy.client_states.state_dict()
+    trainer.fit(model, data, FedAvg(), transforms=[apfl])
+    (k,) = apfl.client_states.state_dict()
     batch = data.client_subset(k, torch.arange(data.client_size(k)))
     g0 = _gradient(model, w0, batch)  # step 1: v = w = w0, so the mixture is w0 and alpha does not move
     w1, v1 = w0 - lr * g0, w0 - lr * alpha * g0
     g = _gradient(model, alpha * v1 + (1 - alpha) * w1, batch)  # step 2: the gradient at the mixture
     v2, alpha2 = v1 - lr * alpha * g, alpha - alpha_lr * float(torch.dot(v1 - w1, g))
     assert torch.allclose(trainer.params, w1 - lr * _gradient(model, w1, batch), atol=1e-6)  # w: plain steps
-    assert abs(float(strategy.client_states.get(k, "alpha")) - alpha2) < 1e-6 and alpha2 != alpha
-    personal, _ = strategy.personal_model(k, trainer.params, trainer.buffers)
+    assert abs(float(apfl.client_states.get(k, "alpha")) - alpha2) < 1e-6 and alpha2 != alpha
+    personal, _ = apfl.client_model(k, trainer.params, trainer.buffers)
     assert torch.allclose(personal, alpha2 * v2 + (1 - alpha2) * trainer.params, atol=1e-6)

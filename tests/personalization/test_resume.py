@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from lightfed.cli import run
-from lightfed.core.saved_client_states import saved_client_states
 from tests.conftest import fit_in_subprocess, trainer_options
+from tests.personalization.conftest import personal_store, saved_personal_states
 
 ROOT = Path(__file__).resolve().parents[2]
+TRANSFORM = {"ditto": "ditto", "fedbn": "fed_bn"}  # each config's transform, by its name in the process files
 CONFIGS = [
     "--config",
     str(ROOT / "configs" / "digits" / "base.yaml"),
@@ -36,7 +37,7 @@ TINY = [
 
 
 def _fit(root: Path, method: str, devices: int, rounds: int, *extra: str) -> dict:
-    """The last checkpoint of a run of ``rounds`` rounds, with every client's saved state."""
+    """The last checkpoint of a run of ``rounds`` rounds, with every client's saved personal state."""
     options = [
         *CONFIGS,
         "--config",
@@ -51,7 +52,7 @@ def _fit(root: Path, method: str, devices: int, rounds: int, *extra: str) -> dic
         root.mkdir(parents=True, exist_ok=True)
         fit_in_subprocess(options[1], root, devices, *options[2:])
     path = root / "run" / "version_0" / "checkpoints" / "last.ckpt"
-    return {**torch.load(path, weights_only=False), "client_states": saved_client_states(path)}
+    return {**torch.load(path, weights_only=False), "client_states": saved_personal_states(path, TRANSFORM[method])}
 
 
 def _same(a: dict, b: dict) -> bool:
@@ -76,7 +77,7 @@ def test_fedbn_personal_weights_survive_a_resume_on_two_processes_and_from_two_o
     straight = _fit(tmp_path / "straight", "fedbn", 2, 3)
     folder = tmp_path / "straight" / "run" / "version_0" / "checkpoints" / "process_states" / "round_3"
     for rank in range(2):
-        held = torch.load(folder / f"process_{rank}_of_2.pt", weights_only=False)["clients"]
+        held = torch.load(folder / f"process_{rank}_of_2.pt", weights_only=False)[personal_store("fed_bn")]
         assert held and all(client_id % 2 == rank and "personal_buffers" in s for client_id, s in held.items())
     _fit(tmp_path / "cut", "fedbn", 2, 2)
     shutil.copytree(tmp_path / "cut", tmp_path / "cut_to_one")

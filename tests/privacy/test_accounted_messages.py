@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from lightfed.callbacks import Callback
+from lightfed.core.transforms import Pipeline
 from lightfed.errors import ConfigError
-from lightfed.personalization import APFL, Ditto
+from lightfed.personalization import APFL, Ditto, Personalized
 from lightfed.privacy import DPSGD, ClippedGaussianNoise
 from lightfed.strategies import (
     AdaptFed,
@@ -19,7 +20,7 @@ from lightfed.strategies import (
     FedSAM,
     Scaffold,
 )
-from lightfed.strategies.requirements import check_requirements
+from lightfed.strategies.requirements import check_requirements, run_requirements
 from tests.conftest import config_options, refusal_lines, small_data, small_model, small_trainer, trainer_options
 
 SGD = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
@@ -68,7 +69,7 @@ def test_adaptfed_with_its_papers_mechanism_is_allowed_it_reports_no_epsilon():
 
 
 def test_personal_weights_stay_with_their_client_and_are_allowed_with_dp_sgd():
-    check_requirements(APFL(FedAvg()), SGD, DPSGD(noise_multiplier=1.0))
+    check_requirements(FedAvg(), SGD, DPSGD(noise_multiplier=1.0), transforms=Pipeline([APFL()]))
 
 
 def test_fedecado_without_curvature_trains_under_dp_sgd_and_logs_epsilon(tmp_path):
@@ -104,13 +105,15 @@ class Reports(Callback):
         FedECADO(curvature="diagonal", beyond_window="decay"),
         FedECADO(curvature="none"),
         AdaptiveFedECADO(beyond_window="decay"),
-        Ditto(FedAvg(), lam=0.1),
-        APFL(FedAvg(), alpha_lr=0.1),
+        Ditto(lam=0.1),  # personalization: a transform in front of FedAvg
+        APFL(alpha_lr=0.1),
     ],
 )
 def test_every_value_a_client_reports_is_declared(tmp_path, strategy):
     reports = Reports()
     trainer = small_trainer(tmp_path, rounds=1, clients_per_round=2, local_steps=2, callbacks=[reports])
-    trainer.fit(small_model(momentum=0.0), small_data(), strategy)
-    assert reports.keys <= strategy.requirements.sent_names
-    assert bool(reports.keys) == bool(strategy.requirements.sends)
+    strategy, transforms = (FedAvg(), [strategy]) if isinstance(strategy, Personalized) else (strategy, [])
+    trainer.fit(small_model(momentum=0.0), small_data(), strategy, transforms=transforms)
+    needs = run_requirements(strategy, transforms=Pipeline(transforms))
+    assert reports.keys <= needs.sent_names
+    assert bool(reports.keys) == bool(needs.sends)

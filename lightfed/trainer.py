@@ -15,7 +15,6 @@ from lightfed.data.module import FederatedDataModule
 from lightfed.errors import DivergenceError
 from lightfed.privacy.base import BudgetReached
 from lightfed.run.checkpoint import kept_checkpoint, restore_rng_states
-from lightfed.run.client_workers import ClientWorkers
 from lightfed.run.engine import RoundEngine
 from lightfed.run.final_report import final_report
 from lightfed.run.resume import check_resume
@@ -23,6 +22,7 @@ from lightfed.run.run_output import run_folder_of
 from lightfed.run.run_parts import RunParts
 from lightfed.run.run_state import RunState
 from lightfed.run.trainer_base import TrainerBase
+from lightfed.run.training_choice import client_training
 from lightfed.strategies.base import Strategy, SumsStrategy
 from lightfed.strategies.requirements import check_requirements, run_requirements
 
@@ -132,7 +132,7 @@ class FederatedTrainer(TrainerBase):
     ) -> RunParts:
         """The workers, the initial global model, the strategy and the round engine; nothing is written yet."""
         model = self.privacy.prepare(model, self.processes.precision)
-        self.workers = workers = ClientWorkers.build(
+        self.workers = workers = client_training(
             self.fabric, model, data, self.processes.clients_in_parallel, self.clients_per_round, **self.client_settings
         )
         optimizer = workers.reference.optimizer.optimizer
@@ -140,15 +140,11 @@ class FederatedTrainer(TrainerBase):
         self.params = self.fabric.broadcast(workers.reference.flat.params.clone())
         self.buffers = self.fabric.broadcast(workers.reference.flat.buffers.clone())
         source = self._rounds(data, strategy)
-        self.strategy, self.source = strategy, source
-        context = self._server_context(data)
+        self.strategy, self.source, context = strategy, source, self._server_context(data)
         strategy.setup(context)
-        own_sums = strategy.sum_sizes() if isinstance(strategy, SumsStrategy) else {}
-        cohort = None if self.asynchronous else source.cohort
-        transforms.setup(TransformContext(context, own_sums, cohort, workers.reference.module, data))
-        fixed = run_requirements(
-            strategy, self.privacy, transforms
-        ).client_state  # client i trains on process i % world size
+        sums, cohort = strategy.sum_sizes() if isinstance(strategy, SumsStrategy) else {}, source.cohort
+        transforms.setup(TransformContext(context, sums, None if self.asynchronous else cohort, model, data))
+        fixed = run_requirements(strategy, self.privacy, transforms).client_state  # client i on process i % world size
         self.engine = engine = RoundEngine(
             self.fabric,
             workers,

@@ -122,7 +122,7 @@ REFUSED = [
     (
         "parallel_zero",
         ["--trainer.clients_in_parallel", "0"],
-        ["trainer.clients_in_parallel must be 'auto' or an integer >= 1, got 0"],
+        ["trainer.clients_in_parallel must be 'auto', 'vectorized' or an integer >= 1, got 0"],
     ),
     (
         "parallel_dp",

@@ -191,8 +191,8 @@ class Pipeline:
         return None
 
     def stores(self) -> dict[str, ProcessStore]:
-        """Every transform's per-process stores, each under its transform's name."""
-        return {f"{name_of(t)}/{name}": store for t in self.transforms for name, store in t.stores().items()}
+        """Every transform's per-process stores, each under ``<its transform's name>.<its name>`` (a file prefix)."""
+        return {f"{name_of(t)}.{name}": store for t in self.transforms for name, store in t.stores().items()}
 
     def state_dict(self) -> list[dict[str, Any]]:
         return [transform.state_dict() for transform in self.transforms]

@@ -2,7 +2,7 @@
 
 import math
 from collections.abc import Mapping
-from typing import cast
+from typing import Any, cast
 
 import torch
 from lightning import LightningModule
@@ -225,9 +225,16 @@ class ClientTrainer:
             torch.nn.utils.clip_grad_value_(self.module.parameters(), self.gradient_clip_val)
 
     def _reset_optimizer(self, plan: ClientPlan) -> None:
-        """Fresh optimizer state at the plan's learning rate (or the optimizer's own) x the round's schedule factor."""
+        """Fresh optimizer state with the plan's settings (``group_settings``)."""
         self.optimizer.state.clear()
+        for group, settings in zip(self.optimizer.param_groups, self.group_settings(plan), strict=True):
+            group.update(settings)
+
+    def group_settings(self, plan: ClientPlan) -> list[dict[str, Any]]:
+        """Each optimizer group's settings for ``plan``: the optimizer's own, at the plan's learning rate (or the
+        optimizer's) x the round's schedule factor."""
         factor = 1.0 if self.lr_schedule is None else self.lr_schedule.factor(plan.round, self.rounds)
-        for group, initial in zip(self.optimizer.param_groups, self._initial_groups, strict=True):
-            group.update(initial)
-            group["lr"] = (group["lr"] if plan.lr is None else plan.lr) * factor
+        return [
+            {**initial, "lr": (initial["lr"] if plan.lr is None else plan.lr) * factor}
+            for initial in self._initial_groups
+        ]

@@ -39,8 +39,10 @@ class Processes:
         if self.precision not in PRECISIONS:
             raise ConfigError(f"trainer.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         workers = self.clients_in_parallel
-        if workers != "auto" and not (isinstance(workers, int) and workers >= 1):
-            raise ConfigError(f"trainer.clients_in_parallel must be 'auto' or an integer >= 1, got {workers!r}")
+        if workers not in ("auto", "vectorized") and not (isinstance(workers, int) and workers >= 1):
+            raise ConfigError(
+                f"trainer.clients_in_parallel must be 'auto', 'vectorized' or an integer >= 1, got {workers!r}"
+            )
         at_least(collective_timeout=(self.collective_timeout, 1))
 
 
@@ -177,7 +179,7 @@ def trainer_settings(
         eval_interval: Evaluate the global model on the validation split every this many rounds (and at the end).
         client_eval_interval: Evaluate the global model on every client's own data every this many rounds
             (0: never); logs the distribution over clients of ``monitor`` (``clients/<monitor>_{mean,std,min,
-            p10}``; TensorBoard also gets the histogram ``clients/<monitor>``); with a personalization strategy
+            p10}``; TensorBoard also gets the histogram ``clients/<monitor>``); with a personalization transform
             also each client's personal model (``clients/personal/<monitor>_*``), and apart the clients never
             sampled for training (``clients/unseen/<monitor>_*``). See docs/guides/personalization.md.
         client_eval_clients: Evaluate only this many clients, a fixed subset drawn from the seed (null: all).
@@ -207,9 +209,11 @@ def trainer_settings(
             torch thread each on a CPU, one CUDA stream each on a GPU); 1: one client at a time. "auto": on a CPU
             one per core of the process (cores / processes per node), else 1. Not with privacy, with
             data.num_workers > 0, nor with a model that draws from torch's global random generator while training
-            (dropout): "auto" then trains one client at a time.
+            (dropout): "auto" then trains one client at a time. "vectorized": all of them as one batched computation on
+            stacked weights (``lightfed.run.vectorized_clients``; plain local steps of an elementwise optimizer, a
+            model without floating buffers, randomness or training hooks: refused otherwise, in one line).
         client_states: Where a strategy keeps what it remembers per client (SCAFFOLD's control variates, the
-            personal weights of a personalization wrapper, MasFL's and CA2FL's last updates, ...): "memory" (each
+            personal weights of a personalization transform, MasFL's and CA2FL's last updates, ...): "memory" (each
             process holds its clients'; a checkpoint rewrites them all) or "disk" (files read for a round's clients
             and written for those only; a checkpoint writes only the clients trained since the last one; for
             populations whose state does not fit in memory). The weights are the same either way. Not for the

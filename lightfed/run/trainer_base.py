@@ -23,7 +23,7 @@ from lightfed.privacy.base import NO_PRIVACY, ClientPrivacy
 from lightfed.run import run_checks
 from lightfed.run.checkpoint import LAST, rng_states
 from lightfed.run.client import ClientTrainer
-from lightfed.run.client_workers import ClientWorkers
+from lightfed.run.client_training import ClientTraining
 from lightfed.run.engine import RoundEngine
 from lightfed.run.evaluation import (
     BestRound,
@@ -110,7 +110,7 @@ class TrainerBase:
         self.final_report: dict[str, Any] = {}  # the test set's metrics once fit has ended (none for a stopped run)
         self.best = BestRound(evaluation.monitor)
         self.fingerprint: dict[str, str] = {}
-        self.workers: ClientWorkers | None = None  # built by fit, with the engine, the strategy and the rounds' source
+        self.workers: ClientTraining | None = None  # built by fit, with the engine, the strategy and the rounds' source
         self.engine: RoundEngine | None = None
         self.strategy: Strategy | None = None
         self.source: SampledRounds | None = None

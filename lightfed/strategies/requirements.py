@@ -3,7 +3,7 @@
 import torch
 
 from lightfed.core.requirements import Requirements
-from lightfed.core.transforms import NO_TRANSFORMS, Pipeline
+from lightfed.core.transforms import NO_TRANSFORMS, Pipeline, Transform
 from lightfed.errors import ConfigError
 from lightfed.privacy.base import NO_PRIVACY, ClientPrivacy
 from lightfed.schedules import RoundSchedule
@@ -52,7 +52,7 @@ def check_requirements(
         check_accounted(name, needs)
     if needs.chooses_client_steps and lr_schedule is not None:
         raise ConfigError(f"{name} chooses its clients' step sizes itself: remove trainer.lr_schedule")
-    groups = optimizer.param_groups
+    groups, name = optimizer.param_groups, _needing(strategy, transforms, privacy, needs)
     if needs.plain_sgd and not (isinstance(optimizer, torch.optim.SGD) and not any(g["momentum"] for g in groups)):
         settings = f" with momentum {groups[0]['momentum']}" if isinstance(optimizer, torch.optim.SGD) else ""
         raise ConfigError(
@@ -64,6 +64,15 @@ def check_requirements(
             f"{name} sets the whole local step direction: the model's optimizer needs weight_decay 0, got "
             f"{groups[0]['weight_decay']}"
         )
+
+
+def _needing(strategy: Strategy, transforms: Pipeline, privacy: ClientPrivacy, needs: Requirements) -> str:
+    """The name of the first part of the run (strategy, transform, privacy) that needs plain local steps."""
+    parts: list[Strategy | Transform | ClientPrivacy] = [strategy, *transforms.transforms, privacy]
+    return next(
+        (type(p).__name__ for p in parts if p.requirements.plain_sgd or p.requirements.no_weight_decay),
+        strategy_name(strategy),
+    )
 
 
 def check_transforms(strategy: Strategy, transforms: Pipeline, asynchronous: bool) -> None:

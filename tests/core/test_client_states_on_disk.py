@@ -12,7 +12,7 @@ from lightfed.cli import run
 from lightfed.core.process_states import FOLDER, LINKED, reader
 from lightfed.core.saved_client_states import saved_client_states
 from lightfed.ecado.fedecado import FedECADO
-from lightfed.errors import CheckpointWriteError, ConfigError
+from lightfed.errors import ConfigError
 from lightfed.personalization import FedPer
 from lightfed.strategies import FedAvg, Scaffold
 from tests.asynchronous.test_asynchronous import MASFL, SMALL
@@ -36,12 +36,6 @@ def _fedper(root: Path, rounds: int, store: str, **options) -> tuple[torch.Tenso
     ), trainer.log_dir / "checkpoints" / "last.ckpt"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=CheckpointWriteError,
-    reason="a transform's store is named 'fed_per/clients' (Pipeline.stores) and lightfed.core.process_states uses "
-    "the name as a file prefix: its linked files go into a missing subfolder 'fed_per/'",
-)
 def test_personal_weights_on_disk_give_the_in_memory_run_and_resume_to_it(tmp_path):
     in_memory, memory_checkpoint = _fedper(tmp_path / "memory", 3, "memory")
     on_disk, disk_checkpoint = _fedper(tmp_path / "disk", 3, "disk")

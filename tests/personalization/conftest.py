@@ -35,7 +35,7 @@ def pathological_data(num_clients: int, batch_size: int = 16, client_val_fractio
 
 def personal_store(transform: str) -> str:
     """The name of the per-client store of the transform named ``transform`` (``fed_bn``) in a process file."""
-    return f"{transform}/clients"
+    return f"{transform}.clients"
 
 
 def saved_personal_states(checkpoint: Path, transform: str) -> dict[int, dict[str, torch.Tensor]]:

@@ -154,8 +154,8 @@ def test_a_client_failing_in_a_worker_thread_stops_the_run_with_its_error(tmp_pa
 @pytest.mark.parametrize(
     "settings, message",
     [
-        (dict(clients_in_parallel=0), "'auto' or an integer >= 1, got 0"),
-        (dict(clients_in_parallel="two"), "'auto' or an integer >= 1, got 'two'"),
+        (dict(clients_in_parallel=0), "'auto', 'vectorized' or an integer >= 1, got 0"),
+        (dict(clients_in_parallel="two"), "'auto', 'vectorized' or an integer >= 1, got 'two'"),
         (dict(clients_in_parallel=2, privacy=DPSGD(noise_multiplier=1.0)), "must be 1 or 'auto' with trainer.privacy"),
     ],
 )

@@ -5,8 +5,10 @@ import torch
 from jsonargparse import ArgumentError, ArgumentParser
 
 from lightfed.core.requirements import Requirements, Sent
+from lightfed.core.transforms import Pipeline
 from lightfed.ecado.adaptive_euler import AdaptiveEuler
 from lightfed.errors import ConfigError
+from lightfed.personalization import FedRep
 from lightfed.privacy import DPSGD
 from lightfed.schedules import CosineDecay
 from lightfed.strategies import (
@@ -103,6 +105,11 @@ class NoPath(Strategy):
             MasFL(),
             dict(asynchronous=True, optimizer=_sgd(weight_decay=1e-4)),
             "MasFL sets the whole local step direction: the model's optimizer needs weight_decay 0, got 0.0001",
+        ),
+        (  # the transform that needs plain steps is named, not the strategy behind it
+            FedAvg(),
+            dict(optimizer=_sgd(momentum=0.9), transforms=Pipeline([FedRep(personal=["w"])])),
+            "FedRep assumes plain SGD local steps",
         ),
     ],
 )

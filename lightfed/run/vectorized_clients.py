@@ -1,0 +1,279 @@
+"""Client training as one batched computation: the clients of a round trained together on stacked weights.
+
+Each client's weights are one row of a stacked tensor per parameter; the module's ``training_step`` runs for all of
+them at once under ``torch.vmap`` (``torch.func.functional_call`` over the rows), ``torch.func.grad`` gives every
+client exactly its own gradient, and the model's optimizer, built once over the stacked tensors, steps every row as
+one optimizer per client would (it is elementwise). Ragged clients stay exact: at each step the clients whose batches
+have the same size are one vmapped call (a client's last, partial batch is its own group), and a client's weights are
+taken when it has taken its last step.
+"""
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import torch
+from lightning import LightningModule
+from torch import Tensor, nn
+
+from lightfed.adapters import logging_to
+from lightfed.core.logged_values import LoggedValues
+from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.training_loss import training_loss
+from lightfed.data.module import Batch
+from lightfed.errors import ConfigError
+from lightfed.run.client import ClientTrainer
+from lightfed.run.client_training import Deliver, TrainingJob
+
+ELEMENTWISE = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad, torch.optim.RMSprop)
+HOOKS = (
+    "on_train_start",
+    "on_train_epoch_start",
+    "on_train_batch_start",
+    "on_before_backward",
+    "on_after_backward",
+    "on_before_optimizer_step",
+    "on_train_batch_end",
+    "on_train_epoch_end",
+    "on_train_end",
+)
+MAX_CHUNK_BYTES = 2**30  # the stacked weights, gradients and optimizer state of one chunk of clients
+
+
+def why_not_vectorized(client: ClientTrainer) -> str | None:
+    """Why ``client``'s training cannot run vectorized (None: it can); the plans' own limits are checked per job."""
+    module, optimizer = client.module, client.optimizer.optimizer
+    overridden = [hook for hook in HOOKS if getattr(type(module), hook) is not getattr(LightningModule, hook)]
+    reasons = {
+        "trainer.privacy trains one client at a time": client.privacy.private,
+        f"the model's optimizer {type(optimizer).__name__} is not elementwise (SGD, Adam, AdamW, Adagrad, RMSprop are)": (
+            type(optimizer) not in ELEMENTWISE
+        ),
+        f"the model overrides the training hooks {overridden}": bool(overridden),
+        "the model has floating buffers (BatchNorm's running statistics)": client.flat.buffers.numel() > 0,
+        "trainer.precision must be 32-true": getattr(client.fabric.strategy.precision, "precision", "") != "32-true",
+    }
+    return next((reason for reason, holds in reasons.items() if holds), None)
+
+
+class _TrainingStep(nn.Module):
+    """``module.training_step`` as a module's forward, for ``torch.func.functional_call``."""
+
+    def __init__(self, module: LightningModule) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, batch: Batch, batch_idx: int) -> Tensor:
+        return training_loss(self.module, batch, batch_idx)
+
+
+class VectorizedClients:
+    """``ClientTraining`` that trains each chunk of a process's jobs as one batched computation on the reference
+    client's module (one lane). Refused, in one line, for a module, optimizer or plan it cannot run exactly:
+    ``why_not_vectorized`` and plans with a local rule."""
+
+    lanes = 1
+
+    def __init__(self, client: ClientTrainer) -> None:
+        reason = why_not_vectorized(client)
+        if reason is not None:
+            raise ConfigError(f"trainer.clients_in_parallel vectorized: {reason}")
+        self.client = client
+        self._step = _TrainingStep(client.module)
+        named = list(client.module.named_parameters())
+        self.names = [f"module.{name}" for name, _ in named]
+        self.shapes = [p.shape for _, p in named]
+        group_of = {
+            id(p): g for g, group in enumerate(client.optimizer.optimizer.param_groups) for p in group["params"]
+        }
+        self.groups = [group_of[id(p)] for _, p in named]
+        self._logged_sizes: dict[str, int | None] = {}  # the batch_size each name was logged with
+        self._vmapped = torch.vmap(torch.func.grad(self._loss, has_aux=True), in_dims=(0, 0, None), randomness="error")
+
+    @property
+    def reference(self) -> ClientTrainer:
+        return self.client
+
+    def logged(self) -> LoggedValues:
+        return self.client.logged
+
+    def call(self, hook: str) -> None:
+        getattr(self.client.module, hook)()
+
+    def between_runs(self) -> AbstractContextManager[None]:
+        return nullcontext()
+
+    def close(self) -> None:
+        """Holds nothing between runs."""
+
+    def train(self, jobs: Sequence[TrainingJob], deliver: Deliver) -> None:
+        rules = [type(job.plan.rule).__name__ for job in jobs if job.plan.rule is not None]
+        if rules:
+            raise ConfigError(f"trainer.clients_in_parallel vectorized runs plain local steps, not the rule {rules[0]}")
+        per_client = 4 * 5 * self.client.flat.params.numel()  # weights, gradient, delta and two optimizer states
+        chunk = max(1, MAX_CHUNK_BYTES // per_client)
+        by_settings: dict[str, list[int]] = {}  # clients of one chunk share their optimizer's settings
+        for index, job in enumerate(jobs):
+            by_settings.setdefault(repr(self.client.group_settings(job.plan)), []).append(index)
+        for indices in by_settings.values():
+            for start in range(0, len(indices), chunk):
+                part = indices[start : start + chunk]
+                for index, update in zip(part, self._train_together([jobs[i] for i in part]), strict=True):
+                    deliver(0, index, update)
+
+    def _train_together(self, jobs: list[TrainingJob]) -> list[ClientUpdate]:
+        """Every job's update, trained as one batched computation."""
+        client, module, view = self.client, self.client.module, self.client.view
+        clients, device = len(jobs), client.fabric.device
+        starts = torch.stack([job.params for job in jobs]).to(device)
+        rows = torch.split(starts, [math.prod(shape) for shape in self.shapes], dim=1)
+        weights = [row.reshape(clients, *shape).clone() for row, shape in zip(rows, self.shapes, strict=True)]
+        settings = client.group_settings(jobs[0].plan)
+        build: Callable[[list[dict[str, Any]]], torch.optim.Optimizer] = type(client.optimizer.optimizer)
+        optimizer = build(
+            [
+                {**group, "params": [w for w, g in zip(weights, self.groups, strict=True) if g == index]}
+                for index, group in enumerate(settings)
+            ]
+        )
+        batches = [list(self._batches(job.plan)) for job in jobs]
+        steps = [len(client_batches) for client_batches in batches]
+        final: list[Tensor | None] = [None if n else starts[k] for k, n in enumerate(steps)]
+        finishing: dict[int, list[int]] = {}
+        for k, n in enumerate(steps):
+            finishing.setdefault(n - 1, []).append(k)
+        loss_sums = torch.zeros(clients, device=device)
+        if not module.training:
+            module.train()
+        view._enter("train", jobs[0].plan.round)
+        for step in range(max(steps, default=0)):
+            grads = [torch.zeros_like(w) for w in weights]
+            for group in self._groups(batches, steps, step):
+                self._gradients(group, weights, grads, [batches[k][step] for k in group], step, loss_sums)
+            self._clip(grads)
+            for weight, grad in zip(weights, grads, strict=True):
+                weight.grad = grad
+            optimizer.step()
+            for k in finishing.get(step, []):
+                final[k] = torch.cat([w[k].reshape(-1) for w in weights])
+        view._enter("")
+        lr = settings[0]["lr"]
+        return [
+            ClientUpdate(
+                client_id=job.plan.client_id,
+                delta=torch.sub(final[k], starts[k]),  # type: ignore[arg-type]
+                buffers=job.buffers,
+                num_examples=client.data.client_size(job.plan.client_id),
+                num_steps=steps[k],
+                local_time=_summed(lr, steps[k]),
+                train_loss=loss_sums[k] / max(steps[k], 1),
+                report={},
+            )
+            for k, job in enumerate(jobs)
+        ]
+
+    def _batches(self, plan: ClientPlan) -> Iterator[Batch]:
+        """The client's batches, drawn as its one-at-a-time training draws them (and poisoned as its attack would)."""
+        generator = torch.Generator().manual_seed(plan.seed)
+        batches = self.client.data.client_batches(plan.client_id, generator, plan.epochs, plan.steps)
+        return self.client.attack.batches(batches, plan)
+
+    @staticmethod
+    def _groups(batches: list[list[Batch]], steps: list[int], step: int) -> list[list[int]]:
+        """The clients still training at ``step``, grouped by the size of their batch there."""
+        groups: dict[int, list[int]] = {}
+        for k, n in enumerate(steps):
+            if step < n:
+                groups.setdefault(_batch_size(batches[k][step]), []).append(k)
+        return list(groups.values())
+
+    def _gradients(
+        self,
+        group: list[int],
+        weights: list[Tensor],
+        grads: list[Tensor],
+        batch: list[Batch],
+        step: int,
+        losses: Tensor,
+    ) -> None:
+        """Each client of ``group``'s gradient of its batch at ``step`` into its row of ``grads``; logs what the module
+        logs, as its clients one at a time would (batch-size weighted)."""
+        whole = len(group) == weights[0].shape[0]
+        index = None if whole else torch.tensor(group, device=weights[0].device)
+        rows = weights if index is None else [w.index_select(0, index) for w in weights]
+        params = dict(zip(self.names, (w.detach() for w in rows), strict=True))
+        gradients, (loss, logged) = self._vmapped(params, _stacked(batch), step)
+        for grad, name in zip(grads, self.names, strict=True):
+            if index is None:
+                grad.copy_(gradients[name])
+            else:
+                grad.index_copy_(0, index, gradients[name])
+        if index is None:
+            losses.add_(loss)
+        else:
+            losses.index_add_(0, index, loss)
+        size = _batch_size(batch[0])
+        for name, values in logged.items():
+            n = (self._logged_sizes[name] or size) * len(group)
+            self.client.logged.log(name, values.float().mean(), batch_size=n)
+
+    def _loss(self, params: dict[str, Tensor], batch: Batch, step: int) -> tuple[Tensor, tuple[Tensor, dict]]:
+        """One client's loss of ``batch`` at ``params`` (vmapped over clients), with what the module logged."""
+        logged: dict[str, Tensor] = {}
+
+        def log(name: str, value: Any, *args: Any, batch_size: int | None = None, **kwargs: Any) -> None:
+            if not isinstance(value, Tensor):
+                raise ConfigError(
+                    f"trainer.clients_in_parallel vectorized logs tensors from training_step, not {name}: "
+                    f"{type(value).__name__}"
+                )
+            logged[name], self._logged_sizes[name] = value.detach(), batch_size
+
+        def log_dict(values: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+            for name, value in values.items():
+                log(name, value, *args, **kwargs)
+
+        with logging_to(self.client.module, log, log_dict):
+            loss = torch.func.functional_call(self._step, params, (batch, step))
+        return loss, (loss.detach(), logged)
+
+    def _clip(self, grads: list[Tensor]) -> None:
+        """Each client's gradient clipped as ``gradient_clip_val`` clips one client's."""
+        value, algorithm = self.client.gradient_clip_val, self.client.gradient_clip_algorithm
+        if value is None:
+            return
+        if algorithm != "norm":
+            for grad in grads:
+                grad.clamp_(-value, value)
+            return
+        norms = torch.stack([g.reshape(g.shape[0], -1).norm(dim=1) for g in grads], dim=1).norm(dim=1)
+        scale = (value / (norms + 1e-6)).clamp(max=1.0)
+        for grad in grads:
+            grad.mul_(scale.reshape(-1, *([1] * (grad.dim() - 1))))
+
+
+def _summed(lr: float, steps: int) -> float:
+    """``lr`` added ``steps`` times, as a client adds its step sizes to its local time."""
+    total = 0.0
+    for _ in range(steps):
+        total += lr
+    return total
+
+
+def _batch_size(batch: Any) -> int:
+    """The number of examples in ``batch`` (its first tensor's first dimension)."""
+    first = batch
+    while not isinstance(first, Tensor):
+        first = next(iter(first.values())) if isinstance(first, dict) else first[0]
+    return first.shape[0]
+
+
+def _stacked(batches: list[Any]) -> Any:
+    """Batches of the same structure stacked along a new first dimension (one row per client)."""
+    first = batches[0]
+    if isinstance(first, Tensor):
+        return torch.stack(batches)
+    if isinstance(first, dict):
+        return {key: _stacked([b[key] for b in batches]) for key in first}
+    return type(first)(_stacked([b[i] for b in batches]) for i in range(len(first)))

@@ -1,0 +1,116 @@
+"""VectorizedClients: a round's clients trained as one batched computation give every client the update its
+one-at-a-time training gives (ragged clients, partial batches, momentum, Adam, clipping), and refuse what they cannot
+run exactly."""
+
+import copy
+from functools import partial
+
+import pytest
+import torch
+from lightning.fabric import Fabric
+
+from lightfed.core.local_rule import LocalRule
+from lightfed.core.messages import ClientPlan
+from lightfed.errors import ConfigError
+from lightfed.models.batchnorm_cnn import SmallBNCNN
+from lightfed.privacy import DPSGD
+from lightfed.run.client import ClientTrainer
+from lightfed.run.client_training import TrainingJob
+from lightfed.run.settings import LocalTraining
+from lightfed.run.vectorized_clients import VectorizedClients
+from lightfed.strategies import FedAvg, FedProx
+from tests.conftest import small_data, small_model, small_trainer
+
+CPU = torch.device("cpu")
+
+
+def _clients(model, **settings):
+    """The one-at-a-time client and the vectorized one, each on its own copy of ``model``."""
+    data = small_data()
+    data.setup(seed=0, device=CPU)
+    fabric = Fabric(accelerator="cpu", devices=1)
+    sequential = ClientTrainer(fabric, model, data, **settings)
+    return sequential, VectorizedClients(ClientTrainer(fabric, copy.deepcopy(model), data, **settings))
+
+
+def _updates(training, jobs):
+    updates = {}
+    training.train(jobs, lambda lane, index, update: updates.__setitem__(index, update))
+    return [updates[index] for index in range(len(jobs))]
+
+
+def _jobs(sequential, **plan):
+    params, buffers = sequential.flat.params.clone(), sequential.flat.buffers.clone()
+    return [TrainingJob(ClientPlan(client_id=c, round=1, seed=100 + c, **plan), params, buffers) for c in range(8)]
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "local", "plan"),
+    [
+        (partial(torch.optim.SGD, lr=0.1, momentum=0.9), None, {"epochs": 2}),
+        (partial(torch.optim.Adam, lr=0.01), None, {"steps": 7}),
+        (partial(torch.optim.SGD, lr=0.1, weight_decay=0.01), LocalTraining(gradient_clip_val=0.5), {"epochs": 1}),
+    ],
+    ids=["sgd-momentum-epochs", "adam-steps", "sgd-clipped"],
+)
+def test_every_clients_update_is_its_one_at_a_time_update(optimizer, local, plan):
+    model = small_model()
+    model.optimizer = optimizer
+    sequential, vectorized = _clients(model, local=local)
+    jobs = _jobs(sequential, **plan)
+    sizes = {sequential.data.client_size(job.plan.client_id) for job in jobs}
+    assert len(sizes) == len(jobs) and any(size % 16 for size in sizes)  # ragged, with partial last batches
+    expected = []
+    for job in jobs:
+        update = sequential.train(job.plan, job.params, job.buffers)
+        expected.append((update.delta.clone(), update.num_steps, float(update.train_loss), update.local_time))
+    for (delta, steps, loss, local_time), update in zip(expected, _updates(vectorized, jobs), strict=True):
+        assert update.num_steps == steps and update.local_time == local_time
+        assert float((update.delta - delta).abs().max() / delta.abs().max()) <= 1e-5
+        assert update.train_loss.item() == pytest.approx(loss, rel=1e-5)
+    sequential_logged = sequential.logged.compute()
+    assert vectorized.logged().compute() == pytest.approx(sequential_logged, rel=1e-5)
+    assert set(sequential_logged) == {"train_loss"}
+
+
+def test_a_run_ends_within_rounding_of_the_one_at_a_time_run_and_resumes_to_itself(tmp_path):
+    final = {}
+    for parallel in ("vectorized", 1):
+        trainer = small_trainer(
+            tmp_path / str(parallel), clients_in_parallel=parallel, local_steps=None, local_epochs=1
+        )
+        trainer.fit(small_model(), small_data(), FedAvg())
+        final[parallel] = trainer.params
+    assert float((final["vectorized"] - final[1]).abs().max() / final[1].abs().max()) <= 1e-5
+    interrupted = small_trainer(tmp_path / "resumed", clients_in_parallel="vectorized", rounds=2)
+    interrupted.fit(small_model(), small_data(), FedAvg())
+    uninterrupted = small_trainer(tmp_path / "whole", clients_in_parallel="vectorized")
+    uninterrupted.fit(small_model(), small_data(), FedAvg())
+    resumed = small_trainer(tmp_path / "resumed", clients_in_parallel="vectorized")
+    resumed.fit(small_model(), small_data(), FedAvg(), ckpt_path="last")
+    assert torch.equal(resumed.params, uninterrupted.params)
+
+
+class _Rule(LocalRule):
+    def adjust(self, grad, params):
+        grad.zero_()
+
+
+def test_what_it_cannot_run_exactly_is_refused_in_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="vectorized: trainer.privacy trains one client at a time"):
+        _clients(small_model(), privacy=DPSGD(noise_multiplier=1.0))
+    with pytest.raises(ConfigError, match=r"vectorized: the model has floating buffers \(BatchNorm"):
+        _clients(SmallBNCNN(num_classes=10))
+    model = small_model()
+    model.optimizer = partial(torch.optim.LBFGS, lr=0.1)
+    with pytest.raises(ConfigError, match="vectorized: the model's optimizer LBFGS is not elementwise"):
+        _clients(model)
+    sequential, vectorized = _clients(small_model())
+    jobs = [
+        TrainingJob(ClientPlan(0, 0, seed=0, steps=1, rule=_Rule()), sequential.flat.params, sequential.flat.buffers)
+    ]
+    with pytest.raises(ConfigError, match="vectorized runs plain local steps, not the rule _Rule"):
+        vectorized.train(jobs, lambda *args: None)
+    trainer = small_trainer(tmp_path, clients_in_parallel="vectorized")
+    with pytest.raises(ConfigError, match="not the rule"):
+        trainer.fit(small_model(), small_data(), FedProx(mu=0.1))

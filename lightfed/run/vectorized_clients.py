@@ -1,8 +1,8 @@
 """Client training as one batched computation: the clients of a round trained together on stacked weights.
 
 Each client's weights are one row of a stacked tensor per parameter; the module's ``training_step`` runs for all of
-them at once under ``torch.vmap`` (``torch.func.functional_call`` over the rows), ``torch.func.grad`` gives every
-client exactly its own gradient, and the model's optimizer, built once over the stacked tensors, steps every row as
+them at once under ``torch.vmap`` (``torch.func.functional_call`` over the rows), the sum of the clients' losses is
+back-propagated once, which gives every client exactly its own gradient (its row), and the model's optimizer, built once over the stacked tensors, steps every row as
 one optimizer per client would (it is elementwise). Ragged clients stay exact: at each step the clients whose batches
 have the same size are one vmapped call (a client's last, partial batch is its own group), and a client's weights are
 taken when it has taken its last step.
@@ -89,7 +89,7 @@ class VectorizedClients:
         }
         self.groups = [group_of[id(p)] for _, p in named]
         self._logged_sizes: dict[str, int | None] = {}  # the batch_size each name was logged with
-        self._vmapped = torch.vmap(torch.func.grad(self._loss, has_aux=True), in_dims=(0, 0, None), randomness="error")
+        self._vmapped = torch.vmap(self._loss, in_dims=(0, 0, None), randomness="error")
 
     @property
     def reference(self) -> ClientTrainer:
@@ -147,16 +147,19 @@ class VectorizedClients:
         if not module.training:
             module.train()
         view._enter("train", jobs[0].plan.round)
+        for weight in weights:
+            weight.requires_grad_()
         for step in range(max(steps, default=0)):
-            grads = [torch.zeros_like(w) for w in weights]
-            for group in self._groups(batches, steps, step):
-                self._gradients(group, weights, grads, [batches[k][step] for k in group], step, loss_sums)
-            self._clip(grads)
-            for weight, grad in zip(weights, grads, strict=True):
-                weight.grad = grad
+            total = sum(
+                self._loss_of(group, weights, [batches[k][step] for k in group], step, loss_sums)
+                for group in self._groups(batches, steps, step)
+            )
+            optimizer.zero_grad(set_to_none=False)
+            total.backward()  # type: ignore[union-attr]  # each client's loss reaches only its own row
+            self._clip([weight.grad for weight in weights])  # type: ignore[misc]
             optimizer.step()
             for k in finishing.get(step, []):
-                final[k] = torch.cat([w[k].reshape(-1) for w in weights])
+                final[k] = torch.cat([w[k].detach().reshape(-1) for w in weights])
         view._enter("")
         lr = settings[0]["lr"]
         return [
@@ -188,37 +191,27 @@ class VectorizedClients:
                 groups.setdefault(_batch_size(batches[k][step]), []).append(k)
         return list(groups.values())
 
-    def _gradients(
-        self,
-        group: list[int],
-        weights: list[Tensor],
-        grads: list[Tensor],
-        batch: list[Batch],
-        step: int,
-        losses: Tensor,
-    ) -> None:
-        """Each client of ``group``'s gradient of its batch at ``step`` into its row of ``grads``; logs what the module
-        logs, as its clients one at a time would (batch-size weighted)."""
+    def _loss_of(
+        self, group: list[int], weights: list[Tensor], batch: list[Batch], step: int, losses: Tensor
+    ) -> Tensor:
+        """The sum of the losses of ``group``'s clients on their batches at ``step`` (a function of their rows of
+        ``weights``); adds each to its client's entry of ``losses`` and logs what the module logs, as its clients one
+        at a time would (batch-size weighted)."""
         whole = len(group) == weights[0].shape[0]
         index = None if whole else torch.tensor(group, device=weights[0].device)
         rows = weights if index is None else [w.index_select(0, index) for w in weights]
-        params = dict(zip(self.names, (w.detach() for w in rows), strict=True))
-        gradients, (loss, logged) = self._vmapped(params, _stacked(batch), step)
-        for grad, name in zip(grads, self.names, strict=True):
-            if index is None:
-                grad.copy_(gradients[name])
-            else:
-                grad.index_copy_(0, index, gradients[name])
+        loss, logged = self._vmapped(dict(zip(self.names, rows, strict=True)), _stacked(batch), step)
         if index is None:
-            losses.add_(loss)
+            losses.add_(loss.detach())
         else:
-            losses.index_add_(0, index, loss)
+            losses.index_add_(0, index, loss.detach())
         size = _batch_size(batch[0])
         for name, values in logged.items():
             n = (self._logged_sizes[name] or size) * len(group)
             self.client.logged.log(name, values.float().mean(), batch_size=n)
+        return loss.sum()
 
-    def _loss(self, params: dict[str, Tensor], batch: Batch, step: int) -> tuple[Tensor, tuple[Tensor, dict]]:
+    def _loss(self, params: dict[str, Tensor], batch: Batch, step: int) -> tuple[Tensor, dict[str, Tensor]]:
         """One client's loss of ``batch`` at ``params`` (vmapped over clients), with what the module logged."""
         logged: dict[str, Tensor] = {}
 
@@ -236,7 +229,7 @@ class VectorizedClients:
 
         with logging_to(self.client.module, log, log_dict):
             loss = torch.func.functional_call(self._step, params, (batch, step))
-        return loss, (loss.detach(), logged)
+        return loss, logged
 
     def _clip(self, grads: list[Tensor]) -> None:
         """Each client's gradient clipped as ``gradient_clip_val`` clips one client's."""

@@ -1,0 +1,182 @@
+"""Many tiny clients: seconds per round of lightfed (its default and vectorized client training) beside the
+sequential plain-PyTorch loop and the batched plain-PyTorch floor, measured side by side in one process.
+
+The workload: ``lightfed.data.Synthetic(1, 1)`` with FedProx's lognormal client sizes, or ``--client-size`` examples
+each (``--clients`` clients), a
+60-64-10 MLP (4.6k weights), ``--clients-per-round`` clients a round, one local epoch of batch-10 SGD (lr 0.01).
+
+- plain loop: one client at a time, the MLP as ``torch.nn.Sequential``, ``torch.optim.SGD``, the client's batches
+  already in memory (no data pipeline), its delta summed into the round's FedAvg mean.
+- batched floor: every client of the round at once on stacked weights ``[clients, ...]`` (``torch.baddbmm``),
+  ragged clients by masking each row's loss, autograd through the stacked weights, one SGD step per local step.
+- lightfed: ``FederatedTrainer.fit`` rounds (client training, reduction, FedAvg), evaluation off, timed from one
+  round's start to the next one's (``clients_in_parallel`` auto, and vectorized).
+
+Every runner trains the same rounds' clients on the same batches; ratios are over the plain loop and the floor.
+
+    OMP_NUM_THREADS=1 python scripts/benchmarks/tiny_clients_benchmark.py
+    python scripts/benchmarks/tiny_clients_benchmark.py --clients 1000 --clients-per-round 50 --client-size 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: the shared harness
+import harness  # noqa: E402
+
+from lightfed.callbacks import Callback  # noqa: E402
+from lightfed.core.seeding import derived_seed, sample_clients  # noqa: E402
+from lightfed.data import Synthetic  # noqa: E402
+from lightfed.data.module import FederatedDataModule  # noqa: E402
+from lightfed.models import MLP  # noqa: E402
+from lightfed.strategies import FedAvg  # noqa: E402
+from lightfed.trainer import FederatedTrainer  # noqa: E402
+
+LR, BATCH, HIDDEN = 0.01, 10, 64
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--clients", type=int, default=1000)
+    p.add_argument("--clients-per-round", type=int, default=50)
+    p.add_argument("--rounds", type=int, default=6, help="timed rounds of each runner (after one untimed)")
+    p.add_argument("--client-size", type=int, help="examples of every client (default: FedProx's lognormal sizes)")
+    harness.add_json_option(p)
+    return p.parse_args(argv)
+
+
+def data_module(clients: int, client_size: int | None) -> FederatedDataModule:
+    dataset = Synthetic(alpha=1.0, beta=1.0, num_clients=clients, client_size=client_size)
+    data = FederatedDataModule(dataset, batch_size=BATCH)
+    data.setup(0, torch.device("cpu"))
+    return data
+
+
+def round_batches(data: FederatedDataModule, round: int, per_round: int) -> list[list[tuple]]:
+    """The round's clients' batches (one epoch each, shuffled from a seed of (round, client))."""
+    clients = sample_clients(0, round, data.num_clients, per_round)
+    return [
+        list(data.client_batches(c, torch.Generator().manual_seed(derived_seed(0, round, c)), epochs=1))
+        for c in clients
+    ]
+
+
+def plain_round(batches: list[list[tuple]], start: nn.Sequential) -> None:
+    """One client at a time; the FedAvg mean of the deltas."""
+    params = torch.nn.utils.parameters_to_vector(start.parameters()).detach()
+    total, model = torch.zeros_like(params), nn.Sequential(nn.Linear(60, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    for client in batches:
+        torch.nn.utils.vector_to_parameters(params, model.parameters())
+        for x, y in client:
+            optimizer.zero_grad(set_to_none=False)
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        total += torch.nn.utils.parameters_to_vector(model.parameters()).detach() - params
+    total /= len(batches)
+
+
+def batched_round(batches: list[list[tuple]], start: nn.Sequential) -> None:
+    """Every client at once on stacked weights; a row's loss masked once the client has no batch left."""
+    clients, steps = len(batches), max(len(b) for b in batches)
+    first, second = start[0], start[2]
+    w1 = first.weight.detach().t().expand(clients, -1, -1).clone().requires_grad_()
+    b1 = first.bias.detach().expand(clients, 1, -1).clone().requires_grad_()
+    w2 = second.weight.detach().t().expand(clients, -1, -1).clone().requires_grad_()
+    b2 = second.bias.detach().expand(clients, 1, -1).clone().requires_grad_()
+    x = torch.zeros(clients, BATCH, 60)
+    y = torch.zeros(clients, BATCH, dtype=torch.long)
+    mask = torch.zeros(clients, BATCH)
+    for step in range(steps):
+        x.zero_(), mask.zero_()
+        for k, client in enumerate(batches):
+            if step < len(client):
+                n = client[step][0].shape[0]
+                x[k, :n], y[k, :n], mask[k, :n] = client[step][0], client[step][1], 1.0 / n
+        hidden = torch.baddbmm(b1, x, w1).relu()
+        logits = torch.baddbmm(b2, hidden, w2)
+        losses = nn.functional.cross_entropy(logits.reshape(-1, 10), y.reshape(-1), reduction="none")
+        (losses * mask.reshape(-1)).sum().backward()
+        with torch.no_grad():
+            for weight in (w1, b1, w2, b2):
+                weight -= LR * weight.grad
+                weight.grad = None
+
+
+class RoundTimes(Callback):
+    """The time of each round, from one round's start to the next one's."""
+
+    def __init__(self) -> None:
+        self.starts: list[float] = []
+
+    def on_round_start(self, trainer: object, round: int) -> None:
+        self.starts.append(time.perf_counter())
+
+    def on_fit_end(self, trainer: object, metrics: dict) -> None:
+        self.starts.append(time.perf_counter())
+
+
+def lightfed_round_seconds(args: argparse.Namespace, data: FederatedDataModule, parallel: int | str) -> list[float]:
+    times = RoundTimes()
+    with tempfile.TemporaryDirectory() as root:
+        trainer = FederatedTrainer.from_settings(
+            accelerator="cpu",
+            rounds=args.rounds + 1,
+            clients_per_round=args.clients_per_round,
+            local_epochs=1,
+            eval_interval=10_000,
+            client_eval_interval=0,
+            clients_in_parallel=parallel,
+            root_dir=root,
+            progress_bar=False,
+            checkpoint_interval=10_000,
+            callbacks=[times],
+        )
+        model = MLP(60, 10, hidden=[HIDDEN], optimizer=lambda p: torch.optim.SGD(p, lr=LR))
+        trainer.fit(model, data, FedAvg())
+    return [b - a for a, b in zip(times.starts[1:-1], times.starts[2:], strict=True)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    torch.manual_seed(0)
+    data = data_module(args.clients, args.client_size)
+    start = nn.Sequential(nn.Linear(60, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 10))
+    rounds = [round_batches(data, r, args.clients_per_round) for r in range(args.rounds + 1)]
+    plain, batched = harness.Times(), harness.Times()
+    for batches in rounds:  # the first of each is a warm-up
+        plain.measure(lambda batches=batches: plain_round(batches, start))
+        batched.measure(lambda batches=batches: batched_round(batches, start))
+    seconds = {
+        "batched floor (stacked weights, baddbmm)": batched[1:].median,
+        "plain PyTorch, one client at a time": plain[1:].median,
+        "lightfed, clients_in_parallel vectorized": harness.median(lightfed_round_seconds(args, data, "vectorized")),
+        "lightfed, defaults": harness.median(lightfed_round_seconds(args, data, "auto")),
+    }
+    over_plain = harness.ratios(seconds, "plain PyTorch, one client at a time")
+    over_floor = harness.ratios(seconds, "batched floor (stacked weights, baddbmm)")
+    sizes = [data.client_size(c) for c in range(data.num_clients)]
+    print(
+        f"{args.clients} clients ({min(sizes)}-{max(sizes)} examples), {args.clients_per_round} a round, 1 epoch of "
+        f"batch {BATCH}, 60-{HIDDEN}-10 MLP; median of {args.rounds} rounds, torch threads {torch.get_num_threads()}"
+    )
+    harness.print_table(
+        ["runner", "s/round", "x plain loop", "x batched floor"],
+        [
+            [name, harness.cell(s), harness.cell(over_plain[name], ".3g"), harness.cell(over_floor[name], ".3g")]
+            for name, s in seconds.items()
+        ],
+    )
+    harness.write_json(args.json, {"seconds": seconds, "over_plain": over_plain, "over_floor": over_floor})
+
+
+if __name__ == "__main__":
+    main()

@@ -9,6 +9,7 @@ taken when it has taken its last step.
 """
 
 import math
+import statistics
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -39,6 +40,7 @@ HOOKS = (
     "on_train_end",
 )
 MAX_CHUNK_BYTES = 2**30  # the stacked weights, gradients and optimizer state of one chunk of clients
+STRAGGLER = 4  # a client of this many times the median steps or more trains alone
 
 
 def why_not_vectorized(client: ClientTrainer) -> str | None:
@@ -108,19 +110,33 @@ class VectorizedClients:
         """Holds nothing between runs."""
 
     def train(self, jobs: Sequence[TrainingJob], deliver: Deliver) -> None:
+        """Trains the jobs together, in chunks of clients with the same optimizer settings, except the stragglers
+        (``STRAGGLER`` x the median number of steps or more), each trained alone: a batched step costs as much for
+        one client left as for all; delivers in job order."""
         rules = [type(job.plan.rule).__name__ for job in jobs if job.plan.rule is not None]
         if rules:
             raise ConfigError(f"trainer.clients_in_parallel vectorized runs plain local steps, not the rule {rules[0]}")
-        per_client = 4 * 5 * self.client.flat.params.numel()  # weights, gradient, delta and two optimizer states
-        chunk = max(1, MAX_CHUNK_BYTES // per_client)
-        by_settings: dict[str, list[int]] = {}  # clients of one chunk share their optimizer's settings
+        steps = [self._steps(job.plan) for job in jobs]
+        cutoff = STRAGGLER * max(1.0, statistics.median(steps)) if steps else 0.0
+        chunk = max(1, MAX_CHUNK_BYTES // (4 * 5 * self.client.flat.params.numel()))  # weights, grads, 3 states
+        together: dict[str, list[int]] = {}  # clients of one chunk share their optimizer's settings
         for index, job in enumerate(jobs):
-            by_settings.setdefault(repr(self.client.group_settings(job.plan)), []).append(index)
-        for indices in by_settings.values():
+            if steps[index] < cutoff:
+                together.setdefault(repr(self.client.group_settings(job.plan)), []).append(index)
+        trained: dict[int, ClientUpdate] = {}
+        for indices in together.values():
             for start in range(0, len(indices), chunk):
                 part = indices[start : start + chunk]
-                for index, update in zip(part, self._train_together([jobs[i] for i in part]), strict=True):
-                    deliver(0, index, update)
+                trained.update(zip(part, self._train_together([jobs[i] for i in part]), strict=True))
+        for index, job in enumerate(jobs):
+            alone = index not in trained
+            deliver(0, index, self.client.train(job.plan, job.params, job.buffers) if alone else trained.pop(index))
+
+    def _steps(self, plan: ClientPlan) -> int:
+        """The local steps of ``plan``: its steps, or its epochs' batches."""
+        if plan.steps is not None or plan.epochs is None:
+            return plan.steps or 0
+        return plan.epochs * math.ceil(self.client.data.client_size(plan.client_id) / self.client.data.batch_size)
 
     def _train_together(self, jobs: list[TrainingJob]) -> list[ClientUpdate]:
         """Every job's update, trained as one batched computation."""

@@ -29,6 +29,7 @@ class LocalRule(ABC):
     """
 
     requirements = Requirements()
+    vectorizes = False  # start reads only the parameters and adjust is elementwise: runs on a row of stacked clients
     takes_step = False
     gradients_per_step = 1
 

@@ -8,6 +8,8 @@ from lightfed.core.local_rule import LocalRule
 class GradientCorrection(LocalRule):
     """Adds ``factor`` x ``vector`` (flat, on the client's device) to the gradient of every step."""
 
+    vectorizes = True
+
     def __init__(self, vector: Tensor, factor: float = 1.0) -> None:
         self.vector, self.factor = vector, factor
 

@@ -117,6 +117,11 @@ class ClientTrainer:
             workspace=Workspace(),
         )
 
+    @property
+    def context(self) -> LocalContext:
+        """What the client's local rules see of it (``LocalRule.start``)."""
+        return self._context
+
     def train(self, plan: ClientPlan, params: Tensor, buffers: Tensor) -> ClientUpdate:
         """Runs the plan from the given global weights; randomness comes only from ``plan.seed``."""
         self.flat.load(params, buffers)

@@ -8,6 +8,7 @@ have the same size are one vmapped call (a client's last, partial batch is its o
 taken when it has taken its last step.
 """
 
+import itertools
 import math
 import statistics
 from collections.abc import Callable, Iterator, Sequence
@@ -19,6 +20,7 @@ from lightning import LightningModule
 from torch import Tensor, nn
 
 from lightfed.adapters import logging_to
+from lightfed.core.local_rule import LocalRule
 from lightfed.core.logged_values import LoggedValues
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.training_loss import training_loss
@@ -83,13 +85,22 @@ class VectorizedClients:
             raise ConfigError(f"trainer.clients_in_parallel vectorized: {reason}")
         self.client = client
         self._step = _TrainingStep(client.module)
-        named = list(client.module.named_parameters())
-        self.names = [f"module.{name}" for name, _ in named]
-        self.shapes = [p.shape for _, p in named]
-        group_of = {
-            id(p): g for g, group in enumerate(client.optimizer.optimizer.param_groups) for p in group["params"]
-        }
-        self.groups = [group_of[id(p)] for _, p in named]
+        named = list(client.module.named_parameters())  # the order of the flat parameters
+        groups = client.optimizer.optimizer.param_groups
+        group_of = {id(p): g for g, group in enumerate(groups) for p in group["params"]}
+        offsets = [0, *itertools.accumulate(p.numel() for _, p in named)]
+        self.columns = [  # the flat columns of each optimizer group's parameters, in flat order
+            torch.cat(
+                [torch.arange(offsets[i], offsets[i + 1]) for i, (_, p) in enumerate(named) if group_of[id(p)] == g]
+            )
+            for g in range(len(groups))
+        ]
+        starts = {g: 0 for g in range(len(groups))}
+        self.layout = []  # each parameter's name, optimizer group, first column in its group's tensor, and shape
+        for name, p in named:
+            g = group_of[id(p)]
+            self.layout.append((f"module.{name}", g, starts[g], p.shape))
+            starts[g] += p.numel()
         self._logged_sizes: dict[str, int | None] = {}  # the batch_size each name was logged with
         self._vmapped = torch.vmap(self._loss, in_dims=(0, 0, None), randomness="error")
 
@@ -113,9 +124,6 @@ class VectorizedClients:
         """Trains the jobs together, in chunks of clients with the same optimizer settings, except the stragglers
         (``STRAGGLER`` x the median number of steps or more), each trained alone: a batched step costs as much for
         one client left as for all; delivers in job order."""
-        rules = [type(job.plan.rule).__name__ for job in jobs if job.plan.rule is not None]
-        if rules:
-            raise ConfigError(f"trainer.clients_in_parallel vectorized runs plain local steps, not the rule {rules[0]}")
         steps = [self._steps(job.plan) for job in jobs]
         cutoff = STRAGGLER * max(1.0, statistics.median(steps)) if steps else 0.0
         chunk = max(1, MAX_CHUNK_BYTES // (4 * 5 * self.client.flat.params.numel()))  # weights, grads, 3 states
@@ -143,16 +151,12 @@ class VectorizedClients:
         client, module, view = self.client, self.client.module, self.client.view
         clients, device = len(jobs), client.fabric.device
         starts = torch.stack([job.params for job in jobs]).to(device)
-        rows = torch.split(starts, [math.prod(shape) for shape in self.shapes], dim=1)
-        weights = [row.reshape(clients, *shape).clone() for row, shape in zip(rows, self.shapes, strict=True)]
+        single = len(self.columns) == 1  # one optimizer group: its tensor is the flat parameters
+        weights = [starts.clone() if single else starts[:, columns.to(device)] for columns in self.columns]
         settings = client.group_settings(jobs[0].plan)
         build: Callable[[list[dict[str, Any]]], torch.optim.Optimizer] = type(client.optimizer.optimizer)
-        optimizer = build(
-            [
-                {**group, "params": [w for w, g in zip(weights, self.groups, strict=True) if g == index]}
-                for index, group in enumerate(settings)
-            ]
-        )
+        optimizer = build([{**group, "params": [w]} for group, w in zip(settings, weights, strict=True)])
+        rules = self._rules(jobs, single)
         batches = [list(self._batches(job.plan)) for job in jobs]
         steps = [len(client_batches) for client_batches in batches]
         final: list[Tensor | None] = [None if n else starts[k] for k, n in enumerate(steps)]
@@ -172,10 +176,17 @@ class VectorizedClients:
             )
             optimizer.zero_grad(set_to_none=False)
             total.backward()  # type: ignore[union-attr]  # each client's loss reaches only its own row
-            self._clip([weight.grad for weight in weights])  # type: ignore[misc]
+            grads: list[Tensor] = [weight.grad for weight in weights]  # type: ignore[misc]
+            for k, rule in rules.items():
+                if step < steps[k]:
+                    rule.adjust(grads[0][k], weights[0][k].detach())
+            self._clip(grads)
+            for k, rule in rules.items():
+                if step < steps[k]:
+                    rule.observe(grads[0][k])
             optimizer.step()
             for k in finishing.get(step, []):
-                final[k] = torch.cat([w[k].detach().reshape(-1) for w in weights])
+                final[k] = self._flat(weights, k)
         view._enter("")
         lr = settings[0]["lr"]
         return [
@@ -187,10 +198,31 @@ class VectorizedClients:
                 num_steps=steps[k],
                 local_time=_summed(lr, steps[k]),
                 train_loss=loss_sums[k] / max(steps[k], 1),
-                report={},
+                report=rules[k].report() if k in rules else {},
             )
             for k, job in enumerate(jobs)
         ]
+
+    def _rules(self, jobs: list[TrainingJob], single: bool) -> dict[int, LocalRule]:
+        """The jobs' local rules, by position, started; refuses a rule that does not run on a row of stacked clients."""
+        rules = {k: job.plan.rule for k, job in enumerate(jobs) if job.plan.rule is not None}
+        for k, rule in rules.items():
+            if not rule.vectorizes or rule.takes_step or not single:
+                reason = "with one optimizer group" if rule.vectorizes and not rule.takes_step else "yet"
+                raise ConfigError(
+                    f"trainer.clients_in_parallel vectorized does not run the local rule {type(rule).__name__} {reason}"
+                )
+            rule.start(jobs[k].params, self.client.context)
+        return rules
+
+    def _flat(self, weights: list[Tensor], k: int) -> Tensor:
+        """Client ``k``'s flat parameters."""
+        if len(weights) == 1:
+            return weights[0][k].detach().clone()
+        flat = torch.empty(sum(w.shape[1] for w in weights), device=weights[0].device)
+        for columns, weight in zip(self.columns, weights, strict=True):
+            flat[columns.to(flat.device)] = weight[k].detach()
+        return flat
 
     def _batches(self, plan: ClientPlan) -> Iterator[Batch]:
         """The client's batches, drawn as its one-at-a-time training draws them (and poisoned as its attack would)."""
@@ -216,7 +248,11 @@ class VectorizedClients:
         whole = len(group) == weights[0].shape[0]
         index = None if whole else torch.tensor(group, device=weights[0].device)
         rows = weights if index is None else [w.index_select(0, index) for w in weights]
-        loss, logged = self._vmapped(dict(zip(self.names, rows, strict=True)), _stacked(batch), step)
+        params = {
+            name: rows[g][:, start : start + math.prod(shape)].reshape(-1, *shape)
+            for name, g, start, shape in self.layout
+        }
+        loss, logged = self._vmapped(params, _stacked(batch), step)
         if index is None:
             losses.add_(loss.detach())
         else:
@@ -256,10 +292,10 @@ class VectorizedClients:
             for grad in grads:
                 grad.clamp_(-value, value)
             return
-        norms = torch.stack([g.reshape(g.shape[0], -1).norm(dim=1) for g in grads], dim=1).norm(dim=1)
+        norms = torch.stack([grad.norm(dim=1) for grad in grads], dim=1).norm(dim=1)
         scale = (value / (norms + 1e-6)).clamp(max=1.0)
         for grad in grads:
-            grad.mul_(scale.reshape(-1, *([1] * (grad.dim() - 1))))
+            grad.mul_(scale.unsqueeze(1))
 
 
 def _summed(lr: float, steps: int) -> float:

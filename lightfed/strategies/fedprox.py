@@ -17,6 +17,8 @@ class ProximalTerm(LocalRule):
     """FedProx's client: adds mu (w - w_global) to the gradient of every step (the gradient of mu/2 ||w - w_global||^2,
     w_global the parameters given to ``start``)."""
 
+    vectorizes = True
+
     def __init__(self, mu: float) -> None:
         self.mu = mu
 

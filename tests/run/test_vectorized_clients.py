@@ -13,13 +13,16 @@ from lightning.fabric import Fabric
 from lightfed.core.local_rule import LocalRule
 from lightfed.core.messages import ClientPlan
 from lightfed.errors import ConfigError
+from lightfed.local.correction import GradientCorrection
 from lightfed.models.batchnorm_cnn import SmallBNCNN
+from lightfed.personalization import FedRep
 from lightfed.privacy import DPSGD
 from lightfed.run.client import ClientTrainer
 from lightfed.run.client_training import TrainingJob
 from lightfed.run.settings import LocalTraining
 from lightfed.run.vectorized_clients import VectorizedClients
-from lightfed.strategies import FedAvg, FedProx
+from lightfed.strategies import FedAvg
+from lightfed.strategies.fedprox import ProximalTerm
 from tests.conftest import small_data, small_model, small_trainer
 
 CPU = torch.device("cpu")
@@ -40,21 +43,40 @@ def _updates(training, jobs):
     return [updates[index] for index in range(len(jobs))]
 
 
-def _jobs(sequential, **plan):
+def _jobs(sequential, rule=None, **plan):
+    """Eight clients' jobs from the module's weights; ``rule(client_id, size)``: a client's local rule (a fresh one)."""
     params, buffers = sequential.flat.params.clone(), sequential.flat.buffers.clone()
-    return [TrainingJob(ClientPlan(client_id=c, round=1, seed=100 + c, **plan), params, buffers) for c in range(8)]
+    return [
+        TrainingJob(ClientPlan(c, 1, seed=100 + c, rule=rule and rule(c, params.numel()), **plan), params, buffers)
+        for c in range(8)
+    ]
+
+
+def _correction(client_id, size):
+    """SCAFFOLD's client rule with a control-variate difference of the client's own."""
+    return GradientCorrection(torch.randn(size, generator=torch.Generator().manual_seed(client_id)) * 0.01)
+
+
+SGD = partial(torch.optim.SGD, lr=0.1)
 
 
 @pytest.mark.parametrize(
-    ("optimizer", "local", "plan"),
+    ("optimizer", "local", "rule", "plan"),
     [
-        (partial(torch.optim.SGD, lr=0.1, momentum=0.5), None, {"epochs": 2}),
-        (partial(torch.optim.Adam, lr=0.003), None, {"steps": 7}),
-        (partial(torch.optim.SGD, lr=0.1, weight_decay=0.01), LocalTraining(gradient_clip_val=0.5), {"epochs": 1}),
+        (partial(torch.optim.SGD, lr=0.1, momentum=0.5), None, None, {"epochs": 2}),
+        (partial(torch.optim.Adam, lr=0.003), None, None, {"steps": 7}),
+        (
+            partial(torch.optim.SGD, lr=0.1, weight_decay=0.01),
+            LocalTraining(gradient_clip_val=0.5),
+            None,
+            {"epochs": 1},
+        ),
+        (SGD, None, lambda client_id, size: ProximalTerm(mu=0.5), {"epochs": 2}),  # FedProx
+        (SGD, LocalTraining(gradient_clip_val=0.5), _correction, {"epochs": 2}),  # SCAFFOLD, clipped after it
     ],
-    ids=["sgd-momentum-epochs", "adam-steps", "sgd-clipped"],
+    ids=["sgd-momentum-epochs", "adam-steps", "sgd-clipped", "fedprox", "scaffold-clipped"],
 )
-def test_every_clients_update_is_its_one_at_a_time_update(optimizer, local, plan):
+def test_every_clients_update_is_its_one_at_a_time_update(optimizer, local, rule, plan):
     """Within rounding: the largest coordinate's difference is at most 1e-5 of the delta's largest coordinate; under
     Adam, whose step on a coordinate with a rounding-sized gradient is itself of the learning rate's order whatever
     the rounding, the difference's L2 norm is at most 1e-5 of the delta's. A trajectory that amplifies rounding (lr 0.1
@@ -62,11 +84,11 @@ def test_every_clients_update_is_its_one_at_a_time_update(optimizer, local, plan
     model = small_model()
     model.optimizer = optimizer
     sequential, vectorized = _clients(model, local=local)
-    jobs = _jobs(sequential, **plan)
+    jobs = _jobs(sequential, rule, **plan)
     sizes = {sequential.data.client_size(job.plan.client_id) for job in jobs}
     assert len(sizes) == len(jobs) and any(size % 16 for size in sizes)  # ragged, with partial last batches
     expected = []
-    for job in jobs:
+    for job in _jobs(sequential, rule, **plan):  # rules of their own
         update = sequential.train(job.plan, job.params, job.buffers)
         expected.append((update.delta.clone(), update.num_steps, float(update.train_loss), update.local_time))
     for (delta, steps, loss, local_time), update in zip(expected, _updates(vectorized, jobs), strict=True):
@@ -112,11 +134,9 @@ def test_what_it_cannot_run_exactly_is_refused_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match="vectorized: the model's optimizer LBFGS is not elementwise"):
         _clients(model)
     sequential, vectorized = _clients(small_model())
-    jobs = [
-        TrainingJob(ClientPlan(0, 0, seed=0, steps=1, rule=_Rule()), sequential.flat.params, sequential.flat.buffers)
-    ]
-    with pytest.raises(ConfigError, match="vectorized runs plain local steps, not the rule _Rule"):
+    jobs = _jobs(sequential, lambda client_id, size: _Rule(), steps=1)
+    with pytest.raises(ConfigError, match="vectorized does not run the local rule _Rule yet"):
         vectorized.train(jobs, lambda *args: None)
     trainer = small_trainer(tmp_path, clients_in_parallel="vectorized")
-    with pytest.raises(ConfigError, match="not the rule"):
-        trainer.fit(small_model(), small_data(), FedProx(mu=0.1))
+    with pytest.raises(ConfigError, match="does not run the local rule HeadThenBody yet"):
+        trainer.fit(small_model(momentum=0), small_data(), FedAvg(), transforms=[FedRep(["net.7.*"], head_epochs=1)])

@@ -75,7 +75,7 @@ class _TrainingStep(nn.Module):
 class VectorizedClients:
     """``ClientTraining`` that trains each chunk of a process's jobs as one batched computation on the reference
     client's module (one lane). Refused, in one line, for a module, optimizer or plan it cannot run exactly:
-    ``why_not_vectorized`` and plans with a local rule."""
+    ``why_not_vectorized``, and a local rule that does not declare ``LocalRule.vectorizes``."""
 
     lanes = 1
 

@@ -49,14 +49,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--clients-per-round", type=int, default=50)
     p.add_argument("--rounds", type=int, default=6, help="timed rounds of each runner (after one untimed)")
     p.add_argument("--client-size", type=int, help="examples of every client (default: FedProx's lognormal sizes)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
     harness.add_json_option(p)
     return p.parse_args(argv)
 
 
-def data_module(clients: int, client_size: int | None) -> FederatedDataModule:
+def data_module(clients: int, client_size: int | None, device: torch.device) -> FederatedDataModule:
     dataset = Synthetic(alpha=1.0, beta=1.0, num_clients=clients, client_size=client_size)
     data = FederatedDataModule(dataset, batch_size=BATCH)
-    data.setup(0, torch.device("cpu"))
+    data.setup(0, device)
     return data
 
 
@@ -72,7 +73,8 @@ def round_batches(data: FederatedDataModule, round: int, per_round: int) -> list
 def plain_round(batches: list[list[tuple]], start: nn.Sequential) -> None:
     """One client at a time; the FedAvg mean of the deltas."""
     params = torch.nn.utils.parameters_to_vector(start.parameters()).detach()
-    total, model = torch.zeros_like(params), nn.Sequential(nn.Linear(60, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 10))
+    model = nn.Sequential(nn.Linear(60, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 10)).to(params.device)
+    total = torch.zeros_like(params)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     for client in batches:
         torch.nn.utils.vector_to_parameters(params, model.parameters())
@@ -92,9 +94,10 @@ def batched_round(batches: list[list[tuple]], start: nn.Sequential) -> None:
     b1 = first.bias.detach().expand(clients, 1, -1).clone().requires_grad_()
     w2 = second.weight.detach().t().expand(clients, -1, -1).clone().requires_grad_()
     b2 = second.bias.detach().expand(clients, 1, -1).clone().requires_grad_()
-    x = torch.zeros(clients, BATCH, 60)
-    y = torch.zeros(clients, BATCH, dtype=torch.long)
-    mask = torch.zeros(clients, BATCH)
+    device = first.weight.device
+    x = torch.zeros(clients, BATCH, 60, device=device)
+    y = torch.zeros(clients, BATCH, dtype=torch.long, device=device)
+    mask = torch.zeros(clients, BATCH, device=device)
     for step in range(steps):
         x.zero_(), mask.zero_()
         for k, client in enumerate(batches):
@@ -128,7 +131,7 @@ def lightfed_round_seconds(args: argparse.Namespace, data: FederatedDataModule, 
     times = RoundTimes()
     with tempfile.TemporaryDirectory() as root:
         trainer = FederatedTrainer.from_settings(
-            accelerator="cpu",
+            accelerator="gpu" if args.device == "cuda" else "cpu",
             rounds=args.rounds + 1,
             clients_per_round=args.clients_per_round,
             local_epochs=1,
@@ -148,13 +151,15 @@ def lightfed_round_seconds(args: argparse.Namespace, data: FederatedDataModule, 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.manual_seed(0)
-    data = data_module(args.clients, args.client_size)
-    start = nn.Sequential(nn.Linear(60, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 10))
+    device = torch.device(args.device)
+    data = data_module(args.clients, args.client_size, device)
+    start = nn.Sequential(nn.Linear(60, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 10)).to(device)
+    sync = harness.synchronizer(device)
     rounds = [round_batches(data, r, args.clients_per_round) for r in range(args.rounds + 1)]
     plain, batched = harness.Times(), harness.Times()
     for batches in rounds:  # the first of each is a warm-up
-        plain.measure(lambda batches=batches: plain_round(batches, start))
-        batched.measure(lambda batches=batches: batched_round(batches, start))
+        plain.measure(lambda batches=batches: plain_round(batches, start), sync)
+        batched.measure(lambda batches=batches: batched_round(batches, start), sync)
     seconds = {
         "batched floor (stacked weights, baddbmm)": batched[1:].median,
         "plain PyTorch, one client at a time": plain[1:].median,
@@ -166,7 +171,8 @@ def main(argv: list[str] | None = None) -> None:
     sizes = [data.client_size(c) for c in range(data.num_clients)]
     print(
         f"{args.clients} clients ({min(sizes)}-{max(sizes)} examples), {args.clients_per_round} a round, 1 epoch of "
-        f"batch {BATCH}, 60-{HIDDEN}-10 MLP; median of {args.rounds} rounds, torch threads {torch.get_num_threads()}"
+        f"batch {BATCH}, 60-{HIDDEN}-10 MLP on {device}; median of {args.rounds} rounds, torch threads "
+        f"{torch.get_num_threads()}"
     )
     harness.print_table(
         ["runner", "s/round", "x plain loop", "x batched floor"],

@@ -4,12 +4,13 @@
 # - every strategy family (FedAvg, FedAdam, SCAFFOLD, FedBuff, DP-SGD, FedECADO, TrimmedMean) trains 2 rounds of
 #   digits on the GPU in 32-true, 16-mixed and bf16-mixed precision (DP-SGD in 32-true alone: it refuses 16-bit
 #   precision, which distorts the gradient norms that clipping bounds);
-# - clients trained in parallel on CUDA streams (trainer.clients_in_parallel 4), twice, FedECADO's per-client state
+# - clients trained in parallel on CUDA streams (trainer.clients_in_parallel 4), twice, and vectorized (one batched
+#   computation), FedECADO's per-client state
 #   offloaded to pinned host memory (strategy.state_device cpu), and FedAvg on the CPU: each compared with the GPU
 #   run of the same config (the largest difference of the final weights, against a tolerance; the second streams
 #   run with the first, bit for bit);
 # - the benchmarks with --device cuda (scripts/benchmarks/: benchmark.py, circuit_benchmark.py,
-#   circuit_step_benchmark.py, data_benchmark.py), on small workloads.
+#   circuit_step_benchmark.py, data_benchmark.py, tiny_clients_benchmark.py), on small workloads.
 #
 #   scripts/checks/gpu_check.sh            # run it all; the logs go to $GPU_CHECK_OUT (default runs/gpu-check/)
 #   scripts/checks/gpu_check.sh --dry-run  # print each command and check that it parses (no GPU needed)
@@ -67,6 +68,9 @@ check "  = one at a time" compare_weights streams fedavg-32-true 1e-5
 check "clients on 4 streams, again" lightfed fit -c configs/quickstart.yaml "${SHORT[@]}" \
     --trainer.clients_in_parallel 4 --trainer.name streams-again "${EXTRA[@]}"
 check "  = the first streams run" compare_weights streams-again streams 0
+check "clients vectorized" lightfed fit -c configs/quickstart.yaml "${SHORT[@]}" \
+    --trainer.clients_in_parallel vectorized --trainer.name vectorized "${EXTRA[@]}"
+check "  = one at a time" compare_weights vectorized fedavg-32-true 1e-5
 check "fedecado pinned offload" lightfed fit "${DIGITS[@]}" -c configs/digits/fedecado.yaml "${SHORT[@]}" \
     --strategy.init_args.state_device cpu --trainer.name pinned "${EXTRA[@]}"
 check "  = state on the GPU" compare_weights pinned fedecado-32-true 1e-6
@@ -79,6 +83,8 @@ check "circuit_benchmark.py" "$PYTHON" scripts/benchmarks/circuit_benchmark.py -
     --workloads resnet18gn --clients 20 --clients-per-round 5 --examples 200 --rounds 2 --warmup-rounds 1
 check "circuit_step_benchmark.py" "$PYTHON" scripts/benchmarks/circuit_step_benchmark.py --device cuda --repeats 3
 check "data_benchmark.py" "$PYTHON" scripts/benchmarks/data_benchmark.py --device cuda --repeats 2
+check "tiny_clients_benchmark.py" "$PYTHON" scripts/benchmarks/tiny_clients_benchmark.py --device cuda \
+    --clients 1000 --clients-per-round 50 --client-size 100 --rounds 3
 
 compare_weights() {  # compare_weights RUN REFERENCE TOLERANCE: the largest difference of two runs' final weights
     "$PYTHON" - "$OUT/runs" "$@" <<'PY'

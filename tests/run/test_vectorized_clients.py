@@ -23,7 +23,7 @@ from lightfed.run.settings import LocalTraining
 from lightfed.run.vectorized_clients import VectorizedClients
 from lightfed.strategies import FedAvg
 from lightfed.strategies.fedprox import ProximalTerm
-from tests.conftest import small_data, small_model, small_trainer
+from tests.conftest import QUICKSTART, fit_in_subprocess, small_data, small_model, small_trainer, trainer_options
 
 CPU = torch.device("cpu")
 
@@ -140,3 +140,16 @@ def test_what_it_cannot_run_exactly_is_refused_in_one_line(tmp_path):
     trainer = small_trainer(tmp_path, clients_in_parallel="vectorized")
     with pytest.raises(ConfigError, match="does not run the local rule HeadThenBody yet"):
         trainer.fit(small_model(momentum=0), small_data(), FedAvg(), transforms=[FedRep(["net.7.*"], head_epochs=1)])
+
+
+@pytest.mark.slow
+def test_two_processes_vectorized_end_within_rounding_of_one_process_one_at_a_time(tmp_path):
+    """Each process vectorizes its share of a round; a client's rounding may depend on the rows it is batched with,
+    so two processes agree with one within rounding, not bit for bit (and every round both hold the same weights)."""
+    final = {}
+    for devices, parallel in ((1, "1"), (2, "vectorized")):
+        root = tmp_path / f"devices{devices}"
+        options = trainer_options(check_replicas="true", clients_in_parallel=parallel, rounds=3)
+        fit_in_subprocess(QUICKSTART, root, devices, *options)
+        final[devices] = torch.load(next(root.glob("*/version_0/checkpoints/last.ckpt")), weights_only=True)["params"]
+    assert float((final[2] - final[1]).abs().max() / final[1].abs().max()) <= 1e-5

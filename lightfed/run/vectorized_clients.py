@@ -55,7 +55,6 @@ def why_not_vectorized(client: ClientTrainer) -> str | None:
             type(optimizer) not in ELEMENTWISE
         ),
         f"the model overrides the training hooks {overridden}": bool(overridden),
-        "the model has floating buffers (BatchNorm's running statistics)": client.flat.buffers.numel() > 0,
         "trainer.precision must be 32-true": getattr(client.fabric.strategy.precision, "precision", "") != "32-true",
     }
     return next((reason for reason, holds in reasons.items() if holds), None)
@@ -101,6 +100,9 @@ class VectorizedClients:
             g = group_of[id(p)]
             self.layout.append((f"module.{name}", g, starts[g], p.shape))
             starts[g] += p.numel()
+        floating = [(name, b) for name, b in client.module.named_buffers() if b.is_floating_point()]  # flat order
+        offsets = [0, *itertools.accumulate(b.numel() for _, b in floating)]
+        self.buffer_layout = [(f"module.{name}", offsets[i], b.shape) for i, (name, b) in enumerate(floating)]
         self._logged_sizes: dict[str, int | None] = {}  # the batch_size each name was logged with
         self._vmapped = torch.vmap(self._loss, in_dims=(0, 0, None), randomness="error")
 
@@ -151,6 +153,7 @@ class VectorizedClients:
         client, module, view = self.client, self.client.module, self.client.view
         clients, device = len(jobs), client.fabric.device
         starts = torch.stack([job.params for job in jobs]).to(device)
+        buffers = torch.stack([job.buffers for job in jobs]).to(device)  # each client's running statistics
         single = len(self.columns) == 1  # one optimizer group: its tensor is the flat parameters
         weights = [starts.clone() if single else starts[:, columns.to(device)] for columns in self.columns]
         settings = client.group_settings(jobs[0].plan)
@@ -160,6 +163,7 @@ class VectorizedClients:
         batches = [list(self._batches(job.plan)) for job in jobs]
         steps = [len(client_batches) for client_batches in batches]
         final: list[Tensor | None] = [None if n else starts[k] for k, n in enumerate(steps)]
+        final_buffers = [jobs[k].buffers if not n else buffers[k] for k, n in enumerate(steps)]
         finishing: dict[int, list[int]] = {}
         for k, n in enumerate(steps):
             finishing.setdefault(n - 1, []).append(k)
@@ -171,7 +175,7 @@ class VectorizedClients:
             weight.requires_grad_()
         for step in range(max(steps, default=0)):
             total = sum(
-                self._loss_of(group, weights, [batches[k][step] for k in group], step, loss_sums)
+                self._loss_of(group, weights, buffers, [batches[k][step] for k in group], step, loss_sums)
                 for group in self._groups(batches, steps, step)
             )
             optimizer.zero_grad(set_to_none=False)
@@ -186,14 +190,14 @@ class VectorizedClients:
                     rule.observe(grads[0][k])
             optimizer.step()
             for k in finishing.get(step, []):
-                final[k] = self._flat(weights, k)
+                final[k], final_buffers[k] = self._flat(weights, k), buffers[k].clone()
         view._enter("")
         lr = settings[0]["lr"]
         return [
             ClientUpdate(
                 client_id=job.plan.client_id,
                 delta=torch.sub(final[k], starts[k]),  # type: ignore[arg-type]
-                buffers=job.buffers,
+                buffers=final_buffers[k],
                 num_examples=client.data.client_size(job.plan.client_id),
                 num_steps=steps[k],
                 local_time=_summed(lr, steps[k]),
@@ -240,19 +244,30 @@ class VectorizedClients:
         return list(groups.values())
 
     def _loss_of(
-        self, group: list[int], weights: list[Tensor], batch: list[Batch], step: int, losses: Tensor
+        self, group: list[int], weights: list[Tensor], buffers: Tensor, batch: list[Batch], step: int, losses: Tensor
     ) -> Tensor:
         """The sum of the losses of ``group``'s clients on their batches at ``step`` (a function of their rows of
-        ``weights``); adds each to its client's entry of ``losses`` and logs what the module logs, as its clients one
-        at a time would (batch-size weighted)."""
+        ``weights``; their rows of ``buffers``, running statistics, updated in place); adds each to its client's entry
+        of ``losses`` and logs what the module logs, as its clients one at a time would (batch-size weighted)."""
         whole = len(group) == weights[0].shape[0]
         index = None if whole else torch.tensor(group, device=weights[0].device)
         rows = weights if index is None else [w.index_select(0, index) for w in weights]
+        statistics_rows = buffers if index is None else buffers.index_select(0, index)
         params = {
             name: rows[g][:, start : start + math.prod(shape)].reshape(-1, *shape)
             for name, g, start, shape in self.layout
         }
-        loss, logged = self._vmapped(params, _stacked(batch), step)
+        params.update(  # copies: under vmap an in-place update of a strided view is lost
+            (name, statistics_rows[:, start : start + math.prod(shape)].reshape(-1, *shape).clone())
+            for name, start, shape in self.buffer_layout
+        )
+        loss, logged, updated = self._vmapped(params, _stacked(batch), step)
+        if updated:
+            updated_rows = torch.cat(updated, dim=1)
+            if index is None:
+                buffers.copy_(updated_rows)
+            else:
+                buffers.index_copy_(0, index, updated_rows)
         if index is None:
             losses.add_(loss.detach())
         else:
@@ -263,8 +278,11 @@ class VectorizedClients:
             self.client.logged.log(name, values.float().mean(), batch_size=n)
         return loss.sum()
 
-    def _loss(self, params: dict[str, Tensor], batch: Batch, step: int) -> tuple[Tensor, dict[str, Tensor]]:
-        """One client's loss of ``batch`` at ``params`` (vmapped over clients), with what the module logged."""
+    def _loss(
+        self, params: dict[str, Tensor], batch: Batch, step: int
+    ) -> tuple[Tensor, dict[str, Tensor], list[Tensor]]:
+        """One client's loss of ``batch`` at ``params`` (vmapped over clients), with what the module logged and its
+        floating buffers after the step (the running statistics it updated)."""
         logged: dict[str, Tensor] = {}
 
         def log(name: str, value: Any, *args: Any, batch_size: int | None = None, **kwargs: Any) -> None:
@@ -281,7 +299,7 @@ class VectorizedClients:
 
         with logging_to(self.client.module, log, log_dict):
             loss = torch.func.functional_call(self._step, params, (batch, step))
-        return loss, logged
+        return loss, logged, [params[name].detach().reshape(-1) for name, _, _ in self.buffer_layout]
 
     def _clip(self, grads: list[Tensor]) -> None:
         """Each client's gradient clipped as ``gradient_clip_val`` clips one client's."""

@@ -13,9 +13,15 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "checks" / "gpu_check.sh"
 FAMILIES = ["fedavg", "fedadam", "scaffold", "fedbuff", "dp-sgd", "fedecado", "trimmedmean"]
-BENCHMARKS = ["benchmark.py", "circuit_benchmark.py", "circuit_step_benchmark.py", "data_benchmark.py"]
-RUNS = 3 * len(FAMILIES) - 2 + 4  # DP-SGD in 32-true alone; clients on streams twice, pinned offload, on the CPU
-CHECKS = RUNS + len(BENCHMARKS)  # command lines; the 3 comparisons of runs have none
+BENCHMARKS = [
+    "benchmark.py",
+    "circuit_benchmark.py",
+    "circuit_step_benchmark.py",
+    "data_benchmark.py",
+    "tiny_clients_benchmark.py",
+]
+RUNS = 3 * len(FAMILIES) - 2 + 5  # DP-SGD in 32-true alone; streams twice, vectorized, pinned offload, on the CPU
+CHECKS = RUNS + len(BENCHMARKS)  # command lines; the comparisons of runs have none
 
 
 def gpu_check(*args: str, **env: str) -> subprocess.CompletedProcess:
@@ -46,6 +52,7 @@ def test_the_dry_run_lists_every_check_and_every_command_line_parses():
     for compared in (
         "compare_weights streams fedavg-32-true",
         "compare_weights streams-again streams 0",
+        "compare_weights vectorized fedavg-32-true",
         "compare_weights pinned fedecado-32-true",
         "compare_weights cpu fedavg-32-true",
     ):
@@ -124,12 +131,12 @@ def test_the_runs_go_a_few_at_a_time_then_the_rest_in_order_and_one_table_names_
     table = result.stdout.splitlines()
     assert table[1] == "Stand-in GPU" and table[2] == "| check | result | seconds | detail |"
     rows = [row.split(" | ") for row in table[4:-1]]
-    assert len(rows) == CHECKS + 4  # and the four comparisons
+    assert len(rows) == CHECKS + 5  # and the five comparisons
     assert [row[0] for row in rows[:3]] == ["| fedavg 32-true", "| fedavg 16-mixed", "| fedavg bf16-mixed"]
     failed = [row[0] for row in rows if row[1] != "ok"]
     assert failed == ["| fedadam 16-mixed"] and rows[4][1] == "FAIL (3)"
     assert rows[0][3] == "test set, final global model (round 2): test_loss=1.0 test_acc=0.5 |"
-    assert rows[-1][0] == "| data_benchmark.py" and rows[-1][3] == "data_benchmark.py done |"
+    assert rows[-1][0] == "| tiny_clients_benchmark.py" and rows[-1][3] == "tiny_clients_benchmark.py done |"
     assert any(
         row[0] == "|   = the first streams run" and "max \\|streams-again - streams\\| = 0" in row[3] for row in rows
     )

@@ -29,7 +29,8 @@ class LocalRule(ABC):
     """
 
     requirements = Requirements()
-    vectorizes = False  # start reads only the parameters and adjust is elementwise: runs on a row of stacked clients
+    vectorizes = False  # runs on a client's row of stacked clients: adjust is elementwise and start and report use
+    # no more of the context than ``flat.params`` and ``flat.buffers`` (the row)
     takes_step = False
     gradients_per_step = 1
 

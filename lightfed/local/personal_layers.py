@@ -25,6 +25,7 @@ class PersonalLayers(AroundInner):
         inner: LocalRule | None = None,
     ) -> None:
         super().__init__(inner)
+        self.vectorizes = inner is None or inner.vectorizes
         self.params_mask, self.buffers_mask = params_mask, buffers_mask
         self.personal, self.personal_buffers = personal, personal_buffers
 

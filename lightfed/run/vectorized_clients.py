@@ -13,6 +13,7 @@ import math
 import statistics
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -58,6 +59,14 @@ def why_not_vectorized(client: ClientTrainer) -> str | None:
         "trainer.precision must be 32-true": getattr(client.fabric.strategy.precision, "precision", "") != "32-true",
     }
     return next((reason for reason, holds in reasons.items() if holds), None)
+
+
+@dataclass(frozen=True)
+class _Row:
+    """One client's row of the stacked parameters and buffers: what a vectorizing rule sees as ``context.flat``."""
+
+    params: Tensor
+    buffers: Tensor
 
 
 class _TrainingStep(nn.Module):
@@ -159,7 +168,8 @@ class VectorizedClients:
         settings = client.group_settings(jobs[0].plan)
         build: Callable[[list[dict[str, Any]]], torch.optim.Optimizer] = type(client.optimizer.optimizer)
         optimizer = build([{**group, "params": [w]} for group, w in zip(settings, weights, strict=True)])
-        rules = self._rules(jobs, single)
+        rules = self._rules(jobs, weights, buffers)
+        reports = {k: rule.report() for k, rule in rules.items() if not self._steps(jobs[k].plan)}
         batches = [list(self._batches(job.plan)) for job in jobs]
         steps = [len(client_batches) for client_batches in batches]
         final: list[Tensor | None] = [None if n else starts[k] for k, n in enumerate(steps)]
@@ -191,6 +201,8 @@ class VectorizedClients:
             optimizer.step()
             for k in finishing.get(step, []):
                 final[k], final_buffers[k] = self._flat(weights, k), buffers[k].clone()
+                if k in rules:
+                    reports[k] = rules[k].report()
         view._enter("")
         lr = settings[0]["lr"]
         return [
@@ -202,13 +214,15 @@ class VectorizedClients:
                 num_steps=steps[k],
                 local_time=_summed(lr, steps[k]),
                 train_loss=loss_sums[k] / max(steps[k], 1),
-                report=rules[k].report() if k in rules else {},
+                report=reports.get(k, {}),
             )
             for k, job in enumerate(jobs)
         ]
 
-    def _rules(self, jobs: list[TrainingJob], single: bool) -> dict[int, LocalRule]:
-        """The jobs' local rules, by position, started; refuses a rule that does not run on a row of stacked clients."""
+    def _rules(self, jobs: list[TrainingJob], weights: list[Tensor], buffers: Tensor) -> dict[int, LocalRule]:
+        """The jobs' local rules, by position, each started on its client's row (its ``context.flat``: the row of
+        ``weights`` and of ``buffers``); refuses a rule that does not run on a row of stacked clients."""
+        single = len(weights) == 1
         rules = {k: job.plan.rule for k, job in enumerate(jobs) if job.plan.rule is not None}
         for k, rule in rules.items():
             if not rule.vectorizes or rule.takes_step or not single:
@@ -216,7 +230,7 @@ class VectorizedClients:
                 raise ConfigError(
                     f"trainer.clients_in_parallel vectorized does not run the local rule {type(rule).__name__} {reason}"
                 )
-            rule.start(jobs[k].params, self.client.context)
+            rule.start(jobs[k].params, replace(self.client.context, flat=_Row(weights[0][k], buffers[k])))  # type: ignore[arg-type]
         return rules
 
     def _flat(self, weights: list[Tensor], k: int) -> Tensor:

@@ -15,8 +15,10 @@ from lightfed.core.local_rule import LocalRule
 from lightfed.core.messages import ClientPlan
 from lightfed.errors import ConfigError
 from lightfed.local.correction import GradientCorrection
+from lightfed.local.head_then_body import HeadThenBody
+from lightfed.local.personal_layers import PersonalLayers
 from lightfed.models.batchnorm_cnn import SmallBNCNN
-from lightfed.personalization import FedRep
+from lightfed.personalization import APFL
 from lightfed.privacy import DPSGD
 from lightfed.run.client import ClientTrainer
 from lightfed.run.client_training import TrainingJob
@@ -102,6 +104,33 @@ def test_every_clients_update_is_its_one_at_a_time_update(optimizer, local, rule
     assert set(sequential_logged) == {"train_loss"}
 
 
+def _personal(rule_class, **settings):
+    """FedPer's (or FedRep's) rule of a client that has trained before: its own values of the head ``net.7``."""
+
+    def rule(client_id, size):
+        mask = torch.zeros(size, dtype=torch.bool)
+        mask[-90:] = True  # the last 90 weights of the linear head net.7
+        own = torch.randn(90, generator=torch.Generator().manual_seed(client_id)) * 0.1
+        return rule_class(mask, torch.zeros(0, dtype=torch.bool), own, None, **settings)
+
+    return rule
+
+
+@pytest.mark.parametrize(
+    "rule", [_personal(PersonalLayers), _personal(HeadThenBody, head_steps=5)], ids=["fedper", "fedrep"]
+)
+def test_a_personalization_rule_trains_each_clients_own_layers_as_one_at_a_time(rule):
+    model = small_model(momentum=0)
+    sequential, vectorized = _clients(model)
+    jobs, expected = _jobs(sequential, rule, epochs=2), []
+    for job in _jobs(sequential, rule, epochs=2):  # rules of their own, from the same weights
+        update = sequential.train(job.plan, job.params, job.buffers)
+        expected.append((update.delta.clone(), update.report["personal"].clone()))
+    for (delta, personal), update in zip(expected, _updates(vectorized, jobs), strict=True):
+        assert float((update.delta - delta).abs().max() / delta.abs().max()) <= 1e-5
+        assert float((update.report["personal"] - personal).abs().max() / personal.abs().max()) <= 1e-5
+
+
 def test_batchnorm_running_statistics_are_each_clients_own():
     """Digits' raw pixel values (0-16) amplify a weight's rounding in the batch means: at lr 0.1 with momentum 0.5 a
     client's statistics drifted 3e-3 apart while its delta stayed within 1e-5; at lr 0.05 both stay within 1e-6."""
@@ -155,8 +184,8 @@ def test_what_it_cannot_run_exactly_is_refused_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match="vectorized does not run the local rule _Rule yet"):
         vectorized.train(jobs, lambda *args: None)
     trainer = small_trainer(tmp_path, clients_in_parallel="vectorized")
-    with pytest.raises(ConfigError, match="does not run the local rule HeadThenBody yet"):
-        trainer.fit(small_model(momentum=0), small_data(), FedAvg(), transforms=[FedRep(["net.7.*"], head_epochs=1)])
+    with pytest.raises(ConfigError, match="does not run the local rule APFLMixing yet"):
+        trainer.fit(small_model(), small_data(), FedAvg(), transforms=[APFL()])
 
 
 @pytest.mark.slow

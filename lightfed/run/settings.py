@@ -210,8 +210,9 @@ def trainer_settings(
             one per core of the process (cores / processes per node), else 1. Not with privacy, with
             data.num_workers > 0, nor with a model that draws from torch's global random generator while training
             (dropout): "auto" then trains one client at a time. "vectorized": all of them as one batched computation on
-            stacked weights (``lightfed.run.vectorized_clients``; an elementwise optimizer, a local rule that runs on a
-            row of stacked clients (FedProx's, SCAFFOLD's, FedPer's, FedRep's) or none, a model without randomness or training hooks in training: refused otherwise, in one line).
+            stacked weights (``lightfed.run.vectorized_clients``; an elementwise optimizer, no local rule or one that
+            runs on a row of stacked clients (FedProx's, SCAFFOLD's, FedPer's, FedRep's), no randomness or training
+            hooks in the model: refused otherwise, in one line).
         client_states: Where a strategy keeps what it remembers per client (SCAFFOLD's control variates, the
             personal weights of a personalization transform, MasFL's and CA2FL's last updates, ...): "memory" (each
             process holds its clients'; a checkpoint rewrites them all) or "disk" (files read for a round's clients

@@ -105,7 +105,7 @@ class FederatedTrainer(TrainerBase):
         except DivergenceError as error:
             raise DivergenceError(f"{error}; {kept_checkpoint(self.checkpoint_path)}") from None
         self.params, self.buffers, self.round = result.params, result.buffers, round + 1
-        metrics = {**result.metrics, **source.finish(round, self.params, self.buffers)}
+        metrics = self._with_totals({**result.metrics, **source.finish(round, self.params, self.buffers)})
         if result.stop:  # a process was asked to stop (a signal): every process stops after this round
             self.preemption.requested.set()
             self.should_stop = True

@@ -19,6 +19,7 @@ from lightning import LightningModule
 from torch import Tensor
 
 from lightfed.core.client_states import ProcessStore
+from lightfed.core.message_bytes import sent_bytes
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.requirements import Requirements
 from lightfed.core.server_context import ServerContext
@@ -73,6 +74,11 @@ class Transform:
         """Adds the sealed form of a client's ``contribution`` (the sums ``TransformContext.sealed`` names, packed)
         into its own ``sums`` (only when ``seals``)."""
         raise NotImplementedError
+
+    def sent_bytes(self, size: int, client_id: int, round: int) -> int:
+        """The bytes client ``client_id`` sends in ``round`` when the transforms before this one would send ``size``
+        (an encoding's own size: a sealed or compressed message). Default: ``size``."""
+        return size
 
     def recovered(self, sums: Sums, round: int) -> None:
         """Reads, and may change, the round's reduced ``sums`` before the strategy reads them."""
@@ -147,16 +153,24 @@ class Pipeline:
             plan = transform.plan(plan)
         return plan
 
-    def add(self, sums: Sums, update: ClientUpdate, round: int, accumulate: Accumulate) -> None:
+    def add(self, sums: Sums, update: ClientUpdate, round: int, accumulate: Accumulate) -> int:
         """Sends one client's update through the client halves in order into ``sums`` (``accumulate``: the server
-        path's); a sealing transform gets the whole contribution, zeros when an earlier one sends nothing."""
+        path's); a sealing transform gets the whole contribution, zeros when an earlier one sends nothing. Returns the
+        bytes the client sends: its update's as trained (``message_bytes.sent_bytes``; 0 when a transform sends
+        nothing), then each transform's ``sent_bytes``."""
         target = sums if self._scratch is None else self._scratch
         if self._scratch is not None:
             self._scratch.zero_()
+        size = sent_bytes(update)  # before the transforms: an attack changes its delta in place
         if (sent := self._through_unsealed(update, round, target)) is not None:
             accumulate(target, sent)
+        else:
+            size = 0
         if self.sealer is not None and self._scratch is not None:
             self.sealer.seal(self._scratch.buffer, update.client_id, round, sums)
+        for transform in self.transforms:
+            size = transform.sent_bytes(size, update.client_id, round)
+        return size
 
     def _through_unsealed(self, update: ClientUpdate, round: int, sums: Sums) -> ClientUpdate | None:
         for transform in self.unsealed:

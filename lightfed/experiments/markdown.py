@@ -31,7 +31,7 @@ def table_cells(rows: list[dict], metric: str, target: float | None, mode: str =
         header.append(f"{test} at best {metric}")
     if target is not None:
         header.append(f"rounds to {metric} {'≥' if mode == 'max' else '≤'} {target:g}")
-    header.append("time/run (s)")
+    header += ["time/run (s)", "sent/run (MB)"]
     table = [header]
     for row in rows:
         cells = [
@@ -49,6 +49,7 @@ def table_cells(rows: list[dict], metric: str, target: float | None, mode: str =
         if target is not None:
             cells.append(format_rounds(row))
         cells.append("—" if row["wall_time_s_mean"] is None else f"{row['wall_time_s_mean']:.1f}")
+        cells.append("—" if row.get("sent_bytes_mean") is None else f"{row['sent_bytes_mean'] / 1e6:.3g}")
         table.append(cells)
     if not swept(rows):
         return [[cell for i, cell in enumerate(line) if i != 1] for line in table]
@@ -76,7 +77,8 @@ def render_table(rows: list[dict], metric: str, target: float | None, mode: str 
             else ""
         )
         + (" rounds to target: mean over the runs that reach it (reached/finished)." if target is not None else "")
-        + " time/run: the sum of round/time_s (training and evaluation, without start-up).\n"
+        + " time/run: the sum of round/time_s (training and evaluation, without start-up). sent/run: the bytes the"
+        " clients sent over the run (communication/sent_bytes; 1 MB = 10^6 bytes).\n"
     )
     return "\n".join(lines) + "\n" + note
 

@@ -54,7 +54,7 @@ def render_csv(rows: list[dict], metric: str, target: float | None) -> str:
         keys += ["tested", "test_at_best_mean", "test_at_best_std"]
     if target is not None:
         keys += ["reached", "rounds_to_target_mean"]
-    keys.append("wall_time_s_mean")
+    keys += ["wall_time_s_mean", "sent_bytes_mean"]
     if not swept(rows):
         keys.remove("setting")
     text = io.StringIO()

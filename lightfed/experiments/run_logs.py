@@ -8,6 +8,8 @@ from pathlib import Path
 
 from lightfed.run.run_output import METRICS_FILE
 
+SENT = "communication/sent_bytes"  # what the clients sent in a round (None in logs from before it was logged)
+
 
 def metric_on_test_set(metric: str) -> str | None:
     """The test-set counterpart of a validation metric (``val_acc`` -> ``test_acc``); None for another metric."""
@@ -55,7 +57,7 @@ def metrics_lines(path: Path, metric: str) -> list[dict]:
 
 
 def read_log(runs_dir: Path, name: str, metric: str) -> dict | None:
-    """History of ``metric``, summed ``round/time_s``, the names of the logged metrics and the final record (the run's
+    """History of ``metric``, summed ``round/time_s`` and ``communication/sent_bytes``, the names of the logged metrics and the final record (the run's
     test metrics, ``{"final": true, ...}``), from the metrics file of the newest version of a run; None if it has
     none. A round logged again (a resumed run) counts with its last line, and the newest final record counts; lines
     that cannot be used are skipped (``metrics_lines``)."""
@@ -75,6 +77,7 @@ def read_log(runs_dir: Path, name: str, metric: str) -> dict | None:
         "metrics": sorted({key for values in rounds.values() for key in values}),
         "history": history,
         "wall_time_s": sum(values.get("round/time_s", 0.0) for values in rounds.values()),
+        "sent_bytes": sum(sent) if (sent := [v[SENT] for v in rounds.values() if SENT in v]) else None,
         "final_record": final,
         "last_round": max(rounds, default=0),
     }

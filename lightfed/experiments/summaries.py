@@ -42,6 +42,7 @@ def summarise_group(results: list[dict], planned: int) -> dict:
         "reached": len(hits),
         "rounds_to_target_mean": statistics.fmean(hits) if hits else None,
         "wall_time_s_mean": mean_std("wall_time_s")[0],
+        "sent_bytes_mean": mean_std("sent_bytes", [r for r in results if r.get("sent_bytes") is not None])[0],
     }
 
 

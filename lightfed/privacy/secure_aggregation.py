@@ -171,6 +171,10 @@ class SecureAggregation(Transform):
         sums.add(IDS, client_id)
         sums.add(CLIENT_SECONDS, time.perf_counter() - began)
 
+    def sent_bytes(self, size: int, client_id: int, round: int) -> int:
+        """The masked input, ``modulus_bits`` per value of the client's whole contribution (nothing when it drops)."""
+        return 0 if client_id in self.protocol(round)[2] else math.ceil(self.clip.numel() * self.modulus_bits / 8)
+
     def unmasked_sum(self, sums: Sums, round: int) -> tuple[Tensor, int]:
         """The sum of the survivors' quantized contributions (int64) and their number, from the reduced sums."""
         cohort, graph, dropped = self.protocol(round)

@@ -14,6 +14,7 @@ from lightning.fabric import Fabric
 from torch import Tensor
 
 from lightfed.attacks.collusion import HeldUpdates
+from lightfed.core.message_bytes import received_bytes
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.sharding import AllReduce, CoordinateShards, local
 from lightfed.core.sums import Sums
@@ -94,6 +95,8 @@ class RoundEngine:
             "_examples": 1,
             "_train_loss": 1,
             "_clients": 1,
+            "_sent_bytes": 1,
+            "_received_bytes": 1,
             "_stop": 1,
         }
         self.sums = Sums(sizes, fabric.device)
@@ -133,6 +136,8 @@ class RoundEngine:
         self.privacy.check_budget(self.fabric, round, plans)
         for lane_sums in self._lane_sums:
             lane_sums.zero_()
+        for job, sent in zip(mine, received, strict=True):
+            sums.add("_received_bytes", received_bytes(job.params, job.buffers, {**job.package, **sent}))
         path.begin(layout, params)
         held = HeldUpdates(self.client.attack, layout.client_ids, params)  # a colluding attack's stage
 
@@ -143,7 +148,7 @@ class RoundEngine:
             sums = self._lane_sums[lane]
             with self._lock:
                 if not held.takes(index, update):
-                    self.transforms.add(sums, update, round, to_path(index))
+                    sums.add("_sent_bytes", self.transforms.add(sums, update, round, to_path(index)))
                 sums.add("_buffers", update.buffers, weight=update.num_examples)
                 sums.add("_examples", update.num_examples)
                 sums.add("_train_loss", update.train_loss)
@@ -155,7 +160,7 @@ class RoundEngine:
             [TrainingJob(plan, job.params, job.buffers) for plan, job in zip(plans, mine, strict=True)], deliver
         )
         for index, update in held.released(self.all_reduce):  # the attack's, through the transforms too
-            self.transforms.add(sums, update, round, to_path(index))
+            sums.add("_sent_bytes", self.transforms.add(sums, update, round, to_path(index)))
         for lane_sums in self._lane_sums[1 : self.training.lanes]:
             sums.buffer.add_(lane_sums.buffer)
         sums.add("_stop", float(stop_requested is not None and stop_requested.is_set()))
@@ -167,6 +172,8 @@ class RoundEngine:
         metrics = {
             "round/clients": float(sums["_clients"]),
             "round/client_train_loss": float(sums["_train_loss"] / sums["_clients"]),
+            "communication/sent_bytes": float(sums["_sent_bytes"]),
+            "communication/received_bytes": float(sums["_received_bytes"]),
             **self.training.logged().compute(self.fabric, self.client.module),
             **{f"strategy/{k}": v for k, v in self.strategy.metrics().items()},
             **transformed,

@@ -291,6 +291,12 @@ class TrainerBase:
             parts.transforms.state_dict(),
         )
 
+    def _with_totals(self, metrics: dict[str, float]) -> dict[str, float]:
+        """``metrics`` with the run's communication totals so far (a resume carries them in the last metrics)."""
+        for key in ("communication/sent_bytes", "communication/received_bytes"):
+            metrics[f"{key}_total"] = self.last_metrics.get(f"{key}_total", 0.0) + metrics[key]
+        return metrics
+
     def _fingerprinted(self) -> dict[str, Any]:
         """The settings of this trainer a run's fingerprint holds when it has no config (a run from Python)."""
         return {"clients_per_round": self.clients_per_round, "local_work": vars(self.local_work)}

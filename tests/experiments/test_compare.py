@@ -156,10 +156,10 @@ def test_read_log_takes_the_last_line_of_a_round_from_the_newest_version(tmp_pat
     _write_metrics(
         tmp_path / "run" / "version_10",
         {"round": 1, "val_acc": 0.5, "val_loss": 1.5, "round/time_s": 2.0},
-        {"round": 2, "val_acc": 0.6, "round/time_s": 3.0, "strategy/lr": 0.1},
+        {"round": 2, "val_acc": 0.6, "round/time_s": 3.0, "strategy/lr": 0.1, "communication/sent_bytes": 100.0},
         {"round": 3, "val_acc": 0.4, "round/time_s": 4.0},
-        {"round": 2, "val_acc": 0.7, "round/time_s": 5.0},
-        {"round": 3, "val_acc": 0.8, "round/time_s": 6.0},
+        {"round": 2, "val_acc": 0.7, "round/time_s": 5.0, "communication/sent_bytes": 20.0},
+        {"round": 3, "val_acc": 0.8, "round/time_s": 6.0, "communication/sent_bytes": 30.0},
         {"round": 4, "val_loss": 0.9, "round/time_s": 7.0},
     )  # val_acc not evaluated in round 4
     (tmp_path / "run" / "version_11").mkdir()  # a run that has not written a line yet
@@ -168,7 +168,8 @@ def test_read_log_takes_the_last_line_of_a_round_from_the_newest_version(tmp_pat
         "log_dir": str(tmp_path / "run" / "version_10"),
         "history": [[1, 0.5], [2, 0.7], [3, 0.8]],
         "wall_time_s": 2.0 + 5.0 + 6.0 + 7.0,
-        "metrics": ["round/time_s", "val_acc", "val_loss"],
+        "sent_bytes": 20.0 + 30.0,  # the last line of each round
+        "metrics": ["communication/sent_bytes", "round/time_s", "val_acc", "val_loss"],
         "final_record": None,
         "last_round": 4,
     }
@@ -222,14 +223,14 @@ def test_table_rendering():
     lines = table.splitlines()
     assert lines[0] == (
         "| config | setting | runs | final val_acc | best val_acc | test_acc at best val_acc | "
-        "rounds to val_acc ≥ 0.75 | time/run (s) |"
+        "rounds to val_acc ≥ 0.75 | time/run (s) | sent/run (MB) |"
     )
     assert (
         lines[2]
-        == "| fedavg | strategy.server_lr=0.5 | 2/2 | 0.80 ± 0.14 | 0.850 ± 0.071 | 0.650 ± 0.071 | 2.5 (2/2) | 15.0 |"
+        == "| fedavg | strategy.server_lr=0.5 | 2/2 | 0.80 ± 0.14 | 0.850 ± 0.071 | 0.650 ± 0.071 | 2.5 (2/2) | 15.0 | — |"
     )
-    assert lines[3] == "| fedprox | defaults | 1/2 | 0.7000 | 0.8000 | 0.6000 | 2 (1/1) | 10.0 |"
-    assert lines[4] == "| fedyogi | defaults | 0/2 | — | — | — | — | — |"
+    assert lines[3] == "| fedprox | defaults | 1/2 | 0.7000 | 0.8000 | 0.6000 | 2 (1/1) | 10.0 | — |"
+    assert lines[4] == "| fedyogi | defaults | 0/2 | — | — | — | — | — | — |"
     assert "rounds to" not in markdown.render_table(rows, "val_acc", None)
     assert " at best " not in markdown.render_table(
         rows, "train_loss", None, "min"
@@ -323,8 +324,8 @@ def _table_rows(out: Path) -> list[str]:
 
 
 def _without_time(out: Path) -> list[str]:
-    """The table's rows without the wall time, which differs between two runs of one plan."""
-    return [row.rsplit(" | ", 1)[0] for row in _table_rows(out)]
+    """The table's rows without the wall time, which differs between two runs of one plan (the bytes sent do not)."""
+    return [" | ".join(row.rsplit(" | ", 2)[::2]) for row in _table_rows(out)]
 
 
 @pytest.fixture(scope="module")
@@ -418,7 +419,7 @@ def test_a_diverging_run_is_reported_and_left_out_of_the_numbers(tmp_path, capsy
     assert "seed=0: failed: the global weights became NaN/Inf" in captured.out
     assert "no finished logs" not in captured.err  # diverged is an outcome, not a run still to do
     assert (
-        _table_rows(out)[0] == "| quickstart | 0/1 | — | — | — | — |"
+        _table_rows(out)[0] == "| quickstart | 0/1 | — | — | — | — | — |"
     )  # no --target, no sweep: no rounds or setting column
     assert _table_rows(out)[1] == "| quickstart | 0/1 | 1 | 0% |"  # --usable: diverged counts, as not usable
     (run,) = json.loads((out / "results.json").read_text())["runs"]

@@ -84,8 +84,10 @@ def test_the_table_reports_the_test_metric_of_the_best_validation_round(tmp_path
     )  # a run resumed to more rounds: the newest record counts
     assert _collect(out) == 0
     lines = (out / "table.md").read_text().splitlines()
-    assert lines[0] == "| config | runs | final val_acc | best val_acc | test_acc at best val_acc | time/run (s) |"
-    assert lines[2] == "| quickstart | 2/2 | 0.5000 ± 0.0000 | 0.7500 ± 0.0000 | 0.850 ± 0.071 | 0.0 |"
+    assert lines[0] == (
+        "| config | runs | final val_acc | best val_acc | test_acc at best val_acc | time/run (s) | sent/run (MB) |"
+    )
+    assert lines[2] == "| quickstart | 2/2 | 0.5000 ± 0.0000 | 0.7500 ± 0.0000 | 0.850 ± 0.071 | 0.0 | — |"
     assert [run["test_at_best"] for run in json.loads((out / "results.json").read_text())["runs"]] == [0.8, 0.9]
     # a record older than the run's last round (a resumed run killed before its end) or chosen on another metric
     _write(_run_folder(out, 0), {"round": 1, "val_acc": 0.75}, _final(1, 0.8), {"round": 2, "val_acc": 0.5})

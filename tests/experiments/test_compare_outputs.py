@@ -20,6 +20,7 @@ FEDAVG = {
     "reached": 3,
     "rounds_to_target_mean": 2.5,
     "wall_time_s_mean": 12.34,
+    "sent_bytes_mean": 1234567.0,
 }
 KRUM = FEDAVG | {  # one finished run, without a test metric, not reaching the target
     "config": "krum",
@@ -34,6 +35,7 @@ KRUM = FEDAVG | {  # one finished run, without a test metric, not reaching the t
     "reached": 0,
     "rounds_to_target_mean": None,
     "wall_time_s_mean": 10.0,
+    "sent_bytes_mean": None,  # logs from before communication was logged
 }
 ROWS = [FEDAVG, KRUM]
 
@@ -60,21 +62,21 @@ def test_the_markdown_table_rounds_to_the_spread():
     lines = markdown.render_table(ROWS, "val_acc", 0.9).splitlines()
     assert lines[2] == (
         "| fed_avg | strategy.server_lr=0.5 tag=50%&#1 | 3/3 | 0.953 ± 0.012 | 0.9600 ± 0.0000 | "
-        "0.900 ± 0.050 | 2.5 (3/3) | 12.3 |"
+        "0.900 ± 0.050 | 2.5 (3/3) | 12.3 | 1.23 |"
     )
-    assert lines[3] == "| krum | defaults | 1/3 | 0.7000 | 0.8000 | — | — | 10.0 |"
+    assert lines[3] == "| krum | defaults | 1/3 | 0.7000 | 0.8000 | — | — | 10.0 | — |"
 
 
 def test_the_latex_table_has_the_markdown_tables_rows_and_columns_escaped_by_hand():
     assert paper_tables.render_latex(ROWS, "val_acc", 0.9) == (
-        "\\begin{tabular}{llrrrrrr}\n"
+        "\\begin{tabular}{llrrrrrrr}\n"
         "\\toprule\n"
         "config & setting & runs & final val\\_acc & best val\\_acc & test\\_acc at best val\\_acc & "
-        "rounds to val\\_acc $\\geq$ 0.9 & time/run (s) \\\\\n"
+        "rounds to val\\_acc $\\geq$ 0.9 & time/run (s) & sent/run (MB) \\\\\n"
         "\\midrule\n"
         "fed\\_avg & strategy.server\\_lr=0.5 tag=50\\%\\&\\#1 & 3/3 & 0.953 $\\pm$ 0.012 & 0.9600 $\\pm$ 0.0000 & "
-        "0.900 $\\pm$ 0.050 & 2.5 (3/3) & 12.3 \\\\\n"
-        "krum & defaults & 1/3 & 0.7000 & 0.8000 & --- & --- & 10.0 \\\\\n"
+        "0.900 $\\pm$ 0.050 & 2.5 (3/3) & 12.3 & 1.23 \\\\\n"
+        "krum & defaults & 1/3 & 0.7000 & 0.8000 & --- & --- & 10.0 & --- \\\\\n"
         "\\bottomrule\n"
         "\\end{tabular}\n"
     )
@@ -85,26 +87,28 @@ def test_the_latex_table_has_the_markdown_tables_rows_and_columns_escaped_by_han
 def test_the_csv_table_keeps_full_precision_with_mean_and_std_apart_by_hand():
     assert paper_tables.render_csv(ROWS, "val_acc", 0.9) == (
         "config,setting,finished,planned,final_mean,final_std,best_mean,best_std,tested,test_at_best_mean,"
-        "test_at_best_std,reached,rounds_to_target_mean,wall_time_s_mean\n"
-        "fed_avg,strategy.server_lr=0.5 tag=50%&#1,3,3,0.95341,0.01234,0.96,0.0,3,0.9,0.05,3,2.5,12.34\n"
-        "krum,defaults,1,3,0.7,0.0,0.8,0.0,0,,,0,,10.0\n"
+        "test_at_best_std,reached,rounds_to_target_mean,wall_time_s_mean,sent_bytes_mean\n"
+        "fed_avg,strategy.server_lr=0.5 tag=50%&#1,3,3,0.95341,0.01234,0.96,0.0,3,0.9,0.05,3,2.5,12.34,1234567.0\n"
+        "krum,defaults,1,3,0.7,0.0,0.8,0.0,0,,,0,,10.0,\n"
     )
     # no test metric for a training metric, no rounds without a target
     assert paper_tables.render_csv(ROWS, "train_loss", None).splitlines()[0] == (
-        "config,setting,finished,planned,final_mean,final_std,best_mean,best_std,wall_time_s_mean"
+        "config,setting,finished,planned,final_mean,final_std,best_mean,best_std,wall_time_s_mean,sent_bytes_mean"
     )
 
 
 def test_no_setting_column_when_nothing_is_swept():
     rows = [{**FEDAVG, "setting": "defaults"}, KRUM]
     lines = markdown.render_table(rows, "val_acc", None).splitlines()
-    assert lines[0] == "| config | runs | final val_acc | best val_acc | test_acc at best val_acc | time/run (s) |"
-    assert lines[3] == "| krum | 1/3 | 0.7000 | 0.8000 | — | 10.0 |"
+    assert lines[0] == (
+        "| config | runs | final val_acc | best val_acc | test_acc at best val_acc | time/run (s) | sent/run (MB) |"
+    )
+    assert lines[3] == "| krum | 1/3 | 0.7000 | 0.8000 | — | 10.0 | — |"
     latex = paper_tables.render_latex(rows, "val_acc", None).splitlines()
-    assert latex[0] == "\\begin{tabular}{lrrrrr}" and latex[2].startswith("config & runs & ")
-    assert latex[5] == "krum & 1/3 & 0.7000 & 0.8000 & --- & 10.0 \\\\"
+    assert latex[0] == "\\begin{tabular}{lrrrrrr}" and latex[2].startswith("config & runs & ")
+    assert latex[5] == "krum & 1/3 & 0.7000 & 0.8000 & --- & 10.0 & --- \\\\"
     csv = paper_tables.render_csv(rows, "val_acc", None).splitlines()
-    assert csv[0].startswith("config,finished,planned,") and csv[2] == "krum,1,3,0.7,0.0,0.8,0.0,0,,,10.0"
+    assert csv[0].startswith("config,finished,planned,") and csv[2] == "krum,1,3,0.7,0.0,0.8,0.0,0,,,10.0,"
     # one swept row keeps the column for all
     assert markdown.render_table(ROWS, "val_acc", None).startswith("| config | setting | runs |")
 

@@ -1,0 +1,26 @@
+"""What the messages of a round cost on the wire, as a deployment would encode them: every tensor at its own element
+size (float32 weights: 4 bytes a value), a client's four counts at 4 bytes each."""
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from torch import Tensor
+
+from lightfed.core.messages import ClientUpdate
+
+COUNTS = 4 * 4  # examples, steps, local time and training loss, 4 bytes each
+
+
+def tensor_bytes(tensors: Iterable[Any]) -> int:
+    """The bytes of the tensors among ``tensors`` (a number that is not a tensor: 4 bytes)."""
+    return sum(t.numel() * t.element_size() if isinstance(t, Tensor) else 4 for t in tensors)
+
+
+def received_bytes(params: Tensor, buffers: Tensor, vectors: Mapping[str, Tensor]) -> int:
+    """What a client receives: the global weights and the vectors its strategy sends beside them."""
+    return tensor_bytes([params, buffers, *vectors.values()])
+
+
+def sent_bytes(update: ClientUpdate) -> int:
+    """What a client sends as it trained it: its delta, its buffers, its counts and its report."""
+    return tensor_bytes([update.delta, update.buffers, *update.report.values()]) + COUNTS

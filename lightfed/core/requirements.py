@@ -42,6 +42,7 @@ class Requirements:
     mean_only: bool = False  # a transform that gives the strategy only the mean delta: its sums are delta and weight
     every_client_sends: bool = False  # a transform that needs a contribution from every client of the round
     drops_clients: bool = False  # a transform that simulates clients of the round sending nothing
+    encodes: bool = False  # a transform that encodes what a client sends (a compressor, secure aggregation's masks)
 
     def __or__(self, other: "Requirements") -> "Requirements":
         return Requirements(
@@ -55,6 +56,7 @@ class Requirements:
             mean_only=self.mean_only or other.mean_only,
             every_client_sends=self.every_client_sends or other.every_client_sends,
             drops_clients=self.drops_clients or other.drops_clients,
+            encodes=self.encodes or other.encodes,
         )
 
     def without(self, *names: str) -> "Requirements":

@@ -89,7 +89,7 @@ class SecureAggregation(Transform):
     @property
     def requirements(self) -> Requirements:
         """The round's sums (it seals them); with dropout, clients of the round that send nothing."""
-        return Requirements(sums_path=True, drops_clients=self.dropout > 0)
+        return Requirements(sums_path=True, drops_clients=self.dropout > 0, encodes=True)
 
     def setup(self, context: TransformContext) -> None:
         server = context.server

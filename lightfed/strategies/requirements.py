@@ -91,6 +91,12 @@ def check_transforms(strategy: Strategy, transforms: Pipeline, asynchronous: boo
                 "more of what each client sends: use FedAvg, FedAvgM, FedAdam, FedYogi, FedAdagrad, FedProx, FedSAM "
                 "or FedASAM"
             )
+    encoders = [type(t).__name__ for t in transforms.transforms if t.requirements.encodes]
+    if len(encoders) > 1:
+        raise ConfigError(
+            f"transforms: {' and '.join(encoders)} each encode what a client sends: keep one (a compressor in front of "
+            "secure aggregation would be quantized again to its field, its saving lost)"
+        )
     needs = transforms.requirements
     if needs.every_client_sends and needs.drops_clients:
         senders = [type(t).__name__ for t in transforms.transforms if t.requirements.every_client_sends]

@@ -1,0 +1,56 @@
+"""QSGD (Alistarh et al. 2017): each client's delta stochastically quantized to ``bits`` bits a value, unbiased."""
+
+import math
+from dataclasses import replace
+
+import torch
+from torch import Tensor
+
+from lightfed.core.messages import ClientUpdate
+from lightfed.core.requirements import Requirements
+from lightfed.core.seeding import derived_seed
+from lightfed.core.sums import Sums
+from lightfed.core.transforms import Transform, TransformContext
+from lightfed.errors import ConfigError
+from lightfed.streams import Stream
+
+
+def quantized(delta: Tensor, levels: int, generator: torch.Generator) -> Tensor:
+    """||v|| sign(v_i) xi_i / s, xi_i = floor(s |v_i| / ||v||) + Bernoulli(the remainder), s = ``levels``: E = v."""
+    norm = torch.linalg.vector_norm(delta)
+    if norm == 0:
+        return delta.clone()
+    scaled = delta.abs() / norm * levels
+    lower = scaled.floor()
+    up = torch.rand(delta.shape, generator=generator, dtype=scaled.dtype).to(delta.device) < scaled - lower
+    return torch.sign(delta) * (lower + up) * (norm / levels)
+
+
+class QSGD(Transform):
+    """Each client's delta quantized to 2^bits - 1 levels of its norm (a sign bit each, and the norm: 32 bits), with
+    rounding drawn from (seed, round, client): an unbiased compressor. Logs nothing of its own; what a client sends is
+    in ``communication/sent_bytes``."""
+
+    def __init__(self, bits: int = 4) -> None:
+        """
+        Args:
+            bits: Bits of a value's magnitude (its sign is one more).
+        """
+        if not 1 <= bits <= 16:
+            raise ConfigError(f"transforms: QSGD's bits must be in [1, 16], got {bits}")
+        self.bits, self.levels = bits, 2**bits - 1
+
+    @property
+    def requirements(self) -> Requirements:
+        return Requirements(encodes=True)
+
+    def setup(self, context: TransformContext) -> None:
+        self.seed, self.numel = context.server.seed, context.server.num_params
+
+    def contribution(self, update: ClientUpdate, round: int, sums: Sums) -> ClientUpdate:
+        key = derived_seed(self.seed, Stream.QUANTIZATION, round, update.client_id)
+        return replace(update, delta=quantized(update.delta, self.levels, torch.Generator().manual_seed(key)))
+
+    def sent_bytes(self, size: int, client_id: int, round: int) -> int:
+        """The plain message with the delta's 32-bit values replaced by bits + 1 each, and its norm."""
+        return size and size - 4 * self.numel + math.ceil(self.numel * (self.bits + 1) / 8) + 4

@@ -21,7 +21,10 @@ class FolderLock:
         self.holder = ""
 
     def acquire(self) -> bool:
-        """Takes the lock; False when another open of the lock file holds it (another process, or this one)."""
+        """Takes the lock; False when another open of the lock file holds it (another process, or this one). A lock
+        file made here appears already held (``_created_held``): ``remove_abandoned`` never sees it free."""
+        if self._created_held():
+            return True
         file = open(self.path, "a+")
         try:
             fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -33,6 +36,26 @@ class FolderLock:
         file.truncate(0)
         file.write(f"{os.getpid()}\n")
         file.flush()
+        self._file = file
+        return True
+
+    def _created_held(self) -> bool:
+        """Makes the lock file under another name, locks it, then links it into place; False when one exists (or
+        cannot be linked)."""
+        if self.path.exists():
+            return False
+        made = self.path.with_name(f"{LOCK}.{os.getpid()}.new")
+        file = open(made, "w+")
+        fcntl.flock(file, fcntl.LOCK_EX)  # a new file: no one else has it open
+        file.write(f"{os.getpid()}\n")
+        file.flush()
+        try:
+            os.link(made, self.path)  # fails when another process made the lock file meanwhile
+        except OSError:  # that, or a file system without hard links: the lock file is opened in place
+            file.close()
+            return False
+        finally:
+            made.unlink()
         self._file = file
         return True
 

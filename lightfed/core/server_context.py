@@ -4,6 +4,8 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
+from lightfed.core.client_states import ClientStates
+from lightfed.core.disk_client_states import DiskClientStates
 from lightfed.core.sharding import CoordinateShards
 
 
@@ -30,3 +32,8 @@ class ServerContext:
     def shard(self) -> slice:
         """The coordinates this process owns on the sharded path."""
         return CoordinateShards(self.num_params, self.world_size, self.rank).local
+
+    def client_store(self) -> ClientStates:
+        """A new per-client store where ``client_states`` puts it: in memory, or on disk (in
+        ``client_states_folder``)."""
+        return ClientStates() if self.client_states == "memory" else DiskClientStates(self.client_states_folder)

@@ -13,7 +13,6 @@ from lightfed.core.sums import Sums
 from lightfed.core.transforms import Transform, TransformContext
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
-from lightfed.strategies.base import client_store
 
 PERSONAL, PERSONAL_BUFFERS = "personal", "personal_buffers"  # names in the client store and in a client's report
 
@@ -38,7 +37,7 @@ class Personalized(Transform):
         return self.own_requirements
 
     def setup(self, context: TransformContext) -> None:
-        self.client_states = client_store(context.server)
+        self.client_states = context.server.client_store()
 
     def contribution(self, update: ClientUpdate, round: int, sums: Sums) -> ClientUpdate | None:
         """Keeps the client's reported personal weights; the strategy gets the rest of its update."""

@@ -7,20 +7,13 @@ from typing import Any
 
 from torch import Tensor
 
-from lightfed.core.client_states import ClientStates, ProcessStore
-from lightfed.core.disk_client_states import DiskClientStates
+from lightfed.core.client_states import ProcessStore
 from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.requirements import Requirements
 from lightfed.core.server_context import ServerContext
 from lightfed.core.sums import Sums
 
 NOTHING: Mapping[str, Tensor] = MappingProxyType({})  # what a client of the sums path receives beside the model
-
-
-def client_store(context: ServerContext) -> ClientStates:
-    """A new per-client store where ``trainer.client_states`` puts it: in memory, or on disk (in
-    ``client_states_folder``)."""
-    return ClientStates() if context.client_states == "memory" else DiskClientStates(context.client_states_folder)
 
 
 class Strategy:
@@ -37,7 +30,7 @@ class Strategy:
         """Called once with the run's context before the first round (and before a resume)."""
         self.num_params = context.num_params
         self.num_clients = context.num_clients
-        self.client_states = client_store(context)
+        self.client_states = context.client_store()
 
     def configure_client(self, plan: ClientPlan, received: Mapping[str, Tensor] = NOTHING) -> ClientPlan:
         """A client's plan for this round (local work, learning rate, local rule); ``received``: the vectors it gets

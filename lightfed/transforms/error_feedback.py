@@ -11,7 +11,6 @@ from lightfed.core.messages import ClientUpdate
 from lightfed.core.requirements import Requirements
 from lightfed.core.sums import Sums
 from lightfed.core.transforms import Transform, TransformContext
-from lightfed.strategies.base import client_store
 
 RESIDUAL = "residual"  # a client's remainder, in the transform's per-client store
 
@@ -26,7 +25,7 @@ class ErrorFeedback(Transform):
 
     def setup(self, context: TransformContext) -> None:
         self.numel = context.server.num_params
-        self.client_states: ClientStates = client_store(context.server)
+        self.client_states: ClientStates = context.server.client_store()
 
     @abstractmethod
     def compressed(self, vector: Tensor) -> Tensor:

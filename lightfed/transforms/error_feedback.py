@@ -10,30 +10,27 @@ from lightfed.core.client_states import ClientStates, ProcessStore
 from lightfed.core.messages import ClientUpdate
 from lightfed.core.requirements import Requirements
 from lightfed.core.sums import Sums
-from lightfed.core.transforms import Transform, TransformContext
+from lightfed.core.transforms import TransformContext
+from lightfed.transforms.compressor import Compressor
 
 RESIDUAL = "residual"  # a client's remainder, in the transform's per-client store
 
 
-class ErrorFeedback(Transform):
+class ErrorFeedback(Compressor):
     """Sends ``compressed(delta + residual)``; the residual becomes what that left out. The residual lives in the
     per-client store (``trainer.client_states``: in memory or on disk), on the process that trains the client."""
 
     @property
     def requirements(self) -> Requirements:
-        return Requirements(client_state=True, encodes=True)
+        return super().requirements | Requirements(client_state=True)
 
     def setup(self, context: TransformContext) -> None:
-        self.numel = context.server.num_params
+        super().setup(context)
         self.client_states: ClientStates = context.server.client_store()
 
     @abstractmethod
     def compressed(self, vector: Tensor) -> Tensor:
         """What the client sends of ``vector`` (decoded: a vector of its length)."""
-
-    @abstractmethod
-    def delta_bytes(self) -> int:
-        """The bytes of a compressed delta."""
 
     def contribution(self, update: ClientUpdate, round: int, sums: Sums) -> ClientUpdate:
         residual = self.client_states.get(update.client_id, RESIDUAL)
@@ -41,10 +38,6 @@ class ErrorFeedback(Transform):
         sent = self.compressed(corrected)
         self.client_states.set(update.client_id, RESIDUAL, corrected - sent)
         return replace(update, delta=sent)
-
-    def sent_bytes(self, size: int, client_id: int, round: int) -> int:
-        """The plain message with the delta's 32-bit values replaced by the compressed delta."""
-        return size and size - 4 * self.numel + self.delta_bytes()
 
     def stores(self) -> dict[str, ProcessStore]:
         return {"clients": self.client_states}

@@ -7,12 +7,12 @@ import torch
 from torch import Tensor
 
 from lightfed.core.messages import ClientUpdate
-from lightfed.core.requirements import Requirements
 from lightfed.core.seeding import derived_seed
 from lightfed.core.sums import Sums
-from lightfed.core.transforms import Transform, TransformContext
+from lightfed.core.transforms import TransformContext
 from lightfed.errors import ConfigError
 from lightfed.streams import Stream
+from lightfed.transforms.compressor import Compressor
 
 
 def quantized(delta: Tensor, levels: int, generator: torch.Generator) -> Tensor:
@@ -26,7 +26,7 @@ def quantized(delta: Tensor, levels: int, generator: torch.Generator) -> Tensor:
     return torch.sign(delta) * (lower + up) * (norm / levels)
 
 
-class QSGD(Transform):
+class QSGD(Compressor):
     """Each client's delta quantized to 2^bits - 1 levels of its norm (a sign bit each, and the norm: 32 bits), with
     rounding drawn from (seed, round, client): an unbiased compressor. Logs nothing of its own; what a client sends is
     in ``communication/sent_bytes``."""
@@ -40,17 +40,14 @@ class QSGD(Transform):
             raise ConfigError(f"transforms: QSGD's bits must be in [1, 16], got {bits}")
         self.bits, self.levels = bits, 2**bits - 1
 
-    @property
-    def requirements(self) -> Requirements:
-        return Requirements(encodes=True)
-
     def setup(self, context: TransformContext) -> None:
-        self.seed, self.numel = context.server.seed, context.server.num_params
+        super().setup(context)
+        self.seed = context.server.seed
 
     def contribution(self, update: ClientUpdate, round: int, sums: Sums) -> ClientUpdate:
         key = derived_seed(self.seed, Stream.QUANTIZATION, round, update.client_id)
         return replace(update, delta=quantized(update.delta, self.levels, torch.Generator().manual_seed(key)))
 
-    def sent_bytes(self, size: int, client_id: int, round: int) -> int:
-        """The plain message with the delta's 32-bit values replaced by bits + 1 each, and its norm."""
-        return size and size - 4 * self.numel + math.ceil(self.numel * (self.bits + 1) / 8) + 4
+    def delta_bytes(self) -> int:
+        """bits + 1 a value, and the norm."""
+        return math.ceil(self.numel * (self.bits + 1) / 8) + 4

@@ -1,5 +1,7 @@
 """The one place where a run's settings are checked against what its strategy and privacy mechanism require."""
 
+from collections.abc import Sequence
+
 import torch
 
 from lightfed.core.requirements import Requirements
@@ -52,27 +54,23 @@ def check_requirements(
         check_accounted(name, needs)
     if needs.chooses_client_steps and lr_schedule is not None:
         raise ConfigError(f"{name} chooses its clients' step sizes itself: remove trainer.lr_schedule")
-    groups, name = optimizer.param_groups, _needing(strategy, transforms, privacy, needs)
+    groups, parts = optimizer.param_groups, [strategy, *transforms.transforms, privacy]
     if needs.plain_sgd and not (isinstance(optimizer, torch.optim.SGD) and not any(g["momentum"] for g in groups)):
         settings = f" with momentum {groups[0]['momentum']}" if isinstance(optimizer, torch.optim.SGD) else ""
         raise ConfigError(
-            f"{name} assumes plain SGD local steps (x <- x - lr g): the model's optimizer must be "
+            f"{_declaring(parts, 'plain_sgd')[0]} assumes plain SGD local steps (x <- x - lr g): the model's optimizer must be "
             f"torch.optim.SGD with momentum 0, got {type(optimizer).__name__}{settings}"
         )
     if needs.no_weight_decay and any(g.get("weight_decay") for g in groups):
         raise ConfigError(
-            f"{name} sets the whole local step direction: the model's optimizer needs weight_decay 0, got "
+            f"{_declaring(parts, 'no_weight_decay')[0]} sets the whole local step direction: the model's optimizer needs weight_decay 0, got "
             f"{groups[0]['weight_decay']}"
         )
 
 
-def _needing(strategy: Strategy, transforms: Pipeline, privacy: ClientPrivacy, needs: Requirements) -> str:
-    """The name of the first part of the run (strategy, transform, privacy) that needs plain local steps."""
-    parts: list[Strategy | Transform | ClientPrivacy] = [strategy, *transforms.transforms, privacy]
-    return next(
-        (type(p).__name__ for p in parts if p.requirements.plain_sgd or p.requirements.no_weight_decay),
-        strategy_name(strategy),
-    )
+def _declaring(parts: Sequence[Strategy | Transform | ClientPrivacy], need: str) -> list[str]:
+    """The class names of the run's ``parts`` (strategy, transforms, privacy) whose requirements have ``need``."""
+    return [type(part).__name__ for part in parts if getattr(part.requirements, need)]
 
 
 def check_transforms(strategy: Strategy, transforms: Pipeline, asynchronous: bool) -> None:
@@ -91,16 +89,14 @@ def check_transforms(strategy: Strategy, transforms: Pipeline, asynchronous: boo
                 "more of what each client sends: use FedAvg, FedAvgM, FedAdam, FedYogi, FedAdagrad, FedProx, FedSAM "
                 "or FedASAM"
             )
-    encoders = [type(t).__name__ for t in transforms.transforms if t.requirements.encodes]
+    encoders = _declaring(transforms.transforms, "encodes")
     if len(encoders) > 1:
         raise ConfigError(
             f"transforms: {' and '.join(encoders)} each encode what a client sends: keep one (a compressor in front of "
             "secure aggregation would be quantized again to its field, its saving lost)"
         )
-    needs = transforms.requirements
-    if needs.every_client_sends and needs.drops_clients:
-        senders = [type(t).__name__ for t in transforms.transforms if t.requirements.every_client_sends]
-        droppers = [type(t).__name__ for t in transforms.transforms if t.requirements.drops_clients]
+    senders, droppers = (_declaring(transforms.transforms, need) for need in ("every_client_sends", "drops_clients"))
+    if senders and droppers:
         raise ConfigError(
             f"transforms: {', '.join(droppers)} drops clients of the round, but {', '.join(senders)} needs every "
             "client's contribution (UserLevelDP's distributed noise: each client adds std / sqrt(expected clients)): "

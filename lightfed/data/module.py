@@ -1,5 +1,6 @@
 """FederatedDataModule: a dataset, its split across clients, a central test set, and batches on the device."""
 
+import math
 from collections.abc import Iterator, Sequence
 from typing import cast
 
@@ -186,6 +187,10 @@ class FederatedDataModule:
 
     def client_size(self, client_id: int) -> int:
         return len(self._client_indices[client_id])
+
+    def batches_per_epoch(self, client_id: int) -> int:
+        """The batches of one pass over a client's examples (the last one partial when they do not divide)."""
+        return max(1, math.ceil(self.client_size(client_id) / self.batch_size))
 
     @property
     def num_train_examples(self) -> int:

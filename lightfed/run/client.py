@@ -1,6 +1,5 @@
 """Local training of the user's LightningModule on one client's data, through Fabric."""
 
-import math
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -144,7 +143,7 @@ class ClientTrainer:
         steps, local_time, per_epoch = (
             0,
             0.0,
-            max(1, math.ceil(self.data.client_size(plan.client_id) / self.data.batch_size)),
+            self.data.batches_per_epoch(plan.client_id),
         )
         view._enter("train", plan.round, plan.client_id)
         with self.logged.attached(module):

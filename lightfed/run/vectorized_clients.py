@@ -1,9 +1,9 @@
 """Client training as one batched computation: the clients of a round trained together on stacked weights.
 
-Each client's weights are one row of a stacked tensor per parameter; the module's ``training_step`` runs for all of
-them at once under ``torch.vmap`` (``torch.func.functional_call`` over the rows), the sum of the clients' losses is
-back-propagated once, which gives every client exactly its own gradient (its row), and the model's optimizer, built once over the stacked tensors, steps every row as
-one optimizer per client would (it is elementwise). Ragged clients stay exact: at each step the clients whose batches
+Each client's weights are one row of a stacked tensor per optimizer group; the module's ``training_step`` runs for
+all of them at once under ``torch.vmap`` (``torch.func.functional_call`` over the rows), the sum of the clients'
+losses is back-propagated once, which gives every client exactly its own gradient (its row), and the model's
+optimizer, built once over the stacked tensors, steps every row as one optimizer per client would (it is elementwise). Ragged clients stay exact: at each step the clients whose batches
 have the same size are one vmapped call (a client's last, partial batch is its own group), and a client's weights are
 taken when it has taken its last step.
 """
@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from lightning import LightningModule
+from lightning.pytorch.utilities.data import extract_batch_size
 from torch import Tensor, nn
 
 from lightfed.adapters import logging_to
@@ -155,7 +156,7 @@ class VectorizedClients:
         """The local steps of ``plan``: its steps, or its epochs' batches."""
         if plan.steps is not None or plan.epochs is None:
             return plan.steps or 0
-        return plan.epochs * math.ceil(self.client.data.client_size(plan.client_id) / self.client.data.batch_size)
+        return plan.epochs * self.client.data.batches_per_epoch(plan.client_id)
 
     def _train_together(self, jobs: list[TrainingJob]) -> list[ClientUpdate]:
         """Every job's update, trained as one batched computation."""
@@ -169,11 +170,10 @@ class VectorizedClients:
         build: Callable[[list[dict[str, Any]]], torch.optim.Optimizer] = type(client.optimizer.optimizer)
         optimizer = build([{**group, "params": [w]} for group, w in zip(settings, weights, strict=True)])
         rules = self._rules(jobs, weights, buffers)
-        reports = {k: rule.report() for k, rule in rules.items() if not self._steps(jobs[k].plan)}
         batches = [list(self._batches(job.plan)) for job in jobs]
         steps = [len(client_batches) for client_batches in batches]
-        final: list[Tensor | None] = [None if n else starts[k] for k, n in enumerate(steps)]
-        final_buffers = [jobs[k].buffers if not n else buffers[k] for k, n in enumerate(steps)]
+        reports = {k: rule.report() for k, rule in rules.items() if not steps[k]}  # the others' after their last step
+        final, final_buffers = list(starts), [job.buffers for job in jobs]  # a client's, taken after its last step
         finishing: dict[int, list[int]] = {}
         for k, n in enumerate(steps):
             finishing.setdefault(n - 1, []).append(k)
@@ -208,7 +208,7 @@ class VectorizedClients:
         return [
             ClientUpdate(
                 client_id=job.plan.client_id,
-                delta=torch.sub(final[k], starts[k]),  # type: ignore[arg-type]
+                delta=torch.sub(final[k], starts[k]),
                 buffers=final_buffers[k],
                 num_examples=client.data.client_size(job.plan.client_id),
                 num_steps=steps[k],
@@ -254,7 +254,7 @@ class VectorizedClients:
         groups: dict[int, list[int]] = {}
         for k, n in enumerate(steps):
             if step < n:
-                groups.setdefault(_batch_size(batches[k][step]), []).append(k)
+                groups.setdefault(extract_batch_size(batches[k][step]), []).append(k)
         return list(groups.values())
 
     def _loss_of(
@@ -286,7 +286,7 @@ class VectorizedClients:
             losses.add_(loss.detach())
         else:
             losses.index_add_(0, index, loss.detach())
-        size = _batch_size(batch[0])
+        size = extract_batch_size(batch[0])
         for name, values in logged.items():
             n = (self._logged_sizes[name] or size) * len(group)
             self.client.logged.log(name, values.float().mean(), batch_size=n)
@@ -336,14 +336,6 @@ def _summed(lr: float, steps: int) -> float:
     for _ in range(steps):
         total += lr
     return total
-
-
-def _batch_size(batch: Any) -> int:
-    """The number of examples in ``batch`` (its first tensor's first dimension)."""
-    first = batch
-    while not isinstance(first, Tensor):
-        first = next(iter(first.values())) if isinstance(first, dict) else first[0]
-    return first.shape[0]
 
 
 def _stacked(batches: list[Any]) -> Any:

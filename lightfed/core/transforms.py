@@ -161,7 +161,7 @@ class Pipeline:
         target = sums if self._scratch is None else self._scratch
         if self._scratch is not None:
             self._scratch.zero_()
-        size = sent_bytes(update)  # before the transforms: an attack changes its delta in place
+        size = sent_bytes(update)  # as trained: a transform may change the delta's dtype (UserLevelDP's float64)
         if (sent := self._through_unsealed(update, round, target)) is not None:
             accumulate(target, sent)
         else:

@@ -128,16 +128,16 @@ class RoundEngine:
             [[jobs.index(job) for job in self.share(jobs, rank)] for rank in range(self.fabric.world_size)],
             self.fabric.global_rank,
         )
-        received = path.received(layout)
+        vectors = [{**job.package, **sent} for job, sent in zip(mine, path.received(layout), strict=True)]
         plans = [
-            self.transforms.plan(self.strategy.configure_client(job.plan, {**job.package, **sent}))
-            for job, sent in zip(mine, received, strict=True)
+            self.transforms.plan(self.strategy.configure_client(job.plan, received))
+            for job, received in zip(mine, vectors, strict=True)
         ]
         self.privacy.check_budget(self.fabric, round, plans)
         for lane_sums in self._lane_sums:
             lane_sums.zero_()
-        for job, sent in zip(mine, received, strict=True):
-            sums.add("_received_bytes", received_bytes(job.params, job.buffers, {**job.package, **sent}))
+        for job, received in zip(mine, vectors, strict=True):  # what each client receives beside the model too
+            sums.add("_received_bytes", received_bytes(job.params, job.buffers, received))
         path.begin(layout, params)
         held = HeldUpdates(self.client.attack, layout.client_ids, params)  # a colluding attack's stage
 

@@ -22,8 +22,10 @@ Module = TypeVar("Module", bound=LightningModule)
 
 
 def copy_without_trainer(module: Module) -> Module:
-    """A deep copy of ``module`` whose trainer reference (``LightningModule._trainer``) is None, not a copied trainer."""
-    return copy.deepcopy(module, {id(module._trainer): None})
+    """A deep copy of ``module`` whose trainer reference (``LightningModule._trainer``) is None, not a copied trainer,
+    and whose frozen parameters are ``module``'s own (a pretrained base is held once, not once per copy)."""
+    frozen = {id(p): p for p in module.parameters() if not p.requires_grad}
+    return copy.deepcopy(module, {id(module._trainer): None, **frozen})
 
 
 def set_collective_timeout(fabric: Any, seconds: float) -> None:

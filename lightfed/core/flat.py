@@ -1,7 +1,11 @@
-"""A module's parameters and buffers as views into contiguous flat buffers."""
+"""A module's federated parameters and its buffers as views into contiguous flat buffers."""
+
+import itertools
 
 import torch
 from torch import Tensor, nn
+
+from lightfed.core.federated_weights import federated_parameters
 
 
 def _flatten_into_views(tensors: list[Tensor], device: torch.device) -> Tensor:
@@ -21,7 +25,8 @@ def _flatten_into_views(tensors: list[Tensor], device: torch.device) -> Tensor:
 
 
 class FlatModule:
-    """Zero-copy flat views of a module's parameters, their gradients and its floating-point buffers.
+    """Zero-copy flat views of a module's federated parameters (those that train: ``federated_parameters``), their
+    gradients and its floating-point buffers; frozen parameters stay as they are, outside every flat vector.
 
     Loading new weights is one ``copy_`` per buffer; integer buffers (e.g. ``num_batches_tracked``) are not part of
     the federated state and are restored to their initial values by ``load``. Autograd accumulates into the
@@ -32,15 +37,14 @@ class FlatModule:
         module.to(device)
         buffers = [b for b in module.buffers() if b.is_floating_point()]
         self._int_buffers = [(b, b.detach().clone()) for b in module.buffers() if not b.is_floating_point()]
-        self.params = _flatten_into_views(list(module.parameters()), device)
+        trained: list[Tensor] = [p for _, p in federated_parameters(module)]
+        self.params = _flatten_into_views(trained, device)
         self.buffers = _flatten_into_views(buffers, device)
         self.grads = torch.zeros_like(self.params)
-        self._grad_views = []
-        offset = 0
-        for p in module.parameters():
-            if p.requires_grad:
-                self._grad_views.append((p, self.grads[offset : offset + p.numel()].view_as(p)))
-            offset += p.numel()
+        offsets = itertools.accumulate((p.numel() for p in trained), initial=0)  # one more than trained
+        self._grad_views = [
+            (p, self.grads[start : start + p.numel()].view_as(p)) for p, start in zip(trained, offsets, strict=False)
+        ]
         self.zero_grad()
 
     def zero_grad(self) -> None:

@@ -16,7 +16,9 @@ class MarkovText(DatasetSource):
     Dirichlet(``concentration``): a small concentration gives predictable text, a large one near-uniform noise. Writer
     ``k`` writes between half and 1.5 times ``windows_per_writer`` windows of ``seq_len + 1`` consecutive tokens (one
     token shared between neighbours); the last ``test_fraction`` of them go to the central test set. Examples are dicts
-    (see ``NextTokenDataset``) whose ``client_ids`` are the writers: split them with ``NaturalIdPartitioner``.
+    (see ``NextTokenDataset``) whose ``client_ids`` are the writers: split them with ``NaturalIdPartitioner``. With
+    ``task: authorship`` an example is ``(tokens, writer)`` instead, a classification over the writers (split it with
+    a label partitioner: by writer, each client would hold one class).
     """
 
     def __init__(
@@ -29,6 +31,7 @@ class MarkovText(DatasetSource):
         concentration: float = 0.1,
         heterogeneity: float = 0.2,
         test_fraction: float = 0.2,
+        task: str = "next_token",
     ) -> None:
         """
         Args:
@@ -40,7 +43,10 @@ class MarkovText(DatasetSource):
             concentration: Dirichlet concentration of the transition rows; smaller is more predictable.
             heterogeneity: Weight of the writer's own transitions against the shared ones (0: all writers alike).
             test_fraction: Share of each writer's windows held out for the central test set.
+            task: "next_token" (predict each next token) or "authorship" (classify a window by its writer).
         """
+        if task not in ("next_token", "authorship"):
+            raise ConfigError(f"MarkovText task must be 'next_token' or 'authorship', got {task!r}")
         if num_writers < 1 or vocab_size < 2 or seq_len < 1 or order < 1:
             raise ConfigError(
                 f"MarkovText needs num_writers >= 1, vocab_size >= 2, seq_len >= 1 and order >= 1, got {num_writers}, "
@@ -66,9 +72,11 @@ class MarkovText(DatasetSource):
         self.concentration = concentration
         self.heterogeneity = heterogeneity
         self.test_fraction = test_fraction
+        self.task = task
 
     def load(self, seed: int) -> DatasetSplits:
-        """Training and test windows of every writer, drawn from ``seed``; ``num_classes`` is ``vocab_size``."""
+        """Training and test windows of every writer, drawn from ``seed``; ``num_classes`` is ``vocab_size`` (the
+        writers for authorship)."""
         rng = np.random.default_rng(seed)
         chains = self.transitions(rng)
         low = max(2, self.windows_per_writer // 2)
@@ -83,8 +91,11 @@ class MarkovText(DatasetSource):
             test.append(windows[count - num_test :])
             train_writers += [writer] * (count - num_test)
             test_writers += [writer] * num_test
-        train_set = NextTokenDataset(torch.from_numpy(np.concatenate(train)), train_writers)
-        test_set = NextTokenDataset(torch.from_numpy(np.concatenate(test)), test_writers)
+        authorship = self.task == "authorship"
+        train_set = NextTokenDataset(torch.from_numpy(np.concatenate(train)), train_writers, authorship)
+        test_set = NextTokenDataset(torch.from_numpy(np.concatenate(test)), test_writers, authorship)
+        if authorship:
+            return DatasetSplits(train_set, test_set, self.num_writers, train_set.client_ids, train_set.client_ids)
         return DatasetSplits(train_set, test_set, self.vocab_size, train_client_ids=train_set.client_ids)
 
     def transitions(self, rng: np.random.Generator) -> np.ndarray:

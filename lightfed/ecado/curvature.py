@@ -10,6 +10,7 @@ import torch
 from lightning import LightningModule
 from torch import Tensor
 
+from lightfed.core.federated_weights import federated_parameters
 from lightfed.core.local_context import LocalContext
 from lightfed.core.logged_values import LoggedValues
 from lightfed.core.training_loss import training_loss
@@ -63,20 +64,13 @@ def _evaluating(module: LightningModule) -> Iterator[None]:
 def module_hessian_diagonal(
     module: LightningModule, batches: Iterable, probes: int, generator: torch.Generator
 ) -> Tensor:
-    """Hutchinson diagonal of ``training_step``'s loss averaged over ``batches``, flat over all parameters (zero for
-    frozen ones), in eval mode."""
-    params = list(module.parameters())
-    trainable: list[Tensor] = [p for p in params if p.requires_grad]
-    frozen = len(trainable) < len(params)
-    mask = torch.cat([torch.full((p.numel(),), p.requires_grad, device=p.device) for p in params]) if frozen else None
-    total, count = torch.zeros(sum(p.numel() for p in params), device=params[0].device), 0
+    """Hutchinson diagonal of ``training_step``'s loss averaged over ``batches``, flat over the federated parameters
+    (those that train), in eval mode."""
+    trainable: list[Tensor] = [p for _, p in federated_parameters(module)]
+    total, count = torch.zeros(sum(p.numel() for p in trainable), device=trainable[0].device), 0
     with _evaluating(module):
         for index, batch in enumerate(batches):
-            diagonal = hutchinson_diagonal(training_loss(module, batch, index), trainable, probes, generator)
-            if mask is None:
-                total += diagonal
-            else:
-                total[mask] += diagonal
+            total += hutchinson_diagonal(training_loss(module, batch, index), trainable, probes, generator)
             count += 1
     if count == 0:
         raise ValueError("no batches to estimate the curvature on")
@@ -93,13 +87,12 @@ def loss_difference_curvature(
 ) -> Tensor:
     """Hutchinson's trace / d from the loss alone: for a Rademacher z over the trainable parameters,
     (L(x + s z) - 2 L(x) + L(x - s z)) / s^2 = z^T H z + O(s^2) (exact for a quadratic), averaged over ``probes`` per
-    batch and over ``batches``, divided by d = all parameters (as ``module_hessian_diagonal``'s mean). Forward passes
-    only, 1 + 2 x ``probes`` a batch, in eval mode; the parameters are restored bit for bit. A one-element tensor. Its
-    two model-sized arrays (the start, a probe) come from ``workspace`` when given."""
+    batch and over ``batches``, divided by d = the trainable parameters (as ``module_hessian_diagonal``'s mean).
+    Forward passes only, 1 + 2 x ``probes`` a batch, in eval mode; the parameters are restored bit for bit. A
+    one-element tensor. Its two model-sized arrays (the start, a probe) come from ``workspace`` when given."""
     if probes < 1:
         raise ValueError(f"probes must be >= 1, got {probes}")
-    params = list(module.parameters())
-    trainable = [p for p in params if p.requires_grad]
+    trainable = [p for _, p in federated_parameters(module)]
     if torch.finfo(trainable[0].dtype).eps > torch.finfo(torch.float32).eps:
         raise ConfigError(
             f"curvature_estimate 'loss_differences' needs float32 or float64 weights (a {trainable[0].dtype} loss "
@@ -140,7 +133,7 @@ def loss_difference_curvature(
             restore()
     if count == 0:
         raise ValueError("no batches to estimate the curvature on")
-    mean = total / (count * probes * sum(p.numel() for p in params))
+    mean = total / (count * probes * sum(sizes))
     return torch.tensor([mean], dtype=trainable[0].dtype, device=trainable[0].device)
 
 

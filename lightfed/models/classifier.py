@@ -75,5 +75,5 @@ class ClassificationModule(LightningModule):
         self.log(f"{prefix}_acc", accuracy, batch_size=batch_size)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        """The configured optimizer over all parameters."""
-        return self.optimizer(self.parameters())
+        """The configured optimizer over the parameters that train (a frozen base is left out)."""
+        return self.optimizer([p for p in self.parameters() if p.requires_grad])

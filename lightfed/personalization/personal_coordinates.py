@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from lightfed.core.batch_norms import BATCH_NORMS
+from lightfed.core.federated_weights import federated_parameters
 from lightfed.errors import ConfigError
 
 ATTRIBUTE = "personal_parameters"  # a module's own list of name patterns of its personal parameters
@@ -30,19 +31,19 @@ def _mask(named: Iterable[tuple[str, Tensor]], personal: set[str]) -> Tensor:
 
 def coordinates_of(module: nn.Module, names: set[str]) -> PersonalCoordinates:
     """The masks of the parameters and floating-point buffers named in ``names`` (the module's own names), laid out
-    as ``FlatModule`` flattens them (``parameters()``, then the floating-point ``buffers()``)."""
+    as ``FlatModule`` flattens them (the federated parameters, then the floating-point ``buffers()``)."""
     buffers = [(n, b) for n, b in module.named_buffers() if b.is_floating_point()]
-    return PersonalCoordinates(_mask(module.named_parameters(), names), _mask(buffers, names))
+    return PersonalCoordinates(_mask(federated_parameters(module), names), _mask(buffers, names))
 
 
 def matching(module: nn.Module, patterns: list[str], method: str) -> PersonalCoordinates:
     """The parameters and buffers whose names match one of ``patterns`` (``fnmatch``, e.g. ``net.7.*``); refused when
     they match no parameter, or every parameter (nothing would be shared)."""
-    names = [n for n, _ in module.named_parameters()] + [n for n, _ in module.named_buffers()]
+    names = [n for n, _ in federated_parameters(module)] + [n for n, _ in module.named_buffers()]
     chosen = {n for n in names if any(fnmatchcase(n, p) for p in patterns)}
     coordinates = coordinates_of(module, chosen)
     if not coordinates.params.any() or coordinates.params.all():
-        some = ", ".join(n for n, _ in list(module.named_parameters())[:6])
+        some = ", ".join(n for n, _ in federated_parameters(module)[:6])
         raise ConfigError(
             f"transforms: {method}'s personal patterns {patterns} match {int(coordinates.params.sum())} of "
             f"{coordinates.params.numel()} parameter values; they must match some but not all (names: {some}, ...)"

@@ -57,6 +57,7 @@ class LocalTraining:
     lr_schedule: RoundSchedule | None = None
     gradient_clip_val: float | None = None
     gradient_clip_algorithm: str = "norm"
+    trained_parameters: list[str] | None = None
 
     def __post_init__(self) -> None:
         if self.gradient_clip_val is not None and not self.gradient_clip_val > 0:
@@ -146,6 +147,7 @@ def trainer_settings(
     lr_schedule: RoundSchedule | None = None,
     gradient_clip_val: float | None = None,
     gradient_clip_algorithm: str = "norm",
+    trained_parameters: list[str] | None = None,
     clients_in_parallel: int | str = "auto",
     client_states: str = "memory",
     client_states_folder: str | None = None,
@@ -205,6 +207,11 @@ def trainer_settings(
         gradient_clip_val: Clip each local step's gradient (after the strategy's correction and privacy, before
             the optimizer step) to this norm, or to this value per entry; null: no clipping.
         gradient_clip_algorithm: "norm" (``torch.nn.utils.clip_grad_norm_``) or "value" (``clip_grad_value_``).
+        trained_parameters: Names (``fnmatch`` patterns, e.g. ``["*.lora_B.*", "score.*"]``) of the parameters
+            clients train; the others are frozen. Only trained parameters are federated: the global weights,
+            deltas, sums and client states hold them alone, and a checksum of the frozen ones is in the run's
+            fingerprint (docs/guides/foundation-models.md). null: the parameters with ``requires_grad`` (all of
+            them unless the model freezes some, e.g. a PEFT model's base).
         clients_in_parallel: Clients each process trains at once, one thread and one copy of the model each (one
             torch thread each on a CPU, one CUDA stream each on a GPU); 1: one client at a time. "auto": on a CPU
             one per core of the process (cores / processes per node), else 1. Not with privacy, with
@@ -247,6 +254,7 @@ def trainer_settings(
             lr_schedule,
             gradient_clip_val,
             gradient_clip_algorithm,
+            trained_parameters,
         ),
         "evaluation": EvaluationSettings(
             eval_interval,

@@ -193,8 +193,12 @@ class TrainerBase:
         self.fabric.call("setup", trainer=self, data=data)
         run_checks.check_clients(self.clients_per_round, data)
         run_checks.check_step(model, "validation_step")
+        frozen = run_checks.frozen_weights(self.fabric, model, self.local.trained_parameters)
         run_checks.check_parameters(model)
-        self.fingerprint = run_fingerprint(run_config, self.seed, model, data, strategy, self._fingerprinted())
+        self.fingerprint = {
+            **run_fingerprint(run_config, self.seed, model, data, strategy, self._fingerprinted()),
+            **frozen,
+        }
         resume_from = checkpoint_to_resume(self.fabric, ckpt_path, self.output.experiment, self.version)
         return None if resume_from is None else (resume_from, RunState.load(resume_from, self.fabric.print))
 
@@ -213,7 +217,8 @@ class TrainerBase:
         self._launch(data)
         path = checkpoint_to_resume(self.fabric, ckpt_path, self.output.experiment, self.version)
         self.output.log_dir = None if path is None else run_folder_of(path) or path
-        current = run_fingerprint(run_config, self.seed, model, data, None, self._fingerprinted())
+        frozen = run_checks.frozen_weights(self.fabric, model, self.local.trained_parameters)
+        current = {**run_fingerprint(run_config, self.seed, model, data, None, self._fingerprinted()), **frozen}
         self.round, self.params, self.buffers, metrics = evaluate_checkpoint(
             self.fabric, model, data, path, current, step
         )

@@ -22,6 +22,7 @@ from lightning.pytorch.utilities.data import extract_batch_size
 from torch import Tensor, nn
 
 from lightfed.adapters import logging_to
+from lightfed.core.federated_weights import federated_parameters
 from lightfed.core.local_rule import LocalRule
 from lightfed.core.logged_values import LoggedValues
 from lightfed.core.messages import ClientPlan, ClientUpdate
@@ -94,7 +95,7 @@ class VectorizedClients:
             raise ConfigError(f"trainer.clients_in_parallel vectorized: {reason}")
         self.client = client
         self._step = _TrainingStep(client.module)
-        named = list(client.module.named_parameters())  # the order of the flat parameters
+        named = federated_parameters(client.module)  # the order of the flat parameters
         groups = client.optimizer.optimizer.param_groups
         group_of = {id(p): g for g, group in enumerate(groups) for p in group["params"]}
         offsets = [0, *itertools.accumulate(p.numel() for _, p in named)]

@@ -88,7 +88,7 @@ def test_each_layer_reaches_the_resolved_config(capsys, files):
     merged = _merged(files)
     assert {key: resolved.get(key, "missing") for key in merged} == merged
     assert resolved["model.class_path"].startswith("lightfed.models.")
-    assert resolved["model.optimizer.class_path"] == "torch.optim.SGD"
+    assert resolved["model.optimizer.class_path"] in ("torch.optim.SGD", "torch.optim.AdamW")  # AdamW: configs/llm
     assert resolved["strategy.class_path"].startswith("lightfed.strategies.")  # privacy, personalization: transforms
     transforms = [v for k, v in resolved.items() if k.startswith("transforms.") and k.endswith(".class_path")]
     assert all(t.startswith(("lightfed.transforms.", "lightfed.personalization.")) for t in transforms)

@@ -36,6 +36,7 @@ from lightfed.privacy.base import ClientPrivacy
 
 if TYPE_CHECKING:  # Opacus is imported by the runs that use it
     from opacus.accountants.accountant import IAccountant
+    from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 
 
 def gradients_per_step(plan: ClientPlan) -> int:
@@ -52,6 +53,28 @@ def convert_in_place(module: nn.Module) -> None:
         if fixer is not None and name:
             parent, _, child = name.rpartition(".")
             setattr(module.get_submodule(parent), child, fixer(sub))
+
+
+def poisson_batches(
+    data: FederatedDataModule, plan: ClientPlan, sampler: UniformWithReplacementSampler, generator: torch.Generator
+) -> Iterator[Batch]:
+    """The plan's Poisson batches (its epochs' or steps' worth) of the client's data, as Opacus' ``DPDataLoader``
+    draws them from ``sampler``; augmented with ``generator``."""
+    steps, taken = plan.steps, 0
+    passes = cast(int, plan.epochs) if steps is None else math.ceil(steps / len(sampler))
+    for _ in range(passes):
+        # the draw Opacus' DPDataLoader makes as a pass starts (its workers' base seed): the same batches as it
+        torch.empty((), dtype=torch.int64).random_(generator=sampler.generator)
+        for positions in sampler:
+            if taken == steps:
+                return
+            taken += 1
+            yield data.client_subset(plan.client_id, torch.tensor(positions, dtype=torch.int64), generator)
+
+
+def expected_batch_size(sampler: UniformWithReplacementSampler) -> int:
+    """The batch size a private gradient is divided by, as ``make_private`` sets it for ``sampler``'s data loader."""
+    return int(sampler.num_samples * (1 / len(sampler)))
 
 
 class DPSGD(ClientPrivacy):
@@ -171,6 +194,13 @@ class DPSGD(ClientPrivacy):
         """The client's Poisson sample rate and steps per epoch."""
         return poisson_schedule(self.data.client_size(client_id), self.data.batch_size)
 
+    def sampler(self, client_id: int, generator: torch.Generator) -> UniformWithReplacementSampler:
+        """The client's Poisson sampler (Opacus'), drawing from ``generator``."""
+        from opacus.utils.uniform_sampler import UniformWithReplacementSampler
+
+        size, rate = self.data.client_size(client_id), self.schedule(client_id)[0]
+        return UniformWithReplacementSampler(num_samples=size, sample_rate=rate, generator=generator)
+
     def steps(self, plan: ClientPlan) -> int:
         return plan.steps if plan.steps is not None else cast(int, plan.epochs) * self.schedule(plan.client_id)[1]
 
@@ -277,8 +307,6 @@ class DPSGDSession(LocalSession):
     ``LocalSession.gradient``."""
 
     def __init__(self, privacy: DPSGD, context: LocalContext, plan: ClientPlan, generator: torch.Generator) -> None:
-        from opacus.utils.uniform_sampler import UniformWithReplacementSampler
-
         super().__init__(context, plan, generator)
         self.privacy = privacy
         client_id = plan.client_id
@@ -287,28 +315,15 @@ class DPSGDSession(LocalSession):
         self.sample_rate, _ = privacy.schedule(client_id)
         private = privacy.private_training(context)
         self.hooks, self.optimizer = private.hooks, private.optimizer
-        size = context.data.client_size(client_id)
-        self.sampler = UniformWithReplacementSampler(
-            num_samples=size, sample_rate=self.sample_rate, generator=private.generator or generator
-        )
+        self.sampler = privacy.sampler(client_id, private.generator or generator)
         self.optimizer.noise_multiplier = self.noise
-        self.optimizer.expected_batch_size = int(size * (1 / len(self.sampler)))  # as make_private sets it
+        self.optimizer.expected_batch_size = expected_batch_size(self.sampler)
         self.accountant = load_accountant(privacy.accountant, privacy.client_states.get(client_id, STATE))
         self.releases = 0
         self.hooks.enable_hooks()
 
     def batches(self) -> Iterator[Batch]:
-        steps, taken = self.plan.steps, 0
-        passes = cast(int, self.plan.epochs) if steps is None else math.ceil(steps / len(self.sampler))
-        for _ in range(passes):
-            # the draw Opacus' DPDataLoader makes as a pass starts (its workers' base seed): the same batches as it
-            torch.empty((), dtype=torch.int64).random_(generator=self.sampler.generator)
-            for positions in self.sampler:
-                if taken == steps:
-                    return
-                taken += 1
-                chosen = torch.tensor(positions, dtype=torch.int64)
-                yield self.context.data.client_subset(self.plan.client_id, chosen, self.generator)
+        return poisson_batches(self.context.data, self.plan, self.sampler, self.generator)
 
     def gradient(self, batch: Batch, batch_idx: int) -> Tensor:
         """Clipped, noised gradient of the Poisson batch, in physical chunks; the per-example gradients of every

@@ -29,8 +29,10 @@ from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.training_loss import training_loss
 from lightfed.data.module import Batch
 from lightfed.errors import ConfigError
+from lightfed.privacy.dp_sgd import DPSGD
 from lightfed.run.client import ClientTrainer
 from lightfed.run.client_training import Deliver, TrainingJob
+from lightfed.run.vectorized_privacy import PrivateClients
 
 ELEMENTWISE = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad, torch.optim.RMSprop)
 HOOKS = (
@@ -52,8 +54,14 @@ def why_not_vectorized(client: ClientTrainer) -> str | None:
     """Why ``client``'s training cannot run vectorized (None: it can); the plans' own limits are checked per job."""
     module, optimizer = client.module, client.optimizer.optimizer
     overridden = [hook for hook in HOOKS if getattr(type(module), hook) is not getattr(LightningModule, hook)]
+    privacy = client.privacy
     reasons = {
-        "trainer.privacy trains one client at a time": client.privacy.private,
+        f"trainer.privacy {type(privacy).__name__} trains one client at a time (DPSGD vectorizes)": (
+            privacy.private and not isinstance(privacy, DPSGD)
+        ),
+        "trainer.privacy.secure_mode draws from Opacus' secure generator, one client at a time": (
+            isinstance(privacy, DPSGD) and privacy.secure_mode
+        ),
         f"the model's optimizer {type(optimizer).__name__} is not elementwise (SGD, Adam, AdamW, Adagrad, RMSprop are)": (
             type(optimizer) not in ELEMENTWISE
         ),
@@ -116,6 +124,10 @@ class VectorizedClients:
         self.buffer_layout = [(f"module.{name}", offsets[i], b.shape) for i, (name, b) in enumerate(floating)]
         self._logged_sizes: dict[str, int | None] = {}  # the batch_size each name was logged with
         self._vmapped = torch.vmap(self._loss, in_dims=(0, 0, None), randomness="error")
+        self._per_example = torch.vmap(self._example_loss, in_dims=(0, 0, None), randomness="error")
+        self.private = client.privacy if isinstance(client.privacy, DPSGD) else None
+        if self.private is not None and len(self.columns) > 1:
+            raise ConfigError("trainer.clients_in_parallel vectorized: DP-SGD with one optimizer group only")
 
     @property
     def reference(self) -> ClientTrainer:
@@ -171,7 +183,13 @@ class VectorizedClients:
         build: Callable[[list[dict[str, Any]]], torch.optim.Optimizer] = type(client.optimizer.optimizer)
         optimizer = build([{**group, "params": [w]} for group, w in zip(settings, weights, strict=True)])
         rules = self._rules(jobs, weights, buffers)
-        batches = [list(self._batches(job.plan)) for job in jobs]
+        if self.private is None:
+            private, batches = None, [list(self._batches(job.plan)) for job in jobs]
+        else:
+            shapes = [shape for _, _, _, shape in self.layout]
+            plans = [job.plan for job in jobs]
+            private = PrivateClients(self.private, plans, client.data, shapes, client.attack, device)
+            batches = private.batches
         steps = [len(client_batches) for client_batches in batches]
         reports = {k: rule.report() for k, rule in rules.items() if not steps[k]}  # the others' after their last step
         final, final_buffers = list(starts), [job.buffers for job in jobs]  # a client's, taken after its last step
@@ -185,12 +203,18 @@ class VectorizedClients:
         for weight in weights:
             weight.requires_grad_()
         for step in range(max(steps, default=0)):
-            total = sum(
-                self._loss_of(group, weights, buffers, [batches[k][step] for k in group], step, loss_sums)
-                for group in self._groups(batches, steps, step)
-            )
             optimizer.zero_grad(set_to_none=False)
-            total.backward()  # type: ignore[union-attr]  # each client's loss reaches only its own row
+            if private is None:
+                total = sum(
+                    self._loss_of(group, weights, buffers, [batches[k][step] for k in group], step, loss_sums)
+                    for group in self._groups(batches, steps, step)
+                )
+                total.backward()  # type: ignore[union-attr]  # each client's loss reaches only its own row
+            else:
+                active = [k for k, n in enumerate(steps) if step < n]
+                self._private_step(
+                    private, weights[0], buffers, active, [batches[k][step] for k in active], step, loss_sums
+                )
             grads: list[Tensor] = [weight.grad for weight in weights]  # type: ignore[misc]
             for k, rule in rules.items():
                 if step < steps[k]:
@@ -205,6 +229,8 @@ class VectorizedClients:
                 if k in rules:
                     reports[k] = rules[k].report()
         view._enter("")
+        if private is not None:
+            private.finish()
         lr = settings[0]["lr"]
         return [
             ClientUpdate(
@@ -293,6 +319,47 @@ class VectorizedClients:
             self.client.logged.log(name, values.float().mean(), batch_size=n)
         return loss.sum()
 
+    def _private_step(
+        self,
+        private: PrivateClients,
+        weights: Tensor,
+        buffers: Tensor,
+        active: list[int],
+        batch: list[Batch],
+        step: int,
+        losses: Tensor,
+    ) -> None:
+        """Sets ``weights.grad`` to the ``active`` clients' private gradients of their Poisson batches ``batch`` at
+        ``step``: every example's gradient at once (a row of the weights per example, back-propagated once), then
+        ``PrivateClients.gradients``; adds each client's mean loss over its batch to its entry of ``losses`` (0 for
+        an empty batch) and logs what the module logs per example, weighted by the examples."""
+        sizes = [extract_batch_size(b) for b in batch]
+        owner = torch.repeat_interleave(torch.tensor(active), torch.tensor(sizes)).to(weights.device)
+        per_example = weights.new_zeros(0, weights.shape[1])
+        if owner.numel():
+            rows = weights.index_select(0, owner)
+            params = {name: rows[:, s : s + math.prod(shape)].reshape(-1, *shape) for name, _, s, shape in self.layout}
+            statistics_rows = buffers.index_select(0, owner)
+            params.update(
+                (name, statistics_rows[:, s : s + math.prod(shape)].reshape(-1, *shape).clone())
+                for name, s, shape in self.buffer_layout
+            )
+            examples = _concatenated([b for b, n in zip(batch, sizes, strict=True) if n])
+            loss, logged, _ = self._per_example(params, examples, step)
+            (per_example,) = torch.autograd.grad(loss.sum(), rows)
+            counts = torch.zeros_like(losses).index_add_(0, owner, torch.ones_like(loss))
+            summed = torch.zeros_like(losses).index_add_(0, owner, loss.detach())
+            losses.add_(summed / counts.clamp(min=1))
+            for name, values in logged.items():
+                self.client.logged.log(name, values.float().mean(), batch_size=owner.numel())
+        weights.grad = private.gradients(per_example, owner, active)
+
+    def _example_loss(
+        self, params: dict[str, Tensor], example: Any, step: int
+    ) -> tuple[Tensor, dict[str, Tensor], list[Tensor]]:
+        """``_loss`` of one example, as a batch of one (vmapped over the examples of every client)."""
+        return self._loss(params, _unsqueezed(example), step)
+
     def _loss(
         self, params: dict[str, Tensor], batch: Batch, step: int
     ) -> tuple[Tensor, dict[str, Tensor], list[Tensor]]:
@@ -337,6 +404,25 @@ def _summed(lr: float, steps: int) -> float:
     for _ in range(steps):
         total += lr
     return total
+
+
+def _concatenated(batches: list[Any]) -> Any:
+    """Batches of the same structure joined along their first dimension (their examples one after another)."""
+    first = batches[0]
+    if isinstance(first, Tensor):
+        return torch.cat(batches)
+    if isinstance(first, dict):
+        return {key: _concatenated([b[key] for b in batches]) for key in first}
+    return type(first)(_concatenated([b[i] for b in batches]) for i in range(len(first)))
+
+
+def _unsqueezed(example: Any) -> Any:
+    """One example as a batch of one."""
+    if isinstance(example, Tensor):
+        return example.unsqueeze(0)
+    if isinstance(example, dict):
+        return {key: _unsqueezed(value) for key, value in example.items()}
+    return type(example)(_unsqueezed(value) for value in example)
 
 
 def _stacked(batches: list[Any]) -> Any:

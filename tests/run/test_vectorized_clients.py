@@ -172,9 +172,36 @@ class _Rule(LocalRule):
         grad.zero_()
 
 
+@pytest.mark.parametrize("noise", [0.0, 1.1])
+def test_dp_sgd_gives_each_client_its_one_at_a_time_weights_and_exactly_its_epsilon(noise):
+    """Every client's Poisson batches and noise are its own: the deltas agree within rounding (without noise too,
+    where only the clipping of every example's gradient is compared), the epsilons are equal."""
+    privacies = [DPSGD(noise_multiplier=noise, max_grad_norm=0.5) for _ in range(2)]
+    model = small_model()
+    data = small_data()
+    data.setup(seed=0, device=CPU)
+    for privacy in privacies:
+        privacy.setup(data, clients_per_round=8, planned=lambda: [])
+    fabric = Fabric(accelerator="cpu", devices=1)
+    sequential = ClientTrainer(fabric, model, data, privacy=privacies[0])
+    vectorized = VectorizedClients(ClientTrainer(fabric, copy.deepcopy(model), data, privacy=privacies[1]))
+    jobs = _jobs(sequential, epochs=2)
+    expected = []
+    for job in jobs:
+        update = sequential.train(job.plan, job.params, job.buffers)
+        expected.append((update.delta.clone(), update.num_steps, float(update.train_loss)))
+    for (delta, steps, loss), update in zip(expected, _updates(vectorized, jobs), strict=True):
+        assert update.num_steps == steps
+        assert float((update.delta - delta).abs().max() / delta.abs().max()) <= 1e-5
+        assert update.train_loss.item() == pytest.approx(loss, rel=1e-5)
+    epsilons = [[privacy.epsilon(job.plan.client_id) for job in jobs] for privacy in privacies]
+    assert epsilons[0] == epsilons[1] and (noise == 0 or min(epsilons[0]) > 0)
+    assert vectorized.logged().compute() == pytest.approx(sequential.logged.compute(), rel=1e-5)
+
+
 def test_what_it_cannot_run_exactly_is_refused_in_one_line(tmp_path):
-    with pytest.raises(ConfigError, match="vectorized: trainer.privacy trains one client at a time"):
-        _clients(small_model(), privacy=DPSGD(noise_multiplier=1.0))
+    with pytest.raises(ConfigError, match="vectorized: trainer.privacy.secure_mode draws from Opacus' secure"):
+        _clients(small_model(), privacy=DPSGD(noise_multiplier=1.0, secure_mode=True))
     model = small_model()
     model.optimizer = partial(torch.optim.LBFGS, lr=0.1)
     with pytest.raises(ConfigError, match="vectorized: the model's optimizer LBFGS is not elementwise"):

@@ -10,6 +10,8 @@ from torch import Tensor
 from lightfed.data.client_groups import ClientGroups
 from lightfed.data.datasets import TensorSplits
 
+GATHERED_BATCHES = 64  # a client's batches gathered from the dataset at once (its data order is unchanged)
+
 Batch = tuple[Tensor, Tensor]
 
 
@@ -54,13 +56,16 @@ class TensorBatches:
         passes = epochs if steps is None else math.ceil(steps / batches_per_epoch)
         assert passes is not None, "a client trains for epochs or for steps"
         remaining = passes * batches_per_epoch if steps is None else steps
+        gathered = GATHERED_BATCHES * self.batch_size
         for _ in range(passes):
             order = indices[torch.randperm(len(indices), generator=generator).to(indices.device)]
-            for start in range(0, len(order), self.batch_size):
-                if remaining == 0:
-                    return
-                remaining -= 1
-                yield self._batch(self.train_x, self.train_y, order[start : start + self.batch_size])
+            for first in range(0, len(order), gathered):  # one gather for many batches, each batch a view of it
+                x, y = self._batch(self.train_x, self.train_y, order[first : first + gathered])
+                for start in range(0, len(y), self.batch_size):
+                    if remaining == 0:
+                        return
+                    remaining -= 1
+                    yield x[start : start + self.batch_size], y[start : start + self.batch_size]
 
     def client_subset(self, client_id: int, positions: Tensor) -> Batch:
         """The examples at ``positions`` (0 .. client_size - 1) of one client's data."""

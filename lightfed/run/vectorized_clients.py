@@ -191,6 +191,7 @@ class VectorizedClients:
             private = PrivateClients(self.private, plans, client.data, shapes, client.attack, device)
             batches = private.batches
         steps = [len(client_batches) for client_batches in batches]
+        sizes = [[extract_batch_size(batch) for batch in client_batches] for client_batches in batches]
         reports = {k: rule.report() for k, rule in rules.items() if not steps[k]}  # the others' after their last step
         final, final_buffers = list(starts), [job.buffers for job in jobs]  # a client's, taken after its last step
         finishing: dict[int, list[int]] = {}
@@ -207,7 +208,7 @@ class VectorizedClients:
             if private is None:
                 total = sum(
                     self._loss_of(group, weights, buffers, [batches[k][step] for k in group], step, loss_sums)
-                    for group in self._groups(batches, steps, step)
+                    for group in self._groups(sizes, step)
                 )
                 total.backward()  # type: ignore[union-attr]  # each client's loss reaches only its own row
             else:
@@ -276,12 +277,13 @@ class VectorizedClients:
         return self.client.attack.batches(batches, plan)
 
     @staticmethod
-    def _groups(batches: list[list[Batch]], steps: list[int], step: int) -> list[list[int]]:
-        """The clients still training at ``step``, grouped by the size of their batch there."""
+    def _groups(sizes: list[list[int]], step: int) -> list[list[int]]:
+        """The clients still training at ``step``, grouped by the size of their batch there (``sizes``: each
+        client's batch sizes)."""
         groups: dict[int, list[int]] = {}
-        for k, n in enumerate(steps):
-            if step < n:
-                groups.setdefault(extract_batch_size(batches[k][step]), []).append(k)
+        for k, client_sizes in enumerate(sizes):
+            if step < len(client_sizes):
+                groups.setdefault(client_sizes[step], []).append(k)
         return list(groups.values())
 
     def _loss_of(

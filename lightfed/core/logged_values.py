@@ -7,6 +7,7 @@ from typing import Any, cast
 import torch
 from lightning import LightningModule
 from lightning.fabric import Fabric
+from lightning.pytorch.utilities.data import extract_batch_size
 from torch import Tensor
 from torchmetrics import Metric
 
@@ -21,7 +22,7 @@ class LoggedValues:
     """
 
     def __init__(self) -> None:
-        self.batch_size = 1
+        self.batch: Any = None  # the batch being processed: a value logged without batch_size counts its size
         self._sums: dict[str, Tensor] = {}
         self._counts: dict[str, float] = {}
         self._metrics: dict[str, Metric] = {}
@@ -31,7 +32,7 @@ class LoggedValues:
         if isinstance(value, Metric):
             self._metrics[name] = value
             return
-        n = batch_size or self.batch_size
+        n = batch_size or (1 if self.batch is None else extract_batch_size(self.batch))
         value = value.detach().float() if isinstance(value, Tensor) else torch.tensor(float(value))
         previous = self._sums.get(name)
         if previous is None:

@@ -6,7 +6,6 @@ from typing import Any, cast
 import torch
 from lightning import LightningModule
 from lightning.fabric import Fabric
-from lightning.pytorch.utilities.data import extract_batch_size
 from torch import Tensor
 from torch.optim import Optimizer
 
@@ -153,7 +152,7 @@ class ClientTrainer:
                 if steps % per_epoch == 0:
                     view._epoch = steps // per_epoch
                     module.on_train_epoch_start()
-                self.logged.batch_size = extract_batch_size(batch)
+                self.logged.batch = batch
                 module.on_train_batch_start(batch, steps)
                 self._batch, self._batch_idx = batch, steps
                 loss = self._gradient()

@@ -11,7 +11,6 @@ import numpy as np
 import torch
 from lightning import LightningModule
 from lightning.fabric import Fabric
-from lightning.pytorch.utilities.data import extract_batch_size
 from torch import Tensor
 
 from lightfed.core.logged_values import LoggedValues
@@ -43,7 +42,7 @@ def evaluation_pass(
         getattr(module, f"on_{stage}_start")()
         getattr(module, f"on_{stage}_epoch_start")()
         for batch_idx, batch in enumerate(batches):
-            logged.batch_size = extract_batch_size(batch)
+            logged.batch = batch
             getattr(module, f"on_{stage}_batch_start")(batch, batch_idx)
             with fabric.autocast():
                 output = step_fn(batch, batch_idx)

@@ -11,8 +11,8 @@ def test_batch_weighted_means_and_metric_compute():
     logged = LoggedValues()
     accuracy = MulticlassAccuracy(3, average="micro")
     logged.log("loss", torch.tensor(1.0), batch_size=1)
-    logged.batch_size = 3
-    logged.log("loss", torch.tensor(3.0))  # batch size taken from the loop
+    logged.batch = (torch.zeros(3, 2), torch.zeros(3))
+    logged.log("loss", torch.tensor(3.0))  # batch size taken from the loop's batch
     accuracy.update(torch.tensor([0, 1, 2, 2]), torch.tensor([0, 1, 1, 1]))
     logged.log("acc", accuracy)
     result = logged.compute()

@@ -10,7 +10,7 @@ each (``--clients`` clients), a
 - batched floor: every client of the round at once on stacked weights ``[clients, ...]`` (``torch.baddbmm``),
   ragged clients by masking each row's loss, autograd through the stacked weights, one SGD step per local step.
 - lightfed: ``FederatedTrainer.fit`` rounds (client training, reduction, FedAvg), evaluation off, timed from one
-  round's start to the next one's (``clients_in_parallel`` auto, and vectorized).
+  round's start to the next one's (``clients_in_parallel`` auto, 1: one client at a time, and vectorized).
 
 Every runner trains the same rounds' clients on the same batches; ratios are over the plain loop and the floor.
 
@@ -164,6 +164,7 @@ def main(argv: list[str] | None = None) -> None:
         "batched floor (stacked weights, baddbmm)": batched[1:].median,
         "plain PyTorch, one client at a time": plain[1:].median,
         "lightfed, clients_in_parallel vectorized": harness.median(lightfed_round_seconds(args, data, "vectorized")),
+        "lightfed, one client at a time": harness.median(lightfed_round_seconds(args, data, 1)),
         "lightfed, defaults": harness.median(lightfed_round_seconds(args, data, "auto")),
     }
     over_plain = harness.ratios(seconds, "plain PyTorch, one client at a time")

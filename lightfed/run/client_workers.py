@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from lightning import LightningModule
 from lightning.fabric import Fabric
+from torch import nn
 
 from lightfed.adapters import copy_without_trainer
 from lightfed.core.logged_values import LoggedValues
@@ -22,6 +23,8 @@ from lightfed.run.cores import available_cores
 
 Work = Callable[[int, ClientTrainer, int], None]  # (worker, its client, job index)
 SERIAL_BETWEEN_BELOW = 2**20  # weights of a model whose rounds' work between the workers' runs takes one thread
+HEAVY_LAYERS = (nn.modules.conv._ConvNd, nn.RNNBase, nn.MultiheadAttention)  # much compute per weight
+THREADS_FROM = 2**20  # weights from which "auto" trains several clients at once on a CPU without HEAVY_LAYERS
 
 
 class ClientWorkers:
@@ -56,7 +59,9 @@ class ClientWorkers:
         **client: Any,
     ) -> "ClientWorkers":
         """The workers of this process: ``clients_in_parallel`` ("auto": on a CPU one per core of the process, cores /
-        processes per node, and one without ``client["privacy"]`` or with ``data.num_workers`` > 0), at most this
+        processes per node; one with ``client["privacy"]``, with ``data.num_workers`` > 0, or for a model whose steps
+        are too short for threads that share Python's lock: no ``HEAVY_LAYERS`` and under ``THREADS_FROM`` weights,
+        docs/guides/performance.md), at most this
         process's share of a round; worker 0 trains ``model`` itself, the others a copy each. ``client``: the
         ``ClientTrainer``'s other settings."""
         cores = max(1, available_cores() // getattr(fabric.strategy, "num_processes", 1))  # processes per node
@@ -66,14 +71,17 @@ class ClientWorkers:
                 "trainer.clients_in_parallel > 1 cannot be used with data.num_workers > 0 (DataLoader processes "
                 "forked from concurrent training threads can deadlock): set one of them to 1 / 0"
             )
+        threads = None
         if workers == "auto":
             private = client.get("privacy", NO_PRIVACY).private
             parallel = fabric.device.type == "cpu" and not private and data.num_workers == 0
             workers = cores if parallel else 1
+            if parallel and not _long_steps(model):  # one thread, as each of several workers: the same on N processes
+                workers = threads = 1
         workers = min(int(workers), math.ceil(clients_per_round / fabric.world_size))
         modules = [model, *(copy_without_trainer(model) for _ in range(workers - 1))]
         clients = [ClientTrainer(fabric, module, data, **client) for module in modules]
-        return cls(clients, max(1, cores // workers), strict=clients_in_parallel != "auto")
+        return cls(clients, threads or max(1, cores // workers), strict=clients_in_parallel != "auto")
 
     @property
     def lanes(self) -> int:
@@ -97,9 +105,10 @@ class ClientWorkers:
         if not self._probed and jobs:
             self._probe(work)
             start = 1
-        if self.lanes == 1:
-            for k in range(start, jobs):
-                work(0, self.clients[0], k)
+        if self.lanes == 1:  # "auto" keeps its threads per client: the same weights on any number of processes
+            with _torch_threads(self.threads) if not self.strict else nullcontext():
+                for k in range(start, jobs):
+                    work(0, self.clients[0], k)
             return
         failed = threading.Event()
         if self._pool is None:
@@ -172,6 +181,13 @@ class ClientWorkers:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown()
+
+
+def _long_steps(model: LightningModule) -> bool:
+    """Whether ``model``'s steps are long enough for worker threads to pay (a convolution, a recurrence or attention,
+    or ``THREADS_FROM`` weights or more)."""
+    heavy = any(isinstance(layer, HEAVY_LAYERS) for layer in model.modules())
+    return heavy or sum(p.numel() for p in model.parameters() if p.requires_grad) >= THREADS_FROM
 
 
 def _drew_global_random(seed: int) -> bool:

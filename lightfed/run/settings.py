@@ -215,10 +215,12 @@ def trainer_settings(
         clients_in_parallel: Clients each process trains at once, one thread and one copy of the model each (one
             torch thread each on a CPU, one CUDA stream each on a GPU); 1: one client at a time. "auto": on a CPU
             one per core of the process (cores / processes per node), else 1. Not with privacy, with
-            data.num_workers > 0, nor with a model that draws from torch's global random generator while training
-            (dropout): "auto" then trains one client at a time. "vectorized": all of them as one batched computation on
-            stacked weights (``lightfed.run.vectorized_clients``; an elementwise optimizer, no local rule or one that
-            runs on a row of stacked clients (FedProx's, SCAFFOLD's, FedPer's, FedRep's), no randomness or training
+            data.num_workers > 0, with a model that draws from torch's global random generator while training
+            (dropout), nor with a model whose steps are too short for threads (no convolution, recurrence or
+            attention, and under 2**20 weights; docs/guides/performance.md): "auto" then trains one client at a time.
+            "vectorized": all of them as one batched computation on stacked weights
+            (``lightfed.run.vectorized_clients``; an elementwise optimizer, no local rule or one that runs on a row of
+            stacked clients (FedProx's, SCAFFOLD's, FedPer's, FedRep's), DP-SGD included, no randomness or training
             hooks in the model: refused otherwise, in one line).
         client_states: Where a strategy keeps what it remembers per client (SCAFFOLD's control variates, the
             personal weights of a personalization transform, MasFL's and CA2FL's last updates, ...): "memory" (each

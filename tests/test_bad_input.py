@@ -127,7 +127,7 @@ REFUSED = [
     (
         "parallel_dp",
         ["-c", DP, "--trainer.clients_in_parallel", "2"],
-        ["trainer.clients_in_parallel must be 1 or 'auto' with trainer.privacy"],
+        ["trainer.clients_in_parallel must be 1, 'auto' or 'vectorized' with trainer.privacy"],
     ),
     (
         "root_dir_under_a_file",

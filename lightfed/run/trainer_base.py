@@ -88,9 +88,10 @@ class TrainerBase:
         at_least(rounds=(rounds, 1), clients_per_round=(clients_per_round, 1))
         privacy, attack = privacy or NO_PRIVACY, attack or NO_ATTACK  # None in a config: none
         privacy.check_precision(processes.precision)  # before Fabric, whose own warning would come first
-        if privacy.private and processes.clients_in_parallel not in ("auto", 1):
+        if privacy.private and processes.clients_in_parallel not in ("auto", 1, "vectorized"):
             raise ConfigError(
-                "trainer.clients_in_parallel must be 1 or 'auto' with trainer.privacy: its clients train one at a time"
+                "trainer.clients_in_parallel must be 1, 'auto' or 'vectorized' with trainer.privacy: its clients do "
+                "not train on concurrent threads"
             )
         self.rounds, self.clients_per_round, self.seed = rounds, clients_per_round, seed
         self.processes, self.local, self.evaluation, self.client_states = processes, local, evaluation, client_states

@@ -156,7 +156,10 @@ def test_a_client_failing_in_a_worker_thread_stops_the_run_with_its_error(tmp_pa
     [
         (dict(clients_in_parallel=0), "'auto', 'vectorized' or an integer >= 1, got 0"),
         (dict(clients_in_parallel="two"), "'auto', 'vectorized' or an integer >= 1, got 'two'"),
-        (dict(clients_in_parallel=2, privacy=DPSGD(noise_multiplier=1.0)), "must be 1 or 'auto' with trainer.privacy"),
+        (
+            dict(clients_in_parallel=2, privacy=DPSGD(noise_multiplier=1.0)),
+            "must be 1, 'auto' or 'vectorized' with trainer.privacy",
+        ),
     ],
 )
 def test_bad_settings_are_refused(tmp_path, settings, message):

@@ -199,6 +199,21 @@ def test_dp_sgd_gives_each_client_its_one_at_a_time_weights_and_exactly_its_epsi
     assert vectorized.logged().compute() == pytest.approx(sequential.logged.compute(), rel=1e-5)
 
 
+def test_a_private_run_vectorized_logs_the_one_at_a_time_epsilon(tmp_path):
+    """Two rounds of DP-SGD: the same epsilons, and the global model's change within rounding."""
+    model, final = small_model(), {}
+    start = torch.cat([p.detach().flatten() for p in model.parameters()])
+    for parallel in (1, "vectorized"):
+        trainer = small_trainer(
+            tmp_path / str(parallel), rounds=2, clients_in_parallel=parallel, privacy=DPSGD(noise_multiplier=1.0)
+        )
+        metrics = trainer.fit(copy.deepcopy(model), small_data(), FedAvg())
+        final[parallel] = trainer.params - start, metrics["privacy/epsilon_max"], metrics["privacy/epsilon_mean"]
+    (sequential, *epsilons), (vectorized, *vectorized_epsilons) = final[1], final["vectorized"]
+    assert vectorized_epsilons == epsilons and epsilons[0] > 0
+    assert float((vectorized - sequential).abs().max()) <= 1e-5 * float(sequential.abs().max())
+
+
 def test_what_it_cannot_run_exactly_is_refused_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match="vectorized: trainer.privacy.secure_mode draws from Opacus' secure"):
         _clients(small_model(), privacy=DPSGD(noise_multiplier=1.0, secure_mode=True))

@@ -23,7 +23,10 @@ from lightfed.run.cores import available_cores
 
 Work = Callable[[int, ClientTrainer, int], None]  # (worker, its client, job index)
 SERIAL_BETWEEN_BELOW = 2**20  # weights of a model whose rounds' work between the workers' runs takes one thread
-HEAVY_LAYERS = (nn.modules.conv._ConvNd, nn.RNNBase, nn.MultiheadAttention)  # much compute per weight
+HEAVY_LAYERS = (  # much compute per weight
+    *(nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d),
+    *(nn.RNNBase, nn.MultiheadAttention),
+)
 THREADS_FROM = 2**20  # weights from which "auto" trains several clients at once on a CPU without HEAVY_LAYERS
 
 
@@ -33,16 +36,19 @@ class ClientWorkers:
 
     Which worker trains which job and the order in which each worker adds its updates depend only on the job's index,
     never on timing. Worker threads run torch ops on ``threads`` intra-op threads each (1 by default: the workers are
-    the parallelism), and on their own CUDA stream on a GPU. One worker trains in the calling thread, as before. The
-    calling thread's own work between the workers' runs takes one thread with a small model (``between_runs``).
+    the parallelism), and on their own CUDA stream on a GPU. One worker trains in the calling thread, as before (on
+    one intra-op thread with ``one_thread``). The calling thread's own work between the workers' runs takes one thread
+    with a small model (``between_runs``).
 
     Torch's global random generator is one per process, so concurrent clients cannot each draw from it
     reproducibly. The first job of a run is trained alone, and if it drew from it (dropout, ...) the workers are
     refused (``strict``) or the run stays on one worker.
     """
 
-    def __init__(self, clients: list[ClientTrainer], threads: int = 1, strict: bool = True) -> None:
-        self.clients, self.threads, self.strict = clients, threads, strict
+    def __init__(
+        self, clients: list[ClientTrainer], threads: int = 1, strict: bool = True, one_thread: bool = False
+    ) -> None:
+        self.clients, self.threads, self.strict, self.one_thread = clients, threads, strict, one_thread
         self._probed = len(clients) == 1
         self._pool: ThreadPoolExecutor | None = None
         cuda = clients[0].fabric.device.type == "cuda"
@@ -71,17 +77,17 @@ class ClientWorkers:
                 "trainer.clients_in_parallel > 1 cannot be used with data.num_workers > 0 (DataLoader processes "
                 "forked from concurrent training threads can deadlock): set one of them to 1 / 0"
             )
-        threads = None
+        short_steps = False
         if workers == "auto":
             private = client.get("privacy", NO_PRIVACY).private
             parallel = fabric.device.type == "cpu" and not private and data.num_workers == 0
-            workers = cores if parallel else 1
-            if parallel and not _long_steps(model):  # one thread, as each of several workers: the same on N processes
-                workers = threads = 1
+            short_steps = parallel and not _long_steps(model)  # one worker on one thread, the same on N processes
+            workers = cores if parallel and not short_steps else 1
         workers = min(int(workers), math.ceil(clients_per_round / fabric.world_size))
         modules = [model, *(copy_without_trainer(model) for _ in range(workers - 1))]
         clients = [ClientTrainer(fabric, module, data, **client) for module in modules]
-        return cls(clients, threads or max(1, cores // workers), strict=clients_in_parallel != "auto")
+        threads = 1 if short_steps else max(1, cores // workers)
+        return cls(clients, threads, strict=clients_in_parallel != "auto", one_thread=short_steps)
 
     @property
     def lanes(self) -> int:
@@ -105,8 +111,8 @@ class ClientWorkers:
         if not self._probed and jobs:
             self._probe(work)
             start = 1
-        if self.lanes == 1:  # "auto" keeps its threads per client: the same weights on any number of processes
-            with _torch_threads(self.threads) if not self.strict else nullcontext():
+        if self.lanes == 1:
+            with _torch_threads(1) if self.one_thread else nullcontext():
                 for k in range(start, jobs):
                     work(0, self.clients[0], k)
             return

@@ -1,6 +1,6 @@
 """Hugging Face transformers as clients: a causal LM and a sequence classifier, built from a config or a local folder
-(never downloaded), with LoRA; trained from YAML on one and two processes to the same weights, and resumed bit for
-bit."""
+(never downloaded), with LoRA; trained from YAML to the same weights, bit for bit, on one and two processes and on a
+resume."""
 
 from pathlib import Path
 
@@ -87,7 +87,7 @@ def test_yaml_transformer_runs_agree_on_one_and_two_processes_and_resume_bit_for
     rounds = ("--trainer.rounds", "2")
     one = final_params(CONFIGS / config, tmp_path / "one", 1, *rounds)
     two = final_params(CONFIGS / config, tmp_path / "two", 2, *rounds)
-    assert (one - two).abs().max() <= 1e-5 * one.abs().max()
+    assert torch.equal(one, two)  # each client on one thread, float64 sums in a fixed order
     first = final_params(CONFIGS / config, tmp_path / "resumed", 1, "--trainer.rounds", "1")
     resumed = final_params(CONFIGS / config, tmp_path / "resumed", 1, *rounds, "--ckpt_path", "last")
     assert not torch.equal(first, resumed) and torch.equal(resumed, one)

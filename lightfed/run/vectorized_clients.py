@@ -213,9 +213,8 @@ class VectorizedClients:
                 total.backward()  # type: ignore[union-attr]  # each client's loss reaches only its own row
             else:
                 active = [k for k, n in enumerate(steps) if step < n]
-                self._private_step(
-                    private, weights[0], buffers, active, [batches[k][step] for k in active], step, loss_sums
-                )
+                batch = [(batches[k][step], sizes[k][step]) for k in active]
+                self._private_step(private, weights[0], buffers, active, batch, step, loss_sums)
             grads: list[Tensor] = [weight.grad for weight in weights]  # type: ignore[misc]
             for k, rule in rules.items():
                 if step < steps[k]:
@@ -327,15 +326,15 @@ class VectorizedClients:
         weights: Tensor,
         buffers: Tensor,
         active: list[int],
-        batch: list[Batch],
+        batch: list[tuple[Batch, int]],
         step: int,
         losses: Tensor,
     ) -> None:
-        """Sets ``weights.grad`` to the ``active`` clients' private gradients of their Poisson batches ``batch`` at
-        ``step``: every example's gradient at once (a row of the weights per example, back-propagated once), then
+        """Sets ``weights.grad`` to the ``active`` clients' private gradients of their Poisson batches ``batch`` (each
+        with its size) at ``step``: every example's gradient at once (a row of the weights per example, back-propagated once), then
         ``PrivateClients.gradients``; adds each client's mean loss over its batch to its entry of ``losses`` (0 for
         an empty batch) and logs what the module logs per example, weighted by the examples."""
-        sizes = [extract_batch_size(b) for b in batch]
+        sizes = [size for _, size in batch]
         owner = torch.repeat_interleave(torch.tensor(active), torch.tensor(sizes)).to(weights.device)
         per_example = weights.new_zeros(0, weights.shape[1])
         if owner.numel():
@@ -346,7 +345,7 @@ class VectorizedClients:
                 (name, statistics_rows[:, s : s + math.prod(shape)].reshape(-1, *shape).clone())
                 for name, s, shape in self.buffer_layout
             )
-            examples = _concatenated([b for b, n in zip(batch, sizes, strict=True) if n])
+            examples = _concatenated([b for b, size in batch if size])
             loss, logged, _ = self._per_example(params, examples, step)
             (per_example,) = torch.autograd.grad(loss.sum(), rows)
             counts = torch.zeros_like(losses).index_add_(0, owner, torch.ones_like(loss))

@@ -22,17 +22,32 @@ class LoggedValues:
     """
 
     def __init__(self) -> None:
-        self.batch: Any = None  # the batch being processed: a value logged without batch_size counts its size
+        self._batch: Any = None
+        self._batch_size: int | None = None  # the batch's size, counted when first needed
         self._sums: dict[str, Tensor] = {}
         self._counts: dict[str, float] = {}
         self._metrics: dict[str, Metric] = {}
+
+    @property
+    def batch(self) -> Any:
+        """The batch being processed: a value logged without ``batch_size`` counts as its size (1 without one)."""
+        return self._batch
+
+    @batch.setter
+    def batch(self, batch: Any) -> None:
+        self._batch, self._batch_size = batch, None
+
+    def _size(self) -> int:
+        if self._batch_size is None:
+            self._batch_size = 1 if self._batch is None else extract_batch_size(self._batch)
+        return self._batch_size
 
     def log(self, name: str, value: Any, *args: Any, batch_size: int | None = None, **kwargs: Any) -> None:
         """Same call as ``LightningModule.log``; options other than ``batch_size`` are ignored."""
         if isinstance(value, Metric):
             self._metrics[name] = value
             return
-        n = batch_size or (1 if self.batch is None else extract_batch_size(self.batch))
+        n = batch_size or self._size()
         value = value.detach().float() if isinstance(value, Tensor) else torch.tensor(float(value))
         previous = self._sums.get(name)
         if previous is None:

@@ -57,10 +57,10 @@ def metrics_lines(path: Path, metric: str) -> list[dict]:
 
 
 def read_log(runs_dir: Path, name: str, metric: str) -> dict | None:
-    """History of ``metric``, summed ``round/time_s`` and ``communication/sent_bytes``, the names of the logged metrics and the final record (the run's
-    test metrics, ``{"final": true, ...}``), from the metrics file of the newest version of a run; None if it has
-    none. A round logged again (a resumed run) counts with its last line, and the newest final record counts; lines
-    that cannot be used are skipped (``metrics_lines``)."""
+    """History of ``metric``, summed ``round/time_s`` and ``communication/sent_bytes``, the names of the logged metrics
+    and the final record (the run's test metrics, ``{"final": true, ...}``), from the metrics file of the newest
+    version of a run; None if it has none. A round logged again (a resumed run) counts with its last line, and the
+    newest final record counts; lines that cannot be used are skipped (``metrics_lines``)."""
     versions = [p for p in (runs_dir / name).glob("version_*") if p.name[8:].isdigit() and (p / METRICS_FILE).is_file()]
     if not versions:
         return None

@@ -194,12 +194,8 @@ class TrainerBase:
         self.fabric.call("setup", trainer=self, data=data)
         run_checks.check_clients(self.clients_per_round, data)
         run_checks.check_step(model, "validation_step")
-        frozen = run_checks.frozen_weights(self.fabric, model, self.local.trained_parameters)
+        self.fingerprint = self._run_fingerprint(run_config, model, data, strategy)
         run_checks.check_parameters(model)
-        self.fingerprint = {
-            **run_fingerprint(run_config, self.seed, model, data, strategy, self._fingerprinted()),
-            **frozen,
-        }
         resume_from = checkpoint_to_resume(self.fabric, ckpt_path, self.output.experiment, self.version)
         return None if resume_from is None else (resume_from, RunState.load(resume_from, self.fabric.print))
 
@@ -218,8 +214,7 @@ class TrainerBase:
         self._launch(data)
         path = checkpoint_to_resume(self.fabric, ckpt_path, self.output.experiment, self.version)
         self.output.log_dir = None if path is None else run_folder_of(path) or path
-        frozen = run_checks.frozen_weights(self.fabric, model, self.local.trained_parameters)
-        current = {**run_fingerprint(run_config, self.seed, model, data, None, self._fingerprinted()), **frozen}
+        current = self._run_fingerprint(run_config, model, data, None)
         self.round, self.params, self.buffers, metrics = evaluate_checkpoint(
             self.fabric, model, data, path, current, step
         )
@@ -302,6 +297,14 @@ class TrainerBase:
         for key in ("communication/sent_bytes", "communication/received_bytes"):
             metrics[f"{key}_total"] = self.last_metrics.get(f"{key}_total", 0.0) + metrics[key]
         return metrics
+
+    def _run_fingerprint(
+        self, run_config: str | None, model: LightningModule, data: FederatedDataModule, strategy: Strategy | None
+    ) -> dict[str, str]:
+        """The run's fingerprint with the frozen weights' checksum, once ``trainer.trained_parameters`` has frozen
+        what it leaves out (``run_checks.frozen_weights``, a collective call)."""
+        frozen = run_checks.frozen_weights(self.fabric, model, self.local.trained_parameters)
+        return {**run_fingerprint(run_config, self.seed, model, data, strategy, self._fingerprinted()), **frozen}
 
     def _fingerprinted(self) -> dict[str, Any]:
         """The settings of this trainer a run's fingerprint holds when it has no config (a run from Python)."""

@@ -3,9 +3,10 @@
 Each client's weights are one row of a stacked tensor per optimizer group; the module's ``training_step`` runs for
 all of them at once under ``torch.vmap`` (``torch.func.functional_call`` over the rows), the sum of the clients'
 losses is back-propagated once, which gives every client exactly its own gradient (its row), and the model's
-optimizer, built once over the stacked tensors, steps every row as one optimizer per client would (it is elementwise). Ragged clients stay exact: at each step the clients whose batches
-have the same size are one vmapped call (a client's last, partial batch is its own group), and a client's weights are
-taken when it has taken its last step.
+optimizer, built once over the stacked tensors, steps every row as one optimizer per client would (it is
+elementwise). Ragged clients stay exact: at each step the clients whose batches have the same size are one vmapped
+call (a client's last, partial batch is its own group), and a client's weights are taken when it has taken its last
+step. Under DP-SGD every example of every client gets a row (``_private_step``, ``vectorized_privacy``).
 """
 
 import itertools
@@ -18,6 +19,7 @@ from typing import Any
 
 import torch
 from lightning import LightningModule
+from lightning.fabric.utilities.apply_func import apply_to_collection
 from lightning.pytorch.utilities.data import extract_batch_size
 from torch import Tensor, nn
 
@@ -303,7 +305,7 @@ class VectorizedClients:
             (name, statistics_rows[:, start : start + math.prod(shape)].reshape(-1, *shape).clone())
             for name, start, shape in self.buffer_layout
         )
-        loss, logged, updated = self._vmapped(params, _stacked(batch), step)
+        loss, logged, updated = self._vmapped(params, _joined(batch, torch.stack), step)
         if updated:
             updated_rows = torch.cat(updated, dim=1)
             if index is None:
@@ -331,8 +333,8 @@ class VectorizedClients:
         losses: Tensor,
     ) -> None:
         """Sets ``weights.grad`` to the ``active`` clients' private gradients of their Poisson batches ``batch`` (each
-        with its size) at ``step``: every example's gradient at once (a row of the weights per example, back-propagated once), then
-        ``PrivateClients.gradients``; adds each client's mean loss over its batch to its entry of ``losses`` (0 for
+        with its size) at ``step``: every example's gradient at once (a row of the weights per example,
+        back-propagated once), then ``PrivateClients.gradients``; adds each client's mean loss over its batch to its entry of ``losses`` (0 for
         an empty batch) and logs what the module logs per example, weighted by the examples."""
         sizes = [size for _, size in batch]
         owner = torch.repeat_interleave(torch.tensor(active), torch.tensor(sizes)).to(weights.device)
@@ -345,7 +347,7 @@ class VectorizedClients:
                 (name, statistics_rows[:, s : s + math.prod(shape)].reshape(-1, *shape).clone())
                 for name, s, shape in self.buffer_layout
             )
-            examples = _concatenated([b for b, size in batch if size])
+            examples = _joined([b for b, size in batch if size], torch.cat)
             loss, logged, _ = self._per_example(params, examples, step)
             (per_example,) = torch.autograd.grad(loss.sum(), rows)
             counts = torch.zeros_like(losses).index_add_(0, owner, torch.ones_like(loss))
@@ -359,7 +361,7 @@ class VectorizedClients:
         self, params: dict[str, Tensor], example: Any, step: int
     ) -> tuple[Tensor, dict[str, Tensor], list[Tensor]]:
         """``_loss`` of one example, as a batch of one (vmapped over the examples of every client)."""
-        return self._loss(params, _unsqueezed(example), step)
+        return self._loss(params, apply_to_collection(example, Tensor, lambda t: t.unsqueeze(0)), step)
 
     def _loss(
         self, params: dict[str, Tensor], batch: Batch, step: int
@@ -407,30 +409,12 @@ def _summed(lr: float, steps: int) -> float:
     return total
 
 
-def _concatenated(batches: list[Any]) -> Any:
-    """Batches of the same structure joined along their first dimension (their examples one after another)."""
+def _joined(batches: list[Any], join: Callable[[list[Tensor]], Tensor]) -> Any:
+    """Batches of the same structure joined leaf by leaf with ``join``: ``torch.stack`` (a row per batch, one per
+    client) or ``torch.cat`` (their examples one after another)."""
     first = batches[0]
     if isinstance(first, Tensor):
-        return torch.cat(batches)
+        return join(batches)
     if isinstance(first, dict):
-        return {key: _concatenated([b[key] for b in batches]) for key in first}
-    return type(first)(_concatenated([b[i] for b in batches]) for i in range(len(first)))
-
-
-def _unsqueezed(example: Any) -> Any:
-    """One example as a batch of one."""
-    if isinstance(example, Tensor):
-        return example.unsqueeze(0)
-    if isinstance(example, dict):
-        return {key: _unsqueezed(value) for key, value in example.items()}
-    return type(example)(_unsqueezed(value) for value in example)
-
-
-def _stacked(batches: list[Any]) -> Any:
-    """Batches of the same structure stacked along a new first dimension (one row per client)."""
-    first = batches[0]
-    if isinstance(first, Tensor):
-        return torch.stack(batches)
-    if isinstance(first, dict):
-        return {key: _stacked([b[key] for b in batches]) for key in first}
-    return type(first)(_stacked([b[i] for b in batches]) for i in range(len(first)))
+        return {key: _joined([b[key] for b in batches], join) for key in first}
+    return type(first)(_joined([b[i] for b in batches], join) for i in range(len(first)))

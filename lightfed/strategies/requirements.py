@@ -58,13 +58,13 @@ def check_requirements(
     if needs.plain_sgd and not (isinstance(optimizer, torch.optim.SGD) and not any(g["momentum"] for g in groups)):
         settings = f" with momentum {groups[0]['momentum']}" if isinstance(optimizer, torch.optim.SGD) else ""
         raise ConfigError(
-            f"{_declaring(parts, 'plain_sgd')[0]} assumes plain SGD local steps (x <- x - lr g): the model's optimizer must be "
-            f"torch.optim.SGD with momentum 0, got {type(optimizer).__name__}{settings}"
+            f"{_declaring(parts, 'plain_sgd')[0]} assumes plain SGD local steps (x <- x - lr g): the model's optimizer "
+            f"must be torch.optim.SGD with momentum 0, got {type(optimizer).__name__}{settings}"
         )
     if needs.no_weight_decay and any(g.get("weight_decay") for g in groups):
         raise ConfigError(
-            f"{_declaring(parts, 'no_weight_decay')[0]} sets the whole local step direction: the model's optimizer needs weight_decay 0, got "
-            f"{groups[0]['weight_decay']}"
+            f"{_declaring(parts, 'no_weight_decay')[0]} sets the whole local step direction: the model's optimizer "
+            f"needs weight_decay 0, got {groups[0]['weight_decay']}"
         )
 
 

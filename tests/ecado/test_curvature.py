@@ -105,8 +105,9 @@ class DenseQuadratic(nn.Module):
 
 def test_loss_differences_give_each_probes_z_h_z_over_the_trainable_parameters():
     """On a quadratic the second difference is exact: the mean of z' A z / d over the probes of every batch, d = 5
-    trainable parameters (the 2 frozen ones are not federated), for the Rademacher z drawn as Hutchinson's (so it equals the mean of Hutchinson's
-    diagonal from the same probes); each batch's centre loss at the parameters themselves."""
+    trainable parameters (the 2 frozen ones are not federated), for the Rademacher z drawn as Hutchinson's (so it
+    equals the mean of Hutchinson's diagonal from the same probes); each batch's centre loss at the parameters
+    themselves."""
     Q = torch.randn(5, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     module = DenseQuadratic(Q @ Q.T).train()
     before = [p.detach().clone() for p in module.parameters()]

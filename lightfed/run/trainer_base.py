@@ -194,8 +194,8 @@ class TrainerBase:
         self.fabric.call("setup", trainer=self, data=data)
         run_checks.check_clients(self.clients_per_round, data)
         run_checks.check_step(model, "validation_step")
+        run_checks.check_parameters(model)  # before the fingerprint builds the optimizer
         self.fingerprint = self._run_fingerprint(run_config, model, data, strategy)
-        run_checks.check_parameters(model)
         resume_from = checkpoint_to_resume(self.fabric, ckpt_path, self.output.experiment, self.version)
         return None if resume_from is None else (resume_from, RunState.load(resume_from, self.fabric.print))
 

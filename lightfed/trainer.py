@@ -132,8 +132,10 @@ class FederatedTrainer(TrainerBase):
     ) -> RunParts:
         """The workers, the initial global model, the strategy and the round engine; nothing is written yet."""
         model = self.privacy.prepare(model, self.processes.precision)
+        fixed = run_requirements(strategy, self.privacy, transforms).client_state  # client i on process i % world size
+        parallel, per_round = self.processes.clients_in_parallel, self.clients_per_round
         self.workers = workers = client_training(
-            self.fabric, model, data, self.processes.clients_in_parallel, self.clients_per_round, **self.client_settings
+            self.fabric, model, data, parallel, per_round, fixed, **self.client_settings
         )
         optimizer = workers.reference.optimizer.optimizer
         check_requirements(strategy, optimizer, self.privacy, self.local.lr_schedule, self.asynchronous, transforms)
@@ -144,7 +146,6 @@ class FederatedTrainer(TrainerBase):
         strategy.setup(context)
         sums, cohort = strategy.sum_sizes() if isinstance(strategy, SumsStrategy) else {}, source.cohort
         transforms.setup(TransformContext(context, sums, None if self.asynchronous else cohort, model, data))
-        fixed = run_requirements(strategy, self.privacy, transforms).client_state  # client i on process i % world size
         self.engine = engine = RoundEngine(
             self.fabric,
             workers,
@@ -152,7 +153,7 @@ class FederatedTrainer(TrainerBase):
             self.clients_per_round,
             fixed,
             self.processes.check_replicas,
-            partial(self.fabric.call, "on_client_end", self),  # (trainer, update)
+            partial(self.fabric.call, "on_client_end", self) if self.client_listeners else None,  # (trainer, update)
             self.privacy,
             transforms,
         )

@@ -43,6 +43,10 @@ class ClientTraining(Protocol):
         """How many lanes ``train`` delivers in (0 .. lanes - 1)."""
 
     @property
+    def block(self) -> int:
+        """How many consecutive jobs of a round train together: a process's share holds whole blocks."""
+
+    @property
     def reference(self) -> ClientTrainer:
         """The client whose module the run evaluates and whose data it reads."""
 

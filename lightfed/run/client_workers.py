@@ -81,7 +81,7 @@ class ClientWorkers:
         if workers == "auto":
             private = client.get("privacy", NO_PRIVACY).private
             parallel = fabric.device.type == "cpu" and not private and data.num_workers == 0
-            short_steps = parallel and not _long_steps(model)  # one worker on one thread, the same on N processes
+            short_steps = parallel and not long_steps(model)  # one worker on one thread, the same on N processes
             workers = cores if parallel and not short_steps else 1
         workers = min(int(workers), math.ceil(clients_per_round / fabric.world_size))
         modules = [model, *(copy_without_trainer(model) for _ in range(workers - 1))]
@@ -92,6 +92,10 @@ class ClientWorkers:
     @property
     def lanes(self) -> int:
         return len(self.clients)
+
+    @property
+    def block(self) -> int:
+        return 1  # each job trains alone
 
     @property
     def reference(self) -> ClientTrainer:
@@ -112,7 +116,7 @@ class ClientWorkers:
             self._probe(work)
             start = 1
         if self.lanes == 1:
-            with _torch_threads(1) if self.one_thread else nullcontext():
+            with torch_threads(1) if self.one_thread else nullcontext():
                 for k in range(start, jobs):
                     work(0, self.clients[0], k)
             return
@@ -151,7 +155,7 @@ class ClientWorkers:
     def _probe(self, work: Work) -> None:
         """Trains job 0 alone on worker 0 (on a worker's threads) and checks whether it drew from torch's global
         random generator."""
-        with _torch_threads(self.threads):
+        with torch_threads(self.threads):
             work(0, self.clients[0], 0)
         self._probed = True
         if not _drew_global_random(self.clients[0].last_seed):
@@ -169,7 +173,7 @@ class ClientWorkers:
         one intra-op thread when several workers train a model under ``SERIAL_BETWEEN_BELOW`` weights (its count is
         restored after): OpenMP's idle threads would spin on the workers' cores (measured: docs/guides/performance.md)."""
         small = self.clients[0].flat.params.numel() < SERIAL_BETWEEN_BELOW
-        with _torch_threads(1) if self.lanes > 1 and small else nullcontext():
+        with torch_threads(1) if self.lanes > 1 and small else nullcontext():
             yield
 
     def call(self, hook: str) -> None:
@@ -189,7 +193,7 @@ class ClientWorkers:
             self._pool.shutdown()
 
 
-def _long_steps(model: LightningModule) -> bool:
+def long_steps(model: LightningModule) -> bool:
     """Whether ``model``'s steps are long enough for worker threads to pay (a convolution, a recurrence or attention,
     or ``THREADS_FROM`` weights or more)."""
     heavy = any(isinstance(layer, HEAVY_LAYERS) for layer in model.modules())
@@ -206,7 +210,7 @@ def _drew_global_random(seed: int) -> bool:
 
 
 @contextmanager
-def _torch_threads(threads: int) -> Iterator[None]:
+def torch_threads(threads: int) -> Iterator[None]:
     """The calling thread's torch ops on ``threads`` intra-op threads, its own count restored after."""
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)

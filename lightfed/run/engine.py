@@ -104,11 +104,14 @@ class RoundEngine:
         self._lock = threading.Lock()
 
     def share(self, jobs: list[Job], rank: int | None = None) -> list[Job]:
-        """The jobs process ``rank`` (default: this one) trains: a balanced slice, or client i on process i % world."""
+        """The jobs process ``rank`` (default: this one) trains: every world-th block of ``training.block``
+        consecutive jobs (which train together, the same on any number of processes), or client i on process
+        i % world."""
         rank, world = self.fabric.global_rank if rank is None else rank, self.fabric.world_size
         if self.fixed_process:
             return [job for job in jobs if job.plan.client_id % world == rank]
-        return jobs[rank::world]
+        block = self.training.block
+        return [job for start in range(0, len(jobs), block)[rank::world] for job in jobs[start : start + block]]
 
     def run(
         self,

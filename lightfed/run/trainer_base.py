@@ -103,6 +103,8 @@ class TrainerBase:
         clock = [] if asynchrony is None else [VirtualTimeLogging()]
         everything = [*attacking, *clock, *(callbacks or []), *([ProgressBar()] if output.progress_bar else [])]
         self.fabric = build_fabric(processes, everything)
+        quiet = Callback.on_client_end  # called once per client: Fabric's call inspects every callback's signature
+        self.client_listeners = [c for c in everything if getattr(type(c), "on_client_end", quiet) is not quiet]
         self.output = RunOutput(self.fabric, Path(output.root_dir) / output.name, output.logger)
         self.preemption = Preemption()
         self.round = 0  # rounds done

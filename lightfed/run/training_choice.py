@@ -7,8 +7,10 @@ from lightning.fabric import Fabric
 
 from lightfed.data.module import FederatedDataModule
 from lightfed.run.client_training import ClientTraining
-from lightfed.run.client_workers import ClientWorkers
-from lightfed.run.vectorized_clients import VectorizedClients
+from lightfed.run.client_workers import ClientWorkers, long_steps
+from lightfed.run.vectorized_clients import VectorizedClients, why_not_vectorized
+
+VECTORIZE_FROM = 8  # clients a round from which "auto" trains a short-step model's clients together
 
 
 def client_training(
@@ -17,12 +19,22 @@ def client_training(
     data: FederatedDataModule,
     clients_in_parallel: int | str,
     clients_per_round: int,
+    fixed_process: bool,
     **client: Any,
 ) -> ClientTraining:
-    """``ClientWorkers`` (``clients_in_parallel`` an integer or "auto"), or ``VectorizedClients`` ("vectorized");
-    ``client``: the ``ClientTrainer``'s other settings."""
+    """``ClientWorkers`` (``clients_in_parallel`` an integer or "auto"), or ``VectorizedClients`` ("vectorized"; and
+    "auto" on a CPU, without DataLoader workers, for ``VECTORIZE_FROM`` clients a round or more of a model whose steps
+    are short, ``long_steps``, and that vectorizes, unless client i must train on process i % world,
+    ``fixed_process``: the blocks trained together would then depend on the number of processes); ``client``: the
+    ``ClientTrainer``'s other settings."""
     vectorized = clients_in_parallel == "vectorized"
     workers = ClientWorkers.build(
         fabric, model, data, 1 if vectorized else clients_in_parallel, clients_per_round, **client
     )
-    return VectorizedClients(workers.reference) if vectorized else workers
+    if vectorized:
+        return VectorizedClients(workers.reference)
+    auto = clients_in_parallel == "auto" and clients_per_round >= VECTORIZE_FROM and not fixed_process
+    if auto and fabric.device.type == "cpu" and data.num_workers == 0 and not long_steps(model):
+        if why_not_vectorized(workers.reference) is None:
+            return VectorizedClients(workers.reference, auto=True)
+    return workers

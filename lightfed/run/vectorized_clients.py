@@ -34,6 +34,7 @@ from lightfed.errors import ConfigError
 from lightfed.privacy.dp_sgd import DPSGD
 from lightfed.run.client import ClientTrainer
 from lightfed.run.client_training import Deliver, TrainingJob
+from lightfed.run.client_workers import torch_threads
 from lightfed.run.vectorized_privacy import PrivateClients
 
 ELEMENTWISE = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad, torch.optim.RMSprop)
@@ -49,7 +50,8 @@ HOOKS = (
     "on_train_end",
 )
 MAX_CHUNK_BYTES = 2**30  # the stacked weights, gradients and optimizer state of one chunk of clients
-STRAGGLER = 4  # a client of this many times the median steps or more trains alone
+AUTO_BLOCK = 64  # clients_in_parallel auto: consecutive jobs of a round trained together (fewer if MAX_CHUNK_BYTES)
+STRAGGLER = 4  # a client of this many times its chunk's median steps or more trains alone
 
 
 def why_not_vectorized(client: ClientTrainer) -> str | None:
@@ -94,16 +96,26 @@ class _TrainingStep(nn.Module):
 
 class VectorizedClients:
     """``ClientTraining`` that trains each chunk of a process's jobs as one batched computation on the reference
-    client's module (one lane). Refused, in one line, for a module, optimizer or plan it cannot run exactly:
-    ``why_not_vectorized``, and a local rule that does not declare ``LocalRule.vectorizes``."""
+    client's module (one lane): as many as ``MAX_CHUNK_BYTES`` allows, or with ``auto`` blocks of ``AUTO_BLOCK``
+    consecutive jobs of the round, which the engine deals to processes whole, so that a client's rounding does not
+    depend on the number of processes. Refused, in one line, for a module,
+    optimizer or plan it cannot run exactly: ``why_not_vectorized``, and a local rule that does not declare
+    ``LocalRule.vectorizes``. With ``auto`` (``clients_in_parallel: auto``) such a job trains alone instead, a model
+    whose first chunk fails to vectorize (a random draw in ``training_step``, ...) trains one client at a time from
+    then on, which one line says, and torch runs on one intra-op thread, the same on any number of processes."""
 
     lanes = 1
 
-    def __init__(self, client: ClientTrainer) -> None:
+    def __init__(self, client: ClientTrainer, auto: bool = False) -> None:
         reason = why_not_vectorized(client)
         if reason is not None:
             raise ConfigError(f"trainer.clients_in_parallel vectorized: {reason}")
-        self.client = client
+        self.client, self.strict = client, not auto
+        memory = max(1, MAX_CHUNK_BYTES // (4 * 5 * client.flat.params.numel()))  # weights, grads, 3 states
+        self.chunk = memory if self.strict else min(AUTO_BLOCK, memory)
+        self.block = 1 if self.strict else self.chunk  # 1: the engine balances the processes' shares
+        self._alone = False  # every client trains alone: the model failed to vectorize (not strict)
+        self._tried = False
         self._step = _TrainingStep(client.module)
         named = federated_parameters(client.module)  # the order of the flat parameters
         groups = client.optimizer.optimizer.param_groups
@@ -148,24 +160,47 @@ class VectorizedClients:
         """Holds nothing between runs."""
 
     def train(self, jobs: Sequence[TrainingJob], deliver: Deliver) -> None:
-        """Trains the jobs together, in chunks of clients with the same optimizer settings, except the stragglers
-        (``STRAGGLER`` x the median number of steps or more), each trained alone: a batched step costs as much for
-        one client left as for all; delivers in job order."""
-        steps = [self._steps(job.plan) for job in jobs]
-        cutoff = STRAGGLER * max(1.0, statistics.median(steps)) if steps else 0.0
-        chunk = max(1, MAX_CHUNK_BYTES // (4 * 5 * self.client.flat.params.numel()))  # weights, grads, 3 states
+        """Trains each chunk of ``chunk`` consecutive jobs together (clients with the same optimizer settings), except
+        its stragglers (``STRAGGLER`` x the chunk's median number of steps or more), each trained alone: a batched
+        step costs as much for one client left as for all; delivers in job order."""
+        with nullcontext() if self.strict else torch_threads(1):
+            trained: dict[int, ClientUpdate] = {}
+            for start in range(0, len(jobs), self.chunk):
+                if not self._alone:
+                    trained.update(self._train_chunk(jobs, list(range(start, min(start + self.chunk, len(jobs))))))
+            for index, job in enumerate(jobs):
+                alone = index not in trained
+                update = self.client.train(job.plan, job.params, job.buffers) if alone else trained.pop(index)
+                deliver(0, index, update)
+
+    def _train_chunk(self, jobs: Sequence[TrainingJob], chunk: list[int]) -> dict[int, ClientUpdate]:
+        """The updates of the jobs at the positions ``chunk`` that train together, by position."""
+        steps = {index: self._steps(jobs[index].plan) for index in chunk}
+        cutoff = STRAGGLER * max(1.0, statistics.median(steps.values()))
         together: dict[str, list[int]] = {}  # clients of one chunk share their optimizer's settings
-        for index, job in enumerate(jobs):
-            if steps[index] < cutoff:
-                together.setdefault(repr(self.client.group_settings(job.plan)), []).append(index)
+        for index in chunk:
+            if steps[index] < cutoff and (self.strict or self._vectorizes(jobs[index].plan.rule)):
+                together.setdefault(repr(self.client.group_settings(jobs[index].plan)), []).append(index)
         trained: dict[int, ClientUpdate] = {}
-        for indices in together.values():
-            for start in range(0, len(indices), chunk):
-                part = indices[start : start + chunk]
+        for part in together.values():
+            try:
                 trained.update(zip(part, self._train_together([jobs[i] for i in part]), strict=True))
-        for index, job in enumerate(jobs):
-            alone = index not in trained
-            deliver(0, index, self.client.train(job.plan, job.params, job.buffers) if alone else trained.pop(index))
+            except Exception as error:
+                if self.strict or self._tried:
+                    raise
+                self._alone = True
+                self.client.fabric.print(
+                    f"trainer.clients_in_parallel auto trains one client at a time: {type(self.client.module).__name__}"
+                    f" does not train vectorized ({type(error).__name__}: {str(error).splitlines()[0]})"
+                )
+                return {}
+            finally:
+                self._tried = True
+        return trained
+
+    def _vectorizes(self, rule: LocalRule | None) -> bool:
+        """Whether a client with the local rule ``rule`` trains on a row of stacked clients."""
+        return rule is None or (rule.vectorizes and not rule.takes_step and len(self.columns) == 1)
 
     def _steps(self, plan: ClientPlan) -> int:
         """The local steps of ``plan``: its steps, or its epochs' batches."""
@@ -193,7 +228,7 @@ class VectorizedClients:
             private = PrivateClients(self.private, plans, client.data, shapes, client.attack, device)
             batches = private.batches
         steps = [len(client_batches) for client_batches in batches]
-        sizes = [[extract_batch_size(batch) for batch in client_batches] for client_batches in batches]
+        sizes = [[_examples(batch) for batch in client_batches] for client_batches in batches]
         reports = {k: rule.report() for k, rule in rules.items() if not steps[k]}  # the others' after their last step
         final, final_buffers = list(starts), [job.buffers for job in jobs]  # a client's, taken after its last step
         finishing: dict[int, list[int]] = {}
@@ -205,32 +240,34 @@ class VectorizedClients:
         view._enter("train", jobs[0].plan.round)
         for weight in weights:
             weight.requires_grad_()
-        for step in range(max(steps, default=0)):
-            optimizer.zero_grad(set_to_none=False)
-            if private is None:
-                total = sum(
-                    self._loss_of(group, weights, buffers, [batches[k][step] for k in group], step, loss_sums)
-                    for group in self._groups(sizes, step)
-                )
-                total.backward()  # type: ignore[union-attr]  # each client's loss reaches only its own row
-            else:
-                active = [k for k, n in enumerate(steps) if step < n]
-                batch = [(batches[k][step], sizes[k][step]) for k in active]
-                self._private_step(private, weights[0], buffers, active, batch, step, loss_sums)
-            grads: list[Tensor] = [weight.grad for weight in weights]  # type: ignore[misc]
-            for k, rule in rules.items():
-                if step < steps[k]:
-                    rule.adjust(grads[0][k], weights[0][k].detach())
-            self._clip(grads)
-            for k, rule in rules.items():
-                if step < steps[k]:
-                    rule.observe(grads[0][k])
-            optimizer.step()
-            for k in finishing.get(step, []):
-                final[k], final_buffers[k] = self._flat(weights, k), buffers[k].clone()
-                if k in rules:
-                    reports[k] = rules[k].report()
-        view._enter("")
+        try:
+            for step in range(max(steps, default=0)):
+                optimizer.zero_grad(set_to_none=False)
+                if private is None:
+                    total = sum(
+                        self._loss_of(group, weights, buffers, [batches[k][step] for k in group], step, loss_sums)
+                        for group in self._groups(sizes, step)
+                    )
+                    total.backward()  # type: ignore[union-attr]  # each client's loss reaches only its own row
+                else:
+                    active = [k for k, n in enumerate(steps) if step < n]
+                    batch = [(batches[k][step], sizes[k][step]) for k in active]
+                    self._private_step(private, weights[0], buffers, active, batch, step, loss_sums)
+                grads: list[Tensor] = [weight.grad for weight in weights]  # type: ignore[misc]
+                for k, rule in rules.items():
+                    if step < steps[k]:
+                        rule.adjust(grads[0][k], weights[0][k].detach())
+                self._clip(grads)
+                for k, rule in rules.items():
+                    if step < steps[k]:
+                        rule.observe(grads[0][k])
+                optimizer.step()
+                for k in finishing.get(step, []):
+                    final[k], final_buffers[k] = self._flat(weights, k), buffers[k].clone()
+                    if k in rules:
+                        reports[k] = rules[k].report()
+        finally:
+            view._enter("")
         if private is not None:
             private.finish()
         lr = settings[0]["lr"]
@@ -251,10 +288,9 @@ class VectorizedClients:
     def _rules(self, jobs: list[TrainingJob], weights: list[Tensor], buffers: Tensor) -> dict[int, LocalRule]:
         """The jobs' local rules, by position, each started on its client's row (its ``context.flat``: the row of
         ``weights`` and of ``buffers``); refuses a rule that does not run on a row of stacked clients."""
-        single = len(weights) == 1
         rules = {k: job.plan.rule for k, job in enumerate(jobs) if job.plan.rule is not None}
         for k, rule in rules.items():
-            if not rule.vectorizes or rule.takes_step or not single:
+            if not self._vectorizes(rule):
                 reason = "with one optimizer group" if rule.vectorizes and not rule.takes_step else "yet"
                 raise ConfigError(
                     f"trainer.clients_in_parallel vectorized does not run the local rule {type(rule).__name__} {reason}"
@@ -316,7 +352,7 @@ class VectorizedClients:
             losses.add_(loss.detach())
         else:
             losses.index_add_(0, index, loss.detach())
-        size = extract_batch_size(batch[0])
+        size = _examples(batch[0])
         for name, values in logged.items():
             n = (self._logged_sizes[name] or size) * len(group)
             self.client.logged.log(name, values.float().mean(), batch_size=n)
@@ -407,6 +443,15 @@ def _summed(lr: float, steps: int) -> float:
     for _ in range(steps):
         total += lr
     return total
+
+
+def _examples(batch: Any) -> int:
+    """The number of examples in ``batch``: its first tensor's length (read cheaply where the batch is tensors in
+    tuples, lists or dicts), as Lightning's ``extract_batch_size`` reads it."""
+    first = batch
+    while isinstance(first, (tuple, list, dict)) and first:
+        first = next(iter(first.values())) if isinstance(first, dict) else first[0]
+    return len(first) if isinstance(first, Tensor) and first.ndim else extract_batch_size(batch)
 
 
 def _joined(batches: list[Any], join: Callable[[list[Tensor]], Tensor]) -> Any:

@@ -1,0 +1,100 @@
+"""``clients_in_parallel: auto`` trains a round of short-step clients vectorized, in blocks the engine deals whole to
+processes: the same weights on one and two processes; what does not vectorize trains one client at a time."""
+
+from functools import partial
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from lightfed.models import MLP
+from lightfed.run.client_workers import ClientWorkers, torch_threads
+from lightfed.run.engine import RoundEngine
+from lightfed.run.vectorized_clients import VectorizedClients
+from lightfed.strategies import FedAvg, FedSAM, Scaffold
+from tests.conftest import QUICKSTART, fit_in_subprocess, small_data, small_model, small_trainer, trainer_options
+
+SYNTHETIC = QUICKSTART.parent / "synthetic" / "base.yaml"
+
+
+def mlp(hidden: int = 16) -> MLP:
+    torch.manual_seed(0)
+    return MLP(64, 10, hidden=[hidden], optimizer=partial(torch.optim.SGD, lr=0.1))
+
+
+class DropoutMLP(MLP):
+    """An MLP whose training draws from torch's random generator."""
+
+    def __init__(self) -> None:
+        torch.manual_seed(0)
+        super().__init__(64, 10, hidden=[16], optimizer=partial(torch.optim.SGD, lr=0.1))
+        self.net.insert(2, nn.Dropout(0.2))
+
+
+def _fit(root, model, strategy=None, **settings):
+    trainer = small_trainer(root, rounds=2, local_steps=3, **settings)
+    trainer.fit(model, small_data(), strategy or FedAvg())
+    return trainer
+
+
+@pytest.mark.parametrize(
+    ("model", "strategy", "per_round", "vectorized"),
+    [
+        (mlp, FedAvg, 8, True),
+        (mlp, FedAvg, 4, False),  # too few clients a round to pay
+        (small_model, FedAvg, 8, False),  # convolutions: long steps
+        (mlp, Scaffold, 8, False),  # client i trains on process i % world (its control variate lives there)
+    ],
+    ids=["mlp", "four-clients", "cnn", "client-state"],
+)
+def test_auto_vectorizes_short_step_models_from_eight_clients_a_round(tmp_path, model, strategy, per_round, vectorized):
+    trainer = _fit(tmp_path, model(), strategy(), clients_per_round=per_round)
+    assert isinstance(trainer.workers, VectorizedClients if vectorized else ClientWorkers)
+
+
+def _one_at_a_time(root, model, strategy=None):
+    """The run of ``clients_in_parallel: 1`` on one torch thread, as ``auto`` trains one client at a time."""
+    with torch_threads(1):
+        return _fit(root, model, strategy, clients_per_round=8, clients_in_parallel=1).params
+
+
+def test_a_model_that_draws_random_numbers_trains_one_client_at_a_time_which_one_line_says(tmp_path, capsys):
+    auto = _fit(tmp_path / "auto", DropoutMLP(), clients_per_round=8)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "does not train vectorized" in line]
+    assert len(lines) == 1 and lines[0].startswith(
+        "trainer.clients_in_parallel auto trains one client at a time: DropoutMLP does not train vectorized "
+        "(RuntimeError: vmap: called random operation"
+    )
+    assert torch.equal(auto.params, _one_at_a_time(tmp_path / "one", DropoutMLP()))
+
+
+def test_a_client_whose_local_rule_does_not_vectorize_trains_alone(tmp_path, capsys):
+    """FedSAM's rule takes its own steps: every client trains alone, as one at a time, and nothing falls back."""
+    auto = _fit(tmp_path / "auto", mlp(), FedSAM(rho=0.05), clients_per_round=8)
+    assert isinstance(auto.workers, VectorizedClients) and "vectorized" not in capsys.readouterr().out
+    assert torch.equal(auto.params, _one_at_a_time(tmp_path / "one", mlp(), FedSAM(rho=0.05)))
+
+
+def test_processes_take_whole_blocks_of_consecutive_jobs_in_turn():
+    jobs = list(range(8))
+
+    def share(block, rank, fixed=False):
+        engine = SimpleNamespace(fabric=SimpleNamespace(global_rank=0, world_size=2), fixed_process=fixed)
+        engine.training = SimpleNamespace(block=block)
+        return RoundEngine.share(engine, jobs, rank)  # type: ignore[arg-type]
+
+    assert [share(3, 0), share(3, 1)] == [[0, 1, 2, 6, 7], [3, 4, 5]]
+    assert [share(1, 0), share(1, 1)] == [[0, 2, 4, 6], [1, 3, 5, 7]]
+
+
+@pytest.mark.slow
+def test_auto_gives_the_same_weights_on_one_and_two_processes(tmp_path):
+    """Synthetic(1, 1) with multinomial logistic regression, 10 clients a round of lognormal sizes (its stragglers
+    train alone): vectorized by ``auto``, bit for bit the same on one and two processes."""
+    final = {}
+    for devices in (1, 2):
+        root = tmp_path / f"devices{devices}"
+        fit_in_subprocess(SYNTHETIC, root, devices, *trainer_options(rounds=3, check_replicas="true"))
+        final[devices] = torch.load(next(root.glob("*/version_0/checkpoints/last.ckpt")), weights_only=True)["params"]
+    assert torch.equal(final[1], final[2])

@@ -95,7 +95,7 @@ class ClientWorkers:
 
     @property
     def block(self) -> int:
-        return 1  # each job trains alone
+        return 1  # no job is batched with another
 
     @property
     def reference(self) -> ClientTrainer:

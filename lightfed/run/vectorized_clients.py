@@ -98,9 +98,8 @@ class VectorizedClients:
     """``ClientTraining`` that trains each chunk of a process's jobs as one batched computation on the reference
     client's module (one lane): as many as ``MAX_CHUNK_BYTES`` allows, or with ``auto`` blocks of ``AUTO_BLOCK``
     consecutive jobs of the round, which the engine deals to processes whole, so that a client's rounding does not
-    depend on the number of processes. Refused, in one line, for a module,
-    optimizer or plan it cannot run exactly: ``why_not_vectorized``, and a local rule that does not declare
-    ``LocalRule.vectorizes``. With ``auto`` (``clients_in_parallel: auto``) such a job trains alone instead, a model
+    depend on the number of processes. Refused, in one line, for a module, optimizer or plan it cannot run exactly:
+    ``why_not_vectorized``, and a local rule that does not declare ``LocalRule.vectorizes``. With ``auto`` (``clients_in_parallel: auto``) such a job trains alone instead, a model
     whose first chunk fails to vectorize (a random draw in ``training_step``, ...) trains one client at a time from
     then on, which one line says, and torch runs on one intra-op thread, the same on any number of processes."""
 

@@ -22,7 +22,7 @@ class GivenDeltas:
 
     def __init__(self, deltas: list[Tensor], examples: list[int], lanes: int = 1) -> None:
         self.deltas, self.examples, self.lanes, self.trained = deltas, examples, lanes, []
-        self.block = 1  # each job alone
+        self.block = 1  # no job is batched with another
         params = torch.zeros_like(deltas[0])
         flat = SimpleNamespace(params=params, buffers=torch.zeros(0))
         self.reference = SimpleNamespace(flat=flat, attack=None, module=None, data=None)

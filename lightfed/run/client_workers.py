@@ -81,7 +81,7 @@ class ClientWorkers:
         if workers == "auto":
             private = client.get("privacy", NO_PRIVACY).private
             parallel = fabric.device.type == "cpu" and not private and data.num_workers == 0
-            short_steps = parallel and not long_steps(model)  # one worker on one thread, the same on N processes
+            short_steps = not private and short_cpu_steps(fabric, model, data)  # one worker on one thread
             workers = cores if parallel and not short_steps else 1
         workers = min(int(workers), math.ceil(clients_per_round / fabric.world_size))
         modules = [model, *(copy_without_trainer(model) for _ in range(workers - 1))]
@@ -193,11 +193,14 @@ class ClientWorkers:
             self._pool.shutdown()
 
 
-def long_steps(model: LightningModule) -> bool:
-    """Whether ``model``'s steps are long enough for worker threads to pay (a convolution, a recurrence or attention,
-    or ``THREADS_FROM`` weights or more)."""
+def short_cpu_steps(fabric: Fabric, model: LightningModule, data: FederatedDataModule) -> bool:
+    """Whether ``model`` trains on a CPU, without DataLoader workers, in steps too short for worker threads to pay
+    (no ``HEAVY_LAYERS``: a convolution, a recurrence or attention; under ``THREADS_FROM`` weights): "auto" then
+    trains its clients on one thread, one at a time or vectorized, the same on any number of processes."""
+    if fabric.device.type != "cpu" or data.num_workers > 0:
+        return False
     heavy = any(isinstance(layer, HEAVY_LAYERS) for layer in model.modules())
-    return heavy or sum(p.numel() for p in model.parameters() if p.requires_grad) >= THREADS_FROM
+    return not heavy and sum(p.numel() for p in model.parameters() if p.requires_grad) < THREADS_FROM
 
 
 def _drew_global_random(seed: int) -> bool:

@@ -99,9 +99,10 @@ class VectorizedClients:
     client's module (one lane): as many as ``MAX_CHUNK_BYTES`` allows, or with ``auto`` blocks of ``AUTO_BLOCK``
     consecutive jobs of the round, which the engine deals to processes whole, so that a client's rounding does not
     depend on the number of processes. Refused, in one line, for a module, optimizer or plan it cannot run exactly:
-    ``why_not_vectorized``, and a local rule that does not declare ``LocalRule.vectorizes``. With ``auto`` (``clients_in_parallel: auto``) such a job trains alone instead, a model
-    whose first chunk fails to vectorize (a random draw in ``training_step``, ...) trains one client at a time from
-    then on, which one line says, and torch runs on one intra-op thread, the same on any number of processes."""
+    ``why_not_vectorized``, and a local rule that does not declare ``LocalRule.vectorizes``. With ``auto``
+    (``clients_in_parallel: auto``) such a job trains alone instead, a model whose first chunk fails to vectorize (a
+    random draw in ``training_step``, ...) trains one client at a time from then on, which one line says, and torch
+    runs on one intra-op thread, the same on any number of processes."""
 
     lanes = 1
 
@@ -367,10 +368,11 @@ class VectorizedClients:
         step: int,
         losses: Tensor,
     ) -> None:
-        """Sets ``weights.grad`` to the ``active`` clients' private gradients of their Poisson batches ``batch`` (each
-        with its size) at ``step``: every example's gradient at once (a row of the weights per example,
-        back-propagated once), then ``PrivateClients.gradients``; adds each client's mean loss over its batch to its entry of ``losses`` (0 for
-        an empty batch) and logs what the module logs per example, weighted by the examples."""
+        """Sets ``weights.grad`` to the ``active`` clients' private gradients of their Poisson batches ``batch``
+        (each with its size) at ``step``: every example's gradient at once (a row of the weights per example,
+        back-propagated once), then ``PrivateClients.gradients``; adds each client's mean loss over its batch to its
+        entry of ``losses`` (0 for an empty batch) and logs what the module logs per example, weighted by the
+        examples."""
         sizes = [size for _, size in batch]
         owner = torch.repeat_interleave(torch.tensor(active), torch.tensor(sizes)).to(weights.device)
         per_example = weights.new_zeros(0, weights.shape[1])

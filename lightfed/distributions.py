@@ -70,10 +70,12 @@ class Distribution:
             raise ConfigError(f"{setting}: randint bounds must be integers, got {spec!r}")
         return cls(kind, low, high)
 
-    def sample(self, rng: np.random.Generator) -> float:
-        """One number drawn with numpy (heterogeneous local work); not for ``choice``."""
+    def sample(self, rng: np.random.Generator | None) -> float:
+        """One number drawn with numpy (heterogeneous local work; ``rng`` may be None for a fixed one); not for
+        ``choice``."""
         if self.kind == "fixed":
             return self.low
+        assert rng is not None, f"a {self.kind} distribution draws from a generator"
         if self.kind == "randint":
             return float(rng.integers(int(self.low), int(self.high), endpoint=True))
         if self.kind == "uniform":

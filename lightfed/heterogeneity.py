@@ -33,8 +33,12 @@ class LocalWork:
 
     def draw(self, seed: int, round: int, client_id: int) -> tuple[int | None, int | None, float | None]:
         """(epochs, steps, lr) of ``client_id`` in ``round``; lr None keeps the optimizer's own."""
-        ids = (client_id, round) if self.redraw_each_round else (client_id,)
-        rng = derived_rng(seed, Stream.LOCAL_WORK, *ids)
+        if all(d is None or d.kind == "fixed" for d in (self.epochs, self.steps, self.lr)):
+            rng = None  # nothing is drawn: no stream to derive (a tenth of a round of many tiny clients)
+        else:
+            rng = derived_rng(
+                seed, Stream.LOCAL_WORK, *((client_id, round) if self.redraw_each_round else (client_id,))
+            )
         epochs = None if self.epochs is None else int(self.epochs.sample(rng))
         steps = None if self.steps is None else int(self.steps.sample(rng))
         lr = None if self.lr is None else self.lr.sample(rng)

@@ -16,26 +16,41 @@ class Sums(Mapping[str, Tensor]):
     """
 
     def __init__(self, sizes: Mapping[str, int], device: torch.device) -> None:
-        self.buffer = torch.zeros(sum(sizes.values()), dtype=torch.float64, device=device)
+        self._buffer = torch.zeros(sum(sizes.values()), dtype=torch.float64, device=device)
         self._views: dict[str, Tensor] = {}
+        self._numbers: dict[str, float] = {}  # numbers added since the buffer was last read: float64 in Python
         offset = 0
         for name, size in sizes.items():
-            self._views[name] = self.buffer[offset : offset + size]
+            self._views[name] = self._buffer[offset : offset + size]
             offset += size
 
+    @property
+    def buffer(self) -> Tensor:
+        """Every sum, in one float64 tensor."""
+        self._add_numbers()
+        return self._buffer
+
     def add(self, name: str, value: Tensor | float, weight: float = 1.0) -> None:
-        """Adds ``weight * value`` to the sum called ``name``."""
+        """Adds ``weight * value`` to the sum called ``name`` (a number is added in Python, in the same float64, until
+        the buffer is read: a tensor operation per number costs more than the number's sum)."""
         view = self._views[name]
         if isinstance(value, Tensor):
             view.add_(value.reshape(-1), alpha=weight)
         else:
-            view.add_(value * weight)
+            self._numbers[name] = self._numbers.get(name, 0.0) + value * weight
 
     def zero_(self) -> None:
-        self.buffer.zero_()
+        self._numbers.clear()
+        self._buffer.zero_()
 
     def __getitem__(self, name: str) -> Tensor:
+        self._add_numbers()
         return self._views[name]
+
+    def _add_numbers(self) -> None:
+        for name, number in self._numbers.items():
+            self._views[name].add_(number)
+        self._numbers.clear()
 
     def __iter__(self):
         return iter(self._views)

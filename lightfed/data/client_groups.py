@@ -46,10 +46,19 @@ class ClientGroups(Sequence[Indices]):
     def __getitem__(self, k: int | slice) -> Indices | list[Indices]:
         if isinstance(k, slice):
             return [self[i] for i in range(len(self))[k]]
+        k = self._checked(k)
+        return self.flat[int(self.offsets[k]) : int(self.offsets[k + 1])]
+
+    def size(self, k: int) -> int:
+        """The length of group ``k``, read from the offsets."""
+        k = self._checked(k)
+        return int(self.offsets[k + 1] - self.offsets[k])
+
+    def _checked(self, k: int) -> int:
+        """Group ``k``'s position (``k`` may count from the end, as a list's index)."""
         if not -len(self) <= k < len(self):
             raise IndexError(f"group {k} of {len(self)}")
-        k %= len(self)
-        return self.flat[int(self.offsets[k]) : int(self.offsets[k + 1])]
+        return k % len(self)
 
     def __iter__(self) -> Iterator[Indices]:
         return (self[k] for k in range(len(self)))

@@ -186,7 +186,7 @@ class FederatedDataModule:
         return len(self._client_indices)
 
     def client_size(self, client_id: int) -> int:
-        return len(self._client_indices[client_id])
+        return self._client_indices.size(client_id)
 
     def batches_per_epoch(self, client_id: int) -> int:
         """The batches of one pass over a client's examples (the last one partial when they do not divide)."""
@@ -251,6 +251,13 @@ class FederatedDataModule:
         batches = self._source.client_batches(client_id, generator, epochs, steps)
         augmentation = self.augmentation
         return batches if augmentation is None else (_augmented(augmentation, batch, generator) for batch in batches)
+
+    @property
+    def plain_tensors(self) -> TensorBatches | None:
+        """The in-memory dataset's batches where ``client_batches`` gives them as they are (not augmented), so that a
+        trainer may gather a client's examples itself (``TensorBatches.client_order``); else None."""
+        source = self._source
+        return source if isinstance(source, TensorBatches) and self.augmentation is None else None
 
     def client_subset(self, client_id: int, positions: Tensor, generator: torch.Generator | None = None) -> Batch:
         """The examples at ``positions`` (0 .. client_size - 1) of one client's data, e.g. a Poisson sample; augmented

@@ -12,7 +12,8 @@ step. Under DP-SGD every example of every client gets a row (``_private_step``, 
 import itertools
 import math
 import statistics
-from collections.abc import Callable, Iterator, Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
@@ -20,7 +21,6 @@ from typing import Any
 import torch
 from lightning import LightningModule
 from lightning.fabric.utilities.apply_func import apply_to_collection
-from lightning.pytorch.utilities.data import extract_batch_size
 from torch import Tensor, nn
 
 from lightfed.adapters import logging_to
@@ -35,6 +35,8 @@ from lightfed.privacy.dp_sgd import DPSGD
 from lightfed.run.client import ClientTrainer
 from lightfed.run.client_training import Deliver, TrainingJob
 from lightfed.run.client_workers import torch_threads
+from lightfed.run.stacked_batches import GatheredBatches, ListedBatches, joined
+from lightfed.run.stacked_classifier import stacked_loss
 from lightfed.run.vectorized_privacy import PrivateClients
 
 ELEMENTWISE = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad, torch.optim.RMSprop)
@@ -138,6 +140,7 @@ class VectorizedClients:
         self.buffer_layout = [(f"module.{name}", offsets[i], b.shape) for i, (name, b) in enumerate(floating)]
         self._logged_sizes: dict[str, int | None] = {}  # the batch_size each name was logged with
         self._vmapped = torch.vmap(self._loss, in_dims=(0, 0, None), randomness="error")
+        self._stacked = stacked_loss(client.module)  # batched matmuls instead of vmap, where the model allows
         self._per_example = torch.vmap(self._example_loss, in_dims=(0, 0, None), randomness="error")
         self.private = client.privacy if isinstance(client.privacy, DPSGD) else None
         if self.private is not None and len(self.columns) > 1:
@@ -221,16 +224,16 @@ class VectorizedClients:
         optimizer = build([{**group, "params": [w]} for group, w in zip(settings, weights, strict=True)])
         rules = self._rules(jobs, weights, buffers)
         if self.private is None:
-            private, batches = None, [list(self._batches(job.plan)) for job in jobs]
+            private, batches = None, self._batches(jobs)
         else:
             shapes = [shape for _, _, _, shape in self.layout]
             plans = [job.plan for job in jobs]
             private = PrivateClients(self.private, plans, client.data, shapes, client.attack, device)
-            batches = private.batches
-        steps = [len(client_batches) for client_batches in batches]
-        sizes = [[_examples(batch) for batch in client_batches] for client_batches in batches]
+            batches = ListedBatches(private.batches)
+        sizes = batches.sizes
+        steps = [len(client_sizes) for client_sizes in sizes]
         reports = {k: rule.report() for k, rule in rules.items() if not steps[k]}  # the others' after their last step
-        final, final_buffers = list(starts), [job.buffers for job in jobs]  # a client's, taken after its last step
+        final, final_buffers = starts.clone(), buffers.clone()  # a client's row, taken after its last step
         finishing: dict[int, list[int]] = {}
         for k, n in enumerate(steps):
             finishing.setdefault(n - 1, []).append(k)
@@ -238,20 +241,21 @@ class VectorizedClients:
         if not module.training:
             module.train()
         view._enter("train", jobs[0].plan.round)
-        for weight in weights:
-            weight.requires_grad_()
+        leaves = self._leaves(weights)
         try:
             for step in range(max(steps, default=0)):
                 optimizer.zero_grad(set_to_none=False)
                 if private is None:
                     total = sum(
-                        self._loss_of(group, weights, buffers, [batches[k][step] for k in group], step, loss_sums)
-                        for group in self._groups(sizes, step)
+                        self._loss_of(group, leaves, buffers, batches.stacked(step, group), step, loss_sums, size)
+                        for size, group in self._groups(sizes, step)
                     )
-                    total.backward()  # type: ignore[union-attr]  # each client's loss reaches only its own row
+                    with warnings.catch_warnings():  # the gradients' layout is their parameters', by design
+                        warnings.filterwarnings("ignore", "grad and param do not obey the gradient layout contract")
+                        total.backward()  # type: ignore[union-attr]  # each client's loss reaches only its own row
                 else:
                     active = [k for k, n in enumerate(steps) if step < n]
-                    batch = [(batches[k][step], sizes[k][step]) for k in active]
+                    batch = [(private.batches[k][step], sizes[k][step]) for k in active]
                     self._private_step(private, weights[0], buffers, active, batch, step, loss_sums)
                 grads: list[Tensor] = [weight.grad for weight in weights]  # type: ignore[misc]
                 for k, rule in rules.items():
@@ -262,8 +266,9 @@ class VectorizedClients:
                     if step < steps[k]:
                         rule.observe(grads[0][k])
                 optimizer.step()
+                if step in finishing:
+                    self._take(final, final_buffers, weights, buffers, finishing[step])
                 for k in finishing.get(step, []):
-                    final[k], final_buffers[k] = self._flat(weights, k), buffers[k].clone()
                     if k in rules:
                         reports[k] = rules[k].report()
         finally:
@@ -271,6 +276,7 @@ class VectorizedClients:
         if private is not None:
             private.finish()
         lr = settings[0]["lr"]
+        train_losses = loss_sums / torch.tensor(steps, device=device).clamp(min=1)
         return [
             ClientUpdate(
                 client_id=job.plan.client_id,
@@ -279,7 +285,7 @@ class VectorizedClients:
                 num_examples=client.data.client_size(job.plan.client_id),
                 num_steps=steps[k],
                 local_time=_summed(lr, steps[k]),
-                train_loss=loss_sums[k] / max(steps[k], 1),
+                train_loss=train_losses[k],
                 report=reports.get(k, {}),
             )
             for k, job in enumerate(jobs)
@@ -298,50 +304,91 @@ class VectorizedClients:
             rule.start(jobs[k].params, replace(self.client.context, flat=_Row(weights[0][k], buffers[k])))  # type: ignore[arg-type]
         return rules
 
-    def _flat(self, weights: list[Tensor], k: int) -> Tensor:
-        """Client ``k``'s flat parameters."""
-        if len(weights) == 1:
-            return weights[0][k].detach().clone()
-        flat = torch.empty(sum(w.shape[1] for w in weights), device=weights[0].device)
-        for columns, weight in zip(self.columns, weights, strict=True):
-            flat[columns.to(flat.device)] = weight[k].detach()
-        return flat
+    def _leaves(self, weights: list[Tensor]) -> dict[str, Tensor]:
+        """Each parameter's stacked rows ``[clients, *shape]`` by name, as leaves that share memory with ``weights``
+        (which the optimizer steps) and whose gradients are views of the ``weights``' gradients (set here): the
+        backward pass writes each parameter's gradient in place, instead of a gradient of the whole flat row per
+        parameter (a quarter of a step of a small MLP)."""
+        for weight in weights:
+            weight.grad = torch.zeros_like(weight)
+        leaves = {}
+        for name, g, start, shape in self.layout:
+            columns = slice(start, start + math.prod(shape))
+            leaves[name] = weights[g][:, columns].view(-1, *shape).detach().requires_grad_()
+            leaves[name].grad = weights[g].grad[:, columns].view(-1, *shape)  # type: ignore[index]
+        return leaves
 
-    def _batches(self, plan: ClientPlan) -> Iterator[Batch]:
-        """The client's batches, drawn as its one-at-a-time training draws them (and poisoned as its attack would)."""
-        generator = torch.Generator().manual_seed(plan.seed)
-        batches = self.client.data.client_batches(plan.client_id, generator, plan.epochs, plan.steps)
-        return self.client.attack.batches(batches, plan)
+    def _take(
+        self, final: Tensor, final_buffers: Tensor, weights: list[Tensor], buffers: Tensor, rows: list[int]
+    ) -> None:
+        """Copies the flat parameters and buffers of the clients ``rows`` (that have taken their last step) into their
+        rows of ``final`` and ``final_buffers``."""
+        index = torch.tensor(rows, device=final.device)
+        final_buffers.index_copy_(0, index, buffers.index_select(0, index))
+        with torch.no_grad():
+            for columns, weight in zip(self.columns, weights, strict=True):
+                if len(weights) == 1:
+                    final.index_copy_(0, index, weight.index_select(0, index))
+                else:
+                    final[index.unsqueeze(1), columns.to(final.device)] = weight.index_select(0, index)
+
+    def _batches(self, jobs: list[TrainingJob]) -> ListedBatches | GatheredBatches:
+        """The jobs' batches, drawn as their one-at-a-time training draws them (and poisoned as an attack would):
+        gathered at once from an in-memory dataset where none is augmented or poisoned."""
+        data, attack = self.client.data, self.client.attack
+        tensors = data.plain_tensors
+        generators = [torch.Generator().manual_seed(job.plan.seed) for job in jobs]
+        if tensors is None or any(attack.is_malicious(job.plan.client_id) for job in jobs):
+            return ListedBatches(
+                [
+                    list(
+                        attack.batches(
+                            data.client_batches(job.plan.client_id, g, job.plan.epochs, job.plan.steps), job.plan
+                        )
+                    )
+                    for job, g in zip(jobs, generators, strict=True)
+                ]
+            )
+        orders = [
+            tensors.client_order(job.plan.client_id, g, job.plan.epochs, job.plan.steps)
+            for job, g in zip(jobs, generators, strict=True)
+        ]
+        return GatheredBatches(tensors, orders)
 
     @staticmethod
-    def _groups(sizes: list[list[int]], step: int) -> list[list[int]]:
+    def _groups(sizes: list[list[int]], step: int) -> list[tuple[int, list[int]]]:
         """The clients still training at ``step``, grouped by the size of their batch there (``sizes``: each
-        client's batch sizes)."""
+        client's batch sizes), with that size."""
         groups: dict[int, list[int]] = {}
         for k, client_sizes in enumerate(sizes):
             if step < len(client_sizes):
                 groups.setdefault(client_sizes[step], []).append(k)
-        return list(groups.values())
+        return list(groups.items())
 
     def _loss_of(
-        self, group: list[int], weights: list[Tensor], buffers: Tensor, batch: list[Batch], step: int, losses: Tensor
+        self,
+        group: list[int],
+        leaves: dict[str, Tensor],
+        buffers: Tensor,
+        batch: Batch,
+        step: int,
+        losses: Tensor,
+        size: int,
     ) -> Tensor:
-        """The sum of the losses of ``group``'s clients on their batches at ``step`` (a function of their rows of
-        ``weights``; their rows of ``buffers``, running statistics, updated in place); adds each to its client's entry
-        of ``losses`` and logs what the module logs, as its clients one at a time would (batch-size weighted)."""
-        whole = len(group) == weights[0].shape[0]
-        index = None if whole else torch.tensor(group, device=weights[0].device)
-        rows = weights if index is None else [w.index_select(0, index) for w in weights]
+        """The sum of the losses of ``group``'s clients on their stacked batches at ``step`` (of ``size`` examples
+        each): a function of their rows of the stacked parameters ``leaves`` and of ``buffers`` (running statistics,
+        updated in place); adds each to its client's entry of ``losses`` and logs what the module logs, as its clients
+        one at a time would (batch-size weighted)."""
+        whole = len(group) == buffers.shape[0]
+        index = None if whole else torch.tensor(group, device=buffers.device)
         statistics_rows = buffers if index is None else buffers.index_select(0, index)
-        params = {
-            name: rows[g][:, start : start + math.prod(shape)].reshape(-1, *shape)
-            for name, g, start, shape in self.layout
-        }
+        params = leaves if index is None else {name: leaf.index_select(0, index) for name, leaf in leaves.items()}
         params.update(  # copies: under vmap an in-place update of a strided view is lost
             (name, statistics_rows[:, start : start + math.prod(shape)].reshape(-1, *shape).clone())
             for name, start, shape in self.buffer_layout
         )
-        loss, logged, updated = self._vmapped(params, _joined(batch, torch.stack), step)
+        batched = None if self._stacked is None else self._stacked(params, batch)
+        loss, logged, updated = (*batched, []) if batched else self._vmapped(params, batch, step)
         if updated:
             updated_rows = torch.cat(updated, dim=1)
             if index is None:
@@ -352,9 +399,8 @@ class VectorizedClients:
             losses.add_(loss.detach())
         else:
             losses.index_add_(0, index, loss.detach())
-        size = _examples(batch[0])
         for name, values in logged.items():
-            n = (self._logged_sizes[name] or size) * len(group)
+            n = (self._logged_sizes.get(name) or size) * len(group)
             self.client.logged.log(name, values.float().mean(), batch_size=n)
         return loss.sum()
 
@@ -377,14 +423,14 @@ class VectorizedClients:
         owner = torch.repeat_interleave(torch.tensor(active), torch.tensor(sizes)).to(weights.device)
         per_example = weights.new_zeros(0, weights.shape[1])
         if owner.numel():
-            rows = weights.index_select(0, owner)
+            rows = weights.index_select(0, owner).requires_grad_()
             params = {name: rows[:, s : s + math.prod(shape)].reshape(-1, *shape) for name, _, s, shape in self.layout}
             statistics_rows = buffers.index_select(0, owner)
             params.update(
                 (name, statistics_rows[:, s : s + math.prod(shape)].reshape(-1, *shape).clone())
                 for name, s, shape in self.buffer_layout
             )
-            examples = _joined([b for b, size in batch if size], torch.cat)
+            examples = joined([b for b, size in batch if size], torch.cat)
             loss, logged, _ = self._per_example(params, examples, step)
             (per_example,) = torch.autograd.grad(loss.sum(), rows)
             counts = torch.zeros_like(losses).index_add_(0, owner, torch.ones_like(loss))
@@ -444,23 +490,3 @@ def _summed(lr: float, steps: int) -> float:
     for _ in range(steps):
         total += lr
     return total
-
-
-def _examples(batch: Any) -> int:
-    """The number of examples in ``batch``: its first tensor's length (read cheaply where the batch is tensors in
-    tuples, lists or dicts), as Lightning's ``extract_batch_size`` reads it."""
-    first = batch
-    while isinstance(first, (tuple, list, dict)) and first:
-        first = next(iter(first.values())) if isinstance(first, dict) else first[0]
-    return len(first) if isinstance(first, Tensor) and first.ndim else extract_batch_size(batch)
-
-
-def _joined(batches: list[Any], join: Callable[[list[Tensor]], Tensor]) -> Any:
-    """Batches of the same structure joined leaf by leaf with ``join``: ``torch.stack`` (a row per batch, one per
-    client) or ``torch.cat`` (their examples one after another)."""
-    first = batches[0]
-    if isinstance(first, Tensor):
-        return join(batches)
-    if isinstance(first, dict):
-        return {key: _joined([b[key] for b in batches], join) for key in first}
-    return type(first)(_joined([b[i] for b in batches], join) for i in range(len(first)))

@@ -1,0 +1,67 @@
+"""The batches of clients trained together, stacked step by step for the clients whose batches there have one size."""
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from lightning.fabric.utilities.apply_func import apply_to_collection
+from lightning.pytorch.utilities.data import extract_batch_size
+from torch import Tensor
+
+from lightfed.data.module import Batch
+from lightfed.data.tensor_batches import TensorBatches
+
+
+class ListedBatches:
+    """Each client's batches as its one-at-a-time training draws them, stacked per step."""
+
+    def __init__(self, batches: list[list[Batch]]) -> None:
+        self.batches = batches
+        self.sizes = [[_examples(batch) for batch in client] for client in batches]  # each client's batch sizes
+
+    def stacked(self, step: int, clients: list[int]) -> Batch:
+        """The batches of ``clients`` (of one size) at ``step``, stacked: a row per client."""
+        return joined([self.batches[k][step] for k in clients], torch.stack)
+
+
+class GatheredBatches:
+    """Every client's examples in its training order, gathered at once from an in-memory dataset (what
+    ``ListedBatches`` holds, without a gather and a split per client); a step's batches are gathered from them."""
+
+    def __init__(self, tensors: TensorBatches, orders: list[tuple[Tensor, list[int]]]) -> None:
+        self.examples = tensors.train_examples(torch.cat([order for order, _ in orders]))
+        self.sizes = [sizes for _, sizes in orders]
+        self.starts: list[list[int]] = []  # where each client's batch of each step starts in ``examples``
+        start = 0
+        for sizes in self.sizes:
+            self.starts.append([])
+            for size in sizes:
+                self.starts[-1].append(start)
+                start += size
+
+    def stacked(self, step: int, clients: list[int]) -> Batch:
+        """The batches of ``clients`` (of one size) at ``step``, stacked: a row per client."""
+        device = self.examples[1].device
+        starts = torch.tensor([self.starts[k][step] for k in clients], device=device)
+        index = starts.unsqueeze(1) + torch.arange(self.sizes[clients[0]][step], device=device)
+        return apply_to_collection(self.examples, Tensor, lambda examples: examples[index])
+
+
+def _examples(batch: Any) -> int:
+    """The number of examples in ``batch``: its first tensor's length (read cheaply where the batch is tensors in
+    tuples, lists or dicts), as Lightning's ``extract_batch_size`` reads it."""
+    first = batch
+    while isinstance(first, (tuple, list, dict)) and first:
+        first = next(iter(first.values())) if isinstance(first, dict) else first[0]
+    return len(first) if isinstance(first, Tensor) and first.ndim else extract_batch_size(batch)
+
+
+def joined(batches: list[Any], join: Callable[[list[Tensor]], Tensor]) -> Any:
+    """Batches of the same structure joined leaf by leaf with ``join``: ``torch.stack`` (a row per batch, one per
+    client) or ``torch.cat`` (their examples one after another)."""
+    first = batches[0]
+    if isinstance(first, Tensor):
+        return join(batches)
+    if isinstance(first, dict):
+        return {key: joined([b[key] for b in batches], join) for key in first}
+    return type(first)(joined([b[i] for b in batches], join) for i in range(len(first)))

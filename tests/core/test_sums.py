@@ -23,3 +23,15 @@ def test_float64_sum_is_independent_of_order():
     for v in reversed(values):
         backward.add("x", v)
     assert torch.equal(forward["x"].float(), backward["x"].float())
+
+
+def test_numbers_added_after_a_read_reach_the_next_read():
+    sums = Sums({"n": 1, "t": 2}, torch.device("cpu"))
+    sums.add("n", 2)
+    assert sums["n"].item() == 2.0
+    sums.add("n", 0.1, weight=3.0)
+    sums.add("t", torch.ones(2))
+    assert sums.buffer.tolist() == [2.0 + 0.1 * 3.0, 1.0, 1.0]
+    sums.add("n", 1.0)
+    sums.zero_()
+    assert sums.buffer.tolist() == [0.0, 0.0, 0.0]

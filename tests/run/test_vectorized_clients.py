@@ -25,6 +25,7 @@ from lightfed.run import vectorized_clients
 from lightfed.run.client import ClientTrainer
 from lightfed.run.client_training import TrainingJob
 from lightfed.run.settings import LocalTraining
+from lightfed.run.stacked_classifier import stacked_loss
 from lightfed.run.vectorized_clients import VectorizedClients
 from lightfed.strategies import FedAvg
 from lightfed.strategies.fedprox import ProximalTerm
@@ -104,6 +105,83 @@ def test_every_clients_update_is_its_one_at_a_time_update(optimizer, local, rule
     sequential_logged = sequential.logged.compute()
     assert vectorized.logged().compute() == pytest.approx(sequential_logged, rel=1e-5)
     assert set(sequential_logged) == {"train_loss"}
+
+
+@pytest.mark.parametrize("plan", [{"epochs": 2}, {"steps": 11}], ids=["epochs", "steps"])
+def test_a_linear_classifier_on_batched_matmuls_gives_every_client_its_one_at_a_time_update(plan):
+    """lightfed's MLP is trained on batched matmuls (``stacked_loss``), not under vmap: ragged clients, partial
+    batches, momentum, the logged loss."""
+    L.seed_everything(0, verbose=False)
+    model = MLP(64, 10, hidden=[32], optimizer=partial(torch.optim.SGD, lr=0.1, momentum=0.5))
+    sequential, vectorized = _clients(model)
+    assert vectorized._stacked is not None
+    jobs = _jobs(sequential, **plan)
+    expected = []
+    for job in jobs:
+        update = sequential.train(job.plan, job.params, job.buffers)
+        expected.append((update.delta.clone(), float(update.train_loss)))
+    for (delta, loss), update in zip(expected, _updates(vectorized, jobs), strict=True):
+        assert float((update.delta - delta).abs().max() / delta.abs().max()) <= 1e-5
+        assert update.train_loss.item() == pytest.approx(loss, rel=1e-5)
+    assert vectorized.logged().compute() == pytest.approx(sequential.logged.compute(), rel=1e-5)
+
+
+class _OwnStep(MLP):
+    def training_step(self, batch, batch_idx):
+        return super().training_step(batch, batch_idx) * 2
+
+
+def _with(layer):
+    model = MLP(64, 10, hidden=[32])
+    model.net.insert(2, layer)
+    return model
+
+
+def _hooked():
+    model = MLP(64, 10, hidden=[32])
+    model.net[1].register_forward_hook(lambda module, inputs, output: output * 2)
+    return model
+
+
+@pytest.mark.parametrize(
+    ("model", "batched"),
+    [
+        (lambda: MLP(64, 10, hidden=[32]), True),
+        (lambda: _with(torch.nn.Tanh()), True),
+        (small_model, False),  # convolutions
+        (lambda: _OwnStep(64, 10), False),  # its own training_step
+        (lambda: _with(torch.nn.Dropout(0.1)), False),  # a random draw
+        (lambda: _with(torch.nn.LayerNorm(32)), False),
+        (_hooked, False),
+    ],
+    ids=["mlp", "tanh", "cnn", "own-step", "dropout", "layernorm", "hook"],
+)
+def test_batched_matmuls_stand_in_for_vmap_only_where_they_compute_the_same_loss(model, batched):
+    assert (stacked_loss(model()) is not None) == batched
+
+
+def test_batched_matmuls_give_the_losses_and_gradients_of_training_step_under_vmap(monkeypatch):
+    L.seed_everything(0, verbose=False)
+    model = MLP(64, 10, hidden=[32, 16])
+    monkeypatch.setattr(model, "log", lambda *args, **kwargs: None)
+    rows = {
+        f"module.{name}": (p.detach() + 0.1 * torch.randn(5, *p.shape)).requires_grad_()
+        for name, p in model.named_parameters()
+    }
+    batch = (torch.randn(5, 7, 1, 8, 8), torch.randint(0, 10, (5, 7)))
+    step = vectorized_clients._TrainingStep(model)
+    expected = torch.vmap(lambda params, batch: torch.func.functional_call(step, params, (batch, 0)))(rows, batch)
+    computed = stacked_loss(model)
+    assert computed is not None
+    losses, logged = computed(rows, batch)
+    assert torch.allclose(losses, expected, rtol=1e-6) and torch.equal(logged["train_loss"], losses.detach())
+    for mine, theirs in zip(
+        torch.autograd.grad(losses.sum(), list(rows.values())),
+        torch.autograd.grad(expected.sum(), list(rows.values())),
+        strict=True,
+    ):
+        assert torch.allclose(mine, theirs, rtol=1e-5, atol=1e-7)
+    assert computed(rows, (batch[0], batch[1].float())) is None  # soft targets: vmap's
 
 
 def _personal(rule_class, **settings):

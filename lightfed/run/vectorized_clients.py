@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from lightning import LightningModule
@@ -36,7 +36,7 @@ from lightfed.run.client import ClientTrainer
 from lightfed.run.client_training import Deliver, TrainingJob
 from lightfed.run.client_workers import torch_threads
 from lightfed.run.stacked_batches import GatheredBatches, ListedBatches, joined
-from lightfed.run.stacked_classifier import stacked_loss
+from lightfed.run.stacked_classifier import stacked_classifier
 from lightfed.run.vectorized_privacy import PrivateClients
 
 ELEMENTWISE = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad, torch.optim.RMSprop)
@@ -75,6 +75,15 @@ def why_not_vectorized(client: ClientTrainer) -> str | None:
         "trainer.precision must be 32-true": getattr(client.fabric.strategy.precision, "precision", "") != "32-true",
     }
     return next((reason for reason, holds in reasons.items() if holds), None)
+
+
+class _GroupBatch(NamedTuple):
+    """The batches of a group of clients at a step, stacked; the examples in each; the clients' generators (their
+    dropout masks, where the model draws them)."""
+
+    batch: Batch
+    size: int
+    generators: list[torch.Generator]
 
 
 @dataclass(frozen=True)
@@ -140,7 +149,7 @@ class VectorizedClients:
         self.buffer_layout = [(f"module.{name}", offsets[i], b.shape) for i, (name, b) in enumerate(floating)]
         self._logged_sizes: dict[str, int | None] = {}  # the batch_size each name was logged with
         self._vmapped = torch.vmap(self._loss, in_dims=(0, 0, None), randomness="error")
-        self._stacked = stacked_loss(client.module)  # batched matmuls instead of vmap, where the model allows
+        self._stacked = stacked_classifier(client.module)  # batched matmuls instead of vmap, where the model allows
         self._per_example = torch.vmap(self._example_loss, in_dims=(0, 0, None), randomness="error")
         self.private = client.privacy if isinstance(client.privacy, DPSGD) else None
         if self.private is not None and len(self.columns) > 1:
@@ -232,6 +241,8 @@ class VectorizedClients:
             batches = ListedBatches(private.batches)
         sizes = batches.sizes
         steps = [len(client_sizes) for client_sizes in sizes]
+        draws = self._stacked is not None and self._stacked.draws  # seeded as one-at-a-time seeds torch's generator:
+        generators = [torch.Generator(device).manual_seed(job.plan.seed) for job in jobs] if draws else []
         reports = {k: rule.report() for k, rule in rules.items() if not steps[k]}  # the others' after their last step
         final, final_buffers = starts.clone(), buffers.clone()  # a client's row, taken after its last step
         finishing: dict[int, list[int]] = {}
@@ -247,7 +258,16 @@ class VectorizedClients:
                 optimizer.zero_grad(set_to_none=False)
                 if private is None:
                     total = sum(
-                        self._loss_of(group, leaves, buffers, batches.stacked(step, group), step, loss_sums, size)
+                        self._loss_of(
+                            group,
+                            leaves,
+                            buffers,
+                            _GroupBatch(
+                                batches.stacked(step, group), size, [generators[k] for k in group] if draws else []
+                            ),
+                            step,
+                            loss_sums,
+                        )
                         for size, group in self._groups(sizes, step)
                     )
                     with warnings.catch_warnings():  # the gradients' layout is their parameters', by design
@@ -370,15 +390,15 @@ class VectorizedClients:
         group: list[int],
         leaves: dict[str, Tensor],
         buffers: Tensor,
-        batch: Batch,
+        stacked: "_GroupBatch",
         step: int,
         losses: Tensor,
-        size: int,
     ) -> Tensor:
-        """The sum of the losses of ``group``'s clients on their stacked batches at ``step`` (of ``size`` examples
-        each): a function of their rows of the stacked parameters ``leaves`` and of ``buffers`` (running statistics,
-        updated in place); adds each to its client's entry of ``losses`` and logs what the module logs, as its clients
-        one at a time would (batch-size weighted)."""
+        """The sum of the losses of ``group``'s clients on their ``stacked`` batches at ``step``: a function of their
+        rows of the stacked parameters ``leaves`` and of ``buffers`` (running statistics, updated in place); adds each
+        to its client's entry of ``losses`` and logs what the module logs, as its clients one at a time would
+        (batch-size weighted)."""
+        batch, size, generators = stacked
         whole = len(group) == buffers.shape[0]
         index = None if whole else torch.tensor(group, device=buffers.device)
         statistics_rows = buffers if index is None else buffers.index_select(0, index)
@@ -387,7 +407,7 @@ class VectorizedClients:
             (name, statistics_rows[:, start : start + math.prod(shape)].reshape(-1, *shape).clone())
             for name, start, shape in self.buffer_layout
         )
-        batched = None if self._stacked is None else self._stacked(params, batch)
+        batched = None if self._stacked is None else self._stacked.loss(params, batch, generators)
         loss, logged, updated = (*batched, []) if batched else self._vmapped(params, batch, step)
         if updated:
             updated_rows = torch.cat(updated, dim=1)

@@ -24,12 +24,20 @@ def mlp(hidden: int = 16) -> MLP:
 
 
 class DropoutMLP(MLP):
-    """An MLP whose training draws from torch's random generator."""
+    """An MLP whose training draws dropout masks from torch's random generator."""
 
     def __init__(self) -> None:
         torch.manual_seed(0)
         super().__init__(64, 10, hidden=[16], optimizer=partial(torch.optim.SGD, lr=0.1))
         self.net.insert(2, nn.Dropout(0.2))
+
+
+class NoisyMLP(DropoutMLP):
+    """A ``DropoutMLP`` whose ``training_step`` draws noise from torch's random generator, which vmap refuses."""
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return super().training_step((x + 0.1 * torch.randn_like(x), y), batch_idx)
 
 
 def _fit(root, model, strategy=None, **settings):
@@ -60,13 +68,20 @@ def _one_at_a_time(root, model, strategy=None):
 
 
 def test_a_model_that_draws_random_numbers_trains_one_client_at_a_time_which_one_line_says(tmp_path, capsys):
-    auto = _fit(tmp_path / "auto", DropoutMLP(), clients_per_round=8)
+    auto = _fit(tmp_path / "auto", NoisyMLP(), clients_per_round=8)
     lines = [line for line in capsys.readouterr().out.splitlines() if "does not train vectorized" in line]
     assert len(lines) == 1 and lines[0].startswith(
-        "trainer.clients_in_parallel auto trains one client at a time: DropoutMLP does not train vectorized "
+        "trainer.clients_in_parallel auto trains one client at a time: NoisyMLP does not train vectorized "
         "(RuntimeError: vmap: called random operation"
     )
-    assert torch.equal(auto.params, _one_at_a_time(tmp_path / "one", DropoutMLP()))
+    assert torch.equal(auto.params, _one_at_a_time(tmp_path / "one", NoisyMLP()))
+
+
+def test_dropout_trains_vectorized_with_each_clients_one_at_a_time_masks(tmp_path, capsys):
+    auto = _fit(tmp_path / "auto", DropoutMLP(), clients_per_round=8)
+    assert isinstance(auto.workers, VectorizedClients) and "vectorized" not in capsys.readouterr().out
+    one = _one_at_a_time(tmp_path / "one", DropoutMLP())
+    assert float((auto.params - one).abs().max() / one.abs().max()) <= 1e-5
 
 
 def test_a_client_whose_local_rule_does_not_vectorize_trains_alone(tmp_path, capsys):

@@ -25,7 +25,7 @@ from lightfed.run import vectorized_clients
 from lightfed.run.client import ClientTrainer
 from lightfed.run.client_training import TrainingJob
 from lightfed.run.settings import LocalTraining
-from lightfed.run.stacked_classifier import stacked_loss
+from lightfed.run.stacked_classifier import stacked_classifier
 from lightfed.run.vectorized_clients import VectorizedClients
 from lightfed.strategies import FedAvg
 from lightfed.strategies.fedprox import ProximalTerm
@@ -107,14 +107,20 @@ def test_every_clients_update_is_its_one_at_a_time_update(optimizer, local, rule
     assert set(sequential_logged) == {"train_loss"}
 
 
-@pytest.mark.parametrize("plan", [{"epochs": 2}, {"steps": 11}], ids=["epochs", "steps"])
-def test_a_linear_classifier_on_batched_matmuls_gives_every_client_its_one_at_a_time_update(plan):
-    """lightfed's MLP is trained on batched matmuls (``stacked_loss``), not under vmap: ragged clients, partial
-    batches, momentum, the logged loss."""
+@pytest.mark.parametrize(
+    ("plan", "dropout"),
+    [({"epochs": 2}, 0.0), ({"steps": 11}, 0.0), ({"epochs": 2}, 0.3)],
+    ids=["epochs", "steps", "dropout"],
+)
+def test_a_linear_classifier_on_batched_matmuls_gives_every_client_its_one_at_a_time_update(plan, dropout):
+    """lightfed's MLP is trained on batched matmuls (``stacked_classifier``), not under vmap: ragged clients, partial
+    batches, momentum, the logged loss; with dropout, each client's masks are its one-at-a-time training's."""
     L.seed_everything(0, verbose=False)
     model = MLP(64, 10, hidden=[32], optimizer=partial(torch.optim.SGD, lr=0.1, momentum=0.5))
+    if dropout:
+        model.net.insert(2, torch.nn.Dropout(dropout))
     sequential, vectorized = _clients(model)
-    assert vectorized._stacked is not None
+    assert vectorized._stacked is not None and vectorized._stacked.draws == bool(dropout)
     jobs = _jobs(sequential, **plan)
     expected = []
     for job in jobs:
@@ -150,14 +156,15 @@ def _hooked():
         (lambda: _with(torch.nn.Tanh()), True),
         (small_model, False),  # convolutions
         (lambda: _OwnStep(64, 10), False),  # its own training_step
-        (lambda: _with(torch.nn.Dropout(0.1)), False),  # a random draw
+        (lambda: _with(torch.nn.Dropout(0.1)), True),  # each client's masks from its own generator
+        (lambda: _with(torch.nn.AlphaDropout(0.1)), False),
         (lambda: _with(torch.nn.LayerNorm(32)), False),
         (_hooked, False),
     ],
-    ids=["mlp", "tanh", "cnn", "own-step", "dropout", "layernorm", "hook"],
+    ids=["mlp", "tanh", "cnn", "own-step", "dropout", "alpha-dropout", "layernorm", "hook"],
 )
 def test_batched_matmuls_stand_in_for_vmap_only_where_they_compute_the_same_loss(model, batched):
-    assert (stacked_loss(model()) is not None) == batched
+    assert (stacked_classifier(model()) is not None) == batched
 
 
 def test_batched_matmuls_give_the_losses_and_gradients_of_training_step_under_vmap(monkeypatch):
@@ -171,9 +178,9 @@ def test_batched_matmuls_give_the_losses_and_gradients_of_training_step_under_vm
     batch = (torch.randn(5, 7, 1, 8, 8), torch.randint(0, 10, (5, 7)))
     step = vectorized_clients._TrainingStep(model)
     expected = torch.vmap(lambda params, batch: torch.func.functional_call(step, params, (batch, 0)))(rows, batch)
-    computed = stacked_loss(model)
+    computed = stacked_classifier(model)
     assert computed is not None
-    losses, logged = computed(rows, batch)
+    losses, logged = computed.loss(rows, batch, [])
     assert torch.allclose(losses, expected, rtol=1e-6) and torch.equal(logged["train_loss"], losses.detach())
     for mine, theirs in zip(
         torch.autograd.grad(losses.sum(), list(rows.values())),
@@ -181,7 +188,7 @@ def test_batched_matmuls_give_the_losses_and_gradients_of_training_step_under_vm
         strict=True,
     ):
         assert torch.allclose(mine, theirs, rtol=1e-5, atol=1e-7)
-    assert computed(rows, (batch[0], batch[1].float())) is None  # soft targets: vmap's
+    assert computed.loss(rows, (batch[0], batch[1].float()), []) is None  # soft targets: vmap's
 
 
 def _personal(rule_class, **settings):

@@ -8,9 +8,11 @@ from lightning.fabric import Fabric
 from lightfed.data.module import FederatedDataModule
 from lightfed.run.client_training import ClientTraining
 from lightfed.run.client_workers import ClientWorkers, short_cpu_steps
+from lightfed.run.stacked_classifier import stacked_classifier
 from lightfed.run.vectorized_clients import VectorizedClients, why_not_vectorized
 
-VECTORIZE_FROM = 8  # clients a round from which "auto" trains a short-step model's clients together
+VECTORIZE_FROM = 8  # clients a round from which "auto" trains a short-step model's clients together under vmap
+MATMULS_FROM = 2  # the same for a model computed on batched matmuls (``stacked_classifier``)
 
 
 def client_training(
@@ -23,16 +25,18 @@ def client_training(
     **client: Any,
 ) -> ClientTraining:
     """``ClientWorkers`` (``clients_in_parallel`` an integer or "auto"), or ``VectorizedClients`` ("vectorized"; and
-    "auto" for ``VECTORIZE_FROM`` clients a round or more of a model that vectorizes and whose steps are short on a
-    CPU, ``short_cpu_steps``, unless client i must train on process i % world, ``fixed_process``: the blocks trained
-    together would then depend on the number of processes); ``client``: the ``ClientTrainer``'s other settings."""
+    "auto" for ``VECTORIZE_FROM`` clients a round or more, ``MATMULS_FROM`` on batched matmuls, of a model that
+    vectorizes and whose steps are short on a CPU, ``short_cpu_steps``, unless client i must train on process i % world,
+    ``fixed_process``: the blocks trained together would then depend on the number of processes); ``client``: the
+    ``ClientTrainer``'s other settings."""
     vectorized = clients_in_parallel == "vectorized"
     workers = ClientWorkers.build(
         fabric, model, data, 1 if vectorized else clients_in_parallel, clients_per_round, **client
     )
     if vectorized:
         return VectorizedClients(workers.reference)
-    auto = clients_in_parallel == "auto" and clients_per_round >= VECTORIZE_FROM and not fixed_process
+    least = MATMULS_FROM if stacked_classifier(model) is not None else VECTORIZE_FROM
+    auto = clients_in_parallel == "auto" and clients_per_round >= least and not fixed_process
     if auto and short_cpu_steps(fabric, model, data) and why_not_vectorized(workers.reference) is None:
         return VectorizedClients(workers.reference, auto=True)
     return workers

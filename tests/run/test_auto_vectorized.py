@@ -40,6 +40,18 @@ class NoisyMLP(DropoutMLP):
         return super().training_step((x + 0.1 * torch.randn_like(x), y), batch_idx)
 
 
+class OwnStepMLP(MLP):
+    """An MLP with a ``training_step`` of its own (the same), which vectorized training runs under vmap."""
+
+    def training_step(self, batch, batch_idx):
+        return super().training_step(batch, batch_idx)
+
+
+def own_step() -> OwnStepMLP:
+    torch.manual_seed(0)
+    return OwnStepMLP(64, 10, hidden=[16], optimizer=partial(torch.optim.SGD, lr=0.1))
+
+
 def _fit(root, model, strategy=None, **settings):
     trainer = small_trainer(root, rounds=2, local_steps=3, **settings)
     trainer.fit(model, small_data(), strategy or FedAvg())
@@ -49,14 +61,18 @@ def _fit(root, model, strategy=None, **settings):
 @pytest.mark.parametrize(
     ("model", "strategy", "per_round", "vectorized"),
     [
-        (mlp, FedAvg, 8, True),
-        (mlp, FedAvg, 4, False),  # too few clients a round to pay
+        (mlp, FedAvg, 2, True),  # on batched matmuls
+        (mlp, FedAvg, 1, False),
+        (own_step, FedAvg, 8, True),  # under vmap
+        (own_step, FedAvg, 4, False),  # too few clients a round to pay under vmap
         (small_model, FedAvg, 8, False),  # convolutions: long steps
         (mlp, Scaffold, 8, False),  # client i trains on process i % world (its control variate lives there)
     ],
-    ids=["mlp", "four-clients", "cnn", "client-state"],
+    ids=["mlp", "one-client", "vmap", "vmap-four-clients", "cnn", "client-state"],
 )
-def test_auto_vectorizes_short_step_models_from_eight_clients_a_round(tmp_path, model, strategy, per_round, vectorized):
+def test_auto_vectorizes_short_step_models_from_two_clients_a_round_or_eight_under_vmap(
+    tmp_path, model, strategy, per_round, vectorized
+):
     trainer = _fit(tmp_path, model(), strategy(), clients_per_round=per_round)
     assert isinstance(trainer.workers, VectorizedClients if vectorized else ClientWorkers)
 

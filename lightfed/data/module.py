@@ -253,11 +253,15 @@ class FederatedDataModule:
         return batches if augmentation is None else (_augmented(augmentation, batch, generator) for batch in batches)
 
     @property
+    def in_memory(self) -> TensorBatches | None:
+        """The in-memory dataset's batches (None for a dataset read through DataLoaders)."""
+        return self._source if isinstance(self._source, TensorBatches) else None
+
+    @property
     def plain_tensors(self) -> TensorBatches | None:
         """The in-memory dataset's batches where ``client_batches`` gives them as they are (not augmented), so that a
         trainer may gather a client's examples itself (``TensorBatches.client_order``); else None."""
-        source = self._source
-        return source if isinstance(source, TensorBatches) and self.augmentation is None else None
+        return self.in_memory if self.augmentation is None else None
 
     def client_subset(self, client_id: int, positions: Tensor, generator: torch.Generator | None = None) -> Batch:
         """The examples at ``positions`` (0 .. client_size - 1) of one client's data, e.g. a Poisson sample; augmented

@@ -1,6 +1,7 @@
 """Local training of the user's LightningModule on one client's data, through Fabric."""
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, cast
 
 import torch
@@ -187,14 +188,20 @@ class ClientTrainer:
             report={} if rule is None else rule.report(),
         )
 
-    def fine_tuned(self, plan: ClientPlan, params: Tensor, buffers: Tensor) -> tuple[Tensor, Tensor]:
-        """The weights after training ``plan`` from ``params``/``buffers``, keeping nothing the module logs (evaluation
-        after fine-tuning), as a benign client: a simulated attack changes what clients send, not what is measured."""
+    @contextmanager
+    def unrecorded(self) -> Iterator[None]:
+        """Training that keeps nothing the module logs (evaluation after fine-tuning), as a benign client: a simulated
+        attack changes what clients send, not what is measured."""
         (logged, self.logged), (attack, self.attack) = (self.logged, LoggedValues()), (self.attack, NO_ATTACK)
         try:
-            update = self.train(plan, params, buffers)
+            yield
         finally:
             self.logged, self.attack = logged, attack
+
+    def fine_tuned(self, plan: ClientPlan, params: Tensor, buffers: Tensor) -> tuple[Tensor, Tensor]:
+        """The weights after training ``plan`` from ``params``/``buffers``, ``unrecorded``."""
+        with self.unrecorded():
+            update = self.train(plan, params, buffers)
         return params + update.delta, update.buffers.clone()
 
     @property

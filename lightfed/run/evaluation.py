@@ -14,14 +14,17 @@ from lightning.fabric import Fabric
 from torch import Tensor
 
 from lightfed.core.logged_values import LoggedValues
-from lightfed.core.messages import ClientPlan
+from lightfed.core.messages import ClientPlan, ClientUpdate
 from lightfed.core.seeding import derived_rng, derived_seed
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.privacy.base import ClientPrivacy
 from lightfed.run.client import ClientTrainer
+from lightfed.run.client_training import TrainingJob
 from lightfed.run.fingerprint import check_fingerprint
 from lightfed.run.run_state import RunState
+from lightfed.run.stacked_evaluation import MONITORS, stacked_evaluation
+from lightfed.run.vectorized_clients import VectorizedClients, why_not_vectorized
 from lightfed.streams import Stream
 
 
@@ -55,6 +58,7 @@ def evaluation_pass(
 
 PersonalModel = Callable[[int, Tensor, Tensor], tuple[Tensor, Tensor] | None]
 VARIANTS = ("global", "personal", "finetuned")
+STACKED_CLIENTS = 256  # clients whose weights are held at once for evaluation on batched matmuls
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,9 @@ class Evaluation:
     def __init__(self, fabric: Fabric, client: ClientTrainer, settings: "ClientEvaluation | None" = None) -> None:
         self.fabric, self.client = fabric, client
         self.settings = ClientEvaluation() if settings is None else settings
+        self.stacked = stacked_evaluation(client)  # many clients at once, where the module allows
+        vectorizes = self.stacked is not None and why_not_vectorized(client) is None and not client.privacy.private
+        self.tuner = VectorizedClients(client, auto=True) if vectorizes else None  # fine-tunes many clients at once
 
     def global_model(self, step: str, params: Tensor, buffers: Tensor) -> dict[str, float]:
         """``params``/``buffers`` on this process's share of the validation split with ``validation_step``, or of the
@@ -109,18 +116,30 @@ class Evaluation:
         A name with no client is left out."""
         fabric, data, settings = self.fabric, self.client.data, self.settings
         values = torch.full((len(VARIANTS), data.num_clients), math.nan, dtype=torch.float64, device=fabric.device)
-        for client_id in settings.evaluated(data.num_clients):
-            if client_id % fabric.world_size != fabric.global_rank:
-                continue
-            values[0, client_id] = self._client_value(client_id, params, buffers, monitor)
-            personal = None if settings.personal is None else settings.personal(client_id, params, buffers)
-            if personal is not None:
-                values[1, client_id] = self._client_value(client_id, *personal, monitor)
+        mine = [c for c in settings.evaluated(data.num_clients) if c % fabric.world_size == fabric.global_rank]
+        together = STACKED_CLIENTS if self.stacked is not None and monitor in MONITORS else 1
+        for start in range(0, len(mine), together):
+            block = mine[start : start + together]
+            weights: dict[int, dict[int, tuple[Tensor, Tensor]]] = {
+                0: {c: (params, buffers) for c in block},
+                1: {},
+                2: {},
+            }
+            for client_id in block:
+                personal = None if settings.personal is None else settings.personal(client_id, params, buffers)
+                if personal is not None:
+                    weights[1][client_id] = personal
             if settings.finetune_steps:
-                seed = derived_seed(settings.seed, Stream.FINETUNE, round, client_id)
-                plan = ClientPlan(client_id, round, seed, steps=settings.finetune_steps)
-                tuned = self.client.fine_tuned(plan, params, buffers)
-                values[2, client_id] = self._client_value(client_id, *tuned, monitor)
+                plans = [
+                    ClientPlan(
+                        c, round, derived_seed(settings.seed, Stream.FINETUNE, round, c), steps=settings.finetune_steps
+                    )
+                    for c in block
+                ]
+                weights[2] = self._fine_tuned(plans, params, buffers)
+            for variant, by_client in weights.items():
+                if by_client:
+                    values[variant, list(by_client)] = self._values(by_client, monitor, shared=variant == 0).to(values)
         both = torch.cat([(~values.isnan()).double(), values.nan_to_num(0.0)])
         reduced = torch.as_tensor(fabric.all_reduce(both, reduce_op="sum")).cpu().numpy()
         present, reduced = reduced[: len(VARIANTS)] > 0, reduced[len(VARIANTS) :]
@@ -133,6 +152,31 @@ class Evaluation:
             "clients/unseen/finetuned": (2, present[2] & ~was_seen),
         }
         return {f"{name}/{monitor}": reduced[row, mask] for name, (row, mask) in chosen.items() if mask.any()}
+
+    def _fine_tuned(self, plans: list[ClientPlan], params: Tensor, buffers: Tensor) -> dict[int, tuple[Tensor, Tensor]]:
+        """Each plan's client's weights (by id) after training the plan from ``params``/``buffers``, as
+        ``ClientTrainer.fine_tuned``: vectorized where the module allows (``tuner``)."""
+        if self.tuner is None:
+            return {plan.client_id: self.client.fine_tuned(plan, params, buffers) for plan in plans}
+        tuned: dict[int, tuple[Tensor, Tensor]] = {}
+
+        def deliver(lane: int, index: int, update: ClientUpdate) -> None:
+            tuned[plans[index].client_id] = params + update.delta, update.buffers.clone()
+
+        with self.client.unrecorded():
+            self.tuner.train([TrainingJob(plan, params, buffers) for plan in plans], deliver)
+        return tuned
+
+    def _values(self, weights: dict[int, tuple[Tensor, Tensor]], monitor: str, shared: bool) -> Tensor:
+        """``monitor`` of each client (by id) at its weights (``shared``: the same for all), on batched matmuls where
+        the module allows (``stacked_evaluation``), else one client at a time."""
+        if self.stacked is not None and monitor in MONITORS:
+            chosen = list(weights.values())
+            rows = chosen[0][0].unsqueeze(0) if shared else torch.stack([params for params, _ in chosen])
+            computed = self.stacked.values(list(weights), rows, monitor)
+            if computed is not None:
+                return computed
+        return torch.tensor([self._client_value(c, *w, monitor) for c, w in weights.items()], dtype=torch.float64)
 
     def _client_value(self, client_id: int, params: Tensor, buffers: Tensor, monitor: str) -> float:
         batches = self.client.data.client_eval_batches(client_id)

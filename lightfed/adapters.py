@@ -9,10 +9,11 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import torch
 from lightning import LightningModule
 from lightning.fabric.loggers import CSVLogger, TensorBoardLogger
 from lightning.fabric.strategies import DDPStrategy
-from torch import Tensor
+from torch import Tensor, nn
 from torchmetrics import Metric
 
 if TYPE_CHECKING:
@@ -84,3 +85,10 @@ def point_csv_logger_at(logger: CSVLogger, folder: str, version: str) -> None:
     if hasattr(logger, "_save_dir"):  # Lightning's CSVLogger reads its folder from there
         logger._save_dir = folder
     logger._name, logger._version = "", version
+
+
+def forward_hooked(module: nn.Module) -> bool:
+    """Whether a forward hook or pre-hook runs around ``module`` or one of its submodules (their ``_forward_hooks``
+    and ``_forward_pre_hooks``, or torch's global ones): its forward is then not its layers' computation alone."""
+    hooks = [torch.nn.modules.module._global_forward_hooks, torch.nn.modules.module._global_forward_pre_hooks]
+    return any(hooks) or any(m._forward_hooks or m._forward_pre_hooks for m in module.modules())

@@ -100,3 +100,15 @@ def test_a_csv_logger_pointed_at_a_folder_writes_there_and_nowhere_else(tmp_path
     logger.save()
     assert (tmp_path / "run" / "csv_1" / "metrics.csv").read_text().splitlines()[1].endswith("1.0")
     assert logger.log_dir == str(tmp_path / "run" / "csv_1") and not (tmp_path / "elsewhere").exists()
+
+
+def test_a_forward_hook_anywhere_in_a_module_or_global_is_seen():
+    net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+    assert not adapters.forward_hooked(net)
+    handle = net[0].register_forward_pre_hook(lambda module, inputs: None)
+    assert adapters.forward_hooked(net)
+    handle.remove()
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda module, inputs, output: None)
+    assert adapters.forward_hooked(net)
+    handle.remove()
+    assert not adapters.forward_hooked(net)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from lightning import LightningModule
 from torch import Tensor, nn
 
+from lightfed.adapters import forward_hooked
 from lightfed.models.classifier import ClassificationModule
 
 ELEMENTWISE = (nn.ReLU, nn.Tanh, nn.Sigmoid, nn.GELU, nn.SiLU, nn.ELU, nn.LeakyReLU, nn.Identity)
@@ -74,7 +75,7 @@ def stacked_classifier(module: LightningModule) -> StackedClassifier | None:
         or not isinstance(net, nn.Sequential)
         or type(net).forward is not nn.Sequential.forward
         or any(not _stackable(layer) for layer in net)
-        or any(m._forward_hooks or m._forward_pre_hooks for m in net.modules())
+        or forward_hooked(net)
     ):
         return None
     return StackedClassifier(module, net)

@@ -1,12 +1,30 @@
 """The place where an algorithm changes a client's local steps."""
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
 from lightfed.core.requirements import Requirements
+
+
+@dataclass(frozen=True)
+class PriorSteps:
+    """Plain SGD steps a rule takes on another model of the client before its own training (Ditto's personal model):
+    ``params <- params - lr (grad F(params) + pull (params - anchor))`` over the client's batches (``epochs`` passes
+    or ``steps`` batches, shuffled with ``seed``, which also seeds torch's generator), unclipped, nothing logged;
+    ``buffers`` None: the client's; ``lr`` None: the client's step size."""
+
+    params: Tensor
+    buffers: Tensor | None
+    anchor: Tensor
+    pull: float
+    seed: int
+    epochs: int | None
+    steps: int | None
+    lr: float | None
 
 
 class LocalRule(ABC):
@@ -40,6 +58,14 @@ class LocalRule(ABC):
     @abstractmethod
     def adjust(self, grad: Tensor, params: Tensor) -> None:
         """Changes the flat gradient ``grad`` in place; ``params`` are the client's current flat parameters."""
+
+    def prior_steps(self, params: Tensor) -> PriorSteps | None:
+        """The steps ``start`` takes on another model from the global ``params`` (None: none), which vectorized training
+        takes for many clients at once instead, handing their end back through ``prior_stepped`` before ``start``."""
+        return None
+
+    def prior_stepped(self, params: Tensor, buffers: Tensor) -> None:  # noqa: B027 (an optional hook)
+        """The parameters and buffers ``prior_steps`` end with, taken for this rule: ``start`` does not take them."""
 
     def observe(self, grad: Tensor) -> None:  # noqa: B027 (an optional hook)
         """Sees the flat gradient the step will use (private and noised under differential privacy), read-only."""

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from lightfed.core.local_context import LocalContext
-from lightfed.core.local_rule import LocalRule
+from lightfed.core.local_rule import LocalRule, PriorSteps
 from lightfed.core.logged_values import LoggedValues
 from lightfed.core.training_loss import training_loss
 from lightfed.errors import ConfigError
@@ -38,42 +38,61 @@ class DittoSteps(AroundInner):
         super().__init__(inner)
         self.client_id, self.personal, self.personal_buffers, self.lam = client_id, personal, personal_buffers, lam
         self.seed, self.epochs, self.steps, self.lr = seed, epochs, steps, lr
+        self.vectorizes = inner is None or inner.vectorizes  # the personal steps are prior steps, taken vectorized
+        self.report_values: dict[str, Tensor] | None = None
+
+    def prior_steps(self, params: Tensor) -> PriorSteps:
+        personal = params if self.personal is None else self.personal.to(params.device)
+        return PriorSteps(
+            personal, self.personal_buffers, params, self.lam, self.seed, self.epochs, self.steps, self.lr
+        )
+
+    def prior_stepped(self, params: Tensor, buffers: Tensor) -> None:
+        self.report_values = {"personal": params, "personal_buffers": buffers}
 
     def start(self, params: Tensor, context: LocalContext) -> None:
+        if self.report_values is None:
+            self.report_values = self._personal_steps(self.prior_steps(params), context)
+        if self.inner is not None:
+            self.inner.start(params, context)
+
+    def _personal_steps(self, prior: PriorSteps, context: LocalContext) -> dict[str, Tensor]:
+        """The personal model and buffers after ``prior``'s steps on the client's live module, which it leaves as it
+        found it."""
         if context.scales_gradients:
             raise ConfigError(
                 "Ditto's personal steps need unscaled gradients: use trainer.precision 32-true or bf16-mixed"
             )
         flat, module = context.flat, context.module
         start_buffers = flat.buffers.clone()
-        lr = context.lr if self.lr is None else self.lr
+        lr = context.lr if prior.lr is None else prior.lr
         with torch.no_grad():
-            flat.params.copy_(params if self.personal is None else self.personal.to(params.device))
-            if self.personal_buffers is not None and self.personal_buffers.numel() == flat.buffers.numel():
-                flat.buffers.copy_(self.personal_buffers.to(flat.buffers.device))
+            flat.params.copy_(prior.params)
+            if prior.buffers is not None and prior.buffers.numel() == flat.buffers.numel():
+                flat.buffers.copy_(prior.buffers.to(flat.buffers.device))
         module.train()  # an evaluation may have left it in eval mode
-        torch.default_generator.manual_seed(self.seed)  # the client's own training re-seeds it afterwards
+        torch.default_generator.manual_seed(prior.seed)  # the client's own training re-seeds it afterwards
         if flat.params.is_cuda:  # dropout on the GPU draws from CUDA's generator
-            torch.cuda.manual_seed(self.seed)
-        generator = torch.Generator().manual_seed(self.seed)
+            torch.cuda.manual_seed(prior.seed)
+        generator = torch.Generator().manual_seed(prior.seed)
         with LoggedValues().attached(module):
             for batch_idx, batch in enumerate(
-                context.data.client_batches(self.client_id, generator, self.epochs, self.steps)
+                context.data.client_batches(self.client_id, generator, prior.epochs, prior.steps)
             ):
                 with context.autocast():
                     loss = training_loss(module, batch, batch_idx)
                 flat.zero_grad()
                 context.backward(loss)
                 with torch.no_grad():
-                    step = flat.grads.add(flat.params - params, alpha=self.lam)
+                    step = flat.grads.add(flat.params - prior.anchor, alpha=prior.pull)
                     flat.params.sub_(step, alpha=lr)
-        self.report_values = {"personal": flat.params.clone(), "personal_buffers": flat.buffers.clone()}
+        personal = {"personal": flat.params.clone(), "personal_buffers": flat.buffers.clone()}
         with torch.no_grad():
-            flat.params.copy_(params)
+            flat.params.copy_(prior.anchor)
             flat.buffers.copy_(start_buffers)
         flat.zero_grad()
-        if self.inner is not None:
-            self.inner.start(params, context)
+        return personal
 
     def report(self) -> dict[str, Any]:
+        assert self.report_values is not None, "report after start"
         return {**super().report(), **self.report_values}

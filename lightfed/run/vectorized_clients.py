@@ -38,6 +38,7 @@ from lightfed.run.client_workers import torch_threads
 from lightfed.run.stacked_batches import GatheredBatches, ListedBatches, joined
 from lightfed.run.stacked_classifier import stacked_classifier
 from lightfed.run.vectorized_privacy import PrivateClients
+from lightfed.strategies.fedprox import ProximalTerm
 
 ELEMENTWISE = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad, torch.optim.RMSprop)
 HOOKS = (
@@ -220,16 +221,21 @@ class VectorizedClients:
             return plan.steps or 0
         return plan.epochs * self.client.data.batches_per_epoch(plan.client_id)
 
-    def _train_together(self, jobs: list[TrainingJob]) -> list[ClientUpdate]:
-        """Every job's update, trained as one batched computation."""
+    def _train_together(self, jobs: list[TrainingJob], plain_sgd: float | None = None) -> list[ClientUpdate]:
+        """Every job's update, trained as one batched computation (``plain_sgd``: with plain SGD at that step size,
+        unclipped, instead of the model's optimizer: prior steps)."""
+        if plain_sgd is None:
+            self._take_prior_steps(jobs)
         client, module, view = self.client, self.client.module, self.client.view
         clients, device = len(jobs), client.fabric.device
         starts = torch.stack([job.params for job in jobs]).to(device)
         buffers = torch.stack([job.buffers for job in jobs]).to(device)  # each client's running statistics
         single = len(self.columns) == 1  # one optimizer group: its tensor is the flat parameters
         weights = [starts.clone() if single else starts[:, columns.to(device)] for columns in self.columns]
-        settings = client.group_settings(jobs[0].plan)
-        build: Callable[[list[dict[str, Any]]], torch.optim.Optimizer] = type(client.optimizer.optimizer)
+        settings = client.group_settings(jobs[0].plan) if plain_sgd is None else [{"lr": plain_sgd}]
+        build: Callable[[list[dict[str, Any]]], torch.optim.Optimizer] = (
+            type(client.optimizer.optimizer) if plain_sgd is None else torch.optim.SGD
+        )
         optimizer = build([{**group, "params": [w]} for group, w in zip(settings, weights, strict=True)])
         rules = self._rules(jobs, weights, buffers)
         if self.private is None:
@@ -281,7 +287,8 @@ class VectorizedClients:
                 for k, rule in rules.items():
                     if step < steps[k]:
                         rule.adjust(grads[0][k], weights[0][k].detach())
-                self._clip(grads)
+                if plain_sgd is None:
+                    self._clip(grads)
                 for k, rule in rules.items():
                     if step < steps[k]:
                         rule.observe(grads[0][k])
@@ -310,6 +317,28 @@ class VectorizedClients:
             )
             for k, job in enumerate(jobs)
         ]
+
+    def _take_prior_steps(self, jobs: list[TrainingJob]) -> None:
+        """Takes the prior steps of the jobs' rules that have them (Ditto's personal model) as one batched computation
+        per step size, and hands each rule its end (``LocalRule.prior_stepped``)."""
+        rules = {k: job.plan.rule for k, job in enumerate(jobs) if job.plan.rule is not None}
+        priors = {k: prior for k, rule in rules.items() if (prior := rule.prior_steps(jobs[k].params)) is not None}
+        by_lr: dict[float, list[int]] = {}
+        for k, prior in priors.items():
+            lr = self.client.group_settings(jobs[k].plan)[0]["lr"] if prior.lr is None else prior.lr
+            by_lr.setdefault(lr, []).append(k)
+        for lr, part in by_lr.items():
+            prior_jobs = []
+            for k in part:
+                plan, prior = jobs[k].plan, priors[k]
+                given = prior.buffers is not None and prior.buffers.numel() == jobs[k].buffers.numel()
+                rule = ProximalTerm(prior.pull, anchor=prior.anchor)
+                prior_plan = ClientPlan(plan.client_id, plan.round, prior.seed, prior.epochs, prior.steps, rule=rule)
+                prior_jobs.append(TrainingJob(prior_plan, prior.params, prior.buffers if given else jobs[k].buffers))  # type: ignore[arg-type]
+            with self.client.unrecorded():
+                updates = self._train_together(prior_jobs, plain_sgd=lr)
+            for k, job, update in zip(part, prior_jobs, updates, strict=True):
+                rules[k].prior_stepped(job.params + update.delta.to(job.params.device), update.buffers.clone())
 
     def _rules(self, jobs: list[TrainingJob], weights: list[Tensor], buffers: Tensor) -> dict[int, LocalRule]:
         """The jobs' local rules, by position, each started on its client's row (its ``context.flat``: the row of

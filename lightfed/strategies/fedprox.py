@@ -15,15 +15,15 @@ from lightfed.strategies.fedavg import FedAvg
 
 class ProximalTerm(LocalRule):
     """FedProx's client: adds mu (w - w_global) to the gradient of every step (the gradient of mu/2 ||w - w_global||^2,
-    w_global the parameters given to ``start``)."""
+    w_global the parameters given to ``start``, or ``anchor``)."""
 
     vectorizes = True
 
-    def __init__(self, mu: float) -> None:
-        self.mu = mu
+    def __init__(self, mu: float, anchor: Tensor | None = None) -> None:
+        self.mu, self.given = mu, anchor
 
     def start(self, params: Tensor, context: LocalContext) -> None:
-        self.anchor = params
+        self.anchor = params if self.given is None else self.given
 
     def adjust(self, grad: Tensor, params: Tensor) -> None:
         grad.add_(params, alpha=self.mu).sub_(self.anchor, alpha=self.mu)

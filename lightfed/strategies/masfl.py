@@ -31,6 +31,7 @@ class MomentumCorrection(LocalRule):
     """
 
     requirements = Requirements(plain_sgd=True, no_weight_decay=True, sends=frozenset({Sent("grad_mean", "gradients")}))
+    vectorizes = True  # elementwise, and the norm is the row's own
 
     def __init__(self, beta: float, offset: Tensor | None, normalise: bool = False) -> None:
         """``offset`` None adds nothing (the warm-up, where only the raw gradients are wanted)."""

@@ -5,6 +5,7 @@ from functools import partial
 from types import SimpleNamespace
 
 import lightning as L
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -99,10 +100,11 @@ def _gradient(model, w: torch.Tensor, batch) -> torch.Tensor:
     return torch.autograd.grad(F.cross_entropy(x.flatten(1) @ weight.T + bias, y), w)[0]
 
 
-def test_dittos_personal_model_is_the_hand_computed_one(tmp_path):
+@pytest.mark.parametrize("parallel", [1, "vectorized"])
+def test_dittos_personal_model_is_the_hand_computed_one(tmp_path, parallel):
     lr, lam = 0.1, 0.5
     data, ditto = pathological_data(2, batch_size=10_000), Ditto(lam=lam)
-    trainer = small_trainer(tmp_path, rounds=2, clients_per_round=2, local_steps=1, clients_in_parallel=1)
+    trainer = small_trainer(tmp_path, rounds=2, clients_per_round=2, local_steps=1, clients_in_parallel=parallel)
     model = linear_net(lr)
     w0 = torch.cat([p.detach().flatten() for p in model.parameters()])
     trainer.fit(model, data, FedAvg(), transforms=[ditto])

@@ -15,6 +15,7 @@ from lightfed.core.local_rule import LocalRule
 from lightfed.core.messages import ClientPlan
 from lightfed.errors import ConfigError
 from lightfed.local.correction import GradientCorrection
+from lightfed.local.ditto_steps import DittoSteps
 from lightfed.local.head_then_body import HeadThenBody
 from lightfed.local.personal_layers import PersonalLayers
 from lightfed.models import MLP
@@ -29,6 +30,7 @@ from lightfed.run.stacked_classifier import stacked_classifier
 from lightfed.run.vectorized_clients import VectorizedClients
 from lightfed.strategies import FedAvg
 from lightfed.strategies.fedprox import ProximalTerm
+from lightfed.strategies.masfl import MomentumCorrection
 from tests.conftest import QUICKSTART, fit_in_subprocess, small_data, small_model, small_trainer, trainer_options
 
 CPU = torch.device("cpu")
@@ -63,6 +65,12 @@ def _correction(client_id, size):
     return GradientCorrection(torch.randn(size, generator=torch.Generator().manual_seed(client_id)) * 0.01)
 
 
+def _momentum_correction(client_id, size):
+    """AdaMasFL's client rule: beta grad + an offset of the client's own, normalised to length 1 a step."""
+    offset = torch.randn(size, generator=torch.Generator().manual_seed(client_id)) * 0.01
+    return MomentumCorrection(0.5, offset, normalise=True)
+
+
 SGD = partial(torch.optim.SGD, lr=0.1)
 
 
@@ -79,8 +87,11 @@ SGD = partial(torch.optim.SGD, lr=0.1)
         ),
         (SGD, None, lambda client_id, size: ProximalTerm(mu=0.5), {"epochs": 2}),  # FedProx
         (SGD, LocalTraining(gradient_clip_val=0.5), _correction, {"epochs": 2}),  # SCAFFOLD, clipped after it
+        # AdaMasFL, each row's step normalised: at lr 0.1 for 2 epochs one client at a time moves 1.5e-3 (relative)
+        # from starts 1e-7 apart, so the comparison is at lr 0.01 for 1 epoch
+        (partial(torch.optim.SGD, lr=0.01), None, _momentum_correction, {"epochs": 1}),
     ],
-    ids=["sgd-momentum-epochs", "adam-steps", "sgd-clipped", "fedprox", "scaffold-clipped"],
+    ids=["sgd-momentum-epochs", "adam-steps", "sgd-clipped", "fedprox", "scaffold-clipped", "adamasfl"],
 )
 def test_every_clients_update_is_its_one_at_a_time_update(optimizer, local, rule, plan):
     """Within rounding: the largest coordinate's difference is at most 1e-5 of the delta's largest coordinate; under
@@ -189,6 +200,44 @@ def test_batched_matmuls_give_the_losses_and_gradients_of_training_step_under_vm
     ):
         assert torch.allclose(mine, theirs, rtol=1e-5, atol=1e-7)
     assert computed.loss(rows, (batch[0], batch[1].float()), []) is None  # soft targets: vmap's
+
+
+def test_dittos_personal_steps_run_vectorized_as_one_at_a_time():
+    """Ditto's personal model v (from the global model or a client's own, at the client's step size or Ditto's own)
+    trained by its prior steps, as one batched computation, then the client's own steps from the global model."""
+    model = small_model(momentum=0.5)
+    sequential, vectorized = _clients(model, local=LocalTraining(gradient_clip_val=0.5))
+    params, buffers = sequential.flat.params.clone(), sequential.flat.buffers.clone()
+    starts = {
+        c: None if c % 3 == 0 else params + 0.01 * torch.randn(params.shape, generator=torch.Generator().manual_seed(c))
+        for c in range(8)
+    }
+
+    def jobs():
+        return [
+            TrainingJob(
+                ClientPlan(
+                    c,
+                    1,
+                    seed=100 + c,
+                    epochs=1,
+                    rule=DittoSteps(c, starts[c], None, 0.1, 500 + c, epochs=None, steps=5, lr=None if c % 2 else 0.05),
+                ),
+                params,
+                buffers,
+            )
+            for c in range(8)
+        ]
+
+    expected = []
+    for job in jobs():
+        update = sequential.train(job.plan, job.params, job.buffers)
+        expected.append((update.delta.clone(), update.report["personal"].clone()))
+    for c, ((delta, personal), update) in enumerate(zip(expected, _updates(vectorized, jobs()), strict=True)):
+        start = params if starts[c] is None else starts[c]
+        assert float((update.delta - delta).abs().max() / delta.abs().max()) <= 1e-5
+        moved = (update.report["personal"] - start).abs().max()
+        assert float((update.report["personal"] - personal).abs().max() / moved) <= 1e-5
 
 
 def _personal(rule_class, **settings):

@@ -218,12 +218,14 @@ def trainer_settings(
             data.num_workers > 0, with a model that draws from torch's global random generator while training
             (dropout), nor with a model whose steps are too short for threads (no convolution, recurrence or
             attention, and under 2**20 weights; docs/guides/performance.md): "auto" then trains one client at a time,
-            or, from 8 clients a round without per-client state on fixed processes, vectorized in blocks of 64
-            consecutive clients the processes take whole (the same weights on any number of processes); what does
-            not vectorize trains one client at a time. "vectorized": all of them as one batched computation on
-            stacked weights (``lightfed.run.vectorized_clients``; an elementwise optimizer, no local rule or one that
-            runs on a row of stacked clients (FedProx's, SCAFFOLD's, FedPer's, FedRep's), DP-SGD included, no
-            randomness or training hooks in the model: refused otherwise, in one line).
+            or, from 2 clients a round (a model on batched matmuls, e.g. lightfed's MLP; 8 under vmap) without
+            per-client state on fixed processes, vectorized in blocks of 64 consecutive clients the processes take
+            whole (the same weights on any number of processes); what does not vectorize trains one client at a time.
+            "vectorized": all of them as one batched computation on stacked weights
+            (``lightfed.run.vectorized_clients``; an elementwise optimizer, no local rule or one that runs on a row of
+            stacked clients (FedProx's, SCAFFOLD's, MasFL's, FedPer's, FedRep's, Ditto's), DP-SGD included, no
+            randomness under vmap (dropout on batched matmuls is each client's own) or training hooks in the model:
+            refused otherwise, in one line).
         client_states: Where a strategy keeps what it remembers per client (SCAFFOLD's control variates, the
             personal weights of a personalization transform, MasFL's and CA2FL's last updates, ...): "memory" (each
             process holds its clients'; a checkpoint rewrites them all) or "disk" (files read for a round's clients

@@ -17,6 +17,8 @@ The paths (``--paths``):
 - ``lightfed``: lightfed with its defaults (on a CPU: one client worker per core of the process).
 - ``lightfed-parallel``: lightfed with ``clients_in_parallel = --workers`` (on a GPU, the default is 1).
 - ``lightfed-sequential``: lightfed with ``clients_in_parallel = 1`` (one client at a time on the intra-op threads).
+- ``lightfed-vectorized``: lightfed with ``clients_in_parallel = vectorized`` (a process's clients as one batched
+  computation under ``vmap``); not in the default ``--paths``.
 
 Each measured run is a fresh subprocess of this script (``--only <path>``) that prints a ``BENCH_RESULT {json}`` line
 per process; the top-level invocation runs them ``--repeats`` times, alternating the order, and prints the median
@@ -63,7 +65,8 @@ from lightfed.run.cores import available_cores
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: the shared harness
 import harness  # noqa: E402
 
-PATHS = ("reference", "concurrent", "lightfed", "lightfed-parallel", "lightfed-sequential")
+PATHS = ("reference", "concurrent", "lightfed", "lightfed-parallel", "lightfed-sequential", "lightfed-vectorized")
+DEFAULT_PATHS = PATHS[:-1]
 LIGHTFED = ("lightfed", "lightfed-parallel", "lightfed-sequential")
 SIZES = ("clients", "clients_per_round", "examples_per_client", "test_size", "local_epochs", "batch_size")
 
@@ -105,7 +108,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="clients at once per process of the concurrent and lightfed-parallel paths (default: cores / processes)",
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS), help="which paths to run")
+    p.add_argument("--paths", nargs="+", choices=PATHS, default=list(DEFAULT_PATHS), help="which paths to run")
     harness.add_json_option(p)
     p.add_argument("--profile", type=Path, default=None, help="folder: one extra cProfile'd run per path")
     p.add_argument("--keep", type=Path, default=None, help="folder to keep the runs' files in (default: a temp dir)")
@@ -202,6 +205,7 @@ def run_lightfed(args: argparse.Namespace) -> None:
         "lightfed": {},
         "lightfed-parallel": {"clients_in_parallel": workers(args)},
         "lightfed-sequential": {"clients_in_parallel": 1},
+        "lightfed-vectorized": {"clients_in_parallel": "vectorized"},
     }[args.only]  # lightfed: its default
     trainer = FederatedTrainer.from_settings(
         accelerator=args.device,

@@ -10,7 +10,8 @@
 #   run of the same config (the largest difference of the final weights, against a tolerance; the second streams
 #   run with the first, bit for bit);
 # - the benchmarks with --device cuda (scripts/benchmarks/: benchmark.py, circuit_benchmark.py,
-#   circuit_step_benchmark.py, data_benchmark.py, tiny_clients_benchmark.py), on small workloads.
+#   circuit_step_benchmark.py, data_benchmark.py, tiny_clients_benchmark.py), on small workloads: the CIFAR-size CNN
+#   vectorized and one client at a time beside the hand-written loop, the MLP on batched matmuls and under vmap.
 #
 #   scripts/checks/gpu_check.sh            # run it all; the logs go to $GPU_CHECK_OUT (default runs/gpu-check/)
 #   scripts/checks/gpu_check.sh --dry-run  # print each command and check that it parses (no GPU needed)
@@ -78,13 +79,15 @@ check "fedavg on the CPU" lightfed fit -c configs/quickstart.yaml "${SHORT[@]}" 
     --trainer.name cpu "${EXTRA[@]}"
 check "  = on the GPU" compare_weights cpu fedavg-32-true 1e-3
 check "benchmark.py" "$PYTHON" scripts/benchmarks/benchmark.py --device cuda --rounds 2 --warmup-rounds 1 \
-    --repeats 1 --paths reference lightfed lightfed-parallel
+    --repeats 1 --paths reference lightfed lightfed-parallel lightfed-sequential lightfed-vectorized
 check "circuit_benchmark.py" "$PYTHON" scripts/benchmarks/circuit_benchmark.py --accelerator gpu \
     --workloads resnet18gn --clients 20 --clients-per-round 5 --examples 200 --rounds 2 --warmup-rounds 1
 check "circuit_step_benchmark.py" "$PYTHON" scripts/benchmarks/circuit_step_benchmark.py --device cuda --repeats 3
 check "data_benchmark.py" "$PYTHON" scripts/benchmarks/data_benchmark.py --device cuda --repeats 2
 check "tiny_clients_benchmark.py" "$PYTHON" scripts/benchmarks/tiny_clients_benchmark.py --device cuda \
     --clients 1000 --clients-per-round 50 --client-size 100 --rounds 3
+check "tiny_clients_benchmark.py --vmap" "$PYTHON" scripts/benchmarks/tiny_clients_benchmark.py --device cuda \
+    --clients 1000 --clients-per-round 200 --client-size 100 --rounds 3 --vmap
 
 compare_weights() {  # compare_weights RUN REFERENCE TOLERANCE: the largest difference of two runs' final weights
     "$PYTHON" - "$OUT/runs" "$@" <<'PY'

@@ -67,6 +67,16 @@ class LocalRule(ABC):
     def prior_stepped(self, params: Tensor, buffers: Tensor) -> None:  # noqa: B027 (an optional hook)
         """The parameters and buffers ``prior_steps`` end with, taken for this rule: ``start`` does not take them."""
 
+    def second_point(self, params: Tensor) -> Tensor | None:
+        """Where this step wants a second gradient of its batch, from the client's current ``params`` (None: nowhere):
+        a vectorized trainer evaluates it for many clients at once and hands it to ``at_second_point`` instead of
+        calling ``adjust``; one client at a time, the rule's ``adjust`` calls ``context.recompute_gradient()``."""
+        return None
+
+    def at_second_point(self, grad: Tensor, params: Tensor, lr: float) -> None:  # noqa: B027 (an optional hook)
+        """Takes ``grad``, the batch's gradient at ``second_point``; ``params``: the client's parameters (where its
+        step's own gradient was taken), ``lr``: its step size."""
+
     def observe(self, grad: Tensor) -> None:  # noqa: B027 (an optional hook)
         """Sees the flat gradient the step will use (private and noised under differential privacy), read-only."""
 

@@ -20,6 +20,7 @@ class APFLMixing(LocalRule):
     global model. Reports v as ``personal``, the buffers w ends with as ``personal_buffers`` and ``alpha``."""
 
     gradients_per_step = 2
+    vectorizes = True  # the mixture is its second point, evaluated for many clients at once
 
     def __init__(self, personal: Tensor | None, alpha: float, alpha_lr: float | None = None) -> None:
         self.personal, self.alpha, self.alpha_lr = personal, alpha, alpha_lr
@@ -30,19 +31,27 @@ class APFLMixing(LocalRule):
         self._grad, self._params = torch.empty_like(params), torch.empty_like(params)
         self._buffers = torch.empty_like(context.flat.buffers)
 
+    def second_point(self, params: Tensor) -> Tensor:
+        """The mixture alpha v + (1 - alpha) w."""
+        return params.mul(1 - self.alpha).add_(self.v, alpha=self.alpha)
+
+    def at_second_point(self, grad: Tensor, params: Tensor, lr: float) -> None:
+        alpha = self.alpha
+        if self.alpha_lr is not None:
+            moved = alpha - self.alpha_lr * float(torch.dot(self.v - params, grad))
+            self.alpha = min(max(moved, 0.0), 1.0)
+        self.v.sub_(grad, alpha=lr * alpha)
+
     def adjust(self, grad: Tensor, params: Tensor) -> None:
-        context, alpha = self.context, self.alpha
+        context = self.context
         with torch.no_grad():
             self._grad.copy_(grad)
             self._params.copy_(params)
             self._buffers.copy_(context.flat.buffers)
-            params.mul_(1 - alpha).add_(self.v, alpha=alpha)
+            params.copy_(self.second_point(params))
         context.recompute_gradient()  # grad: the gradient at the mixture
         with torch.no_grad():
-            if self.alpha_lr is not None:
-                moved = alpha - self.alpha_lr * float(torch.dot(self.v - self._params, grad))
-                self.alpha = min(max(moved, 0.0), 1.0)
-            self.v.sub_(grad, alpha=context.lr * alpha)
+            self.at_second_point(grad, self._params, context.lr)
             params.copy_(self._params)
             grad.copy_(self._grad)
             context.flat.buffers.copy_(self._buffers)

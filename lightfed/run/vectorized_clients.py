@@ -213,7 +213,10 @@ class VectorizedClients:
 
     def _vectorizes(self, rule: LocalRule | None) -> bool:
         """Whether a client with the local rule ``rule`` trains on a row of stacked clients."""
-        return rule is None or (rule.vectorizes and not rule.takes_step and len(self.columns) == 1)
+        private_twice = self.private is not None and rule is not None and rule.gradients_per_step > 1
+        return rule is None or (
+            rule.vectorizes and not rule.takes_step and len(self.columns) == 1 and not private_twice
+        )
 
     def _steps(self, plan: ClientPlan) -> int:
         """The local steps of ``plan``: its steps, or its epochs' batches."""
@@ -262,30 +265,28 @@ class VectorizedClients:
         try:
             for step in range(max(steps, default=0)):
                 optimizer.zero_grad(set_to_none=False)
+
+                def backward(clients: set[int], losses: Tensor, step: int = step) -> None:
+                    """The summed losses of ``clients`` at ``step`` back-propagated: each one's gradient in its row."""
+                    taking = [client_sizes if k in clients else [] for k, client_sizes in enumerate(sizes)]
+                    self._backward(taking, step, leaves, buffers, batches, generators, losses)
+
                 if private is None:
-                    total = sum(
-                        self._loss_of(
-                            group,
-                            leaves,
-                            buffers,
-                            _GroupBatch(
-                                batches.stacked(step, group), size, [generators[k] for k in group] if draws else []
-                            ),
-                            step,
-                            loss_sums,
-                        )
-                        for size, group in self._groups(sizes, step)
-                    )
-                    with warnings.catch_warnings():  # the gradients' layout is their parameters', by design
-                        warnings.filterwarnings("ignore", "grad and param do not obey the gradient layout contract")
-                        total.backward()  # type: ignore[union-attr]  # each client's loss reaches only its own row
+                    backward(set(range(clients)), loss_sums)
                 else:
                     active = [k for k, n in enumerate(steps) if step < n]
                     batch = [(private.batches[k][step], sizes[k][step]) for k in active]
                     self._private_step(private, weights[0], buffers, active, batch, step, loss_sums)
                 grads: list[Tensor] = [weight.grad for weight in weights]  # type: ignore[misc]
+                points = {
+                    k: point
+                    for k, rule in rules.items()
+                    if step < steps[k] and (point := rule.second_point(weights[0][k].detach())) is not None
+                }
+                if points:
+                    self._at_second_points(points, rules, weights[0], buffers, backward, settings[0]["lr"])
                 for k, rule in rules.items():
-                    if step < steps[k]:
+                    if step < steps[k] and k not in points:
                         rule.adjust(grads[0][k], weights[0][k].detach())
                 if plain_sgd is None:
                     self._clip(grads)
@@ -318,6 +319,58 @@ class VectorizedClients:
             for k, job in enumerate(jobs)
         ]
 
+    def _backward(
+        self,
+        sizes: list[list[int]],
+        step: int,
+        leaves: dict[str, Tensor],
+        buffers: Tensor,
+        batches: ListedBatches | GatheredBatches,
+        generators: list[torch.Generator],
+        losses: Tensor,
+    ) -> None:
+        """Back-propagates the summed losses at ``step`` of the clients with a batch there (``sizes``: each client's
+        batch sizes, none for a client left out), grouped by batch size; ``generators``: each client's (dropout), or
+        none."""
+        total = sum(
+            self._loss_of(
+                group,
+                leaves,
+                buffers,
+                _GroupBatch(batches.stacked(step, group), size, [generators[k] for k in group] if generators else []),
+                step,
+                losses,
+            )
+            for size, group in self._groups(sizes, step)
+        )
+        with warnings.catch_warnings():  # the gradients' layout is their parameters', by design
+            warnings.filterwarnings("ignore", "grad and param do not obey the gradient layout contract")
+            total.backward()  # type: ignore[union-attr]  # each client's loss reaches only its own row
+
+    @staticmethod
+    def _at_second_points(
+        points: dict[int, Tensor],
+        rules: dict[int, LocalRule],
+        weights: Tensor,
+        buffers: Tensor,
+        backward: Callable[[set[int], Tensor], None],
+        lr: float,
+    ) -> None:
+        """Hands each client's rule in ``points`` (by position) its batch's gradient at the point it asked for
+        (``LocalRule.second_point``), taken for all of them at once; the weights, their gradients and the buffers are
+        then as they were."""
+        assert weights.grad is not None
+        saved, saved_grads, saved_buffers = weights.clone(), weights.grad.clone(), buffers.clone()
+        index = torch.tensor(list(points), device=weights.device)
+        weights.index_copy_(0, index, torch.stack(list(points.values())))
+        weights.grad.zero_()
+        backward(set(points), torch.zeros(len(saved), device=weights.device))  # their losses count once, at w
+        for k in points:
+            rules[k].at_second_point(weights.grad[k].clone(), saved[k], lr)
+        weights.copy_(saved)
+        weights.grad.copy_(saved_grads)
+        buffers.copy_(saved_buffers)
+
     def _take_prior_steps(self, jobs: list[TrainingJob]) -> None:
         """Takes the prior steps of the jobs' rules that have them (Ditto's personal model) as one batched computation
         per step size, and hands each rule its end (``LocalRule.prior_stepped``)."""
@@ -346,7 +399,13 @@ class VectorizedClients:
         rules = {k: job.plan.rule for k, job in enumerate(jobs) if job.plan.rule is not None}
         for k, rule in rules.items():
             if not self._vectorizes(rule):
-                reason = "with one optimizer group" if rule.vectorizes and not rule.takes_step else "yet"
+                reason = (
+                    "yet"
+                    if not rule.vectorizes or rule.takes_step
+                    else "with one optimizer group"
+                    if len(self.columns) > 1
+                    else "under DP-SGD (two gradients a step)"
+                )
                 raise ConfigError(
                     f"trainer.clients_in_parallel vectorized does not run the local rule {type(rule).__name__} {reason}"
                 )

@@ -119,10 +119,11 @@ def test_dittos_personal_model_is_the_hand_computed_one(tmp_path, parallel):
         assert not torch.allclose(personal, trainer.params, atol=1e-3)
 
 
-def test_apfls_personal_model_and_alpha_are_the_hand_computed_ones(tmp_path):
+@pytest.mark.parametrize("parallel", [1, "vectorized"])
+def test_apfls_personal_model_and_alpha_are_the_hand_computed_ones(tmp_path, parallel):
     lr, alpha, alpha_lr = 0.1, 0.25, 0.5
     data, apfl = pathological_data(2, batch_size=10_000), APFL(alpha=alpha, alpha_lr=alpha_lr)
-    trainer = small_trainer(tmp_path, rounds=1, clients_per_round=1, local_steps=2, clients_in_parallel=1)
+    trainer = small_trainer(tmp_path, rounds=1, clients_per_round=1, local_steps=2, clients_in_parallel=parallel)
     model = linear_net(lr)
     w0 = torch.cat([p.detach().flatten() for p in model.parameters()])
     trainer.fit(model, data, FedAvg(), transforms=[apfl])

@@ -14,13 +14,13 @@ from lightning.fabric import Fabric
 from lightfed.core.local_rule import LocalRule
 from lightfed.core.messages import ClientPlan
 from lightfed.errors import ConfigError
+from lightfed.local.apfl_mixing import APFLMixing
 from lightfed.local.correction import GradientCorrection
 from lightfed.local.ditto_steps import DittoSteps
 from lightfed.local.head_then_body import HeadThenBody
 from lightfed.local.personal_layers import PersonalLayers
 from lightfed.models import MLP
 from lightfed.models.batchnorm_cnn import SmallBNCNN
-from lightfed.personalization import APFL
 from lightfed.privacy import DPSGD
 from lightfed.run import vectorized_clients
 from lightfed.run.client import ClientTrainer
@@ -28,7 +28,7 @@ from lightfed.run.client_training import TrainingJob
 from lightfed.run.settings import LocalTraining
 from lightfed.run.stacked_classifier import stacked_classifier
 from lightfed.run.vectorized_clients import VectorizedClients
-from lightfed.strategies import FedAvg
+from lightfed.strategies import FedAvg, FedSAM
 from lightfed.strategies.fedprox import ProximalTerm
 from lightfed.strategies.masfl import MomentumCorrection
 from tests.conftest import QUICKSTART, fit_in_subprocess, small_data, small_model, small_trainer, trainer_options
@@ -202,6 +202,36 @@ def test_batched_matmuls_give_the_losses_and_gradients_of_training_step_under_vm
     assert computed.loss(rows, (batch[0], batch[1].float()), []) is None  # soft targets: vmap's
 
 
+def test_apfls_mixture_gradient_runs_vectorized_as_one_at_a_time():
+    """APFL's second gradient a step, at the mixture alpha v + (1 - alpha) w, taken for every client at once: the
+    deltas, the personal models and the alphas (adapted from the mixture's gradient) are the one-at-a-time ones."""
+    model = small_model(momentum=0.5)
+    sequential, vectorized = _clients(model)
+    params = sequential.flat.params.clone()
+
+    def rule(client_id, size):
+        personal = (
+            None
+            if client_id % 3 == 0
+            else params + 0.01 * torch.randn(size, generator=torch.Generator().manual_seed(client_id))
+        )
+        return APFLMixing(personal, alpha=0.25, alpha_lr=0.5 if client_id % 2 else None)
+
+    jobs, expected = _jobs(sequential, rule, epochs=1), []
+    for job in _jobs(sequential, rule, epochs=1):  # rules of their own, from the same weights
+        update = sequential.train(job.plan, job.params, job.buffers)
+        expected.append((update.delta.clone(), update.report["personal"].clone(), float(update.report["alpha"])))
+    updates = _updates(vectorized, jobs)
+    for k, ((delta, personal, alpha), update) in enumerate(zip(expected, updates, strict=True)):
+        start = params if k % 3 == 0 else jobs[k].plan.rule.personal
+        assert float((update.delta - delta).abs().max() / delta.abs().max()) <= 1e-5
+        moved = (personal - start).abs().max()
+        assert float((update.report["personal"] - personal).abs().max() / moved) <= 1e-5
+        assert float(update.report["alpha"]) == pytest.approx(alpha, rel=1e-5)
+        assert (alpha != 0.25) == bool(k % 2)
+    assert vectorized.logged().compute() == pytest.approx(sequential.logged.compute(), rel=1e-5)
+
+
 def test_dittos_personal_steps_run_vectorized_as_one_at_a_time():
     """Ditto's personal model v (from the global model or a client's own, at the client's step size or Ditto's own)
     trained by its prior steps, as one batched computation, then the client's own steps from the global model."""
@@ -362,8 +392,8 @@ def test_what_it_cannot_run_exactly_is_refused_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match="vectorized does not run the local rule _Rule yet"):
         vectorized.train(jobs, lambda *args: None)
     trainer = small_trainer(tmp_path, clients_in_parallel="vectorized")
-    with pytest.raises(ConfigError, match="does not run the local rule APFLMixing yet"):
-        trainer.fit(small_model(), small_data(), FedAvg(), transforms=[APFL()])
+    with pytest.raises(ConfigError, match="does not run the local rule SharpnessAware yet"):
+        trainer.fit(small_model(), small_data(), FedSAM(rho=0.05))
 
 
 def test_a_clients_update_is_the_same_whichever_blocks_its_process_trains(monkeypatch):

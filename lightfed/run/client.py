@@ -121,10 +121,15 @@ class ClientTrainer:
         """What the client's local rules see of it (``LocalRule.start``)."""
         return self._context
 
-    def train(self, plan: ClientPlan, params: Tensor, buffers: Tensor) -> ClientUpdate:
-        """Runs the plan from the given global weights; randomness comes only from ``plan.seed``."""
+    def prepare(self, plan: ClientPlan, params: Tensor, buffers: Tensor) -> None:
+        """The live module at ``params``/``buffers`` and the optimizer set for ``plan``: what the plan's rule sees in
+        ``start`` (a curvature estimate at the received model, the step size, ...)."""
         self.flat.load(params, buffers)
         self._reset_optimizer(plan)
+
+    def train(self, plan: ClientPlan, params: Tensor, buffers: Tensor) -> ClientUpdate:
+        """Runs the plan from the given global weights; randomness comes only from ``plan.seed``."""
+        self.prepare(plan, params, buffers)
         self._rule = rule = plan.rule
         context = self._context
         if rule is not None:

@@ -395,7 +395,8 @@ class VectorizedClients:
 
     def _rules(self, jobs: list[TrainingJob], weights: list[Tensor], buffers: Tensor) -> dict[int, LocalRule]:
         """The jobs' local rules, by position, each started on its client's row (its ``context.flat``: the row of
-        ``weights`` and of ``buffers``); refuses a rule that does not run on a row of stacked clients."""
+        ``weights`` and of ``buffers``) with the live module at the client's received weights, as one client at a time
+        starts it; refuses a rule that does not run on a row of stacked clients."""
         rules = {k: job.plan.rule for k, job in enumerate(jobs) if job.plan.rule is not None}
         for k, rule in rules.items():
             if not self._vectorizes(rule):
@@ -409,6 +410,7 @@ class VectorizedClients:
                 raise ConfigError(
                     f"trainer.clients_in_parallel vectorized does not run the local rule {type(rule).__name__} {reason}"
                 )
+            self.client.prepare(jobs[k].plan, jobs[k].params, jobs[k].buffers)  # the live module, as one at a time
             rule.start(jobs[k].params, replace(self.client.context, flat=_Row(weights[0][k], buffers[k])))  # type: ignore[arg-type]
         return rules
 

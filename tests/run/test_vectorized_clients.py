@@ -13,6 +13,7 @@ from lightning.fabric import Fabric
 
 from lightfed.core.local_rule import LocalRule
 from lightfed.core.messages import ClientPlan
+from lightfed.ecado.coupling import CouplingCurrent
 from lightfed.errors import ConfigError
 from lightfed.local.apfl_mixing import APFLMixing
 from lightfed.local.correction import GradientCorrection
@@ -230,6 +231,28 @@ def test_apfls_mixture_gradient_runs_vectorized_as_one_at_a_time():
         assert float(update.report["alpha"]) == pytest.approx(alpha, rel=1e-5)
         assert (alpha != 0.25) == bool(k % 2)
     assert vectorized.logged().compute() == pytest.approx(sequential.logged.compute(), rel=1e-5)
+
+
+def test_fedecados_client_runs_vectorized_as_one_at_a_time_with_its_curvature_at_the_received_model():
+    """FedECADO's client: the coupling current each step, its speed decay, and its Hessian diagonal (Hutchinson)
+    estimated on the live module before the first step, which holds the received weights there as one client at a
+    time does, whatever an earlier client left in it."""
+    sequential, vectorized = _clients(small_model(momentum=0))
+
+    def rule(client_id, size):
+        current = torch.randn(size, generator=torch.Generator().manual_seed(client_id)) * 0.01
+        return CouplingCurrent(client_id, current, curvature_batches=1, curvature_probes=2, seed=300, track_decay=True)
+
+    jobs, expected = _jobs(sequential, rule, epochs=1), []
+    for job in _jobs(sequential, rule, epochs=1):  # rules of their own, from the same weights
+        update = sequential.train(job.plan, job.params, job.buffers)
+        expected.append((update.delta.clone(), update.report["curvature"].clone(), update.report["decay"]))
+    live = vectorized.client.flat
+    live.load(live.params + 0.5, live.buffers)  # an earlier client's weights
+    for (delta, curvature, decay), update in zip(expected, _updates(vectorized, jobs), strict=True):
+        assert float((update.delta - delta).abs().max() / delta.abs().max()) <= 1e-5
+        assert float((update.report["curvature"] - curvature).abs().max() / curvature.abs().max()) <= 1e-5
+        assert update.report["decay"] == pytest.approx(decay, rel=1e-5)
 
 
 def test_dittos_personal_steps_run_vectorized_as_one_at_a_time():

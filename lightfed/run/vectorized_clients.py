@@ -1,12 +1,15 @@
 """Client training as one batched computation: the clients of a round trained together on stacked weights.
 
 Each client's weights are one row of a stacked tensor per optimizer group; the module's ``training_step`` runs for
-all of them at once under ``torch.vmap`` (``torch.func.functional_call`` over the rows), the sum of the clients'
-losses is back-propagated once, which gives every client exactly its own gradient (its row), and the model's
-optimizer, built once over the stacked tensors, steps every row as one optimizer per client would (it is
-elementwise). Ragged clients stay exact: at each step the clients whose batches have the same size are one vmapped
-call (a client's last, partial batch is its own group), and a client's weights are taken when it has taken its last
-step. Under DP-SGD every example of every client gets a row (``_private_step``, ``vectorized_privacy``).
+all of them at once, on batched matmuls where the model allows (``stacked_classifier``), else under ``torch.vmap``
+(``torch.func.functional_call`` over the rows); the sum of the clients' losses is back-propagated once, which gives
+every client exactly its own gradient (its row), and the model's optimizer, built once over the stacked tensors,
+steps every row as one optimizer per client would (it is elementwise). Ragged clients stay exact: at each step the
+clients whose batches have the same size are one call (a client's last, partial batch is its own group), and a
+client's weights are taken when it has taken its last step. Local rules run on their client's row; a rule's steps on
+another model (``LocalRule.prior_steps``: Ditto's) and its second gradient a step (``LocalRule.second_point``: APFL's)
+are taken for all the clients at once. Under DP-SGD every example of every client gets a row (``_private_step``,
+``vectorized_privacy``).
 """
 
 import itertools
@@ -492,7 +495,7 @@ class VectorizedClients:
         whole = len(group) == buffers.shape[0]
         index = None if whole else torch.tensor(group, device=buffers.device)
         statistics_rows = buffers if index is None else buffers.index_select(0, index)
-        params = leaves if index is None else {name: leaf.index_select(0, index) for name, leaf in leaves.items()}
+        params = dict(leaves) if index is None else {name: leaf.index_select(0, index) for name, leaf in leaves.items()}
         params.update(  # copies: under vmap an in-place update of a strided view is lost
             (name, statistics_rows[:, start : start + math.prod(shape)].reshape(-1, *shape).clone())
             for name, start, shape in self.buffer_layout

@@ -86,7 +86,7 @@ check "circuit_step_benchmark.py" "$PYTHON" scripts/benchmarks/circuit_step_benc
 check "data_benchmark.py" "$PYTHON" scripts/benchmarks/data_benchmark.py --device cuda --repeats 2
 check "tiny_clients_benchmark.py" "$PYTHON" scripts/benchmarks/tiny_clients_benchmark.py --device cuda \
     --clients 1000 --clients-per-round 50 --client-size 100 --rounds 3
-check "tiny_clients_benchmark.py --vmap" "$PYTHON" scripts/benchmarks/tiny_clients_benchmark.py --device cuda \
+check "tiny clients under vmap" "$PYTHON" scripts/benchmarks/tiny_clients_benchmark.py --device cuda \
     --clients 1000 --clients-per-round 200 --client-size 100 --rounds 3 --vmap
 
 compare_weights() {  # compare_weights RUN REFERENCE TOLERANCE: the largest difference of two runs' final weights

@@ -75,7 +75,7 @@ def test_every_path_runs_and_ends_with_the_same_weights(tmp_path):
     the same clients on the same batches from the same weights, so their final global weights agree."""
     summary = tmp_path / "summary.json"
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), *TINY, "--workers", "2", "--json", str(summary)],
+        [sys.executable, str(SCRIPT), *TINY, "--workers", "2", "--json", str(summary), "--paths", *benchmark.PATHS],
         capture_output=True,
         text=True,
         timeout=300,
@@ -93,7 +93,7 @@ def test_every_path_runs_and_ends_with_the_same_weights(tmp_path):
         assert config[path]["final_train_loss"] == pytest.approx(reference["final_train_loss"], abs=1e-5)
         assert config[path]["val_acc"] == pytest.approx(reference["val_acc"], abs=1e-9)
     auto = min(available_cores(), 5)  # lightfed's default: a worker per core, at most one per client
-    assert [config[path]["workers"] for path in benchmark.PATHS] == [1, 2, auto, 2, 1]
+    assert [config[path]["workers"] for path in benchmark.PATHS] == [1, 2, auto, 2, 1, 1]
     ratio = config["ratios"]["lightfed/concurrent"]
     assert ratio["ratio"] == pytest.approx(config["lightfed"]["s_per_round"] / config["concurrent"]["s_per_round"])
     assert set(config["max_abs_weight_diff"]) == {f"{path}-reference" for path in benchmark.PATHS[1:]}

@@ -19,6 +19,7 @@ BENCHMARKS = [
     "circuit_step_benchmark.py",
     "data_benchmark.py",
     "tiny_clients_benchmark.py",
+    "tiny clients under vmap",
 ]
 RUNS = 3 * len(FAMILIES) - 2 + 5  # DP-SGD in 32-true alone; streams twice, vectorized, pinned offload, on the CPU
 CHECKS = RUNS + len(BENCHMARKS)  # command lines; the comparisons of runs have none
@@ -136,7 +137,8 @@ def test_the_runs_go_a_few_at_a_time_then_the_rest_in_order_and_one_table_names_
     failed = [row[0] for row in rows if row[1] != "ok"]
     assert failed == ["| fedadam 16-mixed"] and rows[4][1] == "FAIL (3)"
     assert rows[0][3] == "test set, final global model (round 2): test_loss=1.0 test_acc=0.5 |"
-    assert rows[-1][0] == "| tiny_clients_benchmark.py" and rows[-1][3] == "tiny_clients_benchmark.py done |"
+    assert rows[-2][0] == "| tiny_clients_benchmark.py" and rows[-2][3] == "tiny_clients_benchmark.py done |"
+    assert rows[-1][0] == "| tiny clients under vmap"
     assert any(
         row[0] == "|   = the first streams run" and "max \\|streams-again - streams\\| = 0" in row[3] for row in rows
     )

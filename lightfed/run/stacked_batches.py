@@ -17,7 +17,7 @@ class ListedBatches:
 
     def __init__(self, batches: list[list[Batch]]) -> None:
         self.batches = batches
-        self.sizes = [[_examples(batch) for batch in client] for client in batches]  # each client's batch sizes
+        self.sizes = [[examples(batch) for batch in client] for client in batches]  # each client's batch sizes
 
     def stacked(self, step: int, clients: list[int]) -> Batch:
         """The batches of ``clients`` (of one size) at ``step``, stacked: a row per client."""
@@ -47,7 +47,7 @@ class GatheredBatches:
         return apply_to_collection(self.examples, Tensor, lambda examples: examples[index])
 
 
-def _examples(batch: Any) -> int:
+def examples(batch: Any) -> int:
     """The number of examples in ``batch``: its first tensor's length (read cheaply where the batch is tensors in
     tuples, lists or dicts), as Lightning's ``extract_batch_size`` reads it."""
     first = batch

@@ -36,6 +36,7 @@ from lightfed.data.module import Batch
 from lightfed.errors import ConfigError
 from lightfed.privacy.dp_sgd import DPSGD
 from lightfed.run.client import ClientTrainer
+from lightfed.run.client_memory import chunk_budget, client_bytes
 from lightfed.run.client_training import Deliver, TrainingJob
 from lightfed.run.client_workers import torch_threads
 from lightfed.run.stacked_batches import GatheredBatches, ListedBatches, joined
@@ -55,8 +56,7 @@ HOOKS = (
     "on_train_epoch_end",
     "on_train_end",
 )
-MAX_CHUNK_BYTES = 2**30  # the stacked weights, gradients and optimizer state of one chunk of clients
-AUTO_BLOCK = 64  # clients_in_parallel auto: consecutive jobs of a round trained together (fewer if MAX_CHUNK_BYTES)
+AUTO_BLOCK = 64  # clients_in_parallel auto: consecutive jobs of a round trained together (fewer: client_memory)
 STRAGGLER = 4  # a client of this many times its chunk's median steps or more trains alone
 
 
@@ -111,9 +111,10 @@ class _TrainingStep(nn.Module):
 
 class VectorizedClients:
     """``ClientTraining`` that trains each chunk of a process's jobs as one batched computation on the reference
-    client's module (one lane): as many as ``MAX_CHUNK_BYTES`` allows, or with ``auto`` blocks of ``AUTO_BLOCK``
-    consecutive jobs of the round, which the engine deals to processes whole, so that a client's rounding does not
-    depend on the number of processes. Refused, in one line, for a module, optimizer or plan it cannot run exactly:
+    client's module (one lane): as many as their memory allows (``client_memory``), or with ``auto`` blocks of
+    ``AUTO_BLOCK`` consecutive jobs of the round (fewer if memory says so), which the engine deals to processes whole,
+    so that a client's rounding does not depend on the number of processes. Refused, in one line, for a module,
+    optimizer or plan it cannot run exactly:
     ``why_not_vectorized``, and a local rule that does not declare ``LocalRule.vectorizes``. With ``auto``
     (``clients_in_parallel: auto``) such a job trains alone instead, a model whose first chunk fails to vectorize (a
     random draw in ``training_step``, ...) trains one client at a time from then on, which one line says, and torch
@@ -126,7 +127,7 @@ class VectorizedClients:
         if reason is not None:
             raise ConfigError(f"trainer.clients_in_parallel vectorized: {reason}")
         self.client, self.strict = client, not auto
-        memory = max(1, MAX_CHUNK_BYTES // (4 * 5 * client.flat.params.numel()))  # weights, grads, 3 states
+        memory = max(1, chunk_budget(client.fabric.device, fixed=auto) // client_bytes(client))
         self.chunk = memory if self.strict else min(AUTO_BLOCK, memory)
         self.block = 1 if self.strict else self.chunk  # 1: the engine balances the processes' shares
         self._alone = False  # every client trains alone: the model failed to vectorize (not strict)

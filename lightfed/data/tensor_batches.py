@@ -51,11 +51,8 @@ class TensorBatches:
         self, client_id: int, generator: torch.Generator, epochs: int | None = None, steps: int | None = None
     ) -> Iterator[Batch]:
         """Shuffled batches of one client's data: ``epochs`` passes, or exactly ``steps`` batches."""
-        indices = self.client_indices[client_id]
         gathered = GATHERED_BATCHES * self.batch_size
-        for count in self._batch_counts(len(indices), epochs, steps):
-            order = indices[torch.randperm(len(indices), generator=generator).to(indices.device)]
-            order = order[: count * self.batch_size]  # the pass's first count batches
+        for order in self._pass_orders(client_id, generator, epochs, steps):
             for first in range(0, len(order), gathered):  # one gather for many batches, each batch a view of it
                 x, y = self._batch(self.train_x, self.train_y, order[first : first + gathered])
                 yield from zip(x.split(self.batch_size), y.split(self.batch_size), strict=True)
@@ -64,25 +61,27 @@ class TensorBatches:
         self, client_id: int, generator: torch.Generator, epochs: int | None = None, steps: int | None = None
     ) -> tuple[Tensor, list[int]]:
         """The training examples ``client_batches`` gives, as indices in their order, and its batches' sizes."""
-        indices = self.client_indices[client_id]
-        size, orders, sizes = len(indices), [], []
-        for count in self._batch_counts(size, epochs, steps):
-            order = indices[torch.randperm(size, generator=generator).to(indices.device)]
-            orders.append(order[: count * self.batch_size])
-            sizes += [min(self.batch_size, size - b * self.batch_size) for b in range(count)]
+        orders = list(self._pass_orders(client_id, generator, epochs, steps))
+        sizes = [len(batch) for order in orders for batch in order.split(self.batch_size)]
         return torch.cat(orders), sizes
 
     def train_examples(self, indices: Tensor) -> Batch:
         """The training examples at ``indices``, on the device."""
         return self._batch(self.train_x, self.train_y, indices)
 
-    def _batch_counts(self, size: int, epochs: int | None, steps: int | None) -> list[int]:
-        """The batches each pass over ``size`` examples gives: ``epochs`` whole passes, or ``steps`` batches."""
-        per_pass = math.ceil(size / self.batch_size)
+    def _pass_orders(
+        self, client_id: int, generator: torch.Generator, epochs: int | None, steps: int | None
+    ) -> Iterator[Tensor]:
+        """Each pass's shuffled indices of one client's examples, drawn when the pass starts: ``epochs`` whole passes,
+        or the first ``steps`` batches' worth."""
+        indices = self.client_indices[client_id]
+        per_pass = math.ceil(len(indices) / self.batch_size)
         passes = epochs if steps is None else math.ceil(steps / per_pass)
         assert passes is not None, "a client trains for epochs or for steps"
         total = passes * per_pass if steps is None else steps
-        return [min(per_pass, total - p * per_pass) for p in range(passes)]
+        for p in range(passes):
+            order = indices[torch.randperm(len(indices), generator=generator).to(indices.device)]
+            yield order[: min(per_pass, total - p * per_pass) * self.batch_size]  # the pass's batches
 
     def client_subset(self, client_id: int, positions: Tensor) -> Batch:
         """The examples at ``positions`` (0 .. client_size - 1) of one client's data."""

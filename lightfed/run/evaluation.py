@@ -89,7 +89,8 @@ class Evaluation:
         self.fabric, self.client = fabric, client
         self.settings = ClientEvaluation() if settings is None else settings
         self.stacked = stacked_evaluation(client)  # many clients at once, where the module allows
-        vectorizes = self.stacked is not None and why_not_vectorized(client) is None and not client.privacy.private
+        tunes = self.settings.finetune_steps > 0 and self.stacked is not None and not client.privacy.private
+        vectorizes = tunes and why_not_vectorized(client) is None
         self.tuner = VectorizedClients(client, auto=True) if vectorizes else None  # fine-tunes many clients at once
 
     def global_model(self, step: str, params: Tensor, buffers: Tensor) -> dict[str, float]:

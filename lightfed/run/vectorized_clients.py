@@ -114,11 +114,10 @@ class VectorizedClients:
     client's module (one lane): as many as their memory allows (``client_memory``), or with ``auto`` blocks of
     ``AUTO_BLOCK`` consecutive jobs of the round (fewer if memory says so), which the engine deals to processes whole,
     so that a client's rounding does not depend on the number of processes. Refused, in one line, for a module,
-    optimizer or plan it cannot run exactly:
-    ``why_not_vectorized``, and a local rule that does not declare ``LocalRule.vectorizes``. With ``auto``
-    (``clients_in_parallel: auto``) such a job trains alone instead, a model whose first chunk fails to vectorize (a
-    random draw in ``training_step``, ...) trains one client at a time from then on, which one line says, and torch
-    runs on one intra-op thread, the same on any number of processes."""
+    optimizer or plan it cannot run exactly: ``why_not_vectorized``, and a local rule that does not declare
+    ``LocalRule.vectorizes``. With ``auto`` (``clients_in_parallel: auto``) such a job trains alone instead, a model
+    whose first chunk fails to vectorize (a random draw in ``training_step``, ...) trains one client at a time from
+    then on, which one line says, and torch runs on one intra-op thread, the same on any number of processes."""
 
     lanes = 1
 

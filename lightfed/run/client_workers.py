@@ -36,8 +36,8 @@ class ClientWorkers:
 
     Which worker trains which job and the order in which each worker adds its updates depend only on the job's index,
     never on timing. Worker threads run torch ops on ``threads`` intra-op threads each (1 by default: the workers are
-    the parallelism), and on their own CUDA stream on a GPU. One worker trains in the calling thread, as before (on
-    one intra-op thread with ``one_thread``). The calling thread's own work between the workers' runs takes one thread
+    the parallelism), on a CPU. One worker trains in the calling thread, as before (on one intra-op thread with
+    ``one_thread``), on any device. The calling thread's own work between the workers' runs takes one thread
     with a small model (``between_runs``).
 
     Torch's global random generator is one per process, so concurrent clients cannot each draw from it
@@ -51,8 +51,6 @@ class ClientWorkers:
         self.clients, self.threads, self.strict, self.one_thread = clients, threads, strict, one_thread
         self._probed = len(clients) == 1
         self._pool: ThreadPoolExecutor | None = None
-        cuda = clients[0].fabric.device.type == "cuda"
-        self._streams = [torch.cuda.Stream(clients[0].fabric.device) for _ in clients] if cuda else None
 
     @classmethod
     def build(
@@ -65,13 +63,19 @@ class ClientWorkers:
         **client: Any,
     ) -> "ClientWorkers":
         """The workers of this process: ``clients_in_parallel`` ("auto": on a CPU one per core of the process, cores /
-        processes per node; one with ``client["privacy"]``, with ``data.num_workers`` > 0, or for a model whose steps
-        are too short for threads that share Python's lock: no ``HEAVY_LAYERS`` and under ``THREADS_FROM`` weights,
-        docs/guides/performance.md), at most this
-        process's share of a round; worker 0 trains ``model`` itself, the others a copy each. ``client``: the
+        processes per node; one on another device, with ``client["privacy"]``, with ``data.num_workers`` > 0, or for
+        a model whose steps are too short for threads that share Python's lock: no ``HEAVY_LAYERS`` and under
+        ``THREADS_FROM`` weights, docs/guides/performance.md), at most this process's share of a round; worker 0
+        trains ``model`` itself, the others a copy each. More than one only on a CPU. ``client``: the
         ``ClientTrainer``'s other settings."""
         cores = max(1, available_cores() // getattr(fabric.strategy, "num_processes", 1))  # processes per node
         workers = clients_in_parallel
+        if isinstance(workers, int) and workers > 1 and fabric.device.type != "cpu":
+            raise ConfigError(
+                f"trainer.clients_in_parallel > 1 trains clients on CPU threads, not on a {fabric.device.type} device "
+                "(on CUDA streams they gave other weights than one client at a time): set it to 1, 'auto', or "
+                "'vectorized' to train a round's clients as one batched computation"
+            )
         if isinstance(workers, int) and workers > 1 and data.num_workers > 0:
             raise ConfigError(
                 "trainer.clients_in_parallel > 1 cannot be used with data.num_workers > 0 (DataLoader processes "
@@ -129,9 +133,6 @@ class ClientWorkers:
         ]
         errors = [future.exception() for future in futures]
         torch.set_num_threads(main_threads)  # worker threads set the process-wide default too
-        if self._streams is not None:
-            for stream in self._streams:
-                torch.cuda.current_stream().wait_stream(stream)
         error = next((e for e in errors if e is not None), None)
         if error is not None:
             raise error
@@ -139,18 +140,14 @@ class ClientWorkers:
     def _serve(self, worker: int, jobs: range, work: Work, failed: threading.Event) -> None:
         """One worker's jobs of the round, stopping early when another worker failed."""
         torch.set_num_threads(self.threads)  # per thread: the pool's threads take the workers' tasks in any order
-        stream = None if self._streams is None else self._streams[worker]
-        if stream is not None:
-            stream.wait_stream(torch.cuda.default_stream(stream.device))
-        with torch.cuda.stream(stream) if stream is not None else nullcontext():
-            for k in jobs:
-                if failed.is_set():
-                    return
-                try:
-                    work(worker, self.clients[worker], k)
-                except BaseException:
-                    failed.set()
-                    raise
+        for k in jobs:
+            if failed.is_set():
+                return
+            try:
+                work(worker, self.clients[worker], k)
+            except BaseException:
+                failed.set()
+                raise
 
     def _probe(self, work: Work) -> None:
         """Trains job 0 alone on worker 0 (on a worker's threads) and checks whether it drew from torch's global
@@ -204,12 +201,8 @@ def short_cpu_steps(fabric: Fabric, model: LightningModule, data: FederatedDataM
 
 
 def _drew_global_random(seed: int) -> bool:
-    """Whether torch's global generators moved since they were seeded with ``seed``."""
-    if not torch.equal(torch.get_rng_state(), torch.Generator().manual_seed(seed).get_state()):
-        return True
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        return torch.cuda.default_generators[torch.cuda.current_device()].get_offset() != 0
-    return False
+    """Whether torch's global CPU generator (the workers' device) moved since it was seeded with ``seed``."""
+    return not torch.equal(torch.get_rng_state(), torch.Generator().manual_seed(seed).get_state())
 
 
 @contextmanager

@@ -212,8 +212,8 @@ def trainer_settings(
             deltas, sums and client states hold them alone, and a checksum of the frozen ones is in the run's
             fingerprint (docs/guides/foundation-models.md). null: the parameters with ``requires_grad`` (all of
             them unless the model freezes some, e.g. a PEFT model's base).
-        clients_in_parallel: Clients each process trains at once, one thread and one copy of the model each (one
-            torch thread each on a CPU, one CUDA stream each on a GPU); 1: one client at a time. "auto": on a CPU
+        clients_in_parallel: Clients each process trains at once on a CPU, one thread and one copy of the model
+            each (one torch thread each); 1: one client at a time (on a GPU, the only integer). "auto": on a CPU
             one per core of the process (cores / processes per node), else 1. Not with privacy, with
             data.num_workers > 0, with a model that draws from torch's global random generator while training
             (dropout), nor with a model whose steps are too short for threads (no convolution, recurrence or

@@ -15,7 +15,7 @@ The paths (``--paths``):
   optimizer; job k goes to worker k mod W, each worker sums its weighted deltas, the workers' sums are added in
   worker order.
 - ``lightfed``: lightfed with its defaults (on a CPU: one client worker per core of the process).
-- ``lightfed-parallel``: lightfed with ``clients_in_parallel = --workers`` (on a GPU, the default is 1).
+- ``lightfed-parallel``: lightfed with ``clients_in_parallel = --workers`` (a CPU only: a GPU refuses more than 1).
 - ``lightfed-sequential``: lightfed with ``clients_in_parallel = 1`` (one client at a time on the intra-op threads).
 - ``lightfed-vectorized``: lightfed with ``clients_in_parallel = vectorized`` (a process's clients as one batched
   computation under ``vmap``); not in the default ``--paths``.
@@ -108,7 +108,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="clients at once per process of the concurrent and lightfed-parallel paths (default: cores / processes)",
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--paths", nargs="+", choices=PATHS, default=list(DEFAULT_PATHS), help="which paths to run")
+    p.add_argument(
+        "--paths", nargs="+", choices=PATHS, default=None, help="which paths to run (default: all but the vectorized)"
+    )
     harness.add_json_option(p)
     p.add_argument("--profile", type=Path, default=None, help="folder: one extra cProfile'd run per path")
     p.add_argument("--keep", type=Path, default=None, help="folder to keep the runs' files in (default: a temp dir)")
@@ -121,6 +123,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     harness.require_at_least(p, args, 0, "warmup_rounds")
     if args.clients_per_round > args.clients:
         p.error("--clients-per-round must be <= --clients")
+    if args.device == "cuda" and "lightfed-parallel" in (args.paths or ()):
+        p.error("lightfed-parallel trains clients on CPU threads: leave it out of --paths with --device cuda")
+    if args.paths is None:  # lightfed-parallel only on a CPU
+        args.paths = [path for path in DEFAULT_PATHS if args.device == "cpu" or path != "lightfed-parallel"]
     if args.widths is not None and min(args.widths) < 1:
         p.error("--widths must be >= 1")
     return args

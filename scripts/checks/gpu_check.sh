@@ -4,11 +4,10 @@
 # - every strategy family (FedAvg, FedAdam, SCAFFOLD, FedBuff, DP-SGD, FedECADO, TrimmedMean) trains 2 rounds of
 #   digits on the GPU in 32-true, 16-mixed and bf16-mixed precision (DP-SGD in 32-true alone: it refuses 16-bit
 #   precision, which distorts the gradient norms that clipping bounds);
-# - clients trained in parallel on CUDA streams (trainer.clients_in_parallel 4), twice, and vectorized (one batched
-#   computation), FedECADO's per-client state
-#   offloaded to pinned host memory (strategy.state_device cpu), and FedAvg on the CPU: each compared with the GPU
-#   run of the same config (the largest difference of the final weights, against a tolerance; the second streams
-#   run with the first, bit for bit);
+# - clients trained vectorized (trainer.clients_in_parallel vectorized: one batched computation), twice, FedECADO's
+#   per-client state offloaded to pinned host memory (strategy.state_device cpu), and FedAvg on the CPU: each compared
+#   with the GPU run of the same config (the largest difference of the final weights, against a tolerance; the second
+#   vectorized run with the first, bit for bit);
 # - the benchmarks with --device cuda (scripts/benchmarks/: benchmark.py, circuit_benchmark.py,
 #   circuit_step_benchmark.py, data_benchmark.py, tiny_clients_benchmark.py), on small workloads: the CIFAR-size CNN
 #   vectorized and one client at a time beside the hand-written loop, the MLP on batched matmuls and under vmap.
@@ -63,15 +62,12 @@ for family in fedavg fedadam scaffold fedbuff dp-sgd fedecado trimmedmean; do
             --trainer.name "$family-$precision" "${EXTRA[@]}"
     done
 done
-check "clients on 4 streams" lightfed fit -c configs/quickstart.yaml "${SHORT[@]}" --trainer.clients_in_parallel 4 \
-    --trainer.name streams "${EXTRA[@]}"
-check "  = one at a time" compare_weights streams fedavg-32-true 1e-5
-check "clients on 4 streams, again" lightfed fit -c configs/quickstart.yaml "${SHORT[@]}" \
-    --trainer.clients_in_parallel 4 --trainer.name streams-again "${EXTRA[@]}"
-check "  = the first streams run" compare_weights streams-again streams 0
 check "clients vectorized" lightfed fit -c configs/quickstart.yaml "${SHORT[@]}" \
     --trainer.clients_in_parallel vectorized --trainer.name vectorized "${EXTRA[@]}"
 check "  = one at a time" compare_weights vectorized fedavg-32-true 1e-5
+check "clients vectorized, again" lightfed fit -c configs/quickstart.yaml "${SHORT[@]}" \
+    --trainer.clients_in_parallel vectorized --trainer.name vectorized-again "${EXTRA[@]}"
+check "  = the first vectorized run" compare_weights vectorized-again vectorized 0
 check "fedecado pinned offload" lightfed fit "${DIGITS[@]}" -c configs/digits/fedecado.yaml "${SHORT[@]}" \
     --strategy.init_args.state_device cpu --trainer.name pinned "${EXTRA[@]}"
 check "  = state on the GPU" compare_weights pinned fedecado-32-true 1e-6
@@ -79,7 +75,7 @@ check "fedavg on the CPU" lightfed fit -c configs/quickstart.yaml "${SHORT[@]}" 
     --trainer.name cpu "${EXTRA[@]}"
 check "  = on the GPU" compare_weights cpu fedavg-32-true 1e-3
 check "benchmark.py" "$PYTHON" scripts/benchmarks/benchmark.py --device cuda --rounds 2 --warmup-rounds 1 \
-    --repeats 1 --paths reference lightfed lightfed-parallel lightfed-sequential lightfed-vectorized
+    --repeats 1 --paths reference lightfed lightfed-sequential lightfed-vectorized
 check "circuit_benchmark.py" "$PYTHON" scripts/benchmarks/circuit_benchmark.py --accelerator gpu \
     --workloads resnet18gn --clients 20 --clients-per-round 5 --examples 200 --rounds 2 --warmup-rounds 1
 check "circuit_step_benchmark.py" "$PYTHON" scripts/benchmarks/circuit_step_benchmark.py --device cuda --repeats 3

@@ -2,6 +2,7 @@
 
 import os
 from functools import partial
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -172,6 +173,13 @@ def test_dataloader_processes_are_refused_with_parallel_clients_before_anything_
     with pytest.raises(ConfigError, match="clients_in_parallel > 1 cannot be used with data.num_workers > 0"):
         small_trainer(tmp_path, clients_in_parallel=2).fit(small_model(), data, FedAvg())
     assert not (tmp_path / "lightfed").exists()
+
+
+@pytest.mark.parametrize("device", ["cuda", "mps"])
+def test_worker_threads_are_refused_off_a_cpu(device):
+    fabric = SimpleNamespace(device=torch.device(device), strategy=None)  # nothing else is read before the refusal
+    with pytest.raises(ConfigError, match=f"trains clients on CPU threads, not on a {device} device .* 'vectorized'"):
+        client_workers.ClientWorkers.build(fabric, small_model(), small_data(), 2, clients_per_round=10)
 
 
 def test_on_client_end_sees_every_client_of_a_round_once(tmp_path):

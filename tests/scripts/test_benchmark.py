@@ -36,6 +36,14 @@ TINY = [
 ]
 
 
+def test_a_gpu_leaves_out_lightfeds_worker_threads():
+    assert "lightfed-parallel" in benchmark.parse_args([]).paths
+    on_a_gpu = benchmark.parse_args(["--device", "cuda"]).paths
+    assert on_a_gpu == [path for path in benchmark.DEFAULT_PATHS if path != "lightfed-parallel"]
+    with pytest.raises(SystemExit):
+        benchmark.parse_args(["--device", "cuda", "--paths", "reference", "lightfed-parallel"])
+
+
 def test_the_warm_up_rounds_are_not_timed():
     args = benchmark.parse_args(["--rounds", "4", "--warmup-rounds", "1"])
     assert benchmark.total_rounds(args) == 5

@@ -21,7 +21,7 @@ BENCHMARKS = [
     "tiny_clients_benchmark.py",
     "tiny clients under vmap",
 ]
-RUNS = 3 * len(FAMILIES) - 2 + 5  # DP-SGD in 32-true alone; streams twice, vectorized, pinned offload, on the CPU
+RUNS = 3 * len(FAMILIES) - 2 + 4  # DP-SGD in 32-true alone; vectorized twice, pinned offload, on the CPU
 CHECKS = RUNS + len(BENCHMARKS)  # command lines; the comparisons of runs have none
 
 
@@ -48,12 +48,11 @@ def test_the_dry_run_lists_every_check_and_every_command_line_parses():
             (line,) = [line for line in lines if line.startswith(f"{family} {precision} ")]
             assert "--trainer.accelerator gpu" in line and f"--trainer.precision {precision}" in line
     assert not any(line.startswith("dp-sgd 16-mixed") for line in lines)  # DP refuses 16-bit precision
-    assert any(line.startswith("clients on 4 streams") and "--trainer.clients_in_parallel 4" in line for line in lines)
+    assert any(line.startswith("clients vectorized") and "clients_in_parallel vectorized" in line for line in lines)
     assert any(line.startswith("fedecado pinned offload") and "state_device cpu" in line for line in lines)
     for compared in (
-        "compare_weights streams fedavg-32-true",
-        "compare_weights streams-again streams 0",
         "compare_weights vectorized fedavg-32-true",
+        "compare_weights vectorized-again vectorized 0",
         "compare_weights pinned fedecado-32-true",
         "compare_weights cpu fedavg-32-true",
     ):
@@ -132,7 +131,7 @@ def test_the_runs_go_a_few_at_a_time_then_the_rest_in_order_and_one_table_names_
     table = result.stdout.splitlines()
     assert table[1] == "Stand-in GPU" and table[2] == "| check | result | seconds | detail |"
     rows = [row.split(" | ") for row in table[4:-1]]
-    assert len(rows) == CHECKS + 5  # and the five comparisons
+    assert len(rows) == CHECKS + 4  # and the four comparisons
     assert [row[0] for row in rows[:3]] == ["| fedavg 32-true", "| fedavg 16-mixed", "| fedavg bf16-mixed"]
     failed = [row[0] for row in rows if row[1] != "ok"]
     assert failed == ["| fedadam 16-mixed"] and rows[4][1] == "FAIL (3)"
@@ -140,6 +139,7 @@ def test_the_runs_go_a_few_at_a_time_then_the_rest_in_order_and_one_table_names_
     assert rows[-2][0] == "| tiny_clients_benchmark.py" and rows[-2][3] == "tiny_clients_benchmark.py done |"
     assert rows[-1][0] == "| tiny clients under vmap"
     assert any(
-        row[0] == "|   = the first streams run" and "max \\|streams-again - streams\\| = 0" in row[3] for row in rows
+        row[0] == "|   = the first vectorized run" and "max \\|vectorized-again - vectorized\\| = 0" in row[3]
+        for row in rows
     )
     assert "gpu_check: fedadam 16-mixed: FAIL (3)" in result.stderr  # each check's line as it ends

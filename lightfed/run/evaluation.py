@@ -1,6 +1,7 @@
 """Evaluating the global model (its weights loaded into the live module, a step over batches) on the validation split,
 the test set or each client's data, and the round with the best validation metric."""
 
+import itertools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -180,7 +181,12 @@ class Evaluation:
         return torch.tensor([self._client_value(c, *w, monitor) for c, w in weights.items()], dtype=torch.float64)
 
     def _client_value(self, client_id: int, params: Tensor, buffers: Tensor, monitor: str) -> float:
-        batches = self.client.data.client_eval_batches(client_id)
+        """``monitor`` of one client at the given weights; NaN (left out) for a client with nothing to evaluate."""
+        batches = iter(self.client.data.client_eval_batches(client_id))
+        first = next(batches, None)
+        if first is None:  # e.g. a client of one example: it holds none out
+            return math.nan
+        batches = itertools.chain([first], batches)
         result = evaluation_pass(self.fabric, self.client, params, buffers, "validation_step", batches).compute()
         if monitor not in result:
             raise ConfigError(f"per-client evaluation needs validation_step to log {monitor!r} (trainer.monitor)")

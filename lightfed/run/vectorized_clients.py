@@ -202,6 +202,12 @@ class VectorizedClients:
             try:
                 trained.update(zip(part, self._train_together([jobs[i] for i in part]), strict=True))
             except Exception as error:
+                if self.strict and not self._tried and _draws_under_vmap(error):
+                    raise ConfigError(
+                        f"trainer.clients_in_parallel vectorized: {type(self.client.module).__name__} draws random "
+                        "numbers in training_step under vmap, which cannot give each client its own (dropout is "
+                        "supported on batched matmuls, e.g. lightfed's MLP): set it to 'auto' or 1"
+                    ) from error
                 if self.strict or self._tried:
                     raise
                 self._alone = True
@@ -603,3 +609,8 @@ def _summed(lr: float, steps: int) -> float:
     for _ in range(steps):
         total += lr
     return total
+
+
+def _draws_under_vmap(error: Exception) -> bool:
+    """Whether ``error`` is vmap's refusal of a random draw (``randomness="error"``)."""
+    return isinstance(error, RuntimeError) and "called random operation" in str(error)

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from lightfed.errors import ConfigError
 from lightfed.models import MLP
 from lightfed.run.client_workers import ClientWorkers, torch_threads
 from lightfed.run.engine import RoundEngine
@@ -91,6 +92,12 @@ def test_a_model_that_draws_random_numbers_trains_one_client_at_a_time_which_one
         "(RuntimeError: vmap: called random operation"
     )
     assert torch.equal(auto.params, _one_at_a_time(tmp_path / "one", NoisyMLP()))
+
+
+def test_explicit_vectorized_training_refuses_a_random_draw_under_vmap_in_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="NoisyMLP draws random numbers in training_step under vmap") as refused:
+        _fit(tmp_path, NoisyMLP(), clients_per_round=8, clients_in_parallel="vectorized")
+    assert "\n" not in str(refused.value)
 
 
 def test_dropout_trains_vectorized_with_each_clients_one_at_a_time_masks(tmp_path, capsys):

@@ -2,12 +2,14 @@
 model per client, the model fine-tuned on each client (fine-tuned vectorized)."""
 
 import lightning as L
+import numpy as np
 import pytest
 import torch
 from lightning.fabric import Fabric
 
 from lightfed.data import Digits, DirichletPartitioner
 from lightfed.data.module import FederatedDataModule
+from lightfed.data.partitioners import Partitioner
 from lightfed.models import MLP
 from lightfed.run.client import ClientTrainer
 from lightfed.run.evaluation import ClientEvaluation, Evaluation
@@ -17,9 +19,9 @@ from tests.conftest import small_model
 CPU = torch.device("cpu")
 
 
-def _client(model, precision="32-true", val_fraction=0.3):
+def _client(model, precision="32-true", val_fraction=0.3, partitioner=None):
     data = FederatedDataModule(
-        Digits(), DirichletPartitioner(8, alpha=0.5), batch_size=16, client_val_fraction=val_fraction
+        Digits(), partitioner or DirichletPartitioner(8, alpha=0.5), batch_size=16, client_val_fraction=val_fraction
     )
     data.setup(seed=0, device=CPU)
     return ClientTrainer(Fabric(accelerator="cpu", devices=1, precision=precision), model, data)
@@ -58,6 +60,27 @@ def test_every_client_gets_its_one_at_a_time_values(monitor):
     for name, values in expected.items():
         assert computed[name] == pytest.approx(values, rel=1e-5, abs=1e-7), name
     assert len(computed[f"clients/personal/{monitor}"]) == 7  # client 3 has none
+
+
+class _OneExampleFirst(Partitioner):
+    """Client 0 holds one example (so it holds none out), the others the rest in turn."""
+
+    def split(self, labels, seed):
+        rest = np.arange(1, len(labels))
+        return [np.array([0]), *(rest[k :: self.num_clients - 1] for k in range(self.num_clients - 1))]
+
+
+def test_a_client_with_nothing_held_out_is_left_out_one_at_a_time_as_on_batched_matmuls():
+    L.seed_everything(0, verbose=False)
+    client = _client(MLP(64, 10, hidden=[8]), partitioner=_OneExampleFirst(4))
+    assert len(client.data.client_val_indices(0)) == 0
+    stacked, one_at_a_time = Evaluation(client.fabric, client), Evaluation(client.fabric, client)
+    one_at_a_time.stacked = None
+    params, buffers = client.flat.params.clone(), client.flat.buffers.clone()
+    expected = one_at_a_time.clients(0, params, buffers, "val_acc", seen={0, 1, 2, 3})
+    computed = stacked.clients(0, params, buffers, "val_acc", seen={0, 1, 2, 3})
+    assert len(expected["clients/val_acc"]) == 3  # clients 1, 2 and 3
+    assert computed["clients/val_acc"] == pytest.approx(expected["clients/val_acc"], rel=1e-6)
 
 
 class _OwnValidation(MLP):

@@ -51,6 +51,7 @@ class LocalRule(ABC):
     # no more of the context than ``flat.params`` and ``flat.buffers`` (the row)
     takes_step = False
     gradients_per_step = 1
+    keeps_second_statistics = False  # the running statistics of the second pass a step stay (``second_point``)
 
     def start(self, params: Tensor, context: LocalContext) -> None:  # noqa: B027 (an optional hook)
         """Called with the global parameters (flat, read-only) and the client's local context before the first step."""
@@ -67,15 +68,19 @@ class LocalRule(ABC):
     def prior_stepped(self, params: Tensor, buffers: Tensor) -> None:  # noqa: B027 (an optional hook)
         """The parameters and buffers ``prior_steps`` end with, taken for this rule: ``start`` does not take them."""
 
-    def second_point(self, params: Tensor) -> Tensor | None:
-        """Where this step wants a second gradient of its batch, from the client's current ``params`` (None: nowhere):
-        a vectorized trainer evaluates it for many clients at once and hands it to ``at_second_point`` instead of
-        calling ``adjust``; one client at a time, the rule's ``adjust`` calls ``context.recompute_gradient()``."""
+    def second_point(self, params: Tensor, grad: Tensor) -> Tensor | None:
+        """Where this step wants a second gradient of its batch, from the client's current ``params`` and the step's
+        gradient ``grad`` (None: nowhere): a vectorized trainer evaluates it for many clients at once and hands it to
+        ``at_second_point`` instead of calling ``adjust``; one client at a time, the rule's ``adjust`` calls
+        ``context.recompute_gradient()``. The running statistics that pass moves stay with
+        ``keeps_second_statistics``, else the step's own pass's are restored."""
         return None
 
-    def at_second_point(self, grad: Tensor, params: Tensor, lr: float) -> None:  # noqa: B027 (an optional hook)
+    def at_second_point(self, grad: Tensor, params: Tensor, lr: float) -> Tensor | None:
         """Takes ``grad``, the batch's gradient at ``second_point``; ``params``: the client's parameters (where its
-        step's own gradient was taken), ``lr``: its step size."""
+        step's own gradient was taken), ``lr``: its step size. Returns the gradient the step takes instead of its own
+        (None: its own)."""
+        return None
 
     def observe(self, grad: Tensor) -> None:  # noqa: B027 (an optional hook)
         """Sees the flat gradient the step will use (private and noised under differential privacy), read-only."""

@@ -31,7 +31,7 @@ class APFLMixing(LocalRule):
         self._grad, self._params = torch.empty_like(params), torch.empty_like(params)
         self._buffers = torch.empty_like(context.flat.buffers)
 
-    def second_point(self, params: Tensor) -> Tensor:
+    def second_point(self, params: Tensor, grad: Tensor) -> Tensor:
         """The mixture alpha v + (1 - alpha) w."""
         return params.mul(1 - self.alpha).add_(self.v, alpha=self.alpha)
 
@@ -41,6 +41,7 @@ class APFLMixing(LocalRule):
             moved = alpha - self.alpha_lr * float(torch.dot(self.v - params, grad))
             self.alpha = min(max(moved, 0.0), 1.0)
         self.v.sub_(grad, alpha=lr * alpha)
+        return None
 
     def adjust(self, grad: Tensor, params: Tensor) -> None:
         context = self.context
@@ -48,7 +49,7 @@ class APFLMixing(LocalRule):
             self._grad.copy_(grad)
             self._params.copy_(params)
             self._buffers.copy_(context.flat.buffers)
-            params.copy_(self.second_point(params))
+            params.copy_(self.second_point(params, grad))
         context.recompute_gradient()  # grad: the gradient at the mixture
         with torch.no_grad():
             self.at_second_point(grad, self._params, context.lr)

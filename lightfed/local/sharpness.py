@@ -12,7 +12,11 @@ from lightfed.optim.sam import check_sam_settings, sam_perturbation
 
 class SharpnessAware(LocalRule):
     """Replaces each step's gradient g(w) by g(w + e(w)), e from ``sam_perturbation``; the same batch is evaluated
-    twice. Under DP-SGD both gradients are private (see ``lightfed.privacy.DPSGD``)."""
+    twice, and the running statistics move in both passes. Under DP-SGD both gradients are private (see
+    ``lightfed.privacy.DPSGD``)."""
+
+    vectorizes = True  # w + e(w) is its second point, evaluated for many clients at once (e from the row's norm)
+    keeps_second_statistics = True
 
     def __init__(self, rho: float = 0.05, adaptive: bool = False, eta: float = 0.01) -> None:
         """
@@ -41,13 +45,22 @@ class SharpnessAware(LocalRule):
         self.context = context
         self._saved = torch.empty_like(params)
 
-    def adjust(self, grad: Tensor, params: Tensor) -> None:
+    def second_point(self, params: Tensor, grad: Tensor) -> Tensor | None:
+        """w + e(w) (None for rho 0: plain steps)."""
         if self.rho == 0:
+            return None
+        return params + sam_perturbation(grad, params, self.rho, self.adaptive, self.eta)
+
+    def at_second_point(self, grad: Tensor, params: Tensor, lr: float) -> Tensor:
+        return grad  # the step's gradient is the one at w + e(w)
+
+    def adjust(self, grad: Tensor, params: Tensor) -> None:
+        point = self.second_point(params, grad)
+        if point is None:
             return
-        ascent = sam_perturbation(grad, params, self.rho, self.adaptive, self.eta)
         with torch.no_grad():
             self._saved.copy_(params)
-            params.add_(ascent)
+            params.copy_(point)
         self.context.recompute_gradient()  # grad now holds the gradient at w + e(w)
         with torch.no_grad():
             params.copy_(self._saved)

@@ -223,9 +223,9 @@ def trainer_settings(
             whole (the same weights on any number of processes); what does not vectorize trains one client at a time.
             "vectorized": all of them as one batched computation on stacked weights
             (``lightfed.run.vectorized_clients``; an elementwise optimizer, no local rule or one that runs on a row of
-            stacked clients (FedProx's, SCAFFOLD's, MasFL's, FedPer's, FedRep's, Ditto's, APFL's), DP-SGD included, no
-            randomness under vmap (dropout on batched matmuls is each client's own) or training hooks in the model:
-            refused otherwise, in one line).
+            stacked clients (FedProx's, SCAFFOLD's, MasFL's, FedECADO's, FedPer's, FedRep's, Ditto's, APFL's,
+            FedSAM's), DP-SGD included, no randomness under vmap (dropout on batched matmuls is each client's own) or
+            training hooks in the model: refused otherwise, in one line).
         client_states: Where a strategy keeps what it remembers per client (SCAFFOLD's control variates, the
             personal weights of a personalization transform, MasFL's and CA2FL's last updates, ...): "memory" (each
             process holds its clients'; a checkpoint rewrites them all) or "disk" (files read for a round's clients

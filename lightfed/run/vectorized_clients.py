@@ -7,8 +7,8 @@ every client exactly its own gradient (its row), and the model's optimizer, buil
 steps every row as one optimizer per client would (it is elementwise). Ragged clients stay exact: at each step the
 clients whose batches have the same size are one call (a client's last, partial batch is its own group), and a
 client's weights are taken when it has taken its last step. Local rules run on their client's row; a rule's steps on
-another model (``LocalRule.prior_steps``: Ditto's) and its second gradient a step (``LocalRule.second_point``: APFL's)
-are taken for all the clients at once. Under DP-SGD every example of every client gets a row (``_private_step``,
+another model (``LocalRule.prior_steps``: Ditto's) and its second gradient a step (``LocalRule.second_point``: APFL's
+mixture, SAM's ascent) are taken for all the clients at once. Under DP-SGD every example of every client gets a row (``_private_step``,
 ``vectorized_privacy``).
 """
 
@@ -290,7 +290,7 @@ class VectorizedClients:
                 points = {
                     k: point
                     for k, rule in rules.items()
-                    if step < steps[k] and (point := rule.second_point(weights[0][k].detach())) is not None
+                    if step < steps[k] and (point := rule.second_point(weights[0][k].detach(), grads[0][k])) is not None
                 }
                 if points:
                     self._at_second_points(points, rules, weights[0], buffers, backward, settings[0]["lr"])
@@ -366,8 +366,9 @@ class VectorizedClients:
         lr: float,
     ) -> None:
         """Hands each client's rule in ``points`` (by position) its batch's gradient at the point it asked for
-        (``LocalRule.second_point``), taken for all of them at once; the weights, their gradients and the buffers are
-        then as they were."""
+        (``LocalRule.second_point``), taken for all of them at once; the weights are then as they were, and the
+        gradients and the buffers too, except a gradient the rule replaces and the running statistics it keeps
+        (``LocalRule.keeps_second_statistics``)."""
         assert weights.grad is not None
         saved, saved_grads, saved_buffers = weights.clone(), weights.grad.clone(), buffers.clone()
         index = torch.tensor(list(points), device=weights.device)
@@ -375,7 +376,11 @@ class VectorizedClients:
         weights.grad.zero_()
         backward(set(points), torch.zeros(len(saved), device=weights.device))  # their losses count once, at w
         for k in points:
-            rules[k].at_second_point(weights.grad[k].clone(), saved[k], lr)
+            replaced = rules[k].at_second_point(weights.grad[k].clone(), saved[k], lr)
+            if replaced is not None:
+                saved_grads[k] = replaced
+            if rules[k].keeps_second_statistics:
+                saved_buffers[k] = buffers[k]
         weights.copy_(saved)
         weights.grad.copy_(saved_grads)
         buffers.copy_(saved_buffers)

@@ -127,6 +127,7 @@ class RelativeProgressRule(SharpnessAware):
         sends=frozenset({Sent(name, "data") for name in ("probe_loss", "lr", "rp", "history")})
         | {Sent("grad_sq", "gradients")}
     )
+    vectorizes = False  # its start probes the live module's loss and sets the client's own step size
 
     def __init__(
         self,

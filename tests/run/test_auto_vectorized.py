@@ -1,6 +1,7 @@
 """``clients_in_parallel: auto`` trains a round of short-step clients vectorized, in blocks the engine deals whole to
 processes: the same weights on one and two processes; what does not vectorize trains one client at a time."""
 
+from dataclasses import replace
 from functools import partial
 from types import SimpleNamespace
 
@@ -8,12 +9,14 @@ import pytest
 import torch
 from torch import nn
 
+from lightfed.core.local_rule import LocalRule
 from lightfed.errors import ConfigError
 from lightfed.models import MLP
 from lightfed.run.client_workers import ClientWorkers, torch_threads
 from lightfed.run.engine import RoundEngine
 from lightfed.run.vectorized_clients import VectorizedClients
 from lightfed.strategies import FedAvg, FedSAM, Scaffold
+from lightfed.strategies.base import NOTHING
 from tests.conftest import QUICKSTART, fit_in_subprocess, small_data, small_model, small_trainer, trainer_options
 
 SYNTHETIC = QUICKSTART.parent / "synthetic" / "base.yaml"
@@ -107,11 +110,31 @@ def test_dropout_trains_vectorized_with_each_clients_one_at_a_time_masks(tmp_pat
     assert float((auto.params - one).abs().max() / one.abs().max()) <= 1e-5
 
 
+class _HalvedSteps(LocalRule):
+    """Halves each step's gradient; does not declare that it vectorizes."""
+
+    def adjust(self, grad, params):
+        grad.mul_(0.5)
+
+
+class _HalvedFedAvg(FedAvg):
+    def configure_client(self, plan, received=NOTHING):
+        return replace(plan, rule=_HalvedSteps())
+
+
 def test_a_client_whose_local_rule_does_not_vectorize_trains_alone(tmp_path, capsys):
-    """FedSAM's rule takes its own steps: every client trains alone, as one at a time, and nothing falls back."""
-    auto = _fit(tmp_path / "auto", mlp(), FedSAM(rho=0.05), clients_per_round=8)
+    """Every client trains alone, as one at a time, and nothing falls back."""
+    auto = _fit(tmp_path / "auto", mlp(), _HalvedFedAvg(), clients_per_round=8)
     assert isinstance(auto.workers, VectorizedClients) and "vectorized" not in capsys.readouterr().out
-    assert torch.equal(auto.params, _one_at_a_time(tmp_path / "one", mlp(), FedSAM(rho=0.05)))
+    assert torch.equal(auto.params, _one_at_a_time(tmp_path / "one", mlp(), _HalvedFedAvg()))
+
+
+def test_fedsams_clients_train_vectorized_within_rounding_of_one_at_a_time(tmp_path):
+    auto = _fit(tmp_path / "auto", mlp(), FedSAM(rho=0.05), clients_per_round=8)
+    assert isinstance(auto.workers, VectorizedClients)
+    one = _one_at_a_time(tmp_path / "one", mlp(), FedSAM(rho=0.05))
+    assert not torch.equal(auto.params, one)  # trained together, not alone
+    assert float((auto.params - one).abs().max() / one.abs().max()) <= 1e-5
 
 
 def test_processes_take_whole_blocks_of_consecutive_jobs_in_turn():

@@ -20,6 +20,7 @@ from lightfed.local.correction import GradientCorrection
 from lightfed.local.ditto_steps import DittoSteps
 from lightfed.local.head_then_body import HeadThenBody
 from lightfed.local.personal_layers import PersonalLayers
+from lightfed.local.sharpness import SharpnessAware
 from lightfed.models import MLP
 from lightfed.models.batchnorm_cnn import SmallBNCNN
 from lightfed.privacy import DPSGD
@@ -29,7 +30,7 @@ from lightfed.run.client_training import TrainingJob
 from lightfed.run.settings import LocalTraining
 from lightfed.run.stacked_classifier import stacked_classifier
 from lightfed.run.vectorized_clients import VectorizedClients
-from lightfed.strategies import FedAvg, FedSAM
+from lightfed.strategies import AdaptFed, FedAvg
 from lightfed.strategies.fedprox import ProximalTerm
 from lightfed.strategies.masfl import MomentumCorrection
 from tests.conftest import QUICKSTART, fit_in_subprocess, small_data, small_model, small_trainer, trainer_options
@@ -233,6 +234,34 @@ def test_apfls_mixture_gradient_runs_vectorized_as_one_at_a_time():
     assert vectorized.logged().compute() == pytest.approx(sequential.logged.compute(), rel=1e-5)
 
 
+@pytest.mark.parametrize(
+    ("model", "adaptive"),
+    [
+        (lambda: MLP(64, 10, hidden=[16], optimizer=partial(torch.optim.SGD, lr=0.1, momentum=0.5)), False),
+        (lambda: MLP(64, 10, hidden=[16], optimizer=partial(torch.optim.SGD, lr=0.1, momentum=0.5)), True),
+        (lambda: SmallBNCNN(num_classes=10, width=8, optimizer=partial(torch.optim.SGD, lr=0.05)), False),
+    ],
+    ids=["sam-batched-matmuls", "asam-batched-matmuls", "sam-batchnorm-vmap"],
+)
+def test_sharpness_aware_steps_run_vectorized_as_one_at_a_time(model, adaptive):
+    """FedSAM's and FedASAM's clients: each step's gradient taken again at w + e(w), e from the client's own gradient
+    norm, for every client at once; the running statistics move in both passes, as one client at a time."""
+    L.seed_everything(0, verbose=False)
+    sequential, vectorized = _clients(model())
+    rule = lambda client_id, size: SharpnessAware(rho=0.1, adaptive=adaptive)  # noqa: E731
+    jobs = _jobs(sequential, rule, epochs=1)
+    expected = [
+        tuple(t.clone() for t in _pair(sequential.train(j.plan, j.params, j.buffers)))
+        for j in _jobs(sequential, rule, epochs=1)
+    ]
+    for (delta, buffers), update in zip(expected, _updates(vectorized, jobs), strict=True):
+        assert float((update.delta - delta).abs().max() / delta.abs().max()) <= 1e-5
+        assert torch.allclose(update.buffers, buffers, rtol=1e-5, atol=1e-6)
+    assert vectorized.logged().compute() == pytest.approx(sequential.logged.compute(), rel=1e-5)
+    plain = sequential.train(ClientPlan(0, 1, seed=100, epochs=1), jobs[0].params, jobs[0].buffers)
+    assert float((plain.delta - expected[0][0]).abs().max() / expected[0][0].abs().max()) > 1e-2  # ascent matters
+
+
 def test_fedecados_client_runs_vectorized_as_one_at_a_time_with_its_curvature_at_the_received_model():
     """FedECADO's client: the coupling current each step, its speed decay, and its Hessian diagonal (Hutchinson)
     estimated on the live module before the first step, which holds the received weights there as one client at a
@@ -415,8 +444,8 @@ def test_what_it_cannot_run_exactly_is_refused_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match="vectorized does not run the local rule _Rule yet"):
         vectorized.train(jobs, lambda *args: None)
     trainer = small_trainer(tmp_path, clients_in_parallel="vectorized")
-    with pytest.raises(ConfigError, match="does not run the local rule SharpnessAware yet"):
-        trainer.fit(small_model(), small_data(), FedSAM(rho=0.05))
+    with pytest.raises(ConfigError, match="does not run the local rule RelativeProgressRule yet"):
+        trainer.fit(small_model(), small_data(), AdaptFed())
 
 
 def test_a_clients_update_is_the_same_whichever_blocks_its_process_trains(monkeypatch):

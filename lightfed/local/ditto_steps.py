@@ -43,9 +43,8 @@ class DittoSteps(AroundInner):
 
     def prior_steps(self, params: Tensor) -> PriorSteps:
         personal = params if self.personal is None else self.personal.to(params.device)
-        return PriorSteps(
-            personal, self.personal_buffers, params, self.lam, self.seed, self.epochs, self.steps, self.lr
-        )
+        buffers = None if self.personal_buffers is None else self.personal_buffers.to(params.device)
+        return PriorSteps(personal, buffers, params, self.lam, self.seed, self.epochs, self.steps, self.lr)
 
     def prior_stepped(self, params: Tensor, buffers: Tensor) -> None:
         self.report_values = {"personal": params, "personal_buffers": buffers}

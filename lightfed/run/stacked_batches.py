@@ -42,9 +42,15 @@ class GatheredBatches:
     def stacked(self, step: int, clients: list[int]) -> Batch:
         """The batches of ``clients`` (of one size) at ``step``, stacked: a row per client."""
         device = self.examples[1].device
-        starts = torch.tensor([self.starts[k][step] for k in clients], device=device)
+        starts = device_index([self.starts[k][step] for k in clients], device)
         index = starts.unsqueeze(1) + torch.arange(self.sizes[clients[0]][step], device=device)
         return apply_to_collection(self.examples, Tensor, lambda examples: examples[index])
+
+
+def device_index(values: list[int], device: torch.device) -> Tensor:
+    """``values`` as an index tensor on ``device``, copied without waiting for the device's queued work (a blocking
+    copy to a GPU would wait for it, at every step)."""
+    return torch.tensor(values, dtype=torch.long).to(device, non_blocking=True)
 
 
 def examples(batch: Any) -> int:

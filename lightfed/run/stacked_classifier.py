@@ -6,7 +6,8 @@ mean cross-entropy of class targets, logged as ``train_loss``) and whose ``net``
 ``nn.Linear`` layers, ``nn.Flatten``, ``nn.Dropout`` and elementwise activations. A client's loss is the one its
 ``training_step`` computes, up to rounding; its dropout masks are drawn from a generator of its own as
 ``torch.nn.functional.dropout`` draws them on the CPU, so that a client seeded as its one-at-a-time training seeds
-torch's generator gets that training's masks.
+torch's generator gets that training's masks (on a GPU, whose dropout is a fused kernel, masks of its own, as
+reproducible).
 """
 
 from typing import Any
@@ -84,7 +85,7 @@ def stacked_classifier(module: LightningModule) -> StackedClassifier | None:
 def _dropout(h: Tensor, p: float, training: bool, generators: list[torch.Generator]) -> Tensor:
     """``F.dropout(h[k], p, training)`` of each client ``k``, its mask drawn from ``generators[k]`` as ``F.dropout``
     draws one from torch's generator on the CPU (``bernoulli_(1 - p)`` of a tensor like the input, divided by 1 - p;
-    nothing drawn for p 0 or 1)."""
+    nothing drawn for p 0 or 1); on a GPU, not ``F.dropout``'s masks, but each client's own all the same."""
     if not training or p == 0:
         return h
     if p == 1:

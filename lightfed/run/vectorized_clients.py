@@ -39,7 +39,7 @@ from lightfed.run.client import ClientTrainer
 from lightfed.run.client_memory import chunk_budget, client_bytes
 from lightfed.run.client_training import Deliver, TrainingJob
 from lightfed.run.client_workers import torch_threads
-from lightfed.run.stacked_batches import GatheredBatches, ListedBatches, joined
+from lightfed.run.stacked_batches import GatheredBatches, ListedBatches, device_index, joined
 from lightfed.run.stacked_classifier import stacked_classifier
 from lightfed.run.vectorized_privacy import PrivateClients
 from lightfed.strategies.fedprox import ProximalTerm
@@ -240,8 +240,8 @@ class VectorizedClients:
             self._take_prior_steps(jobs)
         client, module, view = self.client, self.client.module, self.client.view
         clients, device = len(jobs), client.fabric.device
-        starts = torch.stack([job.params for job in jobs]).to(device)
-        buffers = torch.stack([job.buffers for job in jobs]).to(device)  # each client's running statistics
+        starts = torch.stack([job.params.to(device) for job in jobs])  # a job's may be kept on the CPU (Ditto's)
+        buffers = torch.stack([job.buffers.to(device) for job in jobs])  # each client's running statistics
         single = len(self.columns) == 1  # one optimizer group: its tensor is the flat parameters
         weights = [starts.clone() if single else starts[:, columns.to(device)] for columns in self.columns]
         settings = client.group_settings(jobs[0].plan) if plain_sgd is None else [{"lr": plain_sgd}]
@@ -371,7 +371,7 @@ class VectorizedClients:
         (``LocalRule.keeps_second_statistics``)."""
         assert weights.grad is not None
         saved, saved_grads, saved_buffers = weights.clone(), weights.grad.clone(), buffers.clone()
-        index = torch.tensor(list(points), device=weights.device)
+        index = device_index(list(points), weights.device)
         weights.index_copy_(0, index, torch.stack(list(points.values())))
         weights.grad.zero_()
         backward(set(points), torch.zeros(len(saved), device=weights.device))  # their losses count once, at w
@@ -447,7 +447,7 @@ class VectorizedClients:
     ) -> None:
         """Copies the flat parameters and buffers of the clients ``rows`` (that have taken their last step) into their
         rows of ``final`` and ``final_buffers``."""
-        index = torch.tensor(rows, device=final.device)
+        index = device_index(rows, final.device)
         final_buffers.index_copy_(0, index, buffers.index_select(0, index))
         with torch.no_grad():
             for columns, weight in zip(self.columns, weights, strict=True):
@@ -504,7 +504,7 @@ class VectorizedClients:
         (batch-size weighted)."""
         batch, size, generators = stacked
         whole = len(group) == buffers.shape[0]
-        index = None if whole else torch.tensor(group, device=buffers.device)
+        index = None if whole else device_index(group, buffers.device)
         statistics_rows = buffers if index is None else buffers.index_select(0, index)
         params = dict(leaves) if index is None else {name: leaf.index_select(0, index) for name, leaf in leaves.items()}
         params.update(  # copies: under vmap an in-place update of a strided view is lost
@@ -544,7 +544,7 @@ class VectorizedClients:
         entry of ``losses`` (0 for an empty batch) and logs what the module logs per example, weighted by the
         examples."""
         sizes = [size for _, size in batch]
-        owner = torch.repeat_interleave(torch.tensor(active), torch.tensor(sizes)).to(weights.device)
+        owner = device_index([k for k, size in zip(active, sizes, strict=True) for _ in range(size)], weights.device)
         per_example = weights.new_zeros(0, weights.shape[1])
         if owner.numel():
             rows = weights.index_select(0, owner).requires_grad_()
@@ -557,12 +557,12 @@ class VectorizedClients:
             examples = joined([b for b, size in batch if size], torch.cat)
             loss, logged, _ = self._per_example(params, examples, step)
             (per_example,) = torch.autograd.grad(loss.sum(), rows)
-            counts = torch.zeros_like(losses).index_add_(0, owner, torch.ones_like(loss))
-            summed = torch.zeros_like(losses).index_add_(0, owner, loss.detach())
-            losses.add_(summed / counts.clamp(min=1))
+            for k, size, client_losses in zip(active, sizes, loss.detach().split(sizes), strict=True):
+                if size:  # in a fixed order, as in ``PrivateClients.gradients``
+                    losses[k] += client_losses.sum() / size
             for name, values in logged.items():
                 self.client.logged.log(name, values.float().mean(), batch_size=owner.numel())
-        weights.grad = private.gradients(per_example, owner, active)
+        weights.grad = private.gradients(per_example, sizes, active)
 
     def _example_loss(
         self, params: dict[str, Tensor], example: Any, step: int

@@ -43,16 +43,17 @@ class PrivateClients:
             self.noises.append(privacy.step_noise(plan.client_id, 1))
             self.rates.append(sampler.sample_rate)
 
-    def gradients(self, per_example: Tensor, owner: Tensor, active: list[int]) -> Tensor:
+    def gradients(self, per_example: Tensor, sizes: list[int], active: list[int]) -> Tensor:
         """The private gradients ``(clients, d)`` of the clients ``active`` at this step from their examples'
-        gradients ``per_example`` (a row per example, of the client ``owner`` names): each example's clipped to
-        ``max_grad_norm``, summed per client, plus the client's noise, over its expected batch size; one more step
-        in each active client's accountant."""
+        gradients ``per_example`` (a row per example, ``sizes[i]`` rows of ``active[i]`` after another): each
+        example's clipped to ``max_grad_norm``, summed per client (in a fixed order: a GPU's ``index_add_`` would add
+        them in any), plus the client's noise, over its expected batch size; one more step in each active client's
+        accountant."""
         bound = self.privacy.max_grad_norm
         factors = (bound / (per_example.norm(dim=1) + 1e-6)).clamp(max=1.0)
         private = per_example.new_zeros(len(self.plans), per_example.shape[1])
-        private.index_add_(0, owner, per_example * factors.unsqueeze(1))
-        for k in active:
+        for k, clipped in zip(active, (per_example * factors.unsqueeze(1)).split(sizes), strict=True):
+            private[k] = clipped.sum(0)
             if self.stds[k] > 0:
                 draws = [
                     torch.normal(0.0, self.stds[k], s, generator=self.noise_streams[k], device=private.device)

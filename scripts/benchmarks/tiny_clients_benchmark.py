@@ -8,9 +8,10 @@ each (``--clients`` clients), a
 - plain loop: one client at a time, the MLP as ``torch.nn.Sequential``, ``torch.optim.SGD``, the client's batches
   already in memory (no data pipeline), its delta summed into the round's FedAvg mean.
 - batched floor: every client of the round at once on stacked weights ``[clients, ...]`` (``torch.baddbmm``),
-  ragged clients by masking each row's loss, autograd through the stacked weights, one SGD step per local step.
+  ragged clients by masking each row's loss, autograd through the stacked weights, one SGD step per local step; the
+  round's batches joined once and each step's gathered by an index (made before the round is timed).
 - lightfed: ``FederatedTrainer.fit`` rounds (client training, reduction, FedAvg), evaluation off, timed from one
-  round's start to the next one's (``clients_in_parallel`` auto, 1: one client at a time, and vectorized).
+  round's end to the next one's (``clients_in_parallel`` auto, 1: one client at a time, and vectorized).
 
 Every runner trains the same rounds' clients on the same batches; ratios are over the plain loop and the floor.
 
@@ -23,7 +24,6 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -32,7 +32,6 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: the shared harness
 import harness  # noqa: E402
 
-from lightfed.callbacks import Callback  # noqa: E402
 from lightfed.core.seeding import derived_seed, sample_clients  # noqa: E402
 from lightfed.data import Synthetic  # noqa: E402
 from lightfed.data.module import FederatedDataModule  # noqa: E402
@@ -92,32 +91,44 @@ def plain_round(batches: list[list[tuple]], start: nn.Sequential) -> None:
     total /= len(batches)
 
 
-def batched_round(batches: list[list[tuple]], start: nn.Sequential) -> None:
-    """Every client at once on stacked weights; a row's loss masked once the client has no batch left."""
+def layout(batches: list[list[tuple]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where each client's batch of each step lies among the round's examples joined client after client:
+    ``[steps, clients, BATCH]`` indices (padding: 0) and each example's weight in its client's mean loss (0:
+    padding). Bookkeeping, made before the round is timed."""
     clients, steps = len(batches), max(len(b) for b in batches)
+    index = torch.zeros(steps, clients, BATCH, dtype=torch.long)
+    weight = torch.zeros(steps, clients, BATCH)
+    start = 0
+    for k, client in enumerate(batches):
+        for step, (x, _) in enumerate(client):
+            n = x.shape[0]
+            index[step, k, :n] = torch.arange(start, start + n)
+            weight[step, k, :n] = 1.0 / n
+            start += n
+    return index.to(device), weight.to(device)
+
+
+def batched_round(batches: list[list[tuple]], layout: tuple[torch.Tensor, torch.Tensor], start: nn.Sequential) -> None:
+    """Every client at once on stacked weights: the round's examples joined once, each step's batches gathered from
+    them by ``layout`` (padded); a row's loss masked once the client has no batch left."""
+    index, weight = layout
+    xs = torch.cat([x for client in batches for x, _ in client])
+    ys = torch.cat([y for client in batches for _, y in client])
+    clients = index.shape[1]
     first, second = start[0], start[2]
     w1 = first.weight.detach().t().expand(clients, -1, -1).clone().requires_grad_()
     b1 = first.bias.detach().expand(clients, 1, -1).clone().requires_grad_()
     w2 = second.weight.detach().t().expand(clients, -1, -1).clone().requires_grad_()
     b2 = second.bias.detach().expand(clients, 1, -1).clone().requires_grad_()
-    device = first.weight.device
-    x = torch.zeros(clients, BATCH, 60, device=device)
-    y = torch.zeros(clients, BATCH, dtype=torch.long, device=device)
-    mask = torch.zeros(clients, BATCH, device=device)
-    for step in range(steps):
-        x.zero_(), mask.zero_()
-        for k, client in enumerate(batches):
-            if step < len(client):
-                n = client[step][0].shape[0]
-                x[k, :n], y[k, :n], mask[k, :n] = client[step][0], client[step][1], 1.0 / n
-        hidden = torch.baddbmm(b1, x, w1).relu()
+    for step in range(index.shape[0]):
+        hidden = torch.baddbmm(b1, xs[index[step]], w1).relu()
         logits = torch.baddbmm(b2, hidden, w2)
-        losses = nn.functional.cross_entropy(logits.reshape(-1, 10), y.reshape(-1), reduction="none")
-        (losses * mask.reshape(-1)).sum().backward()
+        losses = nn.functional.cross_entropy(logits.reshape(-1, 10), ys[index[step]].reshape(-1), reduction="none")
+        (losses * weight[step].reshape(-1)).sum().backward()
         with torch.no_grad():
-            for weight in (w1, b1, w2, b2):
-                weight -= LR * weight.grad
-                weight.grad = None
+            for w in (w1, b1, w2, b2):
+                w -= LR * w.grad
+                w.grad = None
 
 
 class OwnStepMLP(MLP):
@@ -127,21 +138,8 @@ class OwnStepMLP(MLP):
         return super().training_step(batch, batch_idx)
 
 
-class RoundTimes(Callback):
-    """The time of each round, from one round's start to the next one's."""
-
-    def __init__(self) -> None:
-        self.starts: list[float] = []
-
-    def on_round_start(self, trainer: object, round: int) -> None:
-        self.starts.append(time.perf_counter())
-
-    def on_fit_end(self, trainer: object, metrics: dict) -> None:
-        self.starts.append(time.perf_counter())
-
-
 def lightfed_round_seconds(args: argparse.Namespace, data: FederatedDataModule, parallel: int | str) -> list[float]:
-    times = RoundTimes()
+    clock = harness.RoundClock(sync=True)  # waits for a GPU before each reading
     with tempfile.TemporaryDirectory() as root:
         trainer = FederatedTrainer.from_settings(
             accelerator="gpu" if args.device == "cuda" else "cpu",
@@ -154,13 +152,13 @@ def lightfed_round_seconds(args: argparse.Namespace, data: FederatedDataModule, 
             root_dir=root,
             progress_bar=False,
             checkpoint_interval=10_000,
-            callbacks=[times],
+            callbacks=[clock],
         )
         model = (OwnStepMLP if args.vmap else MLP)(
             60, 10, hidden=[HIDDEN], optimizer=lambda p: torch.optim.SGD(p, lr=LR)
         )
         trainer.fit(model, data, FedAvg())
-    return [b - a for a, b in zip(times.starts[1:-1], times.starts[2:], strict=True)]
+    return clock.periods().wall[1:]  # each round from the end of the one before; the first is a warm-up
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -174,7 +172,8 @@ def main(argv: list[str] | None = None) -> None:
     plain, batched = harness.Times(), harness.Times()
     for batches in rounds:  # the first of each is a warm-up
         plain.measure(lambda batches=batches: plain_round(batches, start), sync)
-        batched.measure(lambda batches=batches: batched_round(batches, start), sync)
+        where = layout(batches, device)
+        batched.measure(lambda batches=batches, where=where: batched_round(batches, where, start), sync)
     seconds = {
         "batched floor (stacked weights, baddbmm)": batched[1:].median,
         "plain PyTorch, one client at a time": plain[1:].median,

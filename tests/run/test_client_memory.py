@@ -9,9 +9,10 @@ from lightfed.data import Digits, DirichletPartitioner
 from lightfed.data.module import FederatedDataModule
 from lightfed.models import MLP
 from lightfed.models.batchnorm_cnn import SmallBNCNN
+from lightfed.privacy import DPSGD
 from lightfed.run import client_memory
 from lightfed.run.client import ClientTrainer
-from lightfed.run.client_memory import WEIGHT_COPIES, client_bytes
+from lightfed.run.client_memory import EXAMPLE_COPIES, WEIGHT_COPIES, client_bytes
 from lightfed.run.vectorized_clients import VectorizedClients
 
 
@@ -28,6 +29,14 @@ def test_the_activations_kept_for_the_backward_pass_grow_with_the_batch():
     # every activation (the 64 inputs, 512 hidden units, 10 logits a row) is kept at least once per example
     assert kept[0] >= 8 * 4 * (64 + 512 + 10)
     assert kept[2] - kept[1] == 2 * (kept[1] - kept[0]) > 0  # linear in the batch, besides the weights a layer keeps
+
+
+def test_dp_sgd_adds_a_row_of_the_weights_its_gradient_and_its_clipped_copy_per_example():
+    L.seed_everything(0, verbose=False)
+    plain = _client(MLP(64, 10, hidden=[32]), 16)
+    private = ClientTrainer(plain.fabric, MLP(64, 10, hidden=[32]), plain.data, privacy=DPSGD(noise_multiplier=1.0))
+    d = 64 * 32 + 32 + 32 * 10 + 10
+    assert client_bytes(private) - client_bytes(plain) == EXAMPLE_COPIES * 16 * d * 4
 
 
 def test_measuring_moves_no_running_statistic_and_keeps_the_training_mode():

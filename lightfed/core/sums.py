@@ -35,7 +35,8 @@ class Sums(Mapping[str, Tensor]):
         the buffer is read: a tensor operation per number costs more than the number's sum)."""
         view = self._views[name]
         if isinstance(value, Tensor):
-            view.add_(value.reshape(-1), alpha=weight)
+            if value.numel():  # nothing to add for an empty tensor (a model without buffers)
+                view.add_(value.reshape(-1), alpha=weight)
         else:
             self._numbers[name] = self._numbers.get(name, 0.0) + value * weight
 

@@ -61,9 +61,11 @@ class TensorBatches:
         self, client_id: int, generator: torch.Generator, epochs: int | None = None, steps: int | None = None
     ) -> tuple[Tensor, list[int]]:
         """The training examples ``client_batches`` gives, as indices in their order, and its batches' sizes."""
-        orders = list(self._pass_orders(client_id, generator, epochs, steps))
-        sizes = [len(batch) for order in orders for batch in order.split(self.batch_size)]
-        return torch.cat(orders), sizes
+        orders, sizes = list(self._pass_orders(client_id, generator, epochs, steps)), []
+        for order in orders:
+            whole, rest = divmod(len(order), self.batch_size)
+            sizes += [self.batch_size] * whole + [rest] * (rest > 0)
+        return (orders[0] if len(orders) == 1 else torch.cat(orders)), sizes
 
     def train_examples(self, indices: Tensor) -> Batch:
         """The training examples at ``indices``, on the device."""

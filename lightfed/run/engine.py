@@ -125,10 +125,11 @@ class RoundEngine:
         order) are the same on every process. ``stop_requested`` is read just before the reduction: when it is set
         on any process, every process learns it from ``RoundResult.stop``."""
         sums, mine, path = self.sums, self.share(jobs), self.path
+        position = {id(job): k for k, job in enumerate(jobs)}
         layout = RoundJobs(
             [job.plan.client_id for job in jobs],
             [job.staleness for job in jobs],
-            [[jobs.index(job) for job in self.share(jobs, rank)] for rank in range(self.fabric.world_size)],
+            [[position[id(job)] for job in self.share(jobs, rank)] for rank in range(self.fabric.world_size)],
             self.fabric.global_rank,
         )
         vectors = [{**job.package, **sent} for job, sent in zip(mine, path.received(layout), strict=True)]

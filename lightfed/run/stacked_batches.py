@@ -31,19 +31,20 @@ class GatheredBatches:
     def __init__(self, tensors: TensorBatches, orders: list[tuple[Tensor, list[int]]]) -> None:
         self.examples = tensors.train_examples(torch.cat([order for order, _ in orders]))
         self.sizes = [sizes for _, sizes in orders]
-        self.starts: list[list[int]] = []  # where each client's batch of each step starts in ``examples``
-        start = 0
-        for sizes in self.sizes:
-            self.starts.append([])
-            for size in sizes:
-                self.starts[-1].append(start)
-                start += size
+        steps = max(map(len, self.sizes), default=0)
+        sizes = torch.tensor([s + [0] * (steps - len(s)) for s in self.sizes], dtype=torch.long)
+        sizes = sizes.reshape(len(self.sizes), steps)
+        starts = (sizes.flatten().cumsum(0) - sizes.flatten()).view_as(sizes)  # where each batch starts in examples
+        width = int(sizes.max()) if sizes.numel() else 0
+        positions = starts.unsqueeze(2) + torch.arange(width)  # [clients, steps, width]: each batch's examples
+        self._positions = positions.transpose(0, 1).to(self.examples[1].device, non_blocking=True)
 
     def stacked(self, step: int, clients: list[int]) -> Batch:
         """The batches of ``clients`` (of one size) at ``step``, stacked: a row per client."""
-        device = self.examples[1].device
-        starts = device_index([self.starts[k][step] for k in clients], device)
-        index = starts.unsqueeze(1) + torch.arange(self.sizes[clients[0]][step], device=device)
+        size, positions = self.sizes[clients[0]][step], self._positions[step]
+        if len(clients) < len(self.sizes):
+            positions = positions.index_select(0, device_index(clients, positions.device))
+        index = positions[:, :size]
         return apply_to_collection(self.examples, Tensor, lambda examples: examples[index])
 
 

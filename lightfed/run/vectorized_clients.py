@@ -15,7 +15,6 @@ mixture, SAM's ascent) are taken for all the clients at once. Under DP-SGD every
 import itertools
 import math
 import statistics
-import warnings
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
@@ -88,6 +87,26 @@ class _GroupBatch(NamedTuple):
     batch: Batch
     size: int
     generators: list[torch.Generator]
+
+
+@dataclass(frozen=True)
+class _Leaves:
+    """Each parameter's stacked rows ``[clients, *shape]`` by name (``params``), as autograd leaves that share memory
+    with the stacked weights the optimizer steps, and the views of the weights' gradients their gradients go to
+    (``grads``)."""
+
+    params: dict[str, Tensor]
+    grads: dict[str, Tensor]
+
+    def collect(self) -> None:
+        """Moves the gradients of the backward pass just taken into the weights' gradients (zero where a leaf got
+        none): autograd writes each afresh in its leaf's layout, which adding it into a strided view would not."""
+        for name, leaf in self.params.items():
+            if leaf.grad is None:
+                self.grads[name].zero_()
+            else:
+                self.grads[name].copy_(leaf.grad)
+                leaf.grad = None
 
 
 @dataclass(frozen=True)
@@ -273,7 +292,6 @@ class VectorizedClients:
         leaves = self._leaves(weights)
         try:
             for step in range(max(steps, default=0)):
-                optimizer.zero_grad(set_to_none=False)
 
                 def backward(clients: set[int], losses: Tensor, step: int = step) -> None:
                     """The summed losses of ``clients`` at ``step`` back-propagated: each one's gradient in its row."""
@@ -314,10 +332,11 @@ class VectorizedClients:
             private.finish()
         lr = settings[0]["lr"]
         train_losses = loss_sums / torch.tensor(steps, device=device).clamp(min=1)
+        deltas = final.sub_(starts)
         return [
             ClientUpdate(
                 client_id=job.plan.client_id,
-                delta=torch.sub(final[k], starts[k]),
+                delta=deltas[k],
                 buffers=final_buffers[k],
                 num_examples=client.data.client_size(job.plan.client_id),
                 num_steps=steps[k],
@@ -332,19 +351,19 @@ class VectorizedClients:
         self,
         sizes: list[list[int]],
         step: int,
-        leaves: dict[str, Tensor],
+        leaves: _Leaves,
         buffers: Tensor,
         batches: ListedBatches | GatheredBatches,
         generators: list[torch.Generator],
         losses: Tensor,
     ) -> None:
         """Back-propagates the summed losses at ``step`` of the clients with a batch there (``sizes``: each client's
-        batch sizes, none for a client left out), grouped by batch size; ``generators``: each client's (dropout), or
-        none."""
+        batch sizes, none for a client left out), grouped by batch size, into the weights' gradients; ``generators``:
+        each client's (dropout), or none."""
         total = sum(
             self._loss_of(
                 group,
-                leaves,
+                leaves.params,
                 buffers,
                 _GroupBatch(batches.stacked(step, group), size, [generators[k] for k in group] if generators else []),
                 step,
@@ -352,9 +371,8 @@ class VectorizedClients:
             )
             for size, group in self._groups(sizes, step)
         )
-        with warnings.catch_warnings():  # the gradients' layout is their parameters', by design
-            warnings.filterwarnings("ignore", "grad and param do not obey the gradient layout contract")
-            total.backward()  # type: ignore[union-attr]  # each client's loss reaches only its own row
+        total.backward()  # type: ignore[union-attr]  # each client's loss reaches only its own row
+        leaves.collect()
 
     @staticmethod
     def _at_second_points(
@@ -428,19 +446,18 @@ class VectorizedClients:
             rule.start(jobs[k].params, replace(self.client.context, flat=_Row(weights[0][k], buffers[k])))  # type: ignore[arg-type]
         return rules
 
-    def _leaves(self, weights: list[Tensor]) -> dict[str, Tensor]:
-        """Each parameter's stacked rows ``[clients, *shape]`` by name, as leaves that share memory with ``weights``
-        (which the optimizer steps) and whose gradients are views of the ``weights``' gradients (set here): the
-        backward pass writes each parameter's gradient in place, instead of a gradient of the whole flat row per
-        parameter (a quarter of a step of a small MLP)."""
+    def _leaves(self, weights: list[Tensor]) -> _Leaves:
+        """Each parameter's stacked rows as leaves that share memory with ``weights`` (which the optimizer steps), and
+        the views of the ``weights``' gradients (set here) they go to: a gradient per parameter, instead of one of the
+        whole flat row per parameter (a quarter of a step of a small MLP)."""
         for weight in weights:
             weight.grad = torch.zeros_like(weight)
-        leaves = {}
+        params, grads = {}, {}
         for name, g, start, shape in self.layout:
             columns = slice(start, start + math.prod(shape))
-            leaves[name] = weights[g][:, columns].view(-1, *shape).detach().requires_grad_()
-            leaves[name].grad = weights[g].grad[:, columns].view(-1, *shape)  # type: ignore[index]
-        return leaves
+            params[name] = weights[g][:, columns].view(-1, *shape).detach().requires_grad_()
+            grads[name] = weights[g].grad[:, columns].view(-1, *shape)  # type: ignore[index]
+        return _Leaves(params, grads)
 
     def _take(
         self, final: Tensor, final_buffers: Tensor, weights: list[Tensor], buffers: Tensor, rows: list[int]

@@ -7,7 +7,8 @@ each (``--clients`` clients), a
 
 - plain loop: one client at a time, the MLP as ``torch.nn.Sequential``, ``torch.optim.SGD``, the client's batches
   already in memory (no data pipeline), its delta summed into the round's FedAvg mean.
-- batched floor: every client of the round at once on stacked weights ``[clients, ...]`` (``torch.baddbmm``),
+- batched floor: every client of the round at once on stacked weights ``[clients, ...]`` (``torch.baddbmm``, each
+  weight's gradient computed in its own layout),
   ragged clients by masking each row's loss, autograd through the stacked weights, one SGD step per local step; the
   round's batches joined once and each step's gathered by an index (made before the round is timed).
 - lightfed: ``FederatedTrainer.fit`` rounds (client training, reduction, FedAvg), evaluation off, timed from one
@@ -108,27 +109,47 @@ def layout(batches: list[list[tuple]], device: torch.device) -> tuple[torch.Tens
     return index.to(device), weight.to(device)
 
 
+class StackedLinear(torch.autograd.Function):
+    """``x @ w^T + b`` of stacked clients whose backward pass computes ``w``'s gradient in ``w``'s layout, ``grad^T @
+    x`` (autograd's ``baddbmm`` gives it transposed, and a copy back costs a quarter of a step)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(x, w)
+        return torch.baddbmm(b, x, w.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple:  # type: ignore[override]
+        x, w = ctx.saved_tensors
+        grad_x = torch.bmm(grad, w) if ctx.needs_input_grad[0] else None
+        return grad_x, torch.bmm(grad.transpose(1, 2), x), grad.sum(1, keepdim=True)
+
+
 def batched_round(batches: list[list[tuple]], layout: tuple[torch.Tensor, torch.Tensor], start: nn.Sequential) -> None:
     """Every client at once on stacked weights: the round's examples joined once, each step's batches gathered from
-    them by ``layout`` (padded); a row's loss masked once the client has no batch left."""
+    them by ``layout`` (padded); a row's loss masked once the client has no batch left; the FedAvg mean of the
+    deltas."""
     index, weight = layout
     xs = torch.cat([x for client in batches for x, _ in client])
     ys = torch.cat([y for client in batches for _, y in client])
     clients = index.shape[1]
     first, second = start[0], start[2]
-    w1 = first.weight.detach().t().expand(clients, -1, -1).clone().requires_grad_()
+    w1 = first.weight.detach().expand(clients, -1, -1).clone().requires_grad_()
     b1 = first.bias.detach().expand(clients, 1, -1).clone().requires_grad_()
-    w2 = second.weight.detach().t().expand(clients, -1, -1).clone().requires_grad_()
+    w2 = second.weight.detach().expand(clients, -1, -1).clone().requires_grad_()
     b2 = second.bias.detach().expand(clients, 1, -1).clone().requires_grad_()
     for step in range(index.shape[0]):
-        hidden = torch.baddbmm(b1, xs[index[step]], w1).relu()
-        logits = torch.baddbmm(b2, hidden, w2)
+        hidden = StackedLinear.apply(xs[index[step]], w1, b1).relu()
+        logits = StackedLinear.apply(hidden, w2, b2)
         losses = nn.functional.cross_entropy(logits.reshape(-1, 10), ys[index[step]].reshape(-1), reduction="none")
         (losses * weight[step].reshape(-1)).sum().backward()
         with torch.no_grad():
             for w in (w1, b1, w2, b2):
                 w -= LR * w.grad
                 w.grad = None
+    with torch.no_grad():  # the FedAvg mean of the deltas
+        for w, global_weight in ((w1, first.weight), (b1, first.bias), (w2, second.weight), (b2, second.bias)):
+            (w - global_weight.reshape(w.shape[1:])).mean(0)
 
 
 class OwnStepMLP(MLP):

@@ -3,6 +3,7 @@ client kept across rounds in the mechanism's own per-client store (and in checkp
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from collections.abc import Callable, Iterable, Iterator
 from itertools import takewhile
@@ -137,6 +138,10 @@ class DPSGD(ClientPrivacy):
             raise ConfigError(f"trainer.privacy.target_delta must be in (0, 1), got {target_delta}")
         if max_physical_batch_size is not None and max_physical_batch_size < 1:
             raise ConfigError(f"trainer.privacy.max_physical_batch_size must be >= 1, got {max_physical_batch_size}")
+        if secure_mode and importlib.util.find_spec("torchcsprng") is None:
+            raise ConfigError(
+                "trainer.privacy.secure_mode draws from Opacus' secure generator, which needs the torchcsprng package"
+            )
         self.noise_multiplier = noise_multiplier
         self.max_grad_norm = max_grad_norm
         self.target_epsilon = target_epsilon

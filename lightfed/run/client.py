@@ -1,5 +1,6 @@
 """Local training of the user's LightningModule on one client's data, through Fabric."""
 
+import inspect
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, cast
@@ -97,6 +98,11 @@ class ClientTrainer:
         self.delta = torch.empty_like(self.flat.params)
         self._scaler = getattr(fabric.strategy.precision, "scaler", None)  # set under 16-mixed
         self.privacy = privacy
+        if not isinstance(optimizer, SAM) and _needs_closure(optimizer):
+            raise ConfigError(
+                f"the model's optimizer {type(optimizer).__name__} evaluates the loss itself in each step (a closure), "
+                "which a client's steps do not give: use one that steps on the batch's gradient (SGD, Adam, ...)"
+            )
         self._sam_closure = self._gradient if isinstance(optimizer, SAM) else None  # SAM re-evaluates the batch
         if self._sam_closure is not None and (privacy.private or self.scales_gradients):
             raise ConfigError(
@@ -253,3 +259,9 @@ class ClientTrainer:
             {**initial, "lr": (initial["lr"] if plan.lr is None else plan.lr) * factor}
             for initial in self._initial_groups
         ]
+
+
+def _needs_closure(optimizer: Optimizer) -> bool:
+    """Whether ``optimizer.step`` cannot be called without a closure (``torch.optim.LBFGS``)."""
+    closure = inspect.signature(optimizer.step).parameters.get("closure")
+    return closure is not None and closure.default is inspect.Parameter.empty

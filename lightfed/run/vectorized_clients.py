@@ -43,7 +43,7 @@ from lightfed.run.stacked_classifier import stacked_classifier
 from lightfed.run.vectorized_privacy import PrivateClients
 from lightfed.strategies.fedprox import ProximalTerm
 
-ELEMENTWISE = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad, torch.optim.RMSprop)
+ELEMENTWISE = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad, torch.optim.RMSprop)  # tested
 HOOKS = (
     "on_train_start",
     "on_train_epoch_start",
@@ -71,7 +71,8 @@ def why_not_vectorized(client: ClientTrainer) -> str | None:
         "trainer.privacy.secure_mode draws from Opacus' secure generator, one client at a time": (
             isinstance(privacy, DPSGD) and privacy.secure_mode
         ),
-        f"the model's optimizer {type(optimizer).__name__} is not elementwise (SGD, Adam, AdamW, Adagrad, RMSprop are)": (
+        f"the model's optimizer {type(optimizer).__name__} is not one it steps per client (SGD, Adam, AdamW, Adagrad, "
+        "RMSprop)": (
             type(optimizer) not in ELEMENTWISE
         ),
         f"the model overrides the training hooks {overridden}": bool(overridden),
@@ -222,10 +223,15 @@ class VectorizedClients:
                 trained.update(zip(part, self._train_together([jobs[i] for i in part]), strict=True))
             except Exception as error:
                 if self.strict and not self._tried and _draws_under_vmap(error):
+                    where = (
+                        "every example's gradient under DP-SGD is taken under vmap"
+                        if self.private is not None
+                        else "dropout is supported on batched matmuls, e.g. lightfed's MLP"
+                    )
                     raise ConfigError(
                         f"trainer.clients_in_parallel vectorized: {type(self.client.module).__name__} draws random "
-                        "numbers in training_step under vmap, which cannot give each client its own (dropout is "
-                        "supported on batched matmuls, e.g. lightfed's MLP): set it to 'auto' or 1"
+                        f"numbers in training_step under vmap, which cannot give each client its own ({where}): set "
+                        "it to 'auto' or 1"
                     ) from error
                 if self.strict or self._tried:
                     raise

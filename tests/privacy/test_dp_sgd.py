@@ -1,3 +1,4 @@
+import importlib.util
 import math
 from functools import partial
 
@@ -222,6 +223,14 @@ def test_16_bit_mixed_precision_is_refused(precision):
 def test_bad_privacy_settings_are_refused(settings, message):
     with pytest.raises(ConfigError, match=message):
         DPSGD(**settings)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchcsprng") is not None, reason="torchcsprng is installed")
+def test_secure_mode_without_its_generator_is_refused_when_configured():
+    with pytest.raises(
+        ConfigError, match="secure_mode draws from Opacus' secure generator, which needs the torchcsprng"
+    ):
+        DPSGD(noise_multiplier=1.0, secure_mode=True)
 
 
 def test_dp_is_configured_from_the_command_line_and_its_refusals_are_one_line(tmp_path, capsys):

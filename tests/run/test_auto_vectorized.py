@@ -12,6 +12,7 @@ from torch import nn
 from lightfed.core.local_rule import LocalRule
 from lightfed.errors import ConfigError
 from lightfed.models import MLP
+from lightfed.privacy import DPSGD
 from lightfed.run.client_workers import ClientWorkers, torch_threads
 from lightfed.run.engine import RoundEngine
 from lightfed.run.vectorized_clients import VectorizedClients
@@ -101,6 +102,14 @@ def test_explicit_vectorized_training_refuses_a_random_draw_under_vmap_in_one_li
     with pytest.raises(ConfigError, match="NoisyMLP draws random numbers in training_step under vmap") as refused:
         _fit(tmp_path, NoisyMLP(), clients_per_round=8, clients_in_parallel="vectorized")
     assert "\n" not in str(refused.value)
+    with pytest.raises(ConfigError, match="DropoutMLP draws .*every example's gradient under DP-SGD is taken under"):
+        _fit(
+            tmp_path / "private",
+            DropoutMLP(),
+            clients_per_round=8,
+            clients_in_parallel="vectorized",
+            privacy=DPSGD(1.0),
+        )
 
 
 def test_dropout_trains_vectorized_with_each_clients_one_at_a_time_masks(tmp_path, capsys):

@@ -66,6 +66,15 @@ def test_learning_rate_schedulers_are_refused_with_a_reason():
         _client(Scheduled())
 
 
+def test_an_optimizer_that_needs_a_closure_is_refused_with_a_reason():
+    class LBFGSNet(DropoutNet):
+        def configure_optimizers(self):
+            return torch.optim.LBFGS(self.parameters(), lr=0.1)
+
+    with pytest.raises(ConfigError, match="optimizer LBFGS evaluates the loss itself in each step"):
+        _client(LBFGSNet())
+
+
 class Center(L.LightningModule):
     """f(w) = ||w - c||^2 / 2 whatever the batch: gradient w - c."""
 

@@ -72,9 +72,7 @@ def why_not_vectorized(client: ClientTrainer) -> str | None:
             isinstance(privacy, DPSGD) and privacy.secure_mode
         ),
         f"the model's optimizer {type(optimizer).__name__} is not one it steps per client (SGD, Adam, AdamW, Adagrad, "
-        "RMSprop)": (
-            type(optimizer) not in ELEMENTWISE
-        ),
+        "RMSprop)": (type(optimizer) not in ELEMENTWISE),
         f"the model overrides the training hooks {overridden}": bool(overridden),
         "trainer.precision must be 32-true": getattr(client.fabric.strategy.precision, "precision", "") != "32-true",
     }

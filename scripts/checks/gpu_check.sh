@@ -4,10 +4,10 @@
 # - every strategy family (FedAvg, FedAdam, SCAFFOLD, FedBuff, DP-SGD, FedECADO, TrimmedMean) trains 2 rounds of
 #   digits on the GPU in 32-true, 16-mixed and bf16-mixed precision (DP-SGD in 32-true alone: it refuses 16-bit
 #   precision, which distorts the gradient norms that clipping bounds);
-# - clients trained vectorized (trainer.clients_in_parallel vectorized: one batched computation), twice, FedECADO's
-#   per-client state offloaded to pinned host memory (strategy.state_device cpu), and FedAvg on the CPU: each compared
-#   with the GPU run of the same config (the largest difference of the final weights, against a tolerance; the second
-#   vectorized run with the first, bit for bit);
+# - clients trained vectorized (trainer.clients_in_parallel vectorized: one batched computation), twice, Ditto's
+#   personal models and DP-SGD vectorized, FedECADO's per-client state offloaded to pinned host memory
+#   (strategy.state_device cpu), and FedAvg on the CPU: each compared with the GPU run of the same config (the largest
+#   difference of the final weights, against a tolerance; the second vectorized run with the first, bit for bit);
 # - the benchmarks with --device cuda (scripts/benchmarks/: benchmark.py, circuit_benchmark.py,
 #   circuit_step_benchmark.py, data_benchmark.py, tiny_clients_benchmark.py), on small workloads: the CIFAR-size CNN
 #   vectorized and one client at a time beside the hand-written loop, the MLP on batched matmuls and under vmap.
@@ -68,6 +68,18 @@ check "  = one at a time" compare_weights vectorized fedavg-32-true 1e-5
 check "clients vectorized, again" lightfed fit -c configs/quickstart.yaml "${SHORT[@]}" \
     --trainer.clients_in_parallel vectorized --trainer.name vectorized-again "${EXTRA[@]}"
 check "  = the first vectorized run" compare_weights vectorized-again vectorized 0
+# vectorized paths the quickstart does not take: a personal model and BatchNorm statistics kept per client (Ditto, from
+# round 2 a chunk mixes returning and new clients), and every example's gradient (DP-SGD); 1e-4, as max-pooling can
+# turn a convolution's rounding into a jump (docs/guides/performance.md)
+PERSONAL=("${DIGITS[@]}" -c configs/personalization/base.yaml -c configs/personalization/ditto.yaml)
+check "ditto vectorized" lightfed fit "${PERSONAL[@]}" "${SHORT[@]}" --trainer.clients_in_parallel vectorized \
+    --trainer.name ditto-vectorized "${EXTRA[@]}"
+check "ditto one at a time" lightfed fit "${PERSONAL[@]}" "${SHORT[@]}" --trainer.clients_in_parallel 1 \
+    --trainer.name ditto-one "${EXTRA[@]}"
+check "  = one at a time" compare_weights ditto-vectorized ditto-one 1e-4
+check "dp-sgd vectorized" lightfed fit "${DIGITS[@]}" -c configs/digits/fedavg.yaml -c configs/privacy/dp-sgd.yaml \
+    "${SHORT[@]}" --trainer.clients_in_parallel vectorized --trainer.name dp-sgd-vectorized "${EXTRA[@]}"
+check "  = one at a time" compare_weights dp-sgd-vectorized dp-sgd-32-true 1e-4
 check "fedecado pinned offload" lightfed fit "${DIGITS[@]}" -c configs/digits/fedecado.yaml "${SHORT[@]}" \
     --strategy.init_args.state_device cpu --trainer.name pinned "${EXTRA[@]}"
 check "  = state on the GPU" compare_weights pinned fedecado-32-true 1e-6

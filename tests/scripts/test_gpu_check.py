@@ -21,7 +21,7 @@ BENCHMARKS = [
     "tiny_clients_benchmark.py",
     "tiny clients under vmap",
 ]
-RUNS = 3 * len(FAMILIES) - 2 + 4  # DP-SGD in 32-true alone; vectorized twice, pinned offload, on the CPU
+RUNS = 3 * len(FAMILIES) - 2 + 7  # DP-SGD in 32-true alone; vectorized twice, Ditto twice, DP vectorized, pinned, CPU
 CHECKS = RUNS + len(BENCHMARKS)  # command lines; the comparisons of runs have none
 
 
@@ -53,6 +53,8 @@ def test_the_dry_run_lists_every_check_and_every_command_line_parses():
     for compared in (
         "compare_weights vectorized fedavg-32-true",
         "compare_weights vectorized-again vectorized 0",
+        "compare_weights ditto-vectorized ditto-one",
+        "compare_weights dp-sgd-vectorized dp-sgd-32-true",
         "compare_weights pinned fedecado-32-true",
         "compare_weights cpu fedavg-32-true",
     ):
@@ -131,7 +133,7 @@ def test_the_runs_go_a_few_at_a_time_then_the_rest_in_order_and_one_table_names_
     table = result.stdout.splitlines()
     assert table[1] == "Stand-in GPU" and table[2] == "| check | result | seconds | detail |"
     rows = [row.split(" | ") for row in table[4:-1]]
-    assert len(rows) == CHECKS + 4  # and the four comparisons
+    assert len(rows) == CHECKS + 6  # and the six comparisons
     assert [row[0] for row in rows[:3]] == ["| fedavg 32-true", "| fedavg 16-mixed", "| fedavg bf16-mixed"]
     failed = [row[0] for row in rows if row[1] != "ok"]
     assert failed == ["| fedadam 16-mixed"] and rows[4][1] == "FAIL (3)"

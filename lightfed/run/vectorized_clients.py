@@ -8,8 +8,8 @@ steps every row as one optimizer per client would (it is elementwise). Ragged cl
 clients whose batches have the same size are one call (a client's last, partial batch is its own group), and a
 client's weights are taken when it has taken its last step. Local rules run on their client's row; a rule's steps on
 another model (``LocalRule.prior_steps``: Ditto's) and its second gradient a step (``LocalRule.second_point``: APFL's
-mixture, SAM's ascent) are taken for all the clients at once. Under DP-SGD every example of every client gets a row (``_private_step``,
-``vectorized_privacy``).
+mixture, SAM's ascent) are taken for all the clients at once. Under DP-SGD every example of every client gets a row
+(``_private_step``, ``vectorized_privacy``).
 """
 
 import itertools
@@ -43,7 +43,8 @@ from lightfed.run.stacked_classifier import stacked_classifier
 from lightfed.run.vectorized_privacy import PrivateClients
 from lightfed.strategies.fedprox import ProximalTerm
 
-ELEMENTWISE = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad, torch.optim.RMSprop)  # tested
+# elementwise optimizers whose one optimizer over stacked rows is tested to be one optimizer per client
+ELEMENTWISE = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad, torch.optim.RMSprop)
 HOOKS = (
     "on_train_start",
     "on_train_epoch_start",

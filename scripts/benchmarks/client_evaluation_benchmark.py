@@ -7,6 +7,7 @@ model per client (the global one moved by a draw of the client's own), and, with
 model after that many local steps on each client.
 
     OMP_NUM_THREADS=1 python scripts/benchmarks/client_evaluation_benchmark.py
+    python scripts/benchmarks/client_evaluation_benchmark.py --device cuda --finetune-steps 5
 """
 
 from __future__ import annotations
@@ -34,13 +35,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--client-size", type=int, default=100)
     p.add_argument("--finetune-steps", type=int, default=0)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     harness.add_json_option(p)
     return p.parse_args(argv)
 
 
 def personal(client_id: int, params: torch.Tensor, buffers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     noise = torch.randn(params.shape, generator=torch.Generator().manual_seed(client_id))
-    return params + 0.05 * noise, buffers
+    return params + 0.05 * noise.to(params.device), buffers
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -49,21 +51,24 @@ def main(argv: list[str] | None = None) -> None:
     data = FederatedDataModule(
         Synthetic(alpha=1.0, beta=1.0, num_clients=args.clients, client_size=args.client_size), client_val_fraction=0.3
     )
-    data.setup(0, torch.device("cpu"))
-    client = ClientTrainer(Fabric(accelerator="cpu", devices=1), MLP(60, 10, hidden=[64]), data)
+    device = torch.device(args.device)
+    data.setup(0, device)
+    fabric = Fabric(accelerator="gpu" if device.type == "cuda" else "cpu", devices=1)
+    client = ClientTrainer(fabric, MLP(60, 10, hidden=[64]), data)
     settings = ClientEvaluation(personal=personal, finetune_steps=args.finetune_steps)
     params, buffers = client.flat.params.clone(), client.flat.buffers.clone()
     runners = {"batched matmuls (default)": Evaluation(client.fabric, client, settings)}
     runners["one client at a time"] = Evaluation(client.fabric, client, settings)
     runners["one client at a time"].stacked = runners["one client at a time"].tuner = None
-    times = {name: harness.Times() for name in runners}
+    times, sync = {name: harness.Times() for name in runners}, harness.synchronizer(device)
     for _ in range(args.repeats + 1):  # the first of each is a warm-up
         for name, evaluation in runners.items():
-            times[name].measure(lambda e=evaluation: e.clients(0, params, buffers, "val_acc", set()))
+            times[name].measure(lambda e=evaluation: e.clients(0, params, buffers, "val_acc", set()), sync)
     seconds = {name: t[1:].median for name, t in times.items()}
     over = harness.ratios(seconds, "one client at a time")
     print(
-        f"{args.clients} clients of {args.client_size} examples (30 % evaluated), 60-64-10 MLP, global + personal"
+        f"{args.clients} clients of {args.client_size} examples (30 % evaluated), 60-64-10 MLP on {device.type}, "
+        "global + personal"
         f"{f' + fine-tuned {args.finetune_steps} steps' if args.finetune_steps else ''}; median of {args.repeats}, "
         f"torch threads {torch.get_num_threads()}"
     )

@@ -8,9 +8,10 @@
 #   personal models and DP-SGD vectorized, FedECADO's per-client state offloaded to pinned host memory
 #   (strategy.state_device cpu), and FedAvg on the CPU: each compared with the GPU run of the same config (the largest
 #   difference of the final weights, against a tolerance; the second vectorized run with the first, bit for bit);
-# - the benchmarks with --device cuda (scripts/benchmarks/: benchmark.py, circuit_benchmark.py,
-#   circuit_step_benchmark.py, data_benchmark.py, tiny_clients_benchmark.py), on small workloads: the CIFAR-size CNN
-#   vectorized and one client at a time beside the hand-written loop, the MLP on batched matmuls and under vmap.
+# - the benchmarks with --device cuda (scripts/benchmarks/: benchmark.py, client_evaluation_benchmark.py,
+#   circuit_benchmark.py, circuit_step_benchmark.py, data_benchmark.py, tiny_clients_benchmark.py), on small
+#   workloads: the CIFAR-size CNN vectorized and one client at a time beside the hand-written loop, per-client
+#   evaluation batched and one at a time, the MLP on batched matmuls and under vmap.
 #
 #   scripts/checks/gpu_check.sh            # run it all; the logs go to $GPU_CHECK_OUT (default runs/gpu-check/)
 #   scripts/checks/gpu_check.sh --dry-run  # print each command and check that it parses (no GPU needed)
@@ -88,6 +89,8 @@ check "fedavg on the CPU" lightfed fit -c configs/quickstart.yaml "${SHORT[@]}" 
 check "  = on the GPU" compare_weights cpu fedavg-32-true 1e-3
 check "benchmark.py" "$PYTHON" scripts/benchmarks/benchmark.py --device cuda --rounds 2 --warmup-rounds 1 \
     --repeats 1 --paths reference lightfed lightfed-sequential lightfed-vectorized
+check "client_evaluation_benchmark.py" "$PYTHON" scripts/benchmarks/client_evaluation_benchmark.py --device cuda \
+    --finetune-steps 5
 check "circuit_benchmark.py" "$PYTHON" scripts/benchmarks/circuit_benchmark.py --accelerator gpu \
     --workloads resnet18gn --clients 20 --clients-per-round 5 --examples 200 --rounds 2 --warmup-rounds 1
 check "circuit_step_benchmark.py" "$PYTHON" scripts/benchmarks/circuit_step_benchmark.py --device cuda --repeats 3

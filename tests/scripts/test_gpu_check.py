@@ -15,6 +15,7 @@ SCRIPT = ROOT / "scripts" / "checks" / "gpu_check.sh"
 FAMILIES = ["fedavg", "fedadam", "scaffold", "fedbuff", "dp-sgd", "fedecado", "trimmedmean"]
 BENCHMARKS = [
     "benchmark.py",
+    "client_evaluation_benchmark.py",
     "circuit_benchmark.py",
     "circuit_step_benchmark.py",
     "data_benchmark.py",

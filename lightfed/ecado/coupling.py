@@ -70,7 +70,8 @@ class CouplingCurrent(GradientCorrection):
         self.curvature.observe(grad)  # the step's gradient at its start, before any trial or correction
         super().adjust(grad, params)
         if self.decay is not None:  # the corrected gradient is -beta x the ODE's velocity; the step lasts beta lr
-            self.decay.observe(float(torch.linalg.vector_norm(grad)), self.beta * self.context.lr)
+            speed = torch.linalg.vector_norm(grad)  # read only for the first and the last step: no wait on a GPU
+            self.decay.observe(lambda: float(speed), self.beta * self.context.lr)
 
     def report(self) -> dict[str, Any]:
         """``time_scale``: beta (the client's window is beta x its summed learning rates); ``curvature`` if estimated;

@@ -41,7 +41,6 @@ class APFLMixing(LocalRule):
             moved = alpha - self.alpha_lr * float(torch.dot(self.v - params, grad))
             self.alpha = min(max(moved, 0.0), 1.0)
         self.v.sub_(grad, alpha=lr * alpha)
-        return None
 
     def adjust(self, grad: Tensor, params: Tensor) -> None:
         context = self.context

@@ -396,7 +396,6 @@ class VectorizedClients:
         saved, saved_grads, saved_buffers = weights.clone(), weights.grad.clone(), buffers.clone()
         index = device_index(list(points), weights.device)
         weights.index_copy_(0, index, torch.stack(list(points.values())))
-        weights.grad.zero_()
         backward(set(points), torch.zeros(len(saved), device=weights.device))  # their losses count once, at w
         for k in points:
             replaced = rules[k].at_second_point(weights.grad[k].clone(), saved[k], lr)

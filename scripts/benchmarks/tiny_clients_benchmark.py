@@ -8,9 +8,9 @@ each (``--clients`` clients), a
 - plain loop: one client at a time, the MLP as ``torch.nn.Sequential``, ``torch.optim.SGD``, the client's batches
   already in memory (no data pipeline), its delta summed into the round's FedAvg mean.
 - batched floor: every client of the round at once on stacked weights ``[clients, ...]`` (``torch.baddbmm``, each
-  weight's gradient computed in its own layout),
-  ragged clients by masking each row's loss, autograd through the stacked weights, one SGD step per local step; the
-  round's batches joined once and each step's gathered by an index (made before the round is timed).
+  weight's gradient computed in its own layout), ragged clients by masking each row's loss, autograd through the
+  stacked weights, one SGD step per local step; the round's batches joined once and each step's gathered by an index
+  (made before the round is timed); the FedAvg mean of the deltas.
 - lightfed: ``FederatedTrainer.fit`` rounds (client training, reduction, FedAvg), evaluation off, timed from one
   round's end to the next one's (``clients_in_parallel`` auto, 1: one client at a time, and vectorized).
 

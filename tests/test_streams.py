@@ -8,7 +8,7 @@ import pytest
 from lightfed.streams import DataStream, SecureAggregationKey, Stream, UserLevelKey
 from tests.test_import_graph import ROOT
 
-DERIVED = {"derived_rng", "derived_seed"}
+DERIVED = {"derived_rng", "derived_seed", "derived_seeds"}
 
 
 def stream_keys(source: str) -> list[str]:
@@ -19,7 +19,7 @@ def stream_keys(source: str) -> list[str]:
         if not isinstance(node, ast.Call):
             continue
         name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-        if name in DERIVED and len(node.args) > 1:
+        if name in DERIVED and len(node.args) > 1 and not isinstance(node.args[1], ast.Starred):  # a key passed on
             keys.append(ast.unparse(node.args[1]))
         elif name == "default_rng" and node.args and isinstance(node.args[0], ast.List):
             keys.extend(ast.unparse(element) for element in node.args[0].elts[1:2])

@@ -13,6 +13,7 @@ from lightfed.data.datasets import TensorSplits
 GATHERED_BATCHES = 64  # a client's batches gathered from the dataset at once (its data order is unchanged)
 
 Batch = tuple[Tensor, Tensor]
+ClientDraw = tuple[int, torch.Generator, int | None, int | None]  # a client's id, generator, epochs and steps
 
 
 class TensorBatches:
@@ -61,11 +62,29 @@ class TensorBatches:
         self, client_id: int, generator: torch.Generator, epochs: int | None = None, steps: int | None = None
     ) -> tuple[Tensor, list[int]]:
         """The training examples ``client_batches`` gives, as indices in their order, and its batches' sizes."""
-        orders, sizes = list(self._pass_orders(client_id, generator, epochs, steps)), []
-        for order in orders:
-            whole, rest = divmod(len(order), self.batch_size)
-            sizes += [self.batch_size] * whole + [rest] * (rest > 0)
-        return (orders[0] if len(orders) == 1 else torch.cat(orders)), sizes
+        order, (sizes,) = self.clients_order([(client_id, generator, epochs, steps)])
+        return order, sizes
+
+    def clients_order(self, clients: Sequence[ClientDraw]) -> tuple[Tensor, list[list[int]]]:
+        """``client_order`` of several clients (each with its generator and local work), their indices joined client
+        after client, and each one's batch sizes: the same draws, gathered from the index once (a gather per client
+        took a tenth of a vectorized round of tiny clients)."""
+        groups, batch = self.client_indices, self.batch_size
+        positions, starts, counts, sizes = [], [], [], []
+        for client_id, generator, epochs, steps in clients:
+            size, client_sizes = groups.size(client_id), []
+            for count in self._passes(size, epochs, steps):
+                drawn = torch.randperm(size, generator=generator)
+                positions.append(drawn if count >= size else drawn[:count])
+                whole, rest = divmod(min(count, size), batch)
+                client_sizes += [batch] * whole + [rest] * (rest > 0)
+                starts.append(int(groups.offsets[client_id]))
+                counts.append(len(positions[-1]))
+            sizes.append(client_sizes)
+        if not positions:
+            return groups.flat[:0], sizes
+        offsets = torch.repeat_interleave(torch.tensor(starts), torch.tensor(counts))
+        return groups.flat[(torch.cat(positions) + offsets).to(groups.flat.device)], sizes
 
     def train_examples(self, indices: Tensor) -> Batch:
         """The training examples at ``indices``, on the device."""
@@ -77,13 +96,17 @@ class TensorBatches:
         """Each pass's shuffled indices of one client's examples, drawn when the pass starts: ``epochs`` whole passes,
         or the first ``steps`` batches' worth."""
         indices = self.client_indices[client_id]
-        per_pass = math.ceil(len(indices) / self.batch_size)
+        for count in self._passes(len(indices), epochs, steps):
+            yield indices[torch.randperm(len(indices), generator=generator).to(indices.device)][:count]
+
+    def _passes(self, size: int, epochs: int | None, steps: int | None) -> list[int]:
+        """How many of each pass's shuffled examples of a client's ``size`` a client trains on (at most): ``epochs``
+        whole passes, or the first ``steps`` batches' worth."""
+        per_pass = math.ceil(size / self.batch_size)
         passes = epochs if steps is None else math.ceil(steps / per_pass)
         assert passes is not None, "a client trains for epochs or for steps"
         total = passes * per_pass if steps is None else steps
-        for p in range(passes):
-            order = indices[torch.randperm(len(indices), generator=generator).to(indices.device)]
-            yield order[: min(per_pass, total - p * per_pass) * self.batch_size]  # the pass's batches
+        return [min(per_pass, total - p * per_pass) * self.batch_size for p in range(passes)]
 
     def client_subset(self, client_id: int, positions: Tensor) -> Batch:
         """The examples at ``positions`` (0 .. client_size - 1) of one client's data."""
@@ -113,4 +136,9 @@ class TensorBatches:
             yield slice(start, min(start + self.eval_batch_size, bounds[rank + 1]))
 
     def _batch(self, x: Tensor, y: Tensor, index: Tensor | slice) -> Batch:
-        return x[index].to(self.device, non_blocking=True), y[index].to(self.device, non_blocking=True)
+        """The examples at ``index`` on the device (``index_select``: a quarter of indexing's time on a CPU)."""
+        if isinstance(index, Tensor):
+            x, y = x.index_select(0, index), y.index_select(0, index)
+        else:
+            x, y = x[index], y[index]
+        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)

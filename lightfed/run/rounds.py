@@ -7,7 +7,7 @@ from typing import Any
 from torch import Tensor
 
 from lightfed.core.messages import ClientPlan
-from lightfed.core.seeding import derived_seed, sample_clients
+from lightfed.core.seeding import derived_seeds, sample_clients
 from lightfed.heterogeneity import LocalWork
 from lightfed.run.engine import Job, RoundEngine
 from lightfed.streams import Stream
@@ -15,8 +15,17 @@ from lightfed.streams import Stream
 
 def client_plan(seed: int, local_work: LocalWork, round: int, client_id: int) -> ClientPlan:
     """The plan of ``client_id`` in ``round``: its local work and the seed of its randomness."""
-    epochs, steps, lr = local_work.draw(seed, round, client_id)
-    return ClientPlan(client_id, round, derived_seed(seed, Stream.CLIENT, round, client_id), epochs, steps, lr)
+    (plan,) = client_plans(seed, local_work, round, [client_id])
+    return plan
+
+
+def client_plans(seed: int, local_work: LocalWork, round: int, client_ids: list[int]) -> list[ClientPlan]:
+    """``client_plan`` of each of ``client_ids``, their seeds derived together."""
+    seeds = derived_seeds(seed, Stream.CLIENT, round, last=client_ids)
+    return [
+        ClientPlan(client_id, round, client_seed, *local_work.draw(seed, round, client_id))
+        for client_id, client_seed in zip(client_ids, seeds, strict=True)
+    ]
 
 
 class SampledRounds:
@@ -40,7 +49,9 @@ class SampledRounds:
 
     def jobs(self, round: int, params: Tensor, buffers: Tensor) -> list[Job]:
         """The round's jobs, in increasing client id order."""
-        return [Job(client_plan(self.seed, self.local_work, round, c), params, buffers) for c in self.cohort(round)]
+        return [
+            Job(plan, params, buffers) for plan in client_plans(self.seed, self.local_work, round, self.cohort(round))
+        ]
 
     def finish(self, round: int, params: Tensor, buffers: Tensor) -> dict[str, float]:
         """Called with the round's result; returns scalars to log with it."""
@@ -49,8 +60,7 @@ class SampledRounds:
     def planned(self, rounds: int) -> Iterator[ClientPlan]:
         """Every client plan of a run of ``rounds`` rounds, before the strategy configures it (privacy budgets)."""
         for round in range(rounds):
-            for client_id in self.cohort(round):
-                yield client_plan(self.seed, self.local_work, round, client_id)
+            yield from client_plans(self.seed, self.local_work, round, self.cohort(round))
 
     def state_dict(self) -> dict[str, Any]:
         return {}

@@ -1,6 +1,6 @@
 """The batches of clients trained together, stacked step by step for the clients whose batches there have one size."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -9,7 +9,7 @@ from lightning.pytorch.utilities.data import extract_batch_size
 from torch import Tensor
 
 from lightfed.data.module import Batch
-from lightfed.data.tensor_batches import TensorBatches
+from lightfed.data.tensor_batches import ClientDraw, TensorBatches
 
 
 class ListedBatches:
@@ -28,9 +28,10 @@ class GatheredBatches:
     """Every client's examples in its training order, gathered at once from an in-memory dataset (what
     ``ListedBatches`` holds, without a gather and a split per client); a step's batches are gathered from them."""
 
-    def __init__(self, tensors: TensorBatches, orders: list[tuple[Tensor, list[int]]]) -> None:
-        self.examples = tensors.train_examples(torch.cat([order for order, _ in orders]))
-        self.sizes = [sizes for _, sizes in orders]
+    def __init__(self, tensors: TensorBatches, clients: Sequence[ClientDraw]) -> None:
+        """``clients``: each client's id, generator and local work (``TensorBatches.clients_order``)."""
+        order, self.sizes = tensors.clients_order(clients)
+        self.examples = tensors.train_examples(order)
         steps = max(map(len, self.sizes), default=0)
         sizes = torch.tensor([s + [0] * (steps - len(s)) for s in self.sizes], dtype=torch.long)
         sizes = sizes.reshape(len(self.sizes), steps)
@@ -45,7 +46,12 @@ class GatheredBatches:
         if len(clients) < len(self.sizes):
             positions = positions.index_select(0, device_index(clients, positions.device))
         index = positions[:, :size]
-        return apply_to_collection(self.examples, Tensor, lambda examples: examples[index])
+        flat = index.flatten()  # ``index_select``: a quarter of indexing's time on a CPU
+
+        def gathered(examples: Tensor) -> Tensor:
+            return examples.index_select(0, flat).view(*index.shape, *examples.shape[1:])
+
+        return apply_to_collection(self.examples, Tensor, gathered)
 
 
 def device_index(values: list[int], device: torch.device) -> Tensor:

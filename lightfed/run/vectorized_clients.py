@@ -301,10 +301,10 @@ class VectorizedClients:
                 def backward(clients: set[int], losses: Tensor, step: int = step) -> None:
                     """The summed losses of ``clients`` at ``step`` back-propagated: each one's gradient in its row."""
                     taking = [client_sizes if k in clients else [] for k, client_sizes in enumerate(sizes)]
-                    self._backward(taking, step, leaves, buffers, batches, generators, losses)
+                    self._backward(self._groups(taking, step), step, leaves, buffers, batches, generators, losses)
 
                 if private is None:
-                    backward(set(range(clients)), loss_sums)
+                    self._backward(self._groups(sizes, step), step, leaves, buffers, batches, generators, loss_sums)
                 else:
                     active = [k for k, n in enumerate(steps) if step < n]
                     batch = [(private.batches[k][step], sizes[k][step]) for k in active]
@@ -337,24 +337,24 @@ class VectorizedClients:
             private.finish()
         lr = settings[0]["lr"]
         train_losses = loss_sums / torch.tensor(steps, device=device).clamp(min=1)
-        deltas = final.sub_(starts)
+        rows = zip(final.sub_(starts).unbind(), final_buffers.unbind(), train_losses.unbind(), strict=True)
         return [
             ClientUpdate(
                 client_id=job.plan.client_id,
-                delta=deltas[k],
-                buffers=final_buffers[k],
+                delta=delta,
+                buffers=client_buffers,
                 num_examples=client.data.client_size(job.plan.client_id),
                 num_steps=steps[k],
                 local_time=_summed(lr, steps[k]),
-                train_loss=train_losses[k],
+                train_loss=train_loss,
                 report=reports.get(k, {}),
             )
-            for k, job in enumerate(jobs)
+            for k, (job, (delta, client_buffers, train_loss)) in enumerate(zip(jobs, rows, strict=True))
         ]
 
     def _backward(
         self,
-        sizes: list[list[int]],
+        groups: list[tuple[int, list[int]]],
         step: int,
         leaves: _Leaves,
         buffers: Tensor,
@@ -362,21 +362,17 @@ class VectorizedClients:
         generators: list[torch.Generator],
         losses: Tensor,
     ) -> None:
-        """Back-propagates the summed losses at ``step`` of the clients with a batch there (``sizes``: each client's
-        batch sizes, none for a client left out), grouped by batch size, into the weights' gradients; ``generators``:
-        each client's (dropout), or none."""
-        total = sum(
-            self._loss_of(
-                group,
-                leaves.params,
-                buffers,
-                _GroupBatch(batches.stacked(step, group), size, [generators[k] for k in group] if generators else []),
-                step,
-                losses,
+        """Back-propagates the summed losses at ``step`` of the ``groups`` of clients (``_groups``: each batch size
+        with its clients) into the weights' gradients; ``generators``: each client's (dropout), or none."""
+        total: Tensor | None = None
+        for size, group in groups:
+            stacked = _GroupBatch(
+                batches.stacked(step, group), size, [generators[k] for k in group] if generators else []
             )
-            for size, group in self._groups(sizes, step)
-        )
-        total.backward()  # type: ignore[union-attr]  # each client's loss reaches only its own row
+            loss = self._loss_of(group, leaves.params, buffers, stacked, step, losses)
+            total = loss if total is None else total + loss
+        if total is not None:
+            total.backward()  # each client's loss reaches only its own row
         leaves.collect()
 
     @staticmethod
@@ -494,11 +490,10 @@ class VectorizedClients:
                     for job, g in zip(jobs, generators, strict=True)
                 ]
             )
-        orders = [
-            tensors.client_order(job.plan.client_id, g, job.plan.epochs, job.plan.steps)
-            for job, g in zip(jobs, generators, strict=True)
-        ]
-        return GatheredBatches(tensors, orders)
+        return GatheredBatches(
+            tensors,
+            [(job.plan.client_id, g, job.plan.epochs, job.plan.steps) for job, g in zip(jobs, generators, strict=True)],
+        )
 
     @staticmethod
     def _groups(sizes: list[list[int]], step: int) -> list[tuple[int, list[int]]]:

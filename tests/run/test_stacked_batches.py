@@ -19,9 +19,8 @@ def test_gathered_batches_are_the_ones_each_client_draws(plan):
     tensors = data.plain_tensors
     assert tensors is not None
     listed = ListedBatches([list(data.client_batches(c, torch.Generator().manual_seed(c), **plan)) for c in CLIENTS])
-    gathered = GatheredBatches(
-        tensors, [tensors.client_order(c, torch.Generator().manual_seed(c), **plan) for c in CLIENTS]
-    )
+    epochs, steps = plan.get("epochs"), plan.get("steps")
+    gathered = GatheredBatches(tensors, [(c, torch.Generator().manual_seed(c), epochs, steps) for c in CLIENTS])
     assert gathered.sizes == listed.sizes
     assert len({tuple(sizes) for sizes in listed.sizes}) > 1  # ragged: partial batches at different steps
     for step in range(max(len(sizes) for sizes in listed.sizes)):

@@ -260,7 +260,7 @@ class FederatedDataModule:
     @property
     def plain_tensors(self) -> TensorBatches | None:
         """The in-memory dataset's batches where ``client_batches`` gives them as they are (not augmented), so that a
-        trainer may gather a client's examples itself (``TensorBatches.client_order``); else None."""
+        trainer may gather a client's examples itself (``TensorBatches.clients_order``); else None."""
         return self.in_memory if self.augmentation is None else None
 
     def client_subset(self, client_id: int, positions: Tensor, generator: torch.Generator | None = None) -> Batch:

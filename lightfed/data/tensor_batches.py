@@ -58,17 +58,12 @@ class TensorBatches:
                 x, y = self._batch(self.train_x, self.train_y, order[first : first + gathered])
                 yield from zip(x.split(self.batch_size), y.split(self.batch_size), strict=True)
 
-    def client_order(
-        self, client_id: int, generator: torch.Generator, epochs: int | None = None, steps: int | None = None
-    ) -> tuple[Tensor, list[int]]:
-        """The training examples ``client_batches`` gives, as indices in their order, and its batches' sizes."""
-        order, (sizes,) = self.clients_order([(client_id, generator, epochs, steps)])
-        return order, sizes
-
     def clients_order(self, clients: Sequence[ClientDraw]) -> tuple[Tensor, list[list[int]]]:
-        """``client_order`` of several clients (each with its generator and local work), their indices joined client
-        after client, and each one's batch sizes: the same draws, gathered from the index once (a gather per client
-        took a tenth of a vectorized round of tiny clients)."""
+        """The training examples ``client_batches`` gives several clients (each with its generator and local work), as
+        indices in their order, client after client, and each client's batch sizes: every pass's permutation drawn at
+        once, as ``client_batches`` draws them where nothing else draws from the generator between passes (no
+        augmentation), and the indices gathered from the index once (a gather per client took a tenth of a vectorized
+        round of tiny clients)."""
         groups, batch = self.client_indices, self.batch_size
         positions, starts, counts, sizes = [], [], [], []
         for client_id, generator, epochs, steps in clients:
@@ -136,9 +131,14 @@ class TensorBatches:
             yield slice(start, min(start + self.eval_batch_size, bounds[rank + 1]))
 
     def _batch(self, x: Tensor, y: Tensor, index: Tensor | slice) -> Batch:
-        """The examples at ``index`` on the device (``index_select``: a quarter of indexing's time on a CPU)."""
+        """The examples at ``index`` (a slice, or indices of any shape) on the device."""
         if isinstance(index, Tensor):
-            x, y = x.index_select(0, index), y.index_select(0, index)
+            x, y = gathered(x, index), gathered(y, index)
         else:
             x, y = x[index], y[index]
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+
+def gathered(examples: Tensor, index: Tensor) -> Tensor:
+    """``examples[index]`` (``index`` of any shape) with ``index_select``: a quarter of indexing's time on a CPU."""
+    return examples.index_select(0, index.flatten()).view(*index.shape, *examples.shape[1:])

@@ -9,7 +9,7 @@ from lightning.pytorch.utilities.data import extract_batch_size
 from torch import Tensor
 
 from lightfed.data.module import Batch
-from lightfed.data.tensor_batches import ClientDraw, TensorBatches
+from lightfed.data.tensor_batches import ClientDraw, TensorBatches, gathered
 
 
 class ListedBatches:
@@ -46,12 +46,7 @@ class GatheredBatches:
         if len(clients) < len(self.sizes):
             positions = positions.index_select(0, device_index(clients, positions.device))
         index = positions[:, :size]
-        flat = index.flatten()  # ``index_select``: a quarter of indexing's time on a CPU
-
-        def gathered(examples: Tensor) -> Tensor:
-            return examples.index_select(0, flat).view(*index.shape, *examples.shape[1:])
-
-        return apply_to_collection(self.examples, Tensor, gathered)
+        return apply_to_collection(self.examples, Tensor, gathered, index)
 
 
 def device_index(values: list[int], device: torch.device) -> Tensor:

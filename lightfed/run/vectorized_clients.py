@@ -57,7 +57,7 @@ HOOKS = (
     "on_train_end",
 )
 AUTO_BLOCK = 64  # clients_in_parallel auto: consecutive jobs of a round trained together (fewer: client_memory)
-STRAGGLER = 4  # a client of this many times its chunk's median steps or more trains alone
+STRAGGLER = 4  # a client of this many times the median steps of the clients left or more trains in a later tier
 
 
 def why_not_vectorized(client: ClientTrainer) -> str | None:
@@ -195,9 +195,9 @@ class VectorizedClients:
         """Holds nothing between runs."""
 
     def train(self, jobs: Sequence[TrainingJob], deliver: Deliver) -> None:
-        """Trains each chunk of ``chunk`` consecutive jobs together (clients with the same optimizer settings), except
-        its stragglers (``STRAGGLER`` x the chunk's median number of steps or more), each trained alone: a batched
-        step costs as much for one client left as for all; delivers in job order."""
+        """Trains each chunk of ``chunk`` consecutive jobs in tiers of clients with alike numbers of steps
+        (``_tiers``: a batched step costs as much for one client left as for all), each tier's clients with the same
+        optimizer settings together, a tier of one client alone; delivers in job order."""
         with nullcontext() if self.strict else torch_threads(1):
             trained: dict[int, ClientUpdate] = {}
             for start in range(0, len(jobs), self.chunk):
@@ -210,12 +210,12 @@ class VectorizedClients:
 
     def _train_chunk(self, jobs: Sequence[TrainingJob], chunk: list[int]) -> dict[int, ClientUpdate]:
         """The updates of the jobs at the positions ``chunk`` that train together, by position."""
-        steps = {index: self._steps(jobs[index].plan) for index in chunk}
-        cutoff = STRAGGLER * max(1.0, statistics.median(steps.values()))
-        together: dict[str, list[int]] = {}  # clients of one chunk share their optimizer's settings
-        for index in chunk:
-            if steps[index] < cutoff and (self.strict or self._vectorizes(jobs[index].plan.rule)):
-                together.setdefault(repr(self.client.group_settings(jobs[index].plan)), []).append(index)
+        together: dict[tuple[int, str], list[int]] = {}  # clients of one tier that share their optimizer's settings
+        for tier, members in enumerate(_tiers({index: self._steps(jobs[index].plan) for index in chunk})):
+            for index in members if len(members) > 1 else []:
+                if self.strict or self._vectorizes(jobs[index].plan.rule):
+                    settings = repr(self.client.group_settings(jobs[index].plan))
+                    together.setdefault((tier, settings), []).append(index)
         trained: dict[int, ClientUpdate] = {}
         for part in together.values():
             try:
@@ -622,6 +622,17 @@ class VectorizedClients:
         scale = (value / (norms + 1e-6)).clamp(max=1.0)
         for grad in grads:
             grad.mul_(scale.unsqueeze(1))
+
+
+def _tiers(steps: dict[int, int]) -> list[list[int]]:
+    """The clients (``steps``: each one's local steps) in tiers: those under ``STRAGGLER`` x the median steps, then
+    the same among the rest, until none is left; at least half of the clients left are taken each time."""
+    tiers, left = [], list(steps)
+    while left:
+        cutoff = STRAGGLER * max(1.0, statistics.median(steps[k] for k in left))
+        tiers.append([k for k in left if steps[k] < cutoff])
+        left = [k for k in left if steps[k] >= cutoff]
+    return tiers
 
 
 def _summed(lr: float, steps: int) -> float:

@@ -167,7 +167,7 @@ def test_processes_take_whole_blocks_of_consecutive_jobs_in_turn():
 @pytest.mark.slow
 def test_auto_gives_the_same_weights_on_one_and_two_processes(tmp_path):
     """Synthetic(1, 1) with multinomial logistic regression, 10 clients a round of lognormal sizes (its stragglers
-    train alone): vectorized by ``auto``, bit for bit the same on one and two processes."""
+    in tiers of their own): vectorized by ``auto``, bit for bit the same on one and two processes."""
     final = {}
     for devices in (1, 2):
         root = tmp_path / f"devices{devices}"

@@ -4,6 +4,7 @@ run exactly."""
 
 import copy
 import math
+from dataclasses import replace
 from functools import partial
 
 import lightning as L
@@ -481,3 +482,35 @@ def test_two_processes_vectorized_end_within_rounding_of_one_process_one_at_a_ti
         fit_in_subprocess(QUICKSTART, root, devices, *options)
         final[devices] = torch.load(next(root.glob("*/version_0/checkpoints/last.ckpt")), weights_only=True)["params"]
     assert float((final[2] - final[1]).abs().max() / final[1].abs().max()) <= 1e-5
+
+
+@pytest.mark.parametrize(
+    ("steps", "tiers"),
+    [
+        ({0: 7, 1: 8, 2: 6, 3: 30, 4: 40, 5: 300}, [[0, 1, 2, 3, 4], [5]]),  # median 19: under 76, then 300 alone
+        ({0: 2, 1: 2, 2: 3, 3: 9, 4: 40, 5: 50, 6: 500}, [[0, 1, 2, 3], [4, 5], [6]]),  # 12, then 200, then 2000
+        ({0: 0, 1: 0, 2: 3}, [[0, 1, 2]]),  # a median under 1 counts as 1: under 4
+        ({}, []),
+    ],
+)
+def test_tiers_take_the_clients_under_four_times_the_median_steps_of_those_left(steps, tiers):
+    assert vectorized_clients._tiers(steps) == tiers
+
+
+def test_stragglers_train_together_in_a_later_tier_as_one_at_a_time(monkeypatch):
+    """Eight clients of 1 step and two of 12: the two train together, not alone, each as one at a time."""
+    torch.manual_seed(0)
+    sequential, vectorized = _clients(MLP(64, 10, hidden=[16], optimizer=SGD))
+    jobs = [replace(job, plan=replace(job.plan, steps=12 if k >= 6 else 1)) for k, job in enumerate(_jobs(sequential))]
+    trained, together = [], vectorized._train_together
+
+    def counted(part):
+        trained.append(len(part))
+        return together(part)
+
+    monkeypatch.setattr(vectorized, "_train_together", counted)
+    updates = _updates(vectorized, jobs)
+    assert trained == [6, 2]
+    for job, update in zip(jobs, updates, strict=True):
+        expected = sequential.train(job.plan, job.params, job.buffers).delta
+        assert float((update.delta - expected).abs().max() / expected.abs().max()) <= 1e-5

@@ -37,7 +37,7 @@ from lightfed.privacy.dp_sgd import DPSGD
 from lightfed.run.client import ClientTrainer
 from lightfed.run.client_memory import chunk_budget, client_bytes
 from lightfed.run.client_training import Deliver, TrainingJob
-from lightfed.run.client_workers import short_cpu_steps, torch_threads
+from lightfed.run.client_workers import torch_threads
 from lightfed.run.stacked_batches import GatheredBatches, ListedBatches, device_index, joined
 from lightfed.run.stacked_classifier import stacked_classifier
 from lightfed.run.vectorized_privacy import PrivateClients
@@ -148,10 +148,6 @@ class VectorizedClients:
         memory = max(1, chunk_budget(client.fabric.device, fixed=auto) // client_bytes(client))
         self.chunk = memory if self.strict else min(AUTO_BLOCK, memory)
         self.block = 1 if self.strict else self.chunk  # 1: the engine balances the processes' shares
-        # later tiers (``_tiers``) only where a batched step costs about what one client's does: on a GPU, or for a
-        # CPU's short steps; a compute-bound step on a CPU costs each client its own, under vmap more than alone
-        fabric = client.fabric
-        self.tiered = fabric.device.type != "cpu" or short_cpu_steps(fabric, client.module, client.data)
         self._alone = False  # every client trains alone: the model failed to vectorize (not strict)
         self._tried = False
         self._step = _TrainingStep(client.module)
@@ -201,8 +197,7 @@ class VectorizedClients:
     def train(self, jobs: Sequence[TrainingJob], deliver: Deliver) -> None:
         """Trains each chunk of ``chunk`` consecutive jobs in tiers of clients with alike numbers of steps
         (``_tiers``: a batched step costs as much for one client left as for all), each tier's clients with the same
-        optimizer settings together, a tier of one client alone (and, unless ``tiered``, every client after the first
-        tier); delivers in job order."""
+        optimizer settings together, a tier of one client alone; delivers in job order."""
         with nullcontext() if self.strict else torch_threads(1):
             trained: dict[int, ClientUpdate] = {}
             for start in range(0, len(jobs), self.chunk):
@@ -216,8 +211,7 @@ class VectorizedClients:
     def _train_chunk(self, jobs: Sequence[TrainingJob], chunk: list[int]) -> dict[int, ClientUpdate]:
         """The updates of the jobs at the positions ``chunk`` that train together, by position."""
         together: dict[tuple[int, str], list[int]] = {}  # clients of one tier that share their optimizer's settings
-        tiers = _tiers({index: self._steps(jobs[index].plan) for index in chunk})
-        for tier, members in enumerate(tiers if self.tiered else tiers[:1]):
+        for tier, members in enumerate(_tiers({index: self._steps(jobs[index].plan) for index in chunk})):
             for index in members if len(members) > 1 else []:
                 if self.strict or self._vectorizes(jobs[index].plan.rule):
                     settings = repr(self.client.group_settings(jobs[index].plan))

@@ -67,14 +67,14 @@ class TensorBatches:
         groups, batch = self.client_indices, self.batch_size
         positions, starts, counts, sizes = [], [], [], []
         for client_id, generator, epochs, steps in clients:
-            size, client_sizes = groups.size(client_id), []
+            size, start, client_sizes = groups.size(client_id), int(groups.offsets[client_id]), []
             for count in self._passes(size, epochs, steps):
-                drawn = torch.randperm(size, generator=generator)
-                positions.append(drawn if count >= size else drawn[:count])
-                whole, rest = divmod(min(count, size), batch)
+                kept, drawn = min(count, size), torch.randperm(size, generator=generator)
+                positions.append(drawn if kept == size else drawn[:kept])
+                whole, rest = divmod(kept, batch)
                 client_sizes += [batch] * whole + [rest] * (rest > 0)
-                starts.append(int(groups.offsets[client_id]))
-                counts.append(len(positions[-1]))
+                starts.append(start)
+                counts.append(kept)
             sizes.append(client_sizes)
         if not positions:
             return groups.flat[:0], sizes

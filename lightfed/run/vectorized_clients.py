@@ -212,7 +212,9 @@ class VectorizedClients:
         """The updates of the jobs at the positions ``chunk`` that train together, by position."""
         together: dict[tuple[int, str], list[int]] = {}  # clients of one tier that share their optimizer's settings
         for tier, members in enumerate(_tiers({index: self._steps(jobs[index].plan) for index in chunk})):
-            for index in members if len(members) > 1 else []:
+            if len(members) == 1:  # trains alone
+                continue
+            for index in members:
                 if self.strict or self._vectorizes(jobs[index].plan.rule):
                     settings = repr(self.client.group_settings(jobs[index].plan))
                     together.setdefault((tier, settings), []).append(index)

@@ -31,15 +31,21 @@ class StackedClassifier:
     def __init__(self, module: ClassificationModule, net: nn.Sequential) -> None:
         self.module, self.layers = module, list(net.named_children())
         self.draws = any(isinstance(layer, nn.Dropout) for _, layer in self.layers)  # dropout masks, when training
+        self.linear = {  # each linear layer's parameters' names, and whether it has a bias
+            name: (f"module.net.{name}.weight", f"module.net.{name}.bias", layer.bias is not None)
+            for name, layer in self.layers
+            if isinstance(layer, nn.Linear)
+        }
 
     def logits(self, params: dict[str, Tensor], x: Tensor, generators: list[torch.Generator]) -> Tensor | None:
         """The clients' logits ``[clients, n, classes]`` (None where a layer's parameters are not all in ``params``: a
         frozen one); ``generators``: each client's, for its dropout masks."""
         h = x
         for name, layer in self.layers:
-            if isinstance(layer, nn.Linear):
-                weight, bias = params.get(f"module.net.{name}.weight"), params.get(f"module.net.{name}.bias")
-                if weight is None or (bias is None) != (layer.bias is None):
+            if name in self.linear:
+                weight_name, bias_name, has_bias = self.linear[name]
+                weight, bias = params.get(weight_name), params.get(bias_name)
+                if weight is None or (bias is not None) != has_bias:
                     return None
                 h = _StackedLinear.apply(h, weight, bias)
             elif isinstance(layer, nn.Flatten):

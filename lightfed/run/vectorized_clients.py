@@ -92,21 +92,59 @@ class _GroupBatch(NamedTuple):
 @dataclass(frozen=True)
 class _Leaves:
     """Each parameter's stacked rows ``[clients, *shape]`` by name (``params``), as autograd leaves that share memory
-    with the stacked weights the optimizer steps, and the views of the weights' gradients their gradients go to
-    (``grads``)."""
+    with the stacked weights and that the optimizer steps, and the views of the weights' flat gradients (``grads``),
+    where a local rule, clipping or DP-SGD reads and writes a client's gradient as one row."""
 
     params: dict[str, Tensor]
     grads: dict[str, Tensor]
 
     def collect(self) -> None:
-        """Moves the gradients of the backward pass just taken into the weights' gradients (zero where a leaf got
-        none): autograd writes each afresh in its leaf's layout, which adding it into a strided view would not."""
+        """Moves the gradients of the backward pass just taken into the flat gradients (zero where a leaf got none):
+        autograd writes each afresh in its leaf's layout, and adding into a strided view instead is no faster."""
         for name, leaf in self.params.items():
             if leaf.grad is None:
                 self.grads[name].zero_()
             else:
                 self.grads[name].copy_(leaf.grad)
                 leaf.grad = None
+
+    def step(self, optimizer: torch.optim.Optimizer, flat: bool) -> None:
+        """Steps the leaves with their gradients: the flat gradients where ``flat`` (collected, then read or written
+        there), else the backward pass's own (zero where a leaf got none, as in the flat gradient one client at a time
+        steps: a copy fewer a step)."""
+        for name, leaf in self.params.items():
+            if flat or leaf.grad is None:
+                if not flat:
+                    self.grads[name].zero_()
+                leaf.grad = self.grads[name]
+        optimizer.step()
+        for leaf in self.params.values():
+            leaf.grad = None
+
+
+class _LoggedRows:
+    """What the module logs at the steps of clients trained together, logged once they are done (a mean and a call a
+    step cost a quarter of a small step's optimizer): each name's values, one a client (or example), each with its
+    weight, the batch size it was logged with."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, list[Tensor]] = {}
+        self.weights: dict[str, list[int]] = {}
+
+    def add(self, name: str, values: Tensor, weight: int) -> None:
+        self.values.setdefault(name, []).append(values.float())
+        self.weights.setdefault(name, []).extend(itertools.repeat(weight, len(values)))
+
+    def log_to(self, logged: LoggedValues) -> None:
+        """Logs each name's weighted mean, with the sum of its weights as its batch size; then holds nothing."""
+        for name, values in self.values.items():
+            rows = torch.cat(values)
+            weights = self.weights[name]
+            total = sum(weights)
+            mean = rows @ torch.tensor(weights, dtype=rows.dtype, device=rows.device) / total
+            logged.log(name, mean, batch_size=total)
+        self.values.clear()
+        self.weights.clear()
 
 
 @dataclass(frozen=True)
@@ -171,6 +209,7 @@ class VectorizedClients:
         offsets = [0, *itertools.accumulate(b.numel() for _, b in floating)]
         self.buffer_layout = [(f"module.{name}", offsets[i], b.shape) for i, (name, b) in enumerate(floating)]
         self._logged_sizes: dict[str, int | None] = {}  # the batch_size each name was logged with
+        self._logged_rows = _LoggedRows()  # what a chunk's steps logged, until its clients are done
         self._vmapped = torch.vmap(self._loss, in_dims=(0, 0, None), randomness="error")
         self._stacked = stacked_classifier(client.module)  # batched matmuls instead of vmap, where the model allows
         self._per_example = torch.vmap(self._example_loss, in_dims=(0, 0, None), randomness="error")
@@ -264,6 +303,7 @@ class VectorizedClients:
         unclipped, instead of the model's optimizer: prior steps)."""
         if plain_sgd is None:
             self._take_prior_steps(jobs)
+        self._logged_rows = _LoggedRows()  # nothing left by a chunk that failed
         client, module, view = self.client, self.client.module, self.client.view
         clients, device = len(jobs), client.fabric.device
         starts = torch.stack([job.params.to(device) for job in jobs])  # a job's may be kept on the CPU (Ditto's)
@@ -274,7 +314,9 @@ class VectorizedClients:
         build: Callable[[list[dict[str, Any]]], torch.optim.Optimizer] = (
             type(client.optimizer.optimizer) if plain_sgd is None else torch.optim.SGD
         )
-        optimizer = build([{**group, "params": [w]} for group, w in zip(settings, weights, strict=True)])
+        leaves = self._leaves(weights)
+        grouped = [[leaves.params[name] for name, g, *_ in self.layout if g == i] for i in range(len(weights))]
+        optimizer = build([{**group, "params": params} for group, params in zip(settings, grouped, strict=True)])
         rules = self._rules(jobs, weights, buffers)
         if self.private is None:
             private, batches = None, self._batches(jobs)
@@ -285,6 +327,7 @@ class VectorizedClients:
             batches = ListedBatches(private.batches)
         sizes = batches.sizes
         steps = [len(client_sizes) for client_sizes in sizes]
+        schedule = _schedule(sizes)
         draws = self._stacked is not None and self._stacked.draws  # seeded as one-at-a-time seeds torch's generator:
         generators = [torch.Generator(device).manual_seed(job.plan.seed) for job in jobs] if draws else []
         reports = {k: rule.report() for k, rule in rules.items() if not steps[k]}  # the others' after their last step
@@ -296,7 +339,8 @@ class VectorizedClients:
         if not module.training:
             module.train()
         view._enter("train", jobs[0].plan.round)
-        leaves = self._leaves(weights)
+        clip = plain_sgd is None and client.gradient_clip_val is not None
+        flat = private is not None or bool(rules) or clip  # the step's gradients are read as rows of the flat ones
         try:
             for step in range(max(steps, default=0)):
 
@@ -304,9 +348,12 @@ class VectorizedClients:
                     """The summed losses of ``clients`` at ``step`` back-propagated: each one's gradient in its row."""
                     taking = [client_sizes if k in clients else [] for k, client_sizes in enumerate(sizes)]
                     self._backward(self._groups(taking, step), step, leaves, buffers, batches, generators, losses)
+                    leaves.collect()
 
                 if private is None:
-                    self._backward(self._groups(sizes, step), step, leaves, buffers, batches, generators, loss_sums)
+                    self._backward(schedule[step], step, leaves, buffers, batches, generators, loss_sums)
+                    if flat:
+                        leaves.collect()
                 else:
                     active = [k for k, n in enumerate(steps) if step < n]
                     batch = [(private.batches[k][step], sizes[k][step]) for k in active]
@@ -322,12 +369,12 @@ class VectorizedClients:
                 for k, rule in rules.items():
                     if step < steps[k] and k not in points:
                         rule.adjust(grads[0][k], weights[0][k].detach())
-                if plain_sgd is None:
+                if clip:
                     self._clip(grads)
                 for k, rule in rules.items():
                     if step < steps[k]:
                         rule.observe(grads[0][k])
-                optimizer.step()
+                leaves.step(optimizer, flat)
                 if step in finishing:
                     self._take(final, final_buffers, weights, buffers, finishing[step])
                 for k in finishing.get(step, []):
@@ -335,6 +382,7 @@ class VectorizedClients:
                         reports[k] = rules[k].report()
         finally:
             view._enter("")
+        self._logged_rows.log_to(client.logged)
         if private is not None:
             private.finish()
         lr = settings[0]["lr"]
@@ -365,7 +413,7 @@ class VectorizedClients:
         losses: Tensor,
     ) -> None:
         """Back-propagates the summed losses at ``step`` of the ``groups`` of clients (``_groups``: each batch size
-        with its clients) into the weights' gradients; ``generators``: each client's (dropout), or none."""
+        with its clients) into the leaves' gradients; ``generators``: each client's (dropout), or none."""
         total: Tensor | None = None
         for size, group in groups:
             stacked = _GroupBatch(
@@ -375,7 +423,6 @@ class VectorizedClients:
             total = loss if total is None else total + loss
         if total is not None:
             total.backward()  # each client's loss reaches only its own row
-        leaves.collect()
 
     @staticmethod
     def _at_second_points(
@@ -542,8 +589,7 @@ class VectorizedClients:
         else:
             losses.index_add_(0, index, loss.detach())
         for name, values in logged.items():
-            n = (self._logged_sizes.get(name) or size) * len(group)
-            self.client.logged.log(name, values.float().mean(), batch_size=n)
+            self._logged_rows.add(name, values, self._logged_sizes.get(name) or size)
         return loss.sum()
 
     def _private_step(
@@ -579,8 +625,8 @@ class VectorizedClients:
                 if size:  # in a fixed order, as in ``PrivateClients.gradients``
                     losses[k] += client_losses.sum() / size
             for name, values in logged.items():
-                self.client.logged.log(name, values.float().mean(), batch_size=owner.numel())
-        weights.grad = private.gradients(per_example, sizes, active)
+                self._logged_rows.add(name, values, 1)
+        weights.grad.copy_(private.gradients(per_example, sizes, active))  # type: ignore[union-attr]
 
     def _example_loss(
         self, params: dict[str, Tensor], example: Any, step: int
@@ -614,8 +660,7 @@ class VectorizedClients:
     def _clip(self, grads: list[Tensor]) -> None:
         """Each client's gradient clipped as ``gradient_clip_val`` clips one client's."""
         value, algorithm = self.client.gradient_clip_val, self.client.gradient_clip_algorithm
-        if value is None:
-            return
+        assert value is not None
         if algorithm != "norm":
             for grad in grads:
                 grad.clamp_(-value, value)
@@ -635,6 +680,15 @@ def _tiers(steps: dict[int, int]) -> list[list[int]]:
         tiers.append([k for k in left if steps[k] < cutoff])
         left = [k for k in left if steps[k] >= cutoff]
     return tiers
+
+
+def _schedule(sizes: list[list[int]]) -> list[list[tuple[int, list[int]]]]:
+    """Each step's groups of clients (``VectorizedClients._groups``) for clients with the batch sizes ``sizes``: one
+    group a step where every client's are the same."""
+    if sizes and sizes.count(sizes[0]) == len(sizes):
+        everyone = list(range(len(sizes)))
+        return [[(size, everyone)] for size in sizes[0]]
+    return [VectorizedClients._groups(sizes, step) for step in range(max(map(len, sizes), default=0))]
 
 
 def _summed(lr: float, steps: int) -> float:

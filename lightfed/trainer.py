@@ -72,6 +72,7 @@ class FederatedTrainer(TrainerBase):
         except BaseException as error:
             self.fabric.call("on_exception", trainer=self, error=error)
             self.preemption.stop_listening()
+            self.output.close_metrics()
             raise
         finally:
             parts.training.close()

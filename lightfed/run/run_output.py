@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from itertools import count
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import yaml
@@ -106,6 +106,7 @@ class RunOutput:
         self.lock: FolderLock | None = None
         self.loggers: list[Logger] = []
         self.hparams: dict[str, Any] = {}
+        self._lines: TextIO | None = None  # metrics.jsonl, open from its first line to ``close_metrics``
 
     def start(
         self, resume_from: Path | None, version: int | None, run_config: str | None, hparams: dict[str, Any]
@@ -187,10 +188,19 @@ class RunOutput:
                 logger.save()
 
     def append(self, line: dict[str, Any]) -> None:
-        """One line of ``metrics.jsonl`` (process 0)."""
+        """One line of ``metrics.jsonl`` (process 0), flushed at once; the file stays open (opening it took a thirtieth
+        of a round of many tiny clients)."""
         if self.fabric.is_global_zero:
-            with open(self.metrics_file, "a") as file:
-                file.write(json.dumps(line) + "\n")
+            if self._lines is None:
+                self._lines = open(self.metrics_file, "a")  # noqa: SIM115 (``close_metrics``)
+            self._lines.write(json.dumps(line) + "\n")
+            self._lines.flush()
+
+    def close_metrics(self) -> None:
+        """Closes ``metrics.jsonl`` (a later line opens it again)."""
+        if self._lines is not None:
+            self._lines.close()
+            self._lines = None
 
     def report(self, report: dict[str, Any]) -> None:
         """The final report: its line in ``metrics.jsonl``, its test metrics to the loggers, and one printed line.
@@ -226,5 +236,6 @@ class RunOutput:
                     writer.add_summary(session_start)
                     writer.add_summary(session_end)
                 logger.finalize("success")
+        self.close_metrics()
         if self.lock is not None:
             self.lock.release()

@@ -249,14 +249,14 @@ class VectorizedClients:
 
     def _train_chunk(self, jobs: Sequence[TrainingJob], chunk: list[int]) -> dict[int, ClientUpdate]:
         """The updates of the jobs at the positions ``chunk`` that train together, by position."""
-        together: dict[tuple[int, str], list[int]] = {}  # clients of one tier that share their optimizer's settings
+        together: dict[tuple, list[int]] = {}  # clients of one tier that share their optimizer's settings
         for tier, members in enumerate(_tiers({index: self._steps(jobs[index].plan) for index in chunk})):
             if len(members) == 1:  # trains alone
                 continue
             for index in members:
-                if self.strict or self._vectorizes(jobs[index].plan.rule):
-                    settings = repr(self.client.group_settings(jobs[index].plan))
-                    together.setdefault((tier, settings), []).append(index)
+                plan = jobs[index].plan
+                if self.strict or self._vectorizes(plan.rule):  # lr and round make the settings (group_settings)
+                    together.setdefault((tier, plan.lr, plan.round), []).append(index)
         trained: dict[int, ClientUpdate] = {}
         for part in together.values():
             try:
@@ -306,8 +306,8 @@ class VectorizedClients:
         self._logged_rows = _LoggedRows()  # nothing left by a chunk that failed
         client, module, view = self.client, self.client.module, self.client.view
         clients, device = len(jobs), client.fabric.device
-        starts = torch.stack([job.params.to(device) for job in jobs])  # a job's may be kept on the CPU (Ditto's)
-        buffers = torch.stack([job.buffers.to(device) for job in jobs])  # each client's running statistics
+        starts = _rows([job.params for job in jobs], device)  # a job's may be kept on the CPU (Ditto's)
+        buffers = _rows([job.buffers for job in jobs], device).clone()  # each client's running statistics
         single = len(self.columns) == 1  # one optimizer group: its tensor is the flat parameters
         weights = [starts.clone() if single else starts[:, columns.to(device)] for columns in self.columns]
         settings = client.group_settings(jobs[0].plan) if plain_sgd is None else [{"lr": plain_sgd}]
@@ -513,6 +513,10 @@ class VectorizedClients:
     ) -> None:
         """Copies the flat parameters and buffers of the clients ``rows`` (that have taken their last step) into their
         rows of ``final`` and ``final_buffers``."""
+        if len(rows) == len(final) and len(weights) == 1:  # every client at once
+            final.copy_(weights[0])
+            final_buffers.copy_(buffers)
+            return
         index = device_index(rows, final.device)
         final_buffers.index_copy_(0, index, buffers.index_select(0, index))
         with torch.no_grad():
@@ -680,6 +684,14 @@ def _tiers(steps: dict[int, int]) -> list[list[int]]:
         tiers.append([k for k in left if steps[k] < cutoff])
         left = [k for k in left if steps[k] >= cutoff]
     return tiers
+
+
+def _rows(tensors: list[Tensor], device: torch.device) -> Tensor:
+    """``tensors`` as the rows of one tensor on ``device``: a broadcast view where they are one tensor (the global
+    weights every client of a round starts from)."""
+    if all(tensor is tensors[0] for tensor in tensors):
+        return tensors[0].to(device).expand(len(tensors), -1)
+    return torch.stack([tensor.to(device) for tensor in tensors])
 
 
 def _schedule(sizes: list[list[int]]) -> list[list[tuple[int, list[int]]]]:

@@ -124,8 +124,8 @@ class _Leaves:
 
 class _LoggedRows:
     """What the module logs at the steps of clients trained together, logged once they are done (a mean and a call a
-    step cost a quarter of a small step's optimizer): each name's values, one a client (or example), each with its
-    weight, the batch size it was logged with."""
+    step took half as long as a small MLP's optimizer step): each name's values, one a client (or example), each with
+    its weight, the batch size it was logged with."""
 
     def __init__(self) -> None:
         self.values: dict[str, list[Tensor]] = {}
@@ -646,10 +646,11 @@ class VectorizedClients:
         logged: dict[str, Tensor] = {}
 
         def log(name: str, value: Any, *args: Any, batch_size: int | None = None, **kwargs: Any) -> None:
-            if not isinstance(value, Tensor):
+            if not isinstance(value, Tensor) or value.numel() != 1:
+                what = f"a tensor of shape {list(value.shape)}" if isinstance(value, Tensor) else type(value).__name__
                 raise ConfigError(
-                    f"trainer.clients_in_parallel vectorized logs tensors from training_step, not {name}: "
-                    f"{type(value).__name__}"
+                    f"trainer.clients_in_parallel vectorized logs one-number tensors from training_step, not {name}: "
+                    f"{what}"
                 )
             logged[name], self._logged_sizes[name] = value.detach(), batch_size
 

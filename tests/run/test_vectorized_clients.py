@@ -151,6 +151,30 @@ class _OwnStep(MLP):
         return super().training_step(batch, batch_idx) * 2
 
 
+class _LogsAVector(MLP):
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("per_class", self(x).mean(0))
+        return super().training_step(batch, batch_idx)
+
+
+def test_clients_sent_one_tensor_or_each_their_own_train_alike():
+    """The rows of clients that all start from one tensor (a broadcast view) and of clients that start from copies of
+    it: bit for bit the same updates."""
+    torch.manual_seed(0)
+    sequential, vectorized = _clients(MLP(64, 10, hidden=[16], optimizer=SGD))
+    shared = _jobs(sequential, epochs=1)
+    copies = [TrainingJob(job.plan, job.params.clone(), job.buffers.clone()) for job in shared]
+    for one, other in zip(_updates(vectorized, shared), _updates(vectorized, copies), strict=True):
+        assert torch.equal(one.delta, other.delta) and torch.equal(one.train_loss, other.train_loss)
+
+
+def test_a_logged_value_of_more_than_one_number_is_refused_in_one_line():
+    _, vectorized = _clients(_LogsAVector(64, 10, hidden=[16], optimizer=SGD))
+    with pytest.raises(ConfigError, match="logs one-number tensors from training_step, not per_class: a tensor of sh"):
+        _updates(vectorized, _jobs(vectorized.client, epochs=1))
+
+
 def _with(layer):
     model = MLP(64, 10, hidden=[32])
     model.net.insert(2, layer)

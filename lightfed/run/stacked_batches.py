@@ -4,7 +4,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from lightning.fabric.utilities.apply_func import apply_to_collection
 from lightning.pytorch.utilities.data import extract_batch_size
 from torch import Tensor
 
@@ -25,28 +24,28 @@ class ListedBatches:
 
 
 class GatheredBatches:
-    """Every client's examples in its training order, gathered at once from an in-memory dataset (what
-    ``ListedBatches`` holds, without a gather and a split per client); a step's batches are gathered from them."""
+    """Every client's examples in its training order, as indices into an in-memory dataset drawn for all of them at
+    once (what ``ListedBatches`` holds, without a draw and a split per client); a step's batches are gathered from the
+    dataset by them, so that a chunk holds one step's examples at a time, not its clients' whole training."""
 
     def __init__(self, tensors: TensorBatches, clients: Sequence[ClientDraw]) -> None:
         """``clients``: each client's id, generator and local work (``TensorBatches.clients_order``)."""
-        order, self.sizes = tensors.clients_order(clients)
-        self.examples = tensors.train_examples(order)
+        self.tensors = tensors
+        self.order, self.sizes = tensors.clients_order(clients)
         steps = max(map(len, self.sizes), default=0)
         sizes = torch.tensor([s + [0] * (steps - len(s)) for s in self.sizes], dtype=torch.long)
         sizes = sizes.reshape(len(self.sizes), steps)
-        starts = (sizes.flatten().cumsum(0) - sizes.flatten()).view_as(sizes)  # where each batch starts in examples
+        starts = (sizes.flatten().cumsum(0) - sizes.flatten()).view_as(sizes)  # where each batch starts in order
         width = int(sizes.max()) if sizes.numel() else 0
         positions = starts.unsqueeze(2) + torch.arange(width)  # [clients, steps, width]: each batch's examples
-        self._positions = positions.transpose(0, 1).to(self.examples[1].device, non_blocking=True)
+        self._positions = positions.transpose(0, 1).to(self.order.device, non_blocking=True)
 
     def stacked(self, step: int, clients: list[int]) -> Batch:
         """The batches of ``clients`` (of one size) at ``step``, stacked: a row per client."""
         size, positions = self.sizes[clients[0]][step], self._positions[step]
         if len(clients) < len(self.sizes):
             positions = positions.index_select(0, device_index(clients, positions.device))
-        index = positions[:, :size]
-        return apply_to_collection(self.examples, Tensor, gathered, index)
+        return self.tensors.train_examples(gathered(self.order, positions[:, :size]))
 
 
 def device_index(values: list[int], device: torch.device) -> Tensor:

@@ -1,5 +1,5 @@
-"""A chunk's examples gathered at once from an in-memory dataset are the batches each client's one-at-a-time training
-draws, step by step."""
+"""A chunk's examples, drawn at once as indices into an in-memory dataset and gathered step by step, are the batches
+each client's one-at-a-time training draws."""
 
 import pytest
 import torch
@@ -22,6 +22,8 @@ def test_gathered_batches_are_the_ones_each_client_draws(plan):
     epochs, steps = plan.get("epochs"), plan.get("steps")
     gathered = GatheredBatches(tensors, [(c, torch.Generator().manual_seed(c), epochs, steps) for c in CLIENTS])
     assert gathered.sizes == listed.sizes
+    held = [value for value in vars(gathered).values() if isinstance(value, (torch.Tensor, tuple))]
+    assert all(isinstance(v, torch.Tensor) and not v.is_floating_point() for v in held)  # indices, not the examples
     assert len({tuple(sizes) for sizes in listed.sizes}) > 1  # ragged: partial batches at different steps
     for step in range(max(len(sizes) for sizes in listed.sizes)):
         for size, group in VectorizedClients._groups(listed.sizes, step):

@@ -12,6 +12,7 @@ import pytest
 import torch
 from lightning.fabric import Fabric
 
+from lightfed.core.federated_weights import federated_parameters
 from lightfed.core.local_rule import LocalRule
 from lightfed.core.messages import ClientPlan
 from lightfed.ecado.coupling import CouplingCurrent
@@ -156,6 +157,33 @@ class _LogsAVector(MLP):
         x, y = batch
         self.log("per_class", self(x).mean(0))
         return super().training_step(batch, batch_idx)
+
+
+class _Unused(MLP):
+    """A parameter its training step never uses: no gradient reaches it, and weight decay still moves it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.unused = torch.nn.Parameter(torch.ones(3))
+
+    def training_step(self, batch, batch_idx):
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_parameter_without_a_gradient_steps_as_one_client_at_a_time_steps_it():
+    """The optimizer steps the stacked leaves with the backward pass's gradients; a leaf that got none steps with
+    zeros, as the flat gradient one client at a time steps (weight decay and momentum move it)."""
+    torch.manual_seed(0)
+    model = _Unused(64, 10, hidden=[16], optimizer=partial(torch.optim.SGD, lr=0.1, momentum=0.5, weight_decay=0.1))
+    sequential, vectorized = _clients(model)
+    jobs = _jobs(sequential, epochs=1)
+    params = federated_parameters(sequential.module)
+    start = sum(p.numel() for _, p in params[: [name for name, _ in params].index("unused")])
+    unused = slice(start, start + 3)  # its coordinates in the flat order
+    expected = [sequential.train(job.plan, job.params, job.buffers).delta.clone() for job in jobs]
+    for delta, update in zip(expected, _updates(vectorized, jobs), strict=True):
+        assert float((update.delta - delta).abs().max() / delta.abs().max()) <= 1e-5
+        assert float(delta[unused].abs().min()) > 0  # moved
 
 
 def test_clients_sent_one_tensor_or_each_their_own_train_alike():

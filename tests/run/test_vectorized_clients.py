@@ -76,6 +76,8 @@ def _momentum_correction(client_id, size):
 
 
 SGD = partial(torch.optim.SGD, lr=0.1)
+# optimizers whose step scales each coordinate by its own history
+ADAPTIVE = (torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad, torch.optim.RMSprop)
 
 
 @pytest.mark.parametrize(
@@ -83,6 +85,9 @@ SGD = partial(torch.optim.SGD, lr=0.1)
     [
         (partial(torch.optim.SGD, lr=0.1, momentum=0.5), None, None, {"epochs": 2}),
         (partial(torch.optim.Adam, lr=0.003), None, None, {"steps": 7}),
+        (partial(torch.optim.AdamW, lr=0.003, weight_decay=0.1), None, None, {"epochs": 1}),
+        (partial(torch.optim.Adagrad, lr=0.01), None, None, {"epochs": 1}),
+        (partial(torch.optim.RMSprop, lr=0.001, momentum=0.5), None, None, {"epochs": 1}),
         (
             partial(torch.optim.SGD, lr=0.1, weight_decay=0.01),
             LocalTraining(gradient_clip_val=0.5),
@@ -95,13 +100,23 @@ SGD = partial(torch.optim.SGD, lr=0.1)
         # from starts 1e-7 apart, so the comparison is at lr 0.01 for 1 epoch
         (partial(torch.optim.SGD, lr=0.01), None, _momentum_correction, {"epochs": 1}),
     ],
-    ids=["sgd-momentum-epochs", "adam-steps", "sgd-clipped", "fedprox", "scaffold-clipped", "adamasfl"],
+    ids=[
+        "sgd-momentum-epochs",
+        "adam-steps",
+        "adamw",
+        "adagrad",
+        "rmsprop",
+        "sgd-clipped",
+        "fedprox",
+        "scaffold-clipped",
+        "adamasfl",
+    ],
 )
 def test_every_clients_update_is_its_one_at_a_time_update(optimizer, local, rule, plan):
     """Within rounding: the largest coordinate's difference is at most 1e-5 of the delta's largest coordinate; under
-    Adam, whose step on a coordinate with a rounding-sized gradient is itself of the learning rate's order whatever
-    the rounding, the difference's L2 norm is at most 1e-5 of the delta's. A trajectory that amplifies rounding (lr 0.1
-    with momentum 0.9) drifts further apart, as two summation orders of one client do."""
+    an adaptive optimizer, whose step on a coordinate with a rounding-sized gradient is itself of the learning rate's
+    order whatever the rounding, the difference's L2 norm is at most 1e-5 of the delta's. A trajectory that amplifies
+    rounding (lr 0.1 with momentum 0.9) drifts further apart, as two summation orders of one client do."""
     model = small_model()
     model.optimizer = optimizer
     sequential, vectorized = _clients(model, local=local)
@@ -114,7 +129,7 @@ def test_every_clients_update_is_its_one_at_a_time_update(optimizer, local, rule
         expected.append((update.delta.clone(), update.num_steps, float(update.train_loss), update.local_time))
     for (delta, steps, loss, local_time), update in zip(expected, _updates(vectorized, jobs), strict=True):
         assert update.num_steps == steps and update.local_time == local_time
-        norm = 2 if isinstance(vectorized.client.optimizer.optimizer, torch.optim.Adam) else math.inf
+        norm = 2 if isinstance(vectorized.client.optimizer.optimizer, ADAPTIVE) else math.inf
         assert float((update.delta - delta).norm(norm) / delta.norm(norm)) <= 1e-5
         assert update.train_loss.item() == pytest.approx(loss, rel=1e-5)
     sequential_logged = sequential.logged.compute()

@@ -113,10 +113,10 @@ class _Leaves:
         there), else the backward pass's own (zero where a leaf got none, as in the flat gradient one client at a time
         steps: a copy fewer a step)."""
         for name, leaf in self.params.items():
-            if flat or leaf.grad is None:
-                if not flat:
-                    self.grads[name].zero_()
+            if flat:
                 leaf.grad = self.grads[name]
+            elif leaf.grad is None:
+                leaf.grad = self.grads[name].zero_()
         optimizer.step()
         for leaf in self.params.values():
             leaf.grad = None
@@ -249,7 +249,7 @@ class VectorizedClients:
 
     def _train_chunk(self, jobs: Sequence[TrainingJob], chunk: list[int]) -> dict[int, ClientUpdate]:
         """The updates of the jobs at the positions ``chunk`` that train together, by position."""
-        together: dict[tuple, list[int]] = {}  # clients of one tier that share their optimizer's settings
+        together: dict[tuple[int, float | None, int], list[int]] = {}  # a tier's clients with alike settings
         for tier, members in enumerate(_tiers({index: self._steps(jobs[index].plan) for index in chunk})):
             if len(members) == 1:  # trains alone
                 continue

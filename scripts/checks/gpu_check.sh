@@ -89,16 +89,16 @@ check "fedavg on the CPU" lightfed fit -c configs/quickstart.yaml "${SHORT[@]}" 
 check "  = on the GPU" compare_weights cpu fedavg-32-true 1e-3
 check "benchmark.py" "$PYTHON" scripts/benchmarks/benchmark.py --device cuda --rounds 2 --warmup-rounds 1 \
     --repeats 1 --paths reference lightfed lightfed-sequential lightfed-vectorized
+check "tiny_clients_benchmark.py" "$PYTHON" scripts/benchmarks/tiny_clients_benchmark.py --device cuda \
+    --clients 1000 --clients-per-round 50 --client-size 100 --rounds 3
+check "tiny clients under vmap" "$PYTHON" scripts/benchmarks/tiny_clients_benchmark.py --device cuda \
+    --clients 1000 --clients-per-round 200 --client-size 100 --rounds 3 --vmap
 check "client_evaluation_benchmark.py" "$PYTHON" scripts/benchmarks/client_evaluation_benchmark.py --device cuda \
     --finetune-steps 5
 check "circuit_benchmark.py" "$PYTHON" scripts/benchmarks/circuit_benchmark.py --accelerator gpu \
     --workloads resnet18gn --clients 20 --clients-per-round 5 --examples 200 --rounds 2 --warmup-rounds 1
 check "circuit_step_benchmark.py" "$PYTHON" scripts/benchmarks/circuit_step_benchmark.py --device cuda --repeats 3
 check "data_benchmark.py" "$PYTHON" scripts/benchmarks/data_benchmark.py --device cuda --repeats 2
-check "tiny_clients_benchmark.py" "$PYTHON" scripts/benchmarks/tiny_clients_benchmark.py --device cuda \
-    --clients 1000 --clients-per-round 50 --client-size 100 --rounds 3
-check "tiny clients under vmap" "$PYTHON" scripts/benchmarks/tiny_clients_benchmark.py --device cuda \
-    --clients 1000 --clients-per-round 200 --client-size 100 --rounds 3 --vmap
 
 compare_weights() {  # compare_weights RUN REFERENCE TOLERANCE: the largest difference of two runs' final weights
     "$PYTHON" - "$OUT/runs" "$@" <<'PY'

@@ -15,6 +15,7 @@ from lightfed.data.module import FederatedDataModule
 from lightfed.errors import DivergenceError
 from lightfed.privacy.base import BudgetReached
 from lightfed.run.checkpoint import kept_checkpoint, restore_rng_states
+from lightfed.run.determinism import deterministic_algorithms
 from lightfed.run.engine import RoundEngine
 from lightfed.run.final_report import final_report
 from lightfed.run.resume import check_resume
@@ -50,6 +51,18 @@ class FederatedTrainer(TrainerBase):
         ("auto": the same, or a fresh start when there is none). ``run_config``: saved as ``config.yaml``.
         ``transforms``: what each client's update goes through, in order, before the strategy takes it.
         """
+        with deterministic_algorithms(self.processes.deterministic):
+            return self._fit(model, data, strategy, ckpt_path, run_config, transforms)
+
+    def _fit(
+        self,
+        model: LightningModule,
+        data: FederatedDataModule,
+        strategy: Strategy,
+        ckpt_path: str | None,
+        run_config: str | None,
+        transforms: Sequence[Transform],
+    ) -> dict[str, float]:
         resume = self._checked(model, data, strategy, ckpt_path, run_config)  # (checkpoint file, its state) or None
         if resume is not None and check_resume(*resume, self.fingerprint, self.rounds, self.fabric.print):
             self.output.log_dir = run_folder_of(resume[0])

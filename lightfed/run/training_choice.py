@@ -7,7 +7,7 @@ from lightning.fabric import Fabric
 
 from lightfed.data.module import FederatedDataModule
 from lightfed.run.client_training import ClientTraining
-from lightfed.run.client_workers import ClientWorkers, short_cpu_steps
+from lightfed.run.client_workers import HEAVY_LAYERS, ClientWorkers, short_cpu_steps
 from lightfed.run.stacked_classifier import stacked_classifier
 from lightfed.run.vectorized_clients import VectorizedClients, why_not_vectorized
 
@@ -26,7 +26,7 @@ def client_training(
 ) -> ClientTraining:
     """``ClientWorkers`` (``clients_in_parallel`` an integer or "auto"), or ``VectorizedClients`` ("vectorized"; and
     "auto" for ``VECTORIZE_FROM`` clients a round or more, ``MATMULS_FROM`` on batched matmuls, of a model that
-    vectorizes and whose steps are short on a CPU, ``short_cpu_steps``, unless client i must train on process i % world,
+    vectorizes and whose steps suit it, ``auto_vectorizes``, unless client i must train on process i % world,
     ``fixed_process``: the blocks trained together would then depend on the number of processes); ``client``: the
     ``ClientTrainer``'s other settings."""
     vectorized = clients_in_parallel == "vectorized"
@@ -37,6 +37,17 @@ def client_training(
         return VectorizedClients(workers.reference)
     least = MATMULS_FROM if stacked_classifier(model) is not None else VECTORIZE_FROM
     auto = clients_in_parallel == "auto" and clients_per_round >= least and not fixed_process
-    if auto and short_cpu_steps(fabric, model, data) and why_not_vectorized(workers.reference) is None:
+    if auto and auto_vectorizes(fabric, model, data) and why_not_vectorized(workers.reference) is None:
         return VectorizedClients(workers.reference, auto=True)
     return workers
+
+
+def auto_vectorizes(fabric: Fabric, model: LightningModule, data: FederatedDataModule) -> bool:
+    """Whether "auto" may train ``model``'s clients vectorized: on a CPU where its steps are short
+    (``short_cpu_steps``); on a GPU where it has no convolution, recurrence or attention (``HEAVY_LAYERS``) and no
+    DataLoader workers: a small MLP's clients trained vectorized took a twelfth of one at a time's round on an H200,
+    and convolutions are not yet measured with ``exact_convolutions``' settings (docs/guides/performance.md)."""
+    if fabric.device.type == "cpu":
+        return short_cpu_steps(fabric, model, data)
+    heavy = any(isinstance(layer, HEAVY_LAYERS) for layer in model.modules())
+    return data.num_workers == 0 and not heavy

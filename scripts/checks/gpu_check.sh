@@ -4,6 +4,7 @@
 # - every strategy family (FedAvg, FedAdam, SCAFFOLD, FedBuff, DP-SGD, FedECADO, TrimmedMean) trains 2 rounds of
 #   digits on the GPU in 32-true, 16-mixed and bf16-mixed precision (DP-SGD in 32-true alone: it refuses 16-bit
 #   precision, which distorts the gradient norms that clipping bounds);
+# - FedAvg twice with trainer.deterministic warn (torch's deterministic algorithms: the same weights bit for bit);
 # - clients trained vectorized (trainer.clients_in_parallel vectorized: one batched computation), twice, Ditto's
 #   personal models and DP-SGD vectorized, FedECADO's per-client state offloaded to pinned host memory
 #   (strategy.state_device cpu), and FedAvg on the CPU: each compared with the GPU run of the same config (the largest
@@ -63,6 +64,11 @@ for family in fedavg fedadam scaffold fedbuff dp-sgd fedecado trimmedmean; do
             --trainer.name "$family-$precision" "${EXTRA[@]}"
     done
 done
+check "fedavg deterministic" lightfed fit -c configs/quickstart.yaml "${SHORT[@]}" --trainer.deterministic warn \
+    --trainer.name deterministic "${EXTRA[@]}"
+check "fedavg deterministic, again" lightfed fit -c configs/quickstart.yaml "${SHORT[@]}" --trainer.deterministic warn \
+    --trainer.name deterministic-again "${EXTRA[@]}"
+check "  = the first deterministic run" compare_weights deterministic-again deterministic 0
 check "clients vectorized" lightfed fit -c configs/quickstart.yaml "${SHORT[@]}" \
     --trainer.clients_in_parallel vectorized --trainer.name vectorized "${EXTRA[@]}"
 check "  = one at a time" compare_weights vectorized fedavg-32-true 1e-5

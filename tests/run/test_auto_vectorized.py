@@ -15,6 +15,7 @@ from lightfed.models import MLP
 from lightfed.privacy import DPSGD
 from lightfed.run.client_workers import ClientWorkers, torch_threads
 from lightfed.run.engine import RoundEngine
+from lightfed.run.training_choice import auto_vectorizes
 from lightfed.run.vectorized_clients import VectorizedClients
 from lightfed.strategies import FedAvg, FedSAM, Scaffold
 from lightfed.strategies.base import NOTHING
@@ -80,6 +81,16 @@ def test_auto_vectorizes_short_step_models_from_two_clients_a_round_or_eight_und
 ):
     trainer = _fit(tmp_path, model(), strategy(), clients_per_round=per_round)
     assert isinstance(trainer.workers, VectorizedClients if vectorized else ClientWorkers)
+
+
+@pytest.mark.parametrize(
+    ("model", "num_workers", "vectorizes"),
+    [(mlp, 0, True), (small_model, 0, False), (mlp, 2, False)],
+    ids=["mlp", "cnn", "dataloader-workers"],
+)
+def test_auto_vectorizes_on_a_gpu_models_without_convolutions_recurrences_or_attention(model, num_workers, vectorizes):
+    gpu = SimpleNamespace(device=torch.device("cuda"))
+    assert auto_vectorizes(gpu, model(), SimpleNamespace(num_workers=num_workers)) is vectorizes
 
 
 def _one_at_a_time(root, model, strategy=None):

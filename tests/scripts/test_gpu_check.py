@@ -13,16 +13,17 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "checks" / "gpu_check.sh"
 FAMILIES = ["fedavg", "fedadam", "scaffold", "fedbuff", "dp-sgd", "fedecado", "trimmedmean"]
-BENCHMARKS = [
+BENCHMARKS = [  # in the order they run: the vectorized figures first
     "benchmark.py",
+    "tiny_clients_benchmark.py",
+    "tiny clients under vmap",
     "client_evaluation_benchmark.py",
     "circuit_benchmark.py",
     "circuit_step_benchmark.py",
     "data_benchmark.py",
-    "tiny_clients_benchmark.py",
-    "tiny clients under vmap",
 ]
-RUNS = 3 * len(FAMILIES) - 2 + 7  # DP-SGD in 32-true alone; vectorized twice, Ditto twice, DP vectorized, pinned, CPU
+RUNS = 3 * len(FAMILIES) - 2 + 9  # DP-SGD in 32-true alone; deterministic twice, vectorized twice, Ditto twice, DP
+# vectorized, pinned, CPU
 CHECKS = RUNS + len(BENCHMARKS)  # command lines; the comparisons of runs have none
 
 
@@ -134,13 +135,13 @@ def test_the_runs_go_a_few_at_a_time_then_the_rest_in_order_and_one_table_names_
     table = result.stdout.splitlines()
     assert table[1] == "Stand-in GPU" and table[2] == "| check | result | seconds | detail |"
     rows = [row.split(" | ") for row in table[4:-1]]
-    assert len(rows) == CHECKS + 6  # and the six comparisons
+    assert len(rows) == CHECKS + 7  # and the seven comparisons
     assert [row[0] for row in rows[:3]] == ["| fedavg 32-true", "| fedavg 16-mixed", "| fedavg bf16-mixed"]
     failed = [row[0] for row in rows if row[1] != "ok"]
     assert failed == ["| fedadam 16-mixed"] and rows[4][1] == "FAIL (3)"
     assert rows[0][3] == "test set, final global model (round 2): test_loss=1.0 test_acc=0.5 |"
-    assert rows[-2][0] == "| tiny_clients_benchmark.py" and rows[-2][3] == "tiny_clients_benchmark.py done |"
-    assert rows[-1][0] == "| tiny clients under vmap"
+    assert [row[0] for row in rows[-len(BENCHMARKS) :]] == [f"| {name}" for name in BENCHMARKS]
+    assert rows[-6][3] == "tiny_clients_benchmark.py done |"
     assert any(
         row[0] == "|   = the first vectorized run" and "max \\|vectorized-again - vectorized\\| = 0" in row[3]
         for row in rows

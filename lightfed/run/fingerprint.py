@@ -24,6 +24,7 @@ RESUMABLE = (
     "trainer.num_nodes",
     "trainer.clients_in_parallel",
     "trainer.collective_timeout",
+    "trainer.deterministic",
     "trainer.root_dir",
     "trainer.name",
     "trainer.version",

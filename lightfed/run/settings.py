@@ -231,7 +231,7 @@ def trainer_settings(
             or, from 2 clients a round (a model on batched matmuls, e.g. lightfed's MLP; 8 under vmap) without
             per-client state on fixed processes, vectorized in blocks of 64 consecutive clients the processes take
             whole (the same weights on any number of processes), and so on a GPU a model without convolution,
-            recurrence or attention layers; what does not vectorize trains one client at a time.
+            recurrence, attention or dropout layers; what does not vectorize trains one client at a time.
             "vectorized": all of them as one batched computation on stacked weights
             (``lightfed.run.vectorized_clients``; an elementwise optimizer, no local rule or one that runs on a row of
             stacked clients (FedProx's, SCAFFOLD's, MasFL's, FedECADO's, FedPer's, FedRep's, Ditto's, APFL's,

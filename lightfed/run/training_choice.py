@@ -44,10 +44,12 @@ def client_training(
 
 def auto_vectorizes(fabric: Fabric, model: LightningModule, data: FederatedDataModule) -> bool:
     """Whether "auto" may train ``model``'s clients vectorized: on a CPU where its steps are short
-    (``short_cpu_steps``); on a GPU where it has no convolution, recurrence or attention (``HEAVY_LAYERS``) and no
-    DataLoader workers: a small MLP's clients trained vectorized took a twelfth of one at a time's round on an H200,
-    and convolutions are not yet measured with ``exact_convolutions``' settings (docs/guides/performance.md)."""
+    (``short_cpu_steps``); on a GPU where it has no convolution, recurrence or attention (``HEAVY_LAYERS``), no
+    dropout (a GPU draws a stacked model's masks otherwise than one client at a time) and no DataLoader workers: a
+    small MLP's clients trained vectorized took a twelfth of one at a time's round on an H200, and convolutions are
+    not yet measured with ``exact_convolutions``' settings (docs/guides/performance.md)."""
     if fabric.device.type == "cpu":
         return short_cpu_steps(fabric, model, data)
     heavy = any(isinstance(layer, HEAVY_LAYERS) for layer in model.modules())
-    return data.num_workers == 0 and not heavy
+    stacked = stacked_classifier(model)
+    return data.num_workers == 0 and not heavy and not (stacked is not None and stacked.draws)

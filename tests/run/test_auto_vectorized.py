@@ -85,10 +85,12 @@ def test_auto_vectorizes_short_step_models_from_two_clients_a_round_or_eight_und
 
 @pytest.mark.parametrize(
     ("model", "num_workers", "vectorizes"),
-    [(mlp, 0, True), (small_model, 0, False), (mlp, 2, False)],
-    ids=["mlp", "cnn", "dataloader-workers"],
+    [(mlp, 0, True), (small_model, 0, False), (DropoutMLP, 0, False), (mlp, 2, False)],
+    ids=["mlp", "cnn", "dropout", "dataloader-workers"],
 )
-def test_auto_vectorizes_on_a_gpu_models_without_convolutions_recurrences_or_attention(model, num_workers, vectorizes):
+def test_auto_vectorizes_on_a_gpu_models_without_convolutions_recurrences_attention_or_dropout(
+    model, num_workers, vectorizes
+):
     gpu = SimpleNamespace(device=torch.device("cuda"))
     assert auto_vectorizes(gpu, model(), SimpleNamespace(num_workers=num_workers)) is vectorizes
 

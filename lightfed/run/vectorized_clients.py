@@ -681,7 +681,8 @@ def exact_convolutions(device: torch.device) -> Iterator[None]:
     """On a GPU, cuDNN's deterministic algorithms in full float32 (no TF32) while stacked clients train, the previous
     settings restored after. With PyTorch's defaults (TF32 allowed, any algorithm) the clients' convolutions, batched
     under ``vmap``, computed otherwise than each client's alone: the quickstart trained vectorized for 2 rounds on an
-    H200 ended 9.4e-3 from one client at a time, and 8.2e-8 with these settings (docs/guides/performance.md)."""
+    H200 ended 9.4e-3 from one client at a time, and 8.2e-8 with torch's deterministic algorithms and no TF32 at all,
+    which these settings narrow to cuDNN's convolutions (docs/guides/performance.md)."""
     cudnn = torch.backends.cudnn
     saved = cudnn.deterministic, cudnn.benchmark, cudnn.allow_tf32
     if device.type == "cuda":

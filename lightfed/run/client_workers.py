@@ -196,8 +196,12 @@ def short_cpu_steps(fabric: Fabric, model: LightningModule, data: FederatedDataM
     trains its clients on one thread, one at a time or vectorized, the same on any number of processes."""
     if fabric.device.type != "cpu" or data.num_workers > 0:
         return False
-    heavy = any(isinstance(layer, HEAVY_LAYERS) for layer in model.modules())
-    return not heavy and sum(p.numel() for p in model.parameters() if p.requires_grad) < THREADS_FROM
+    return not has_heavy_layers(model) and sum(p.numel() for p in model.parameters() if p.requires_grad) < THREADS_FROM
+
+
+def has_heavy_layers(model: nn.Module) -> bool:
+    """Whether ``model`` has a convolution, a recurrence or attention (``HEAVY_LAYERS``: much compute per weight)."""
+    return any(isinstance(layer, HEAVY_LAYERS) for layer in model.modules())
 
 
 def _drew_global_random(seed: int) -> bool:

@@ -7,7 +7,7 @@ from lightning.fabric import Fabric
 
 from lightfed.data.module import FederatedDataModule
 from lightfed.run.client_training import ClientTraining
-from lightfed.run.client_workers import HEAVY_LAYERS, ClientWorkers, short_cpu_steps
+from lightfed.run.client_workers import ClientWorkers, has_heavy_layers, short_cpu_steps
 from lightfed.run.stacked_classifier import stacked_classifier
 from lightfed.run.vectorized_clients import VectorizedClients, why_not_vectorized
 
@@ -44,12 +44,11 @@ def client_training(
 
 def auto_vectorizes(fabric: Fabric, model: LightningModule, data: FederatedDataModule) -> bool:
     """Whether "auto" may train ``model``'s clients vectorized: on a CPU where its steps are short
-    (``short_cpu_steps``); on a GPU where it has no convolution, recurrence or attention (``HEAVY_LAYERS``), no
+    (``short_cpu_steps``); on a GPU where it has no convolution, recurrence or attention (``has_heavy_layers``), no
     dropout (a GPU draws a stacked model's masks otherwise than one client at a time) and no DataLoader workers: a
     small MLP's clients trained vectorized took a twelfth of one at a time's round on an H200, and convolutions are
     not yet measured with ``exact_convolutions``' settings (docs/guides/performance.md)."""
     if fabric.device.type == "cpu":
         return short_cpu_steps(fabric, model, data)
-    heavy = any(isinstance(layer, HEAVY_LAYERS) for layer in model.modules())
     stacked = stacked_classifier(model)
-    return data.num_workers == 0 and not heavy and not (stacked is not None and stacked.draws)
+    return data.num_workers == 0 and not has_heavy_layers(model) and not (stacked is not None and stacked.draws)

@@ -1,7 +1,7 @@
 """What a simulated attack is: a fixed set of malicious clients, drawn from the run's seed, whose local training it
 changes (their batches, their update)."""
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import Tensor
@@ -66,6 +66,9 @@ class Attack(Transform):
         if self.is_malicious(plan.client_id):
             self._plans[plan.client_id] = plan
         return plan
+
+    def passes(self, client_ids: Sequence[int]) -> bool:
+        return not any(self.is_malicious(client_id) for client_id in client_ids)
 
     def contribution(self, update: ClientUpdate, round: int, sums: Sums) -> ClientUpdate:
         """A malicious client's update, its delta changed in place by ``poison_update``."""

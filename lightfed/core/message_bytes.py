@@ -6,7 +6,7 @@ from typing import Any
 
 from torch import Tensor
 
-from lightfed.core.messages import ClientUpdate
+from lightfed.core.messages import ClientRows, ClientUpdate
 
 COUNTS = 4 * 4  # examples, steps, local time and training loss, 4 bytes each
 
@@ -24,3 +24,9 @@ def received_bytes(params: Tensor, buffers: Tensor, vectors: Mapping[str, Tensor
 def sent_bytes(update: ClientUpdate) -> int:
     """What a client sends as it trained it: its delta, its buffers, its counts and its report."""
     return tensor_bytes([update.delta, update.buffers, *update.report.values()]) + COUNTS
+
+
+def rows_sent_bytes(rows: ClientRows) -> int:
+    """What the clients of ``rows`` send together: ``sent_bytes`` of each row, summed."""
+    row = tensor_bytes([rows.deltas[0], rows.buffers[0]]) + COUNTS if len(rows) else 0
+    return len(rows) * row + sum(tensor_bytes(report.values()) for report in rows.reports)

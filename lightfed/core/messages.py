@@ -37,3 +37,31 @@ class ClientUpdate:
     local_time: float  # sum of the step sizes taken
     train_loss: Tensor  # mean training loss over the steps, 0-d, left on the device
     report: Mapping[str, Any] = field(default_factory=dict)  # what the plan's local rule reports (LocalRule.report)
+
+
+@dataclass(frozen=True)
+class ClientRows:
+    """The updates of clients trained together, as rows: row k is what ``updates()[k]`` holds (``deltas`` and
+    ``buffers`` ``[clients, n]``, ``train_losses`` ``[clients]``)."""
+
+    client_ids: list[int]
+    deltas: Tensor
+    buffers: Tensor
+    num_examples: list[int]
+    num_steps: list[int]
+    local_times: list[float]
+    train_losses: Tensor
+    reports: list[Mapping[str, Any]]
+
+    def __len__(self) -> int:
+        return len(self.client_ids)
+
+    def updates(self) -> list[ClientUpdate]:
+        """Each row as a ``ClientUpdate`` (views of the rows)."""
+        rows = zip(self.deltas.unbind(), self.buffers.unbind(), self.train_losses.unbind(), strict=True)
+        return [
+            ClientUpdate(client_id, delta, buffers, examples, steps, time, loss, report)
+            for client_id, (delta, buffers, loss), examples, steps, time, report in zip(
+                self.client_ids, rows, self.num_examples, self.num_steps, self.local_times, self.reports, strict=True
+            )
+        ]

@@ -1,6 +1,6 @@
 """Named float64 accumulators packed into one buffer, so one all-reduce combines a round."""
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -39,6 +39,18 @@ class Sums(Mapping[str, Tensor]):
                 view.add_(value.reshape(-1), alpha=weight)
         else:
             self._numbers[name] = self._numbers.get(name, 0.0) + value * weight
+
+    def add_rows(self, name: str, rows: Tensor, weights: Sequence[float] | None = None) -> None:
+        """Adds the rows of ``rows`` (``[k, ...]``), each times its weight in ``weights`` (default 1), to the sum
+        called ``name``: what ``add`` gives row by row, in one float64 operation."""
+        view = self._views[name]
+        if not view.numel() or not len(rows):
+            return
+        rows = rows.reshape(len(rows), -1).to(torch.float64)
+        if weights is None:
+            view.add_(rows.sum(0))
+        else:
+            view.addmv_(rows.T, torch.tensor(weights, dtype=torch.float64).to(view.device, non_blocking=True))
 
     def zero_(self) -> None:
         self._numbers.clear()

@@ -70,6 +70,12 @@ class Transform:
         ``sums``."""
         return update
 
+    def passes(self, client_ids: Sequence[int]) -> bool:
+        """Whether the updates of ``client_ids`` go through unchanged, each sending what it sends as trained (the
+        round engine then adds clients trained together as rows). Default: where its class changes no update."""
+        cls = type(self)
+        return not self.seals and cls.contribution is Transform.contribution and cls.sent_bytes is Transform.sent_bytes
+
     def seal(self, contribution: Tensor, client_id: int, round: int, sums: Sums) -> None:
         """Adds the sealed form of a client's ``contribution`` (the sums ``TransformContext.sealed`` names, packed)
         into its own ``sums`` (only when ``seals``)."""
@@ -179,6 +185,10 @@ class Pipeline:
                 return None
             update = sent
         return update
+
+    def passes(self, client_ids: Sequence[int]) -> bool:
+        """Whether every transform passes the updates of ``client_ids`` unchanged (``Transform.passes``)."""
+        return all(transform.passes(client_ids) for transform in self.transforms)
 
     def recovered(self, sums: Sums, round: int) -> dict[str, float]:
         """The server halves in reverse order; returns their metrics, each under its transform's name."""

@@ -13,7 +13,7 @@ from typing import Protocol
 from torch import Tensor
 
 from lightfed.core.logged_values import LoggedValues
-from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.messages import ClientPlan, ClientRows, ClientUpdate
 from lightfed.run.client import ClientTrainer
 
 
@@ -28,6 +28,9 @@ class TrainingJob:
 
 Deliver = Callable[[int, int, ClientUpdate], None]
 """``deliver(lane, index, update)``: job ``index``'s update, handed over in ``lane``; consume it before returning."""
+DeliverRows = Callable[[int, ClientRows], None]
+"""``deliver_rows(lane, rows)``: the updates of jobs trained together, handed over in ``lane`` as rows; consume them
+before returning."""
 
 
 class ClientTraining(Protocol):
@@ -50,8 +53,10 @@ class ClientTraining(Protocol):
     def reference(self) -> ClientTrainer:
         """The client whose module the run evaluates and whose data it reads."""
 
-    def train(self, jobs: Sequence[TrainingJob], deliver: Deliver) -> None:
-        """Trains every job, calling ``deliver`` once per job; re-raises the first error."""
+    def train(self, jobs: Sequence[TrainingJob], deliver: Deliver, deliver_rows: DeliverRows | None = None) -> None:
+        """Trains every job, calling ``deliver`` once per job, or, where given, ``deliver_rows`` once for the jobs
+        trained together instead (the sums are then the same up to their float64 rounding); re-raises the first
+        error."""
 
     def logged(self) -> LoggedValues:
         """What the modules logged while training since the last ``compute``."""

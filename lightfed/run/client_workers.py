@@ -18,7 +18,7 @@ from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.privacy.base import NO_PRIVACY
 from lightfed.run.client import ClientTrainer
-from lightfed.run.client_training import Deliver, TrainingJob
+from lightfed.run.client_training import Deliver, DeliverRows, TrainingJob
 from lightfed.run.cores import available_cores
 
 Work = Callable[[int, ClientTrainer, int], None]  # (worker, its client, job index)
@@ -105,8 +105,8 @@ class ClientWorkers:
     def reference(self) -> ClientTrainer:
         return self.clients[0]
 
-    def train(self, jobs: Sequence[TrainingJob], deliver: Deliver) -> None:
-        """Trains ``jobs[k]`` on worker k % W and delivers its update in lane k % W."""
+    def train(self, jobs: Sequence[TrainingJob], deliver: Deliver, deliver_rows: DeliverRows | None = None) -> None:
+        """Trains ``jobs[k]`` on worker k % W and delivers its update in lane k % W (each alone: never as rows)."""
 
         def work(worker: int, client: ClientTrainer, k: int) -> None:
             deliver(worker, k, client.train(jobs[k].plan, jobs[k].params, jobs[k].buffers))

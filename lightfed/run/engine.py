@@ -14,16 +14,16 @@ from lightning.fabric import Fabric
 from torch import Tensor
 
 from lightfed.attacks.collusion import HeldUpdates
-from lightfed.core.message_bytes import received_bytes
-from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.message_bytes import received_bytes, rows_sent_bytes
+from lightfed.core.messages import ClientPlan, ClientRows, ClientUpdate
 from lightfed.core.sharding import AllReduce, CoordinateShards, local
 from lightfed.core.sums import Sums
 from lightfed.core.transforms import NO_TRANSFORMS, Accumulate, Pipeline
 from lightfed.privacy.base import NO_PRIVACY, ClientPrivacy
 from lightfed.run.client_training import ClientTraining, TrainingJob
 from lightfed.run.divergence import divergence_error
-from lightfed.run.server_paths import RoundJobs, server_path
-from lightfed.strategies.base import Strategy
+from lightfed.run.server_paths import RoundJobs, SumsPath, server_path
+from lightfed.strategies.base import Strategy, SumsStrategy
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,7 +55,10 @@ class RoundEngine:
     or coordinate shards), and checks the result (finite; with ``check_replicas`` the same on every process).
 
     Client ``training`` delivers updates in lanes: each lane's go into its own sums (under one lock, so the strategy
-    and ``on_client_end`` see one update at a time), and the lanes' sums are added in lane order.
+    and ``on_client_end`` see one update at a time), and the lanes' sums are added in lane order. Clients trained
+    together may be delivered as rows, in one operation per sum, where the strategy adds rows (``takes_rows``) on the
+    plain sums path, every transform passes the round's updates unchanged and no colluding attack or
+    ``on_client_end`` sees each one.
     """
 
     def __init__(
@@ -99,6 +102,9 @@ class RoundEngine:
             "_received_bytes": 1,
             "_stop": 1,
         }
+        self.takes_rows = (  # clients trained together are added as rows where nothing between sees each update
+            type(self.path) is SumsPath and cast(SumsStrategy, strategy).takes_rows and on_client_end is None
+        )
         self.sums = Sums(sizes, fabric.device)
         self._lane_sums = [self.sums] + [Sums(sizes, fabric.device) for _ in range(training.lanes - 1)]
         self._lock = threading.Lock()
@@ -160,8 +166,20 @@ class RoundEngine:
                 if self.on_client_end is not None:
                     self.on_client_end(update)
 
+        def deliver_rows(lane: int, rows: ClientRows) -> None:
+            sums = self._lane_sums[lane]
+            with self._lock:
+                cast(SumsStrategy, self.strategy).accumulate_rows(sums, rows)
+                sums.add("_sent_bytes", rows_sent_bytes(rows))
+                sums.add_rows("_buffers", rows.buffers, rows.num_examples)
+                sums.add("_examples", sum(rows.num_examples))
+                sums.add_rows("_train_loss", rows.train_losses)
+                sums.add("_clients", len(rows))
+
         self.training.train(
-            [TrainingJob(plan, job.params, job.buffers) for plan, job in zip(plans, mine, strict=True)], deliver
+            [TrainingJob(plan, job.params, job.buffers) for plan, job in zip(plans, mine, strict=True)],
+            deliver,
+            deliver_rows if self.takes_rows and not held.known and self.transforms.passes(layout.client_ids) else None,
         )
         for index, update in held.released(self.all_reduce):  # the attack's, through the transforms too
             sums.add("_sent_bytes", self.transforms.add(sums, update, round, to_path(index)))

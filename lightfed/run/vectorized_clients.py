@@ -29,14 +29,14 @@ from lightfed.adapters import logging_to
 from lightfed.core.federated_weights import federated_parameters
 from lightfed.core.local_rule import LocalRule
 from lightfed.core.logged_values import LoggedValues
-from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.messages import ClientPlan, ClientRows, ClientUpdate
 from lightfed.core.training_loss import training_loss
 from lightfed.data.module import Batch
 from lightfed.errors import ConfigError
 from lightfed.privacy.dp_sgd import DPSGD
 from lightfed.run.client import ClientTrainer
 from lightfed.run.client_memory import chunk_budget, client_bytes
-from lightfed.run.client_training import Deliver, TrainingJob
+from lightfed.run.client_training import Deliver, DeliverRows, TrainingJob
 from lightfed.run.client_workers import torch_threads
 from lightfed.run.stacked_batches import GatheredBatches, ListedBatches, device_index, joined
 from lightfed.run.stacked_classifier import stacked_classifier
@@ -233,22 +233,30 @@ class VectorizedClients:
     def close(self) -> None:
         """Holds nothing between runs."""
 
-    def train(self, jobs: Sequence[TrainingJob], deliver: Deliver) -> None:
+    def train(self, jobs: Sequence[TrainingJob], deliver: Deliver, deliver_rows: DeliverRows | None = None) -> None:
         """Trains each chunk of ``chunk`` consecutive jobs in tiers of clients with alike numbers of steps
         (``_tiers``: a batched step costs as much for one client left as for all), each tier's clients with the same
-        optimizer settings together, a tier of one client alone; delivers in job order."""
+        optimizer settings together, a tier of one client alone; delivers the clients trained together as rows where
+        ``deliver_rows`` is given, then the others in job order (else every job in job order)."""
         with nullcontext() if self.strict else torch_threads(1), exact_convolutions(self.client.fabric.device):
-            trained: dict[int, ClientUpdate] = {}
+            trained: dict[int, ClientUpdate] = {}  # by position, delivered in job order
+            as_rows: set[int] = set()  # the positions delivered as rows
             for start in range(0, len(jobs), self.chunk):
-                if not self._alone:
-                    trained.update(self._train_chunk(jobs, list(range(start, min(start + self.chunk, len(jobs))))))
+                chunk = list(range(start, min(start + self.chunk, len(jobs))))
+                for part, rows in [] if self._alone else self._train_chunk(jobs, chunk):
+                    if deliver_rows is None:
+                        trained.update(zip(part, rows.updates(), strict=True))
+                    else:
+                        deliver_rows(0, rows)
+                        as_rows.update(part)
             for index, job in enumerate(jobs):
-                alone = index not in trained
-                update = self.client.train(job.plan, job.params, job.buffers) if alone else trained.pop(index)
-                deliver(0, index, update)
+                if index not in as_rows:
+                    alone = index not in trained
+                    update = self.client.train(job.plan, job.params, job.buffers) if alone else trained.pop(index)
+                    deliver(0, index, update)
 
-    def _train_chunk(self, jobs: Sequence[TrainingJob], chunk: list[int]) -> dict[int, ClientUpdate]:
-        """The updates of the jobs at the positions ``chunk`` that train together, by position."""
+    def _train_chunk(self, jobs: Sequence[TrainingJob], chunk: list[int]) -> list[tuple[list[int], ClientRows]]:
+        """The jobs at the positions ``chunk`` that train together: each part's positions and updates."""
         together: dict[tuple[int, float | None, int], list[int]] = {}  # a tier's clients with alike settings
         for tier, members in enumerate(_tiers({index: self._steps(jobs[index].plan) for index in chunk})):
             if len(members) == 1:  # trains alone
@@ -257,10 +265,10 @@ class VectorizedClients:
                 plan = jobs[index].plan
                 if self.strict or self._vectorizes(plan.rule):  # lr and round make the settings (group_settings)
                     together.setdefault((tier, plan.lr, plan.round), []).append(index)
-        trained: dict[int, ClientUpdate] = {}
+        trained: list[tuple[list[int], ClientRows]] = []
         for part in together.values():
             try:
-                trained.update(zip(part, self._train_together([jobs[i] for i in part]), strict=True))
+                trained.append((part, self._train_together([jobs[i] for i in part])))
             except Exception as error:
                 if self.strict and not self._tried and _draws_under_vmap(error):
                     where = (
@@ -280,7 +288,7 @@ class VectorizedClients:
                     f"trainer.clients_in_parallel auto trains one client at a time: {type(self.client.module).__name__}"
                     f" does not train vectorized ({type(error).__name__}: {str(error).splitlines()[0]})"
                 )
-                return {}
+                return []
             finally:
                 self._tried = True
         return trained
@@ -298,7 +306,7 @@ class VectorizedClients:
             return plan.steps or 0
         return plan.epochs * self.client.data.batches_per_epoch(plan.client_id)
 
-    def _train_together(self, jobs: list[TrainingJob], plain_sgd: float | None = None) -> list[ClientUpdate]:
+    def _train_together(self, jobs: list[TrainingJob], plain_sgd: float | None = None) -> ClientRows:
         """Every job's update, trained as one batched computation (``plain_sgd``: with plain SGD at that step size,
         unclipped, instead of the model's optimizer: prior steps)."""
         if plain_sgd is None:
@@ -385,22 +393,19 @@ class VectorizedClients:
         self._logged_rows.log_to(client.logged)
         if private is not None:
             private.finish()
-        lr = settings[0]["lr"]
         train_losses = loss_sums / torch.tensor(steps, device=device).clamp(min=1)
-        rows = zip(final.sub_(starts).unbind(), final_buffers.unbind(), train_losses.unbind(), strict=True)
-        return [
-            ClientUpdate(
-                client_id=job.plan.client_id,
-                delta=delta,
-                buffers=client_buffers,
-                num_examples=client.data.client_size(job.plan.client_id),
-                num_steps=steps[k],
-                local_time=_summed(lr, steps[k]),
-                train_loss=train_loss,
-                report=reports.get(k, {}),
-            )
-            for k, (job, (delta, client_buffers, train_loss)) in enumerate(zip(jobs, rows, strict=True))
-        ]
+        lr = settings[0]["lr"]
+        local_times = {n: _summed(lr, n) for n in set(steps)}
+        return ClientRows(
+            client_ids=[job.plan.client_id for job in jobs],
+            deltas=final.sub_(starts),
+            buffers=final_buffers,
+            num_examples=[client.data.client_size(job.plan.client_id) for job in jobs],
+            num_steps=steps,
+            local_times=[local_times[n] for n in steps],
+            train_losses=train_losses,
+            reports=[reports.get(k, {}) for k in range(clients)],
+        )
 
     def _backward(
         self,
@@ -470,7 +475,7 @@ class VectorizedClients:
                 prior_plan = ClientPlan(plan.client_id, plan.round, prior.seed, prior.epochs, prior.steps, rule=rule)
                 prior_jobs.append(TrainingJob(prior_plan, prior.params, prior.buffers if given else jobs[k].buffers))  # type: ignore[arg-type]
             with self.client.unrecorded():
-                updates = self._train_together(prior_jobs, plain_sgd=lr)
+                updates = self._train_together(prior_jobs, plain_sgd=lr).updates()
             for k, job, update in zip(part, prior_jobs, updates, strict=True):
                 rules[k].prior_stepped(job.params + update.delta.to(job.params.device), update.buffers.clone())
 

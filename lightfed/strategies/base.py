@@ -8,7 +8,7 @@ from typing import Any
 from torch import Tensor
 
 from lightfed.core.client_states import ProcessStore
-from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.messages import ClientPlan, ClientRows, ClientUpdate
 from lightfed.core.requirements import Requirements
 from lightfed.core.server_context import ServerContext
 from lightfed.core.sums import Sums
@@ -74,6 +74,18 @@ class SumsStrategy(Strategy, ABC):
     @abstractmethod
     def accumulate(self, sums: Sums, update: ClientUpdate) -> None:
         """Adds one client's contribution into ``sums``."""
+
+    def accumulate_rows(self, sums: Sums, rows: ClientRows) -> None:
+        """Adds the contributions of clients trained together (``rows``) into ``sums``, as ``accumulate`` would add
+        them one by one; called only where ``takes_rows``."""
+        raise NotImplementedError(f"{type(self).__name__} adds one update at a time")
+
+    @property
+    def takes_rows(self) -> bool:
+        """Whether the class whose ``accumulate`` this strategy runs gives ``accumulate_rows`` too (a subclass that
+        changes what one client adds does not inherit another's rows)."""
+        owner = next(cls for cls in type(self).__mro__ if "accumulate" in vars(cls))
+        return "accumulate_rows" in vars(owner)
 
     @abstractmethod
     def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:

@@ -5,7 +5,7 @@ from typing import Literal
 
 from torch import Tensor
 
-from lightfed.core.messages import ClientUpdate
+from lightfed.core.messages import ClientRows, ClientUpdate
 from lightfed.core.sums import DELTA, WEIGHT, Sums
 from lightfed.errors import ConfigError
 from lightfed.strategies.base import SumsStrategy
@@ -31,7 +31,10 @@ class FedAvg(SumsStrategy):
         self.weighting = weighting
 
     def client_weight(self, update: ClientUpdate) -> float:
-        return float(update.num_examples) if self.weighting == "examples" else 1.0
+        return self._weight(update.num_examples)
+
+    def _weight(self, num_examples: int) -> float:
+        return float(num_examples) if self.weighting == "examples" else 1.0
 
     def sum_sizes(self) -> dict[str, int]:
         return {DELTA: self.num_params, WEIGHT: 1}
@@ -40,6 +43,11 @@ class FedAvg(SumsStrategy):
         weight = self.client_weight(update)
         sums.add(DELTA, update.delta, weight=weight)
         sums.add(WEIGHT, weight)
+
+    def accumulate_rows(self, sums: Sums, rows: ClientRows) -> None:
+        weights = [self._weight(examples) for examples in rows.num_examples]
+        sums.add_rows(DELTA, rows.deltas, weights)
+        sums.add(WEIGHT, sum(weights))
 
     def aggregate(self, params: Tensor, sums: Mapping[str, Tensor], round: int) -> Tensor:
         return fedavg_step(params, sums[DELTA], float(sums[WEIGHT]), self.server_lr)

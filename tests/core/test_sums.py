@@ -35,3 +35,20 @@ def test_numbers_added_after_a_read_reach_the_next_read():
     sums.add("n", 1.0)
     sums.zero_()
     assert sums.buffer.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_rows_add_what_adding_row_by_row_adds():
+    torch.manual_seed(0)
+    rows, weights = torch.randn(7, 2, 3), [3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0]
+    by_row, at_once = (
+        Sums({"x": 6, "t": 6, "e": 0}, torch.device("cpu")),
+        Sums({"x": 6, "t": 6, "e": 0}, torch.device("cpu")),
+    )
+    for row, weight in zip(rows, weights, strict=True):
+        by_row.add("x", row, weight=weight)
+        by_row.add("t", row)
+    at_once.add_rows("x", rows, weights)
+    at_once.add_rows("t", rows)
+    at_once.add_rows("e", torch.zeros(7, 0))  # a model without buffers
+    assert torch.allclose(by_row.buffer, at_once.buffer, rtol=1e-15, atol=0)
+    assert torch.equal(by_row.buffer.float(), at_once.buffer.float())

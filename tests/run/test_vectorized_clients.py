@@ -12,6 +12,7 @@ import pytest
 import torch
 from lightning.fabric import Fabric
 
+from lightfed.callbacks import Callback
 from lightfed.core.federated_weights import federated_parameters
 from lightfed.core.local_rule import LocalRule
 from lightfed.core.messages import ClientPlan
@@ -210,6 +211,44 @@ def test_clients_sent_one_tensor_or_each_their_own_train_alike():
     copies = [TrainingJob(job.plan, job.params.clone(), job.buffers.clone()) for job in shared]
     for one, other in zip(_updates(vectorized, shared), _updates(vectorized, copies), strict=True):
         assert torch.equal(one.delta, other.delta) and torch.equal(one.train_loss, other.train_loss)
+
+
+def test_clients_trained_together_are_delivered_as_rows_where_the_caller_takes_them():
+    """Rows where the caller takes them: each row bit for bit the update delivered alone, every client once (the
+    clients trained alone, the longest of these ragged ones, one by one, in job order)."""
+    torch.manual_seed(0)
+    sequential, vectorized = _clients(MLP(64, 10, hidden=[16], optimizer=SGD))
+    jobs = _jobs(sequential, epochs=1)
+    alone = _updates(vectorized, jobs)
+    rows, one_by_one = [], []
+    vectorized.train(jobs, lambda lane, index, update: one_by_one.append(index), lambda lane, r: rows.append(r))
+    together = [c for r in rows for c in r.client_ids]
+    assert rows and one_by_one == sorted(one_by_one) and sorted(together + one_by_one) == list(range(8))
+    for k, update in zip(together, [update for r in rows for update in r.updates()], strict=True):
+        expected = alone[k]
+        assert torch.equal(update.delta, expected.delta) and torch.equal(update.train_loss, expected.train_loss)
+        assert (update.client_id, update.num_examples, update.num_steps, update.local_time) == (
+            expected.client_id,
+            expected.num_examples,
+            expected.num_steps,
+            expected.local_time,
+        )
+
+
+class _EveryClient(Callback):
+    def on_client_end(self, trainer, update):
+        pass
+
+
+def test_a_run_adding_rows_gives_the_weights_of_the_run_adding_one_update_at_a_time(tmp_path):
+    """A callback with ``on_client_end`` makes the engine take one update at a time: the same weights (the float64
+    sums differ only in their order)."""
+    final = []
+    for callbacks in ([], [_EveryClient()]):
+        trainer = small_trainer(tmp_path / str(len(callbacks)), clients_in_parallel="vectorized", callbacks=callbacks)
+        trainer.fit(small_model(), small_data(), FedAvg())
+        final.append(trainer.params)
+    assert torch.equal(final[0], final[1])
 
 
 def test_a_logged_value_of_more_than_one_number_is_refused_in_one_line():

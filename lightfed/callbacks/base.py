@@ -71,7 +71,8 @@ class Callback:
         """Round ``round`` (0-based) is about to train."""
 
     def on_client_end(self, trainer: TrainerState, update: ClientUpdate) -> None:
-        """A client of this process finished; its delta lives in a buffer the next client reuses."""
+        """A client of this process finished; its delta lives in a buffer the next client reuses. A callback with
+        this hook makes the round engine take every update alone (not a vectorized chunk's as rows)."""
 
     def on_evaluation_end(self, trainer: TrainerState, metrics: dict[str, float]) -> None:
         """The global model was evaluated on the validation split (``metrics``: the reduced results)."""

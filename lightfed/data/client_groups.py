@@ -56,9 +56,10 @@ class ClientGroups(Sequence[Indices]):
 
     def _checked(self, k: int) -> int:
         """Group ``k``'s position (``k`` may count from the end, as a list's index)."""
-        if not -len(self) <= k < len(self):
-            raise IndexError(f"group {k} of {len(self)}")
-        return k % len(self)
+        groups = len(self.offsets) - 1
+        if not -groups <= k < groups:
+            raise IndexError(f"group {k} of {groups}")
+        return k % groups
 
     def __iter__(self) -> Iterator[Indices]:
         return (self[k] for k in range(len(self)))

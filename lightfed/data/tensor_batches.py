@@ -13,7 +13,7 @@ from lightfed.data.datasets import TensorSplits
 GATHERED_BATCHES = 64  # a client's batches gathered from the dataset at once (its data order is unchanged)
 
 Batch = tuple[Tensor, Tensor]
-ClientDraw = tuple[int, torch.Generator, int | None, int | None]  # a client's id, generator, epochs and steps
+ClientDraw = tuple[int, int, int | None, int | None]  # a client's id, the seed of its generator, epochs and steps
 
 
 class TensorBatches:
@@ -59,15 +59,16 @@ class TensorBatches:
                 yield from zip(x.split(self.batch_size), y.split(self.batch_size), strict=True)
 
     def clients_order(self, clients: Sequence[ClientDraw]) -> tuple[Tensor, list[list[int]]]:
-        """The training examples ``client_batches`` gives several clients (each with its generator and local work), as
-        indices in their order, client after client, and each client's batch sizes: every pass's permutation drawn at
-        once, as ``client_batches`` draws them where nothing else draws from the generator between passes (no
-        augmentation), and the indices gathered from the index once (a gather per client took a tenth of a vectorized
-        round of tiny clients)."""
-        groups, batch = self.client_indices, self.batch_size
+        """The training examples ``client_batches`` gives several clients (each with the seed of its generator and its
+        local work), as indices in their order, client after client, and each client's batch sizes: every pass's
+        permutation drawn at once, as ``client_batches`` draws them where nothing else draws from the generator
+        between passes (no augmentation), from one generator seeded for each client in turn, and the indices gathered
+        from the index once (a gather per client took a tenth of a vectorized round of tiny clients)."""
+        groups, batch, generator = self.client_indices, self.batch_size, torch.Generator()
         positions, starts, counts, sizes = [], [], [], []
-        for client_id, generator, epochs, steps in clients:
+        for client_id, seed, epochs, steps in clients:
             size, start, client_sizes = groups.size(client_id), int(groups.offsets[client_id]), []
+            generator.manual_seed(seed)
             for count in self._passes(size, epochs, steps):
                 kept, drawn = min(count, size), torch.randperm(size, generator=generator)
                 positions.append(drawn if kept == size else drawn[:kept])
@@ -79,7 +80,7 @@ class TensorBatches:
         if not positions:
             return groups.flat[:0], sizes
         offsets = torch.repeat_interleave(torch.tensor(starts), torch.tensor(counts))
-        return groups.flat[(torch.cat(positions) + offsets).to(groups.flat.device)], sizes
+        return groups.flat.index_select(0, (torch.cat(positions) + offsets).to(groups.flat.device)), sizes
 
     def train_examples(self, indices: Tensor) -> Batch:
         """The training examples at ``indices``, on the device."""

@@ -29,7 +29,7 @@ class GatheredBatches:
     dataset by them, so that a chunk holds one step's examples at a time, not its clients' whole training."""
 
     def __init__(self, tensors: TensorBatches, clients: Sequence[ClientDraw]) -> None:
-        """``clients``: each client's id, generator and local work (``TensorBatches.clients_order``)."""
+        """``clients``: each client's id, the seed of its generator and its local work (``TensorBatches.clients_order``)."""
         self.tensors = tensors
         self.order, self.sizes = tensors.clients_order(clients)
         steps = max(map(len, self.sizes), default=0)

@@ -536,21 +536,25 @@ class VectorizedClients:
         gathered at once from an in-memory dataset where none is augmented or poisoned."""
         data, attack = self.client.data, self.client.attack
         tensors = data.plain_tensors
-        generators = [torch.Generator().manual_seed(job.plan.seed) for job in jobs]
         if tensors is None or any(attack.is_malicious(job.plan.client_id) for job in jobs):
             return ListedBatches(
                 [
                     list(
                         attack.batches(
-                            data.client_batches(job.plan.client_id, g, job.plan.epochs, job.plan.steps), job.plan
+                            data.client_batches(
+                                job.plan.client_id,
+                                torch.Generator().manual_seed(job.plan.seed),
+                                job.plan.epochs,
+                                job.plan.steps,
+                            ),
+                            job.plan,
                         )
                     )
-                    for job, g in zip(jobs, generators, strict=True)
+                    for job in jobs
                 ]
             )
         return GatheredBatches(
-            tensors,
-            [(job.plan.client_id, g, job.plan.epochs, job.plan.steps) for job, g in zip(jobs, generators, strict=True)],
+            tensors, [(job.plan.client_id, job.plan.seed, job.plan.epochs, job.plan.steps) for job in jobs]
         )
 
     @staticmethod

@@ -65,18 +65,24 @@ class TensorBatches:
         between passes (no augmentation), from one generator seeded for each client in turn, and the indices gathered
         from the index once (a gather per client took a tenth of a vectorized round of tiny clients)."""
         groups, batch, generator = self.client_indices, self.batch_size, torch.Generator()
+        ids = np.fromiter((client[0] for client in clients), np.int64, len(clients))
+        firsts, ends = groups.offsets[ids].tolist(), groups.offsets[ids + 1].tolist()
+        work: dict[tuple[int, int | None, int | None], tuple[list[int], list[int]]] = {}  # alike clients' work
         positions, starts, counts, sizes = [], [], [], []
-        for client_id, seed, epochs, steps in clients:
-            size, start, client_sizes = groups.size(client_id), int(groups.offsets[client_id]), []
+        for (_, seed, epochs, steps), start, end in zip(clients, firsts, ends, strict=True):
+            size = end - start
+            if (size, epochs, steps) not in work:  # each pass's examples, and the batch sizes
+                kept = [min(count, size) for count in self._passes(size, epochs, steps)]
+                batches = [[batch] * (count // batch) + [count % batch] * (count % batch > 0) for count in kept]
+                work[size, epochs, steps] = kept, [b for pass_batches in batches for b in pass_batches]
+            kept, client_sizes = work[size, epochs, steps]
             generator.manual_seed(seed)
-            for count in self._passes(size, epochs, steps):
-                kept, drawn = min(count, size), torch.randperm(size, generator=generator)
-                positions.append(drawn if kept == size else drawn[:kept])
-                whole, rest = divmod(kept, batch)
-                client_sizes += [batch] * whole + [rest] * (rest > 0)
-                starts.append(start)
-                counts.append(kept)
-            sizes.append(client_sizes)
+            for count in kept:
+                drawn = torch.randperm(size, generator=generator)
+                positions.append(drawn if count == size else drawn[:count])
+            starts += [start] * len(kept)
+            counts += kept
+            sizes.append(list(client_sizes))
         if not positions:
             return groups.flat[:0], sizes
         offsets = torch.repeat_interleave(torch.tensor(starts), torch.tensor(counts))

@@ -25,27 +25,29 @@ class ListedBatches:
 
 class GatheredBatches:
     """Every client's examples in its training order, as indices into an in-memory dataset drawn for all of them at
-    once (what ``ListedBatches`` holds, without a draw and a split per client); a step's batches are gathered from the
-    dataset by them, so that a chunk holds one step's examples at a time, not its clients' whole training."""
+    once (what ``ListedBatches`` holds, without a draw and a split per client), laid out step by step (``[steps,
+    clients, batch]``); a step's batches are gathered from the dataset by its indices, so that a chunk holds one step's
+    examples at a time, not its clients' whole training."""
 
     def __init__(self, tensors: TensorBatches, clients: Sequence[ClientDraw]) -> None:
         """``clients``: each client's id, the seed of its generator and its local work (``TensorBatches.clients_order``)."""
         self.tensors = tensors
-        self.order, self.sizes = tensors.clients_order(clients)
+        order, self.sizes = tensors.clients_order(clients)
         steps = max(map(len, self.sizes), default=0)
         sizes = torch.tensor([s + [0] * (steps - len(s)) for s in self.sizes], dtype=torch.long)
         sizes = sizes.reshape(len(self.sizes), steps)
         starts = (sizes.flatten().cumsum(0) - sizes.flatten()).view_as(sizes)  # where each batch starts in order
         width = int(sizes.max()) if sizes.numel() else 0
         positions = starts.unsqueeze(2) + torch.arange(width)  # [clients, steps, width]: each batch's examples
-        self._positions = positions.transpose(0, 1).to(self.order.device, non_blocking=True)
+        positions = positions.transpose(0, 1).clamp(max=max(len(order) - 1, 0))  # past a batch's end: never read
+        self._examples = gathered(order, positions.to(order.device, non_blocking=True)) if len(order) else positions
 
     def stacked(self, step: int, clients: list[int]) -> Batch:
         """The batches of ``clients`` (of one size) at ``step``, stacked: a row per client."""
-        size, positions = self.sizes[clients[0]][step], self._positions[step]
+        size, examples = self.sizes[clients[0]][step], self._examples[step]
         if len(clients) < len(self.sizes):
-            positions = positions.index_select(0, device_index(clients, positions.device))
-        return self.tensors.train_examples(gathered(self.order, positions[:, :size]))
+            examples = examples.index_select(0, device_index(clients, examples.device))
+        return self.tensors.train_examples(examples[:, :size])
 
 
 def device_index(values: list[int], device: torch.device) -> Tensor:

@@ -17,7 +17,7 @@ of batch-10 SGD (lr 0.01).
 Every runner trains the same rounds' clients on the same batches; ratios are over the plain loop and the floor.
 
     OMP_NUM_THREADS=1 python scripts/benchmarks/tiny_clients_benchmark.py
-    python scripts/benchmarks/tiny_clients_benchmark.py --clients 1000 --clients-per-round 50 --client-size 100
+    OMP_NUM_THREADS=1 python scripts/benchmarks/tiny_clients_benchmark.py --client-size 100 --rounds 10 --repeats 5
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -48,6 +49,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--clients", type=int, default=1000)
     p.add_argument("--clients-per-round", type=int, default=50)
     p.add_argument("--rounds", type=int, default=6, help="timed rounds of each runner (after one untimed)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="runs of every runner, interleaved (in alternate order); each figure is the median over them of a run's "
+        "median round, each ratio the median of the runs' ratios, so that a slow spell of the machine hits every runner",
+    )
     p.add_argument("--client-size", type=int, help="examples of every client (default: FedProx's lognormal sizes)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument(
@@ -57,7 +65,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "matmuls)",
     )
     harness.add_json_option(p)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    harness.require_at_least(p, args, 1, "rounds", "repeats")
+    return args
 
 
 def data_module(clients: int, client_size: int | None, device: torch.device) -> FederatedDataModule:
@@ -183,6 +193,18 @@ def lightfed_round_seconds(args: argparse.Namespace, data: FederatedDataModule, 
     return clock.periods().wall[1:]  # each round from the end of the one before; the first is a warm-up
 
 
+def lightfed_median_round(args: argparse.Namespace, data: FederatedDataModule, parallel: int | str) -> float:
+    return harness.median(lightfed_round_seconds(args, data, parallel))
+
+
+FLOOR, PLAIN = "batched floor (stacked weights, baddbmm)", "plain PyTorch, one client at a time"
+LIGHTFED = {
+    "lightfed, clients_in_parallel vectorized": "vectorized",
+    "lightfed, one client at a time": 1,
+    "lightfed, defaults": "auto",
+}
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.manual_seed(0)
@@ -191,24 +213,34 @@ def main(argv: list[str] | None = None) -> None:
     start = nn.Sequential(nn.Linear(60, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 10)).to(device)
     sync = harness.synchronizer(device)
     rounds = [round_batches(data, r, args.clients_per_round) for r in range(args.rounds + 1)]
-    plain, batched = harness.Times(), harness.Times()
-    for batches in rounds:  # the first of each is a warm-up
-        plain.measure(lambda batches=batches: plain_round(batches, start), sync)
-        where = layout(batches, device)
-        batched.measure(lambda batches=batches, where=where: batched_round(batches, where, start), sync)
-    seconds = {
-        "batched floor (stacked weights, baddbmm)": batched[1:].median,
-        "plain PyTorch, one client at a time": plain[1:].median,
-        "lightfed, clients_in_parallel vectorized": harness.median(lightfed_round_seconds(args, data, "vectorized")),
-        "lightfed, one client at a time": harness.median(lightfed_round_seconds(args, data, 1)),
-        "lightfed, defaults": harness.median(lightfed_round_seconds(args, data, "auto")),
-    }
-    over_plain = harness.ratios(seconds, "plain PyTorch, one client at a time")
-    over_floor = harness.ratios(seconds, "batched floor (stacked weights, baddbmm)")
+    layouts = [layout(batches, device) for batches in rounds]
+
+    def plain() -> float:
+        times = harness.Times()
+        for batches in rounds:  # the first is a warm-up
+            times.measure(lambda batches=batches: plain_round(batches, start), sync)
+        return times[1:].median
+
+    def batched() -> float:
+        times = harness.Times()
+        for batches, where in zip(rounds, layouts, strict=True):
+            times.measure(lambda batches=batches, where=where: batched_round(batches, where, start), sync)
+        return times[1:].median
+
+    runners = {FLOOR: batched, PLAIN: plain}
+    for name, parallel in LIGHTFED.items():
+        runners[name] = partial(lightfed_median_round, args, data, parallel)
+    runs: dict[str, list[float]] = {name: [] for name in runners}
+    for _, name in harness.interleave(list(runners), args.repeats, alternate=True):
+        runs[name].append(runners[name]())
+    seconds = {name: harness.median(values) for name, values in runs.items()}
+    over_plain = {name: harness.median(harness.paired_ratios(runs[name], runs[PLAIN])) for name in runs}
+    over_floor = {name: harness.median(harness.paired_ratios(runs[name], runs[FLOOR])) for name in runs}
     sizes = [data.client_size(c) for c in range(data.num_clients)]
     print(
         f"{args.clients} clients ({min(sizes)}-{max(sizes)} examples), {args.clients_per_round} a round, 1 epoch of "
-        f"batch {BATCH}, 60-{HIDDEN}-10 MLP on {device}; median of {args.rounds} rounds, torch threads "
+        f"batch {BATCH}, 60-{HIDDEN}-10 MLP on {device}; median of {args.rounds} rounds"
+        f"{f', median over {args.repeats} interleaved runs' if args.repeats > 1 else ''}, torch threads "
         f"{torch.get_num_threads()}{'; lightfed under vmap' if args.vmap else ''}"
     )
     harness.print_table(
@@ -218,7 +250,12 @@ def main(argv: list[str] | None = None) -> None:
             for name, s in seconds.items()
         ],
     )
-    harness.write_json(args.json, {"seconds": seconds, "over_plain": over_plain, "over_floor": over_floor})
+    if args.repeats > 1:
+        each = ", ".join(f"{r:.3g}" for r in harness.paired_ratios(runs["lightfed, defaults"], runs[FLOOR]))
+        print(f"lightfed's defaults over the floor, run by run: {each}")
+    harness.write_json(
+        args.json, {"seconds": seconds, "over_plain": over_plain, "over_floor": over_floor, "runs": runs}
+    )
 
 
 if __name__ == "__main__":

@@ -188,9 +188,18 @@ class FederatedDataModule:
     def client_size(self, client_id: int) -> int:
         return self._client_indices.size(client_id)
 
+    def client_sizes(self, client_ids: Sequence[int]) -> list[int]:
+        """``client_size`` of each of ``client_ids``, read from the offsets together."""
+        offsets, ids = self._client_indices.offsets, np.asarray(client_ids, dtype=np.int64)
+        return (offsets[ids + 1] - offsets[ids]).tolist()
+
     def batches_per_epoch(self, client_id: int) -> int:
         """The batches of one pass over a client's examples (the last one partial when they do not divide)."""
-        return max(1, math.ceil(self.client_size(client_id) / self.batch_size))
+        return self.batches_of(self.client_size(client_id))
+
+    def batches_of(self, examples: int) -> int:
+        """The batches of one pass over ``examples`` examples (at least one)."""
+        return max(1, math.ceil(examples / self.batch_size))
 
     @property
     def num_train_examples(self) -> int:

@@ -258,7 +258,9 @@ class VectorizedClients:
     def _train_chunk(self, jobs: Sequence[TrainingJob], chunk: list[int]) -> list[tuple[list[int], ClientRows]]:
         """The jobs at the positions ``chunk`` that train together: each part's positions and updates."""
         together: dict[tuple[int, float | None, int], list[int]] = {}  # a tier's clients with alike settings
-        for tier, members in enumerate(_tiers({index: self._steps(jobs[index].plan) for index in chunk})):
+        sizes = self.client.data.client_sizes([jobs[index].plan.client_id for index in chunk])
+        steps = {index: self._steps(jobs[index].plan, size) for index, size in zip(chunk, sizes, strict=True)}
+        for tier, members in enumerate(_tiers(steps)):
             if len(members) == 1:  # trains alone
                 continue
             for index in members:
@@ -300,11 +302,11 @@ class VectorizedClients:
             rule.vectorizes and not rule.takes_step and len(self.columns) == 1 and not private_twice
         )
 
-    def _steps(self, plan: ClientPlan) -> int:
-        """The local steps of ``plan``: its steps, or its epochs' batches."""
+    def _steps(self, plan: ClientPlan, size: int) -> int:
+        """The local steps of ``plan`` of a client of ``size`` examples: its steps, or its epochs' batches."""
         if plan.steps is not None or plan.epochs is None:
             return plan.steps or 0
-        return plan.epochs * self.client.data.batches_per_epoch(plan.client_id)
+        return plan.epochs * self.client.data.batches_of(size)
 
     def _train_together(self, jobs: list[TrainingJob], plain_sgd: float | None = None) -> ClientRows:
         """Every job's update, trained as one batched computation (``plain_sgd``: with plain SGD at that step size,
@@ -400,7 +402,7 @@ class VectorizedClients:
             client_ids=[job.plan.client_id for job in jobs],
             deltas=final.sub_(starts),
             buffers=final_buffers,
-            num_examples=[client.data.client_size(job.plan.client_id) for job in jobs],
+            num_examples=client.data.client_sizes([job.plan.client_id for job in jobs]),
             num_steps=steps,
             local_times=[local_times[n] for n in steps],
             train_losses=train_losses,

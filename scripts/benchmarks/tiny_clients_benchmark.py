@@ -12,19 +12,24 @@ of batch-10 SGD (lr 0.01).
   stacked weights, one SGD step per local step; the round's batches joined once and each step's gathered by an index
   (made before the round is timed, ``index_select``); the FedAvg mean of the deltas.
 - lightfed: ``FederatedTrainer.fit`` rounds (client training, reduction, FedAvg), evaluation off, timed from one
-  round's end to the next one's (``clients_in_parallel`` auto, 1: one client at a time, and vectorized).
+  round's end to the next one's (``clients_in_parallel`` auto, 1: one client at a time, and vectorized), each followed
+  by the floor's round on the same clients (``FloorBeside``, taken out of lightfed's time): lightfed's ratio over the
+  floor is the median of these pairs, which a slow spell of a shared machine (longer than a round) leaves alone.
 
 Every runner trains the same rounds' clients on the same batches; ratios are over the plain loop and the floor.
+``--repeats`` runs every runner that often, interleaved: a figure is the median over the runs.
 
     OMP_NUM_THREADS=1 python scripts/benchmarks/tiny_clients_benchmark.py
-    OMP_NUM_THREADS=1 python scripts/benchmarks/tiny_clients_benchmark.py --client-size 100 --rounds 10 --repeats 5
+    OMP_NUM_THREADS=1 python scripts/benchmarks/tiny_clients_benchmark.py --client-size 100 --rounds 30 --repeats 5
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import tempfile
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -170,7 +175,26 @@ class OwnStepMLP(MLP):
         return super().training_step(batch, batch_idx)
 
 
-def lightfed_round_seconds(args: argparse.Namespace, data: FederatedDataModule, parallel: int | str) -> list[float]:
+class FloorBeside:
+    """A trainer callback (its hooks are called by name) that runs the batched floor's round ``round`` on the same
+    clients at the end of each lightfed round, before the round clock reads (it comes first), so that both are timed in
+    the same spell of the machine: a slow spell of this shared machine lasts longer than a round, not than a run."""
+
+    def __init__(
+        self, rounds: list[list[list[tuple]]], layouts: list, start: nn.Sequential, sync: harness.Sync
+    ) -> None:
+        self.rounds, self.layouts, self.start, self.sync = rounds, layouts, start, sync
+        self.times = harness.Times()
+
+    def on_round_end(self, trainer: object, round: int, metrics: dict) -> None:
+        batches, where = self.rounds[round], self.layouts[round]
+        self.times.measure(lambda: batched_round(batches, where, self.start), self.sync)
+
+
+def lightfed_rounds(
+    args: argparse.Namespace, data: FederatedDataModule, parallel: int | str, floor: FloorBeside
+) -> tuple[list[float], list[float]]:
+    """Each timed round's seconds of lightfed and of the floor beside it (the first round is a warm-up)."""
     clock = harness.RoundClock(sync=True)  # waits for a GPU before each reading
     with tempfile.TemporaryDirectory() as root:
         trainer = FederatedTrainer.from_settings(
@@ -184,17 +208,15 @@ def lightfed_round_seconds(args: argparse.Namespace, data: FederatedDataModule, 
             root_dir=root,
             progress_bar=False,
             checkpoint_interval=10_000,
-            callbacks=[clock],
+            callbacks=[floor, clock],
         )
         model = (OwnStepMLP if args.vmap else MLP)(
             60, 10, hidden=[HIDDEN], optimizer=lambda p: torch.optim.SGD(p, lr=LR)
         )
         trainer.fit(model, data, FedAvg())
-    return clock.periods().wall[1:]  # each round from the end of the one before; the first is a warm-up
-
-
-def lightfed_median_round(args: argparse.Namespace, data: FederatedDataModule, parallel: int | str) -> float:
-    return harness.median(lightfed_round_seconds(args, data, parallel))
+    periods = clock.periods().wall  # each round from the end of the one before, the floor's round beside it included
+    lightfed = [period - beside for period, beside in zip(periods, floor.times.wall, strict=True)]
+    return lightfed[1:], floor.times.wall[1:]
 
 
 FLOOR, PLAIN = "batched floor (stacked weights, baddbmm)", "plain PyTorch, one client at a time"
@@ -215,27 +237,35 @@ def main(argv: list[str] | None = None) -> None:
     rounds = [round_batches(data, r, args.clients_per_round) for r in range(args.rounds + 1)]
     layouts = [layout(batches, device) for batches in rounds]
 
-    def plain() -> float:
+    def timed(work: Callable[[list[list[tuple]], tuple], None]) -> tuple[float, float]:
         times = harness.Times()
-        for batches in rounds:  # the first is a warm-up
-            times.measure(lambda batches=batches: plain_round(batches, start), sync)
-        return times[1:].median
+        for batches, where in zip(rounds, layouts, strict=True):  # the first is a warm-up
+            times.measure(lambda batches=batches, where=where: work(batches, where), sync)
+        return times[1:].median, math.nan
 
-    def batched() -> float:
-        times = harness.Times()
-        for batches, where in zip(rounds, layouts, strict=True):
-            times.measure(lambda batches=batches, where=where: batched_round(batches, where, start), sync)
-        return times[1:].median
+    def beside_the_floor(parallel: int | str) -> tuple[float, float]:
+        lightfed, floor = lightfed_rounds(args, data, parallel, FloorBeside(rounds, layouts, start, sync))
+        return harness.median(lightfed), harness.median(harness.paired_ratios(lightfed, floor))
 
-    runners = {FLOOR: batched, PLAIN: plain}
-    for name, parallel in LIGHTFED.items():
-        runners[name] = partial(lightfed_median_round, args, data, parallel)
+    runners: dict[str, Callable[[], tuple[float, float]]] = {
+        FLOOR: partial(timed, lambda batches, where: batched_round(batches, where, start)),
+        PLAIN: partial(timed, lambda batches, where: plain_round(batches, start)),
+    }
+    runners.update({name: partial(beside_the_floor, parallel) for name, parallel in LIGHTFED.items()})
     runs: dict[str, list[float]] = {name: [] for name in runners}
+    beside: dict[str, list[float]] = {name: [] for name in runners}  # each run's median ratio over the floor beside it
     for _, name in harness.interleave(list(runners), args.repeats, alternate=True):
-        runs[name].append(runners[name]())
+        seconds, ratio = runners[name]()
+        runs[name].append(seconds)
+        beside[name].append(ratio)
     seconds = {name: harness.median(values) for name, values in runs.items()}
     over_plain = {name: harness.median(harness.paired_ratios(runs[name], runs[PLAIN])) for name in runs}
-    over_floor = {name: harness.median(harness.paired_ratios(runs[name], runs[FLOOR])) for name in runs}
+    over_floor = {
+        name: harness.median(beside[name])
+        if name in LIGHTFED
+        else harness.median(harness.paired_ratios(runs[name], runs[FLOOR]))
+        for name in runs
+    }
     sizes = [data.client_size(c) for c in range(data.num_clients)]
     print(
         f"{args.clients} clients ({min(sizes)}-{max(sizes)} examples), {args.clients_per_round} a round, 1 epoch of "
@@ -250,12 +280,10 @@ def main(argv: list[str] | None = None) -> None:
             for name, s in seconds.items()
         ],
     )
-    if args.repeats > 1:
-        each = ", ".join(f"{r:.3g}" for r in harness.paired_ratios(runs["lightfed, defaults"], runs[FLOOR]))
-        print(f"lightfed's defaults over the floor, run by run: {each}")
-    harness.write_json(
-        args.json, {"seconds": seconds, "over_plain": over_plain, "over_floor": over_floor, "runs": runs}
-    )
+    each = ", ".join(f"{ratio:.3g}" for ratio in beside["lightfed, defaults"])
+    print(f"lightfed's defaults over the floor beside each of its rounds, the median of each run: {each}")
+    figures = {"seconds": seconds, "over_plain": over_plain, "over_floor": over_floor, "runs": runs, "beside": beside}
+    harness.write_json(args.json, figures)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,11 @@ class FedAvg(SumsStrategy):
         sums.add(DELTA, update.delta, weight=weight)
         sums.add(WEIGHT, weight)
 
+    @property
+    def takes_rows(self) -> bool:
+        """Also not where a subclass weighs a client otherwise (``client_weight``)."""
+        return super().takes_rows and type(self).client_weight is FedAvg.client_weight
+
     def accumulate_rows(self, sums: Sums, rows: ClientRows) -> None:
         weights = [self._weight(examples) for examples in rows.num_examples]
         sums.add_rows(DELTA, rows.deltas, weights)

@@ -78,5 +78,9 @@ def test_a_subclass_that_changes_what_one_client_adds_does_not_inherit_rows():
         def accumulate(self, sums, update):
             super().accumulate(sums, update)
 
-    assert FedAvg().takes_rows and FedAvgM().takes_rows and not Counting().takes_rows
+    class Steps(FedAvg):
+        def client_weight(self, update):
+            return float(update.num_steps)
+
+    assert FedAvg().takes_rows and FedAvgM().takes_rows and not Counting().takes_rows and not Steps().takes_rows
     assert not Scaffold().takes_rows and not FedExP().takes_rows

@@ -51,56 +51,45 @@ class FederatedTrainer(TrainerBase):
         ("auto": the same, or a fresh start when there is none). ``run_config``: saved as ``config.yaml``.
         ``transforms``: what each client's update goes through, in order, before the strategy takes it.
         """
-        with deterministic_algorithms(self.processes.deterministic):
-            return self._fit(model, data, strategy, ckpt_path, run_config, transforms)
-
-    def _fit(
-        self,
-        model: LightningModule,
-        data: FederatedDataModule,
-        strategy: Strategy,
-        ckpt_path: str | None,
-        run_config: str | None,
-        transforms: Sequence[Transform],
-    ) -> dict[str, float]:
-        resume = self._checked(model, data, strategy, ckpt_path, run_config)  # (checkpoint file, its state) or None
-        if resume is not None and check_resume(*resume, self.fingerprint, self.rounds, self.fabric.print):
-            self.output.log_dir = run_folder_of(resume[0])
-            return resume[1].metrics
-        parts = self._set_up(model, data, strategy, Pipeline([self.attack, *transforms]))
-        resume_from = None if resume is None else resume[0]
-        self.output.start(resume_from, self.version, run_config, {"seed": self.seed, "rounds": self.rounds})
-        self.output.write_label_names(data.label_names)
-        if resume is not None:
-            self._resume(*resume, parts)
-        else:
-            parts.source.begin(parts.engine, self.params, self.buffers)
-        self.output.resume(self.round, self.last_metrics)
-        self.fabric.call("on_fit_start", trainer=self)
-        self.preemption.listen(self.fabric, self)
-        parts.training.call("on_fit_start")
-        try:
-            while self.round < self.rounds and not self.should_stop:
-                self._round(parts)
-        except BaseException as error:
-            self.fabric.call("on_exception", trainer=self, error=error)
+        with deterministic_algorithms(self.processes.deterministic):  # restored when fit returns or raises
+            resume = self._checked(model, data, strategy, ckpt_path, run_config)  # (checkpoint file, its state) or None
+            if resume is not None and check_resume(*resume, self.fingerprint, self.rounds, self.fabric.print):
+                self.output.log_dir = run_folder_of(resume[0])
+                return resume[1].metrics
+            parts = self._set_up(model, data, strategy, Pipeline([self.attack, *transforms]))
+            resume_from = None if resume is None else resume[0]
+            self.output.start(resume_from, self.version, run_config, {"seed": self.seed, "rounds": self.rounds})
+            self.output.write_label_names(data.label_names)
+            if resume is not None:
+                self._resume(*resume, parts)
+            else:
+                parts.source.begin(parts.engine, self.params, self.buffers)
+            self.output.resume(self.round, self.last_metrics)
+            self.fabric.call("on_fit_start", trainer=self)
+            self.preemption.listen(self.fabric, self)
+            parts.training.call("on_fit_start")
+            try:
+                while self.round < self.rounds and not self.should_stop:
+                    self._round(parts)
+            except BaseException as error:
+                self.fabric.call("on_exception", trainer=self, error=error)
+                self.preemption.stop_listening()
+                self.output.close_metrics()
+                raise
+            finally:
+                parts.training.close()
+            parts.training.call("on_fit_end")
+            if not self.stop_requested:  # a run stopped to be resumed reports when it ends
+                evaluated = strategy.evaluated(self.params)
+                self.final_report = final_report(parts.evaluation, self.round, evaluated, self.buffers, self.best)
+                self.output.report(self.final_report)
+            self.fabric.call("on_fit_end", trainer=self, metrics=self.last_metrics)
+            self.output.finish(self.last_metrics)
             self.preemption.stop_listening()
-            self.output.close_metrics()
-            raise
-        finally:
-            parts.training.close()
-        parts.training.call("on_fit_end")
-        if not self.stop_requested:  # a run stopped to be resumed reports when it ends
-            evaluated = strategy.evaluated(self.params)
-            self.final_report = final_report(parts.evaluation, self.round, evaluated, self.buffers, self.best)
-            self.output.report(self.final_report)
-        self.fabric.call("on_fit_end", trainer=self, metrics=self.last_metrics)
-        self.output.finish(self.last_metrics)
-        self.preemption.stop_listening()
-        parts.training.reference.flat.load(self.params, self.buffers)
-        if self.stop_requested and self.should_stop and self.round < self.rounds:
-            self.preemption.finish(self.fabric, self.round, self.checkpoint_path)
-        return self.last_metrics
+            parts.training.reference.flat.load(self.params, self.buffers)
+            if self.stop_requested and self.should_stop and self.round < self.rounds:
+                self.preemption.finish(self.fabric, self.round, self.checkpoint_path)
+            return self.last_metrics
 
     def _round(self, parts: RunParts) -> None:
         """One round; its metrics become ``last_metrics`` (``on_round_end`` may add to them)."""

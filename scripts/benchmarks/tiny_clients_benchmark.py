@@ -26,7 +26,6 @@ Every runner trains the same rounds' clients on the same batches; ratios are ove
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import tempfile
 from collections.abc import Callable
@@ -237,35 +236,31 @@ def main(argv: list[str] | None = None) -> None:
     rounds = [round_batches(data, r, args.clients_per_round) for r in range(args.rounds + 1)]
     layouts = [layout(batches, device) for batches in rounds]
 
-    def timed(work: Callable[[list[list[tuple]], tuple], None]) -> tuple[float, float]:
+    def timed(work: Callable[[list[list[tuple]], tuple], None]) -> float:
         times = harness.Times()
         for batches, where in zip(rounds, layouts, strict=True):  # the first is a warm-up
             times.measure(lambda batches=batches, where=where: work(batches, where), sync)
-        return times[1:].median, math.nan
+        return times[1:].median
 
-    def beside_the_floor(parallel: int | str) -> tuple[float, float]:
-        lightfed, floor = lightfed_rounds(args, data, parallel, FloorBeside(rounds, layouts, start, sync))
-        return harness.median(lightfed), harness.median(harness.paired_ratios(lightfed, floor))
+    beside: dict[str, list[float]] = {name: [] for name in LIGHTFED}  # each run's median ratio over the floor beside it
 
-    runners: dict[str, Callable[[], tuple[float, float]]] = {
+    def beside_the_floor(name: str) -> float:
+        lightfed, floor = lightfed_rounds(args, data, LIGHTFED[name], FloorBeside(rounds, layouts, start, sync))
+        beside[name].append(harness.median(harness.paired_ratios(lightfed, floor)))
+        return harness.median(lightfed)
+
+    runners: dict[str, Callable[[], float]] = {
         FLOOR: partial(timed, lambda batches, where: batched_round(batches, where, start)),
         PLAIN: partial(timed, lambda batches, where: plain_round(batches, start)),
     }
-    runners.update({name: partial(beside_the_floor, parallel) for name, parallel in LIGHTFED.items()})
+    runners.update({name: partial(beside_the_floor, name) for name in LIGHTFED})
     runs: dict[str, list[float]] = {name: [] for name in runners}
-    beside: dict[str, list[float]] = {name: [] for name in runners}  # each run's median ratio over the floor beside it
     for _, name in harness.interleave(list(runners), args.repeats, alternate=True):
-        seconds, ratio = runners[name]()
-        runs[name].append(seconds)
-        beside[name].append(ratio)
+        runs[name].append(runners[name]())
     seconds = {name: harness.median(values) for name, values in runs.items()}
     over_plain = {name: harness.median(harness.paired_ratios(runs[name], runs[PLAIN])) for name in runs}
-    over_floor = {
-        name: harness.median(beside[name])
-        if name in LIGHTFED
-        else harness.median(harness.paired_ratios(runs[name], runs[FLOOR]))
-        for name in runs
-    }
+    over_floor = {name: harness.median(harness.paired_ratios(runs[name], runs[FLOOR])) for name in (FLOOR, PLAIN)}
+    over_floor.update({name: harness.median(ratios) for name, ratios in beside.items()})
     sizes = [data.client_size(c) for c in range(data.num_clients)]
     print(
         f"{args.clients} clients ({min(sizes)}-{max(sizes)} examples), {args.clients_per_round} a round, 1 epoch of "

@@ -65,14 +65,14 @@ class FederatedTrainer(TrainerBase):
             else:
                 parts.source.begin(parts.engine, self.params, self.buffers)
             self.output.resume(self.round, self.last_metrics)
-            self.fabric.call("on_fit_start", trainer=self)
+            self.hooks("on_fit_start", trainer=self)
             self.preemption.listen(self.fabric, self)
             parts.training.call("on_fit_start")
             try:
                 while self.round < self.rounds and not self.should_stop:
                     self._round(parts)
             except BaseException as error:
-                self.fabric.call("on_exception", trainer=self, error=error)
+                self.hooks("on_exception", trainer=self, error=error)
                 self.preemption.stop_listening()
                 self.output.close_metrics()
                 raise
@@ -83,7 +83,7 @@ class FederatedTrainer(TrainerBase):
                 evaluated = strategy.evaluated(self.params)
                 self.final_report = final_report(parts.evaluation, self.round, evaluated, self.buffers, self.best)
                 self.output.report(self.final_report)
-            self.fabric.call("on_fit_end", trainer=self, metrics=self.last_metrics)
+            self.hooks("on_fit_end", trainer=self, metrics=self.last_metrics)
             self.output.finish(self.last_metrics)
             self.preemption.stop_listening()
             parts.training.reference.flat.load(self.params, self.buffers)
@@ -95,7 +95,7 @@ class FederatedTrainer(TrainerBase):
         """One round; its metrics become ``last_metrics`` (``on_round_end`` may add to them)."""
         source, evaluation = parts.source, parts.evaluation
         round, began = self.round, time.perf_counter()
-        self.fabric.call("on_round_start", trainer=self, round=round)
+        self.hooks("on_round_start", trainer=self, round=round)
         jobs = source.jobs(round, self.params, self.buffers)  # plan
         try:  # train, reduce (with any process's stop request), aggregate
             with parts.training.between_runs():
@@ -115,14 +115,14 @@ class FederatedTrainer(TrainerBase):
         evaluated = parts.strategy.evaluated(self.params)  # the weights evaluated (self.params: the iterate)
         if self.due(self.evaluation.interval) and evaluation.client.data.has_validation:  # evaluate
             validation = evaluation.global_model("validation_step", evaluated, self.buffers)
-            self.fabric.call("on_evaluation_end", trainer=self, metrics=validation)
+            self.hooks("on_evaluation_end", trainer=self, metrics=validation)
             metrics.update(validation)
         metrics["round/time_s"] = time.perf_counter() - began
         metrics.update(self.privacy.metrics(self.fabric))
         metrics.update(self._client_metrics(evaluation, source, evaluated))
         self.best.update(self.round, metrics, evaluated, self.buffers)
         self.last_metrics = metrics
-        self.fabric.call("on_round_end", trainer=self, round=round, metrics=metrics)
+        self.hooks("on_round_end", trainer=self, round=round, metrics=metrics)
         checkpoint = self.should_stop or self.due(self.checkpoint_interval)
         if checkpoint:  # checkpoint, then log what it holds
             self._checkpoint(parts)
@@ -156,7 +156,7 @@ class FederatedTrainer(TrainerBase):
             self.clients_per_round,
             fixed,
             self.processes.check_replicas,
-            partial(self.fabric.call, "on_client_end", self) if self.client_listeners else None,  # (trainer, update)
+            partial(self.hooks, "on_client_end", self) if self.client_listeners else None,  # (trainer, update)
             self.privacy,
             transforms,
         )
@@ -171,13 +171,14 @@ class FederatedTrainer(TrainerBase):
         """Writes what each process alone holds (its clients' states, its slices) in its own file, then ``last.ckpt``
         (process 0): nothing is gathered to one process. A collective call."""
         strategy, folder, name = parts.strategy, self.checkpoint_path.parent / PROCESS_STATES, f"round_{self.round}"
+        self.output.flush_metrics()  # the lines of the rounds before it are on the disk before the checkpoint is
         own = ProcessStores(strategy, self.privacy, parts.transforms).process_state()
         held = parts.fixed_process or any(own.values())  # without fixed processes, the same on every process
         files = save_process_states(self.fabric, folder, name, own, held)
         if self.fabric.is_global_zero:
             checkpoint = self._run_state(parts, files).checkpoint()
             parts.training.reference.module.on_save_checkpoint(checkpoint)
-            self.fabric.call("on_save_checkpoint", trainer=self, checkpoint=checkpoint)
+            self.hooks("on_save_checkpoint", trainer=self, checkpoint=checkpoint)
             RunState.from_checkpoint(checkpoint).save(self.checkpoint_path)
             prune(folder, {name, self._process_states})  # the previous checkpoint's stay
         self._process_states = name if held else None
@@ -199,5 +200,5 @@ class FederatedTrainer(TrainerBase):
         self.best.load_state_dict(saved.best_round, self.params.device)
         checkpoint = saved.checkpoint()
         parts.training.reference.module.on_load_checkpoint(checkpoint)
-        self.fabric.call("on_load_checkpoint", trainer=self, checkpoint=checkpoint)
+        self.hooks("on_load_checkpoint", trainer=self, checkpoint=checkpoint)
         self.fabric.print(f"resuming {self.log_dir} from round {self.round}")

@@ -1,5 +1,5 @@
 """The hooks a callback may implement, and what of the trainer a callback reads; the trainer calls the hooks by name
-through ``Fabric.call``."""
+as ``Fabric.call`` does (``lightfed.callbacks.calls``)."""
 
 from __future__ import annotations
 

@@ -93,8 +93,9 @@ class LoggedValues:
         """
         names = sorted(self._sums)
         paths = {name: _path_in(module, metric) for name, metric in self._metrics.items()}
-        if fabric is not None and fabric.world_size > 1:
-            everyone: list = [None] * fabric.world_size
+        shared = fabric if fabric is not None and fabric.world_size > 1 else None  # one process: no Fabric call
+        if shared is not None:
+            everyone: list = [None] * shared.world_size
             torch.distributed.all_gather_object(everyone, (names, paths))
             names = sorted(set().union(*(logged for logged, _ in everyone)))
             paths = {name: path for _, logged in everyone for name, path in logged.items()}
@@ -110,8 +111,8 @@ class LoggedValues:
             sums = [self._sums.get(n, zero).to(zero.device) for n in names]
             counts = [torch.tensor(self._counts.get(n, 0.0), device=zero.device) for n in names]
             packed = torch.stack(sums + counts)
-            if fabric is not None:
-                packed = cast(Tensor, fabric.all_reduce(packed, reduce_op="sum"))
+            if shared is not None:
+                packed = cast(Tensor, shared.all_reduce(packed, reduce_op="sum"))
             totals = packed.tolist()
             result = {n: totals[i] / totals[i + len(names)] for i, n in enumerate(names)}
         self._sums.clear()

@@ -88,6 +88,11 @@ class TensorBatches:
         offsets = torch.repeat_interleave(torch.tensor(starts), torch.tensor(counts))
         return groups.flat.index_select(0, (torch.cat(positions) + offsets).to(groups.flat.device)), sizes
 
+    @property
+    def example_bytes(self) -> int:
+        """The bytes of one training example: its input and its target."""
+        return sum(math.prod(t.shape[1:]) * t.element_size() for t in (self.train_x, self.train_y))
+
     def train_examples(self, indices: Tensor) -> Batch:
         """The training examples at ``indices``, on the device."""
         return self._batch(self.train_x, self.train_y, indices)

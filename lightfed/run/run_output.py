@@ -2,6 +2,7 @@
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from itertools import count
@@ -24,6 +25,7 @@ METRICS_FILE = "metrics.jsonl"
 LABELS_FILE = "labels.json"
 CSV_FOLDER = "csv"  # a CSV logger's folder in the run folder; csv_1, csv_2, ... for the starts of a resumed run
 HPARAMS_FILE = "hparams.yaml"  # the config beside a Fabric CSVLogger's metrics.csv (Lightning's CSVLogger's name)
+FLUSH_SECONDS = 1.0  # metrics.jsonl reaches the disk this often at least, and before every checkpoint
 
 
 class LoggerError(LightfedError):
@@ -107,6 +109,7 @@ class RunOutput:
         self.loggers: list[Logger] = []
         self.hparams: dict[str, Any] = {}
         self._lines: TextIO | None = None  # metrics.jsonl, open from its first line to ``close_metrics``
+        self._flushed = 0.0  # when metrics.jsonl was last flushed (``time.monotonic``)
 
     def start(
         self, resume_from: Path | None, version: int | None, run_config: str | None, hparams: dict[str, Any]
@@ -181,20 +184,30 @@ class RunOutput:
                 logger.log_metrics(metrics, step=step)
 
     def save(self) -> None:
-        """Every logger writes what it holds (a CSV logger writes only every so many steps otherwise): at a
-        checkpoint, so that a kill loses none of the rounds the checkpoint holds."""
+        """Every logger writes what it holds (a CSV logger writes only every so many steps otherwise), and so does
+        ``metrics.jsonl``: at a checkpoint, so that a kill loses none of the rounds the checkpoint holds."""
         for logger in self.loggers:
             with reported(logger):
                 logger.save()
+        self.flush_metrics()
+
+    def flush_metrics(self) -> None:
+        """Writes out the lines of ``metrics.jsonl`` not yet on the disk: before a checkpoint, so that a kill after it
+        loses none of the lines of the rounds it holds (``resume`` writes again the last one's, if lost)."""
+        if self._lines is not None:
+            self._lines.flush()
+            self._flushed = time.monotonic()
 
     def append(self, line: dict[str, Any]) -> None:
-        """One line of ``metrics.jsonl`` (process 0), flushed at once; the file stays open (opening it took a thirtieth
-        of a round of many tiny clients)."""
+        """One line of ``metrics.jsonl`` (process 0), flushed when ``FLUSH_SECONDS`` have passed since the last time
+        (a flush each round took a hundredth of a round of many tiny clients); the file stays open (opening it took a
+        thirtieth)."""
         if self.fabric.is_global_zero:
             if self._lines is None:
                 self._lines = open(self.metrics_file, "a")  # noqa: SIM115 (``close_metrics``)
             self._lines.write(json.dumps(line) + "\n")
-            self._lines.flush()
+            if time.monotonic() - self._flushed >= FLUSH_SECONDS:
+                self.flush_metrics()
 
     def close_metrics(self) -> None:
         """Closes ``metrics.jsonl`` (a later line opens it again)."""
@@ -208,6 +221,7 @@ class RunOutput:
         TensorBoard gets them as ``~final/<name>``: its Time Series sorts its groups of cards by the name's first part
         and opens the first two, and ``~`` sorts after letters, so these one-off values come after the round curves."""
         self.append(report)
+        self.flush_metrics()
         logged = logged_part(report)
         for logger in self.loggers:
             with reported(logger):

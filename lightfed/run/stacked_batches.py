@@ -10,6 +10,8 @@ from torch import Tensor
 from lightfed.data.module import Batch
 from lightfed.data.tensor_batches import ClientDraw, TensorBatches, gathered
 
+GATHERED_BYTES = 2**24  # a chunk's examples gathered from the dataset at once (GatheredBatches), at most
+
 
 class ListedBatches:
     """Each client's batches as its one-at-a-time training draws them, stacked per step."""
@@ -26,10 +28,11 @@ class ListedBatches:
 class GatheredBatches:
     """Every client's examples in its training order, as indices into an in-memory dataset drawn for all of them at
     once (what ``ListedBatches`` holds, without a draw and a split per client), laid out step by step (``[steps,
-    clients, batch]``); a step's batches are gathered from the dataset by its indices, so that a chunk holds one step's
-    examples at a time, not its clients' whole training."""
+    clients, batch]``), and gathered from the dataset a block of steps at a time: as many steps as ``budget`` bytes
+    hold (at least one), so that a step's batches are views of its block (a gather a step took a tenth of a step of a
+    small MLP), and a chunk of large examples holds one step's at a time, not its clients' whole training."""
 
-    def __init__(self, tensors: TensorBatches, clients: Sequence[ClientDraw]) -> None:
+    def __init__(self, tensors: TensorBatches, clients: Sequence[ClientDraw], budget: int = GATHERED_BYTES) -> None:
         """``clients``: each client's id, the seed of its generator and its local work (``TensorBatches.clients_order``)."""
         self.tensors = tensors
         order, self.sizes = tensors.clients_order(clients)
@@ -41,13 +44,17 @@ class GatheredBatches:
         positions = starts.unsqueeze(2) + torch.arange(width)  # [clients, steps, width]: each batch's examples
         positions = positions.transpose(0, 1).clamp(max=max(len(order) - 1, 0))  # past a batch's end: never read
         self._examples = gathered(order, positions.to(order.device, non_blocking=True)) if len(order) else positions
+        self.block = max(1, budget // max(len(self.sizes) * width * tensors.example_bytes, 1))  # steps gathered at once
+        self._gathered: tuple[int, Batch] | None = None  # the block gathered last: its first step, its examples
 
     def stacked(self, step: int, clients: list[int]) -> Batch:
         """The batches of ``clients`` (of one size) at ``step``, stacked: a row per client."""
-        size, examples = self.sizes[clients[0]][step], self._examples[step]
-        if len(clients) < len(self.sizes):
-            examples = examples.index_select(0, device_index(clients, examples.device))
-        return self.tensors.train_examples(examples[:, :size])
+        first = step - step % self.block
+        if self._gathered is None or self._gathered[0] != first:
+            self._gathered = first, self.tensors.train_examples(self._examples[first : first + self.block])
+        size, whole = self.sizes[clients[0]][step], len(clients) == len(self.sizes)
+        index = None if whole else device_index(clients, self._examples.device)
+        return tuple(_rows(examples[step - first], size, index) for examples in self._gathered[1])  # type: ignore[return-value]
 
 
 def device_index(values: list[int], device: torch.device) -> Tensor:
@@ -74,3 +81,10 @@ def joined(batches: list[Any], join: Callable[[list[Tensor]], Tensor]) -> Any:
     if isinstance(first, dict):
         return {key: joined([b[key] for b in batches], join) for key in first}
     return type(first)(joined([b[i] for b in batches], join) for i in range(len(first)))
+
+
+def _rows(examples: Tensor, size: int, index: Tensor | None) -> Tensor:
+    """The first ``size`` examples of the rows ``index`` (None: all) of a step's ``examples`` ``[clients, width,
+    ...]``, contiguous, as a gather of them gives them."""
+    examples = examples[:, :size]
+    return examples.contiguous() if index is None else examples.index_select(0, index)

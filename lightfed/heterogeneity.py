@@ -31,9 +31,19 @@ class LocalWork:
             raise ConfigError(f"trainer.local_lr must be > 0, got {self.lr.low}")
         self.redraw_each_round = redraw_each_round
 
+    @property
+    def drawn(self) -> bool:
+        """Whether any of a client's epochs, steps and lr is drawn (not fixed)."""
+        return any(d is not None and d.kind != "fixed" for d in (self.epochs, self.steps, self.lr))
+
+    @property
+    def fixed(self) -> tuple[int | None, int | None, float | None] | None:
+        """Every client's (epochs, steps, lr) where nothing is drawn (None where something is)."""
+        return None if self.drawn else self.draw(0, 0, 0)
+
     def draw(self, seed: int, round: int, client_id: int) -> tuple[int | None, int | None, float | None]:
         """(epochs, steps, lr) of ``client_id`` in ``round``; lr None keeps the optimizer's own."""
-        if all(d is None or d.kind == "fixed" for d in (self.epochs, self.steps, self.lr)):
+        if not self.drawn:
             rng = None  # nothing is drawn: no stream to derive (a tenth of a round of many tiny clients)
         else:
             rng = derived_rng(

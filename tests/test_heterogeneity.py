@@ -96,3 +96,20 @@ def test_local_work_is_drawn_once_per_client_or_afresh_each_round():
 def test_bad_local_work_is_refused(args, message):
     with pytest.raises(ConfigError, match=message):
         LocalWork(*args)
+
+
+@pytest.mark.parametrize(
+    ("work", "fixed"),
+    [
+        (LocalWork(2, None), (2, None, None)),
+        (LocalWork(None, 5, 0.05), (None, 5, 0.05)),
+        (LocalWork("randint:1:3", None), None),
+        (LocalWork(1, None, "uniform:0.01:0.1"), None),
+    ],
+)
+def test_work_that_draws_nothing_is_every_clients_draw_once_and_plans_take_it(work, fixed):
+    from lightfed.run.rounds import client_plans
+
+    assert work.fixed == fixed and work.drawn == (fixed is None)
+    plans = client_plans(7, work, 3, [4, 9, 11])
+    assert [(p.epochs, p.steps, p.lr) for p in plans] == [work.draw(7, 3, c) for c in (4, 9, 11)]

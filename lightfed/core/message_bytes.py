@@ -1,7 +1,7 @@
 """What the messages of a round cost on the wire, as a deployment would encode them: every tensor at its own element
 size (float32 weights: 4 bytes a value), a client's four counts at 4 bytes each."""
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from torch import Tensor
@@ -16,9 +16,17 @@ def tensor_bytes(tensors: Iterable[Any]) -> int:
     return sum(t.numel() * t.element_size() if isinstance(t, Tensor) else 4 for t in tensors)
 
 
-def received_bytes(params: Tensor, buffers: Tensor, vectors: Mapping[str, Tensor]) -> int:
-    """What a client receives: the global weights and the vectors its strategy sends beside them."""
-    return tensor_bytes([params, buffers, *vectors.values()])
+def received_bytes(weights: Sequence[tuple[Tensor, Tensor]], vectors: Sequence[Mapping[str, Tensor]]) -> int:
+    """What clients receive, summed: each its global weights (params, buffers) and the vectors its strategy sends
+    beside them; weights several clients receive (every client of a synchronous round) are sized once."""
+    sized: dict[tuple[int, int], int] = {}
+    total = 0
+    for (params, buffers), sent in zip(weights, vectors, strict=True):
+        key = (id(params), id(buffers))
+        if key not in sized:
+            sized[key] = tensor_bytes([params, buffers])
+        total += sized[key] + (tensor_bytes(sent.values()) if sent else 0)
+    return total
 
 
 def sent_bytes(update: ClientUpdate) -> int:

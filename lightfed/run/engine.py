@@ -146,8 +146,7 @@ class RoundEngine:
         self.privacy.check_budget(self.fabric, round, plans)
         for lane_sums in self._lane_sums:
             lane_sums.zero_()
-        received = (received_bytes(job.params, job.buffers, sent) for job, sent in zip(mine, vectors, strict=True))
-        sums.add("_received_bytes", sum(received))  # what each client receives beside the model too
+        sums.add("_received_bytes", received_bytes([(job.params, job.buffers) for job in mine], vectors))
         path.begin(layout, params)
         held = HeldUpdates(self.client.attack, layout.client_ids, params)  # a colluding attack's stage
 

@@ -22,8 +22,9 @@ def client_plan(seed: int, local_work: LocalWork, round: int, client_id: int) ->
 def client_plans(seed: int, local_work: LocalWork, round: int, client_ids: list[int]) -> list[ClientPlan]:
     """``client_plan`` of each of ``client_ids``, their seeds derived together."""
     seeds = derived_seeds(seed, Stream.CLIENT, round, last=client_ids)
+    fixed = local_work.fixed  # every client's work, where nothing is drawn
     return [
-        ClientPlan(client_id, round, client_seed, *local_work.draw(seed, round, client_id))
+        ClientPlan(client_id, round, client_seed, *(fixed or local_work.draw(seed, round, client_id)))
         for client_id, client_seed in zip(client_ids, seeds, strict=True)
     ]
 

@@ -19,6 +19,7 @@ from lightfed.core.folder_lock import FolderLock
 from lightfed.errors import ConfigError, LightfedError
 from lightfed.run.final_report import logged_part, summary
 from lightfed.run.hparams import flat_hparams, summary_hparams
+from lightfed.run.round_tensorboard import RoundTensorBoardLogger
 from lightfed.run.run_folder import CONFIG, claim_run_folder, write_run_config
 
 METRICS_FILE = "metrics.jsonl"
@@ -90,7 +91,7 @@ def run_loggers(folder: Path, logger: bool | Logger | list[Logger]) -> list[Logg
             into_folder(each, folder)
     if any(isinstance(each, TensorBoardLogger) for each in given):
         return given
-    tensorboard = TensorBoardLogger(folder.parent.parent, folder.parent.name, folder.name, default_hp_metric=False)
+    tensorboard = RoundTensorBoardLogger(folder.parent.parent, folder.parent.name, folder.name, default_hp_metric=False)
     return [tensorboard, *given]
 
 

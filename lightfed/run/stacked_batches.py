@@ -37,13 +37,19 @@ class GatheredBatches:
         self.tensors = tensors
         order, self.sizes = tensors.clients_order(clients)
         steps = max(map(len, self.sizes), default=0)
-        sizes = torch.tensor([s + [0] * (steps - len(s)) for s in self.sizes], dtype=torch.long)
-        sizes = sizes.reshape(len(self.sizes), steps)
-        starts = (sizes.flatten().cumsum(0) - sizes.flatten()).view_as(sizes)  # where each batch starts in order
-        width = int(sizes.max()) if sizes.numel() else 0
-        positions = starts.unsqueeze(2) + torch.arange(width)  # [clients, steps, width]: each batch's examples
-        positions = positions.transpose(0, 1).clamp(max=max(len(order) - 1, 0))  # past a batch's end: never read
-        self._examples = gathered(order, positions.to(order.device, non_blocking=True)) if len(order) else positions
+        width = max((max(s) for s in self.sizes if s), default=0)
+        first = self.sizes[0] if self.sizes else []
+        if all(s == first for s in self.sizes) and all(size == width for size in first[:-1]):
+            # alike clients whose batches are all full but the last: each one's order, padded to full batches
+            padded = torch.nn.functional.pad(order.view(len(self.sizes), -1), (0, steps * width - sum(first)))
+            self._examples = padded.view(len(self.sizes), steps, width).transpose(0, 1)  # pads: never read
+        else:
+            sizes = torch.tensor([s + [0] * (steps - len(s)) for s in self.sizes], dtype=torch.long)
+            sizes = sizes.reshape(len(self.sizes), steps)
+            starts = (sizes.flatten().cumsum(0) - sizes.flatten()).view_as(sizes)  # where each batch starts in order
+            positions = starts.unsqueeze(2) + torch.arange(width)  # [clients, steps, width]: each batch's examples
+            positions = positions.transpose(0, 1).clamp(max=max(len(order) - 1, 0))  # past a batch's end: never read
+            self._examples = gathered(order, positions.to(order.device, non_blocking=True)) if len(order) else positions
         self.block = max(1, budget // max(len(self.sizes) * width * tensors.example_bytes, 1))  # steps gathered at once
         self._gathered: tuple[int, Batch] | None = None  # the block gathered last: its first step, its examples
 

@@ -13,19 +13,31 @@ CLIENTS = range(8)
 
 
 @pytest.mark.parametrize("block", [1, 3, None], ids=["a step", "blocks", "whole"])
-@pytest.mark.parametrize("plan", [{"epochs": 2}, {"steps": 11}], ids=["epochs", "steps"])
-def test_gathered_batches_are_the_ones_each_client_draws(plan, block):
+@pytest.mark.parametrize(
+    ("clients", "plan"),
+    [
+        (CLIENTS, {"epochs": 2}),
+        (CLIENTS, {"steps": 11}),
+        ([3] * 8, {"epochs": 1}),  # alike: one client drawn with 8 seeds, a partial batch last (laid out by padding)
+        ([3] * 8, {"epochs": 2}),  # alike, a partial batch in each pass
+    ],
+    ids=["ragged-epochs", "ragged-steps", "alike-epoch", "alike-epochs"],
+)
+def test_gathered_batches_are_the_ones_each_client_draws(clients, plan, block):
     data = small_data()
     data.setup(seed=0, device=torch.device("cpu"))
     tensors = data.plain_tensors
     assert tensors is not None
-    listed = ListedBatches([list(data.client_batches(c, torch.Generator().manual_seed(c), **plan)) for c in CLIENTS])
+    listed = ListedBatches(
+        [list(data.client_batches(c, torch.Generator().manual_seed(s), **plan)) for s, c in enumerate(clients)]
+    )
     epochs, steps = plan.get("epochs"), plan.get("steps")
-    step_bytes = len(CLIENTS) * data.batch_size * tensors.example_bytes  # a step's examples, padded
+    step_bytes = len(clients) * data.batch_size * tensors.example_bytes  # a step's examples, padded
     budget = GATHERED_BYTES if block is None else block * step_bytes + step_bytes // 2  # (1: a step at a time)
-    gathered = GatheredBatches(tensors, [(c, c, epochs, steps) for c in CLIENTS], budget)  # seeded as the listed ones
+    gathered = GatheredBatches(tensors, [(c, s, epochs, steps) for s, c in enumerate(clients)], budget)
     assert gathered.sizes == listed.sizes
-    assert len({tuple(sizes) for sizes in listed.sizes}) > 1  # ragged: partial batches at different steps
+    partial = [sizes for sizes in listed.sizes if sizes[-1] < data.batch_size]
+    assert partial and (len({tuple(sizes) for sizes in listed.sizes}) > 1) == (clients == CLIENTS)
     steps = max(len(sizes) for sizes in listed.sizes)
     assert gathered.block == block if block is not None else gathered.block >= steps
     for step in range(steps):

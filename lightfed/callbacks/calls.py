@@ -11,8 +11,8 @@ from lightfed.callbacks.base import Callback
 
 class CallbackCalls:
     """Calls a hook of ``callbacks`` in their order: each callback with a method of that name, with the positional
-    arguments given and the keyword arguments its signature names (all of them where it takes ``**kwargs`` or has no signature to read), as
-    ``Fabric.call`` does; a ``Callback`` whose hook is the base class's no-op is not called."""
+    arguments given and the keyword arguments its signature names (all of them where it takes ``**kwargs`` or has no
+    signature to read), as ``Fabric.call`` does; a ``Callback`` whose hook is the base class's no-op is not called."""
 
     def __init__(self, callbacks: list[Any]) -> None:
         self.callbacks = callbacks

@@ -37,4 +37,4 @@ def sent_bytes(update: ClientUpdate) -> int:
 def rows_sent_bytes(rows: ClientRows) -> int:
     """What the clients of ``rows`` send together: ``sent_bytes`` of each row, summed."""
     row = tensor_bytes([rows.deltas[0], rows.buffers[0]]) + COUNTS if len(rows) else 0
-    return len(rows) * row + sum(tensor_bytes(report.values()) for report in rows.reports)
+    return len(rows) * row + sum(tensor_bytes(report.values()) for report in rows.reports if report)

@@ -6,7 +6,6 @@ from typing import Any
 
 from lightning.fabric.loggers import TensorBoardLogger
 from lightning.fabric.utilities.rank_zero import rank_zero_only
-from tensorboard.compat.proto.summary_pb2 import Summary  # type: ignore[import-untyped]
 
 from lightfed.adapters import tensorboard_file_writer
 
@@ -22,5 +21,7 @@ class RoundTensorBoardLogger(TensorBoardLogger):
         if not all(isinstance(value, (int, float)) for value in metrics.values()):
             super().log_metrics(metrics, step)
             return
+        from tensorboard.compat.proto.summary_pb2 import Summary  # type: ignore[import-untyped]  # (when a run logs)
+
         values = [Summary.Value(tag=name, simple_value=float(value)) for name, value in metrics.items()]
         tensorboard_file_writer(self).add_summary(Summary(value=values), step, time.time())

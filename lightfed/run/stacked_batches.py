@@ -39,7 +39,7 @@ class GatheredBatches:
         steps = max(map(len, self.sizes), default=0)
         width = max((max(s) for s in self.sizes if s), default=0)
         first = self.sizes[0] if self.sizes else []
-        if all(s == first for s in self.sizes) and all(size == width for size in first[:-1]):
+        if self.sizes and all(s == first for s in self.sizes) and all(size == width for size in first[:-1]):
             # alike clients whose batches are all full but the last: each one's order, padded to full batches
             padded = torch.nn.functional.pad(order.view(len(self.sizes), -1), (0, steps * width - sum(first)))
             self._examples = padded.view(len(self.sizes), steps, width).transpose(0, 1)  # pads: never read
@@ -92,5 +92,6 @@ def joined(batches: list[Any], join: Callable[[list[Tensor]], Tensor]) -> Any:
 def _rows(examples: Tensor, size: int, index: Tensor | None) -> Tensor:
     """The first ``size`` examples of the rows ``index`` (None: all) of a step's ``examples`` ``[clients, width,
     ...]``, contiguous, as a gather of them gives them."""
-    examples = examples[:, :size]
+    if size < examples.shape[1]:
+        examples = examples[:, :size]
     return examples.contiguous() if index is None else examples.index_select(0, index)

@@ -405,7 +405,7 @@ class VectorizedClients:
         if private is not None:
             private.finish()
         for weight in weights:
-            weight.grad = None  # (the first may be the rows returned)
+            weight.grad = None  # not kept with the rows returned (the first weights, where every client ends at once)
         train_losses = loss_sums / torch.tensor(steps, device=device).clamp(min=1)
         lr = settings[0]["lr"]
         local_times = {n: _summed(lr, n) for n in set(steps)}

@@ -38,10 +38,10 @@ class GatheredBatches:
         order, self.sizes = tensors.clients_order(clients)
         steps = max(map(len, self.sizes), default=0)
         width = max((max(s) for s in self.sizes if s), default=0)
-        first = self.sizes[0] if self.sizes else []
-        if self.sizes and all(s == first for s in self.sizes) and all(size == width for size in first[:-1]):
+        alike = self.sizes[0] if self.sizes else []  # the first client's batch sizes
+        if self.sizes and all(s == alike for s in self.sizes) and all(size == width for size in alike[:-1]):
             # alike clients whose batches are all full but the last: each one's order, padded to full batches
-            padded = torch.nn.functional.pad(order.view(len(self.sizes), -1), (0, steps * width - sum(first)))
+            padded = torch.nn.functional.pad(order.view(len(self.sizes), -1), (0, steps * width - sum(alike)))
             self._examples = padded.view(len(self.sizes), steps, width).transpose(0, 1)  # pads: never read
         else:
             sizes = torch.tensor([s + [0] * (steps - len(s)) for s in self.sizes], dtype=torch.long)

@@ -33,3 +33,35 @@ def test_a_rounds_numbers_read_back_as_fabrics_logger_writes_them(tmp_path):
         len({e.wall_time for e in events.Scalars("round/clients")} & {e.wall_time for e in events.Scalars("val_acc")})
         == 3
     )  # one event a round
+
+
+def test_events_wait_for_the_hand_over_and_keep_the_time_they_were_logged(tmp_path, monkeypatch):
+    from lightfed.adapters import tensorboard_file_writer
+    from lightfed.run import round_tensorboard
+
+    clock = {"monotonic": 100.0, "time": 5000.0}
+    monkeypatch.setattr(round_tensorboard.time, "monotonic", lambda: clock["monotonic"])
+    monkeypatch.setattr(round_tensorboard.time, "time", lambda: clock["time"])
+    logger = RoundTensorBoardLogger(tmp_path, "kept")
+    handed: list[int] = []
+    writer = tensorboard_file_writer(logger)
+    add_summary = writer.add_summary
+    monkeypatch.setattr(
+        writer, "add_summary", lambda summary, step, wall: (handed.append(step), add_summary(summary, step, wall))
+    )
+
+    for round in (1, 2):  # within a second: kept
+        logger.log_metrics({"val_acc": round / 10}, step=round)
+        clock["time"] += 7.0
+    assert handed == []
+    clock["monotonic"] += round_tensorboard.HAND_OVER_SECONDS
+    logger.log_metrics({"val_acc": 0.3}, step=3)  # a second on: the three go together
+    assert handed == [1, 2, 3]
+    logger.log_metrics({"val_acc": 0.4}, step=4)
+    assert handed == [1, 2, 3]
+    logger.save()  # a checkpoint: everything kept goes, and reaches the file
+    assert handed == [1, 2, 3, 4]
+    logger.log_metrics({"val_acc": 0.5}, step=5)
+    logger.finalize("success")
+    events = EventAccumulator(logger.log_dir).Reload().Scalars("val_acc")
+    assert [(e.step, e.wall_time) for e in events] == [(r, 5000.0 + 7.0 * min(r - 1, 2)) for r in range(1, 6)]

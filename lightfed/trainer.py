@@ -74,7 +74,7 @@ class FederatedTrainer(TrainerBase):
             except BaseException as error:
                 self.hooks("on_exception", trainer=self, error=error)
                 self.preemption.stop_listening()
-                self.output.close_metrics()
+                self.output.close_on_error()
                 raise
             finally:
                 parts.training.close()

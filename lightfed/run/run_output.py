@@ -4,7 +4,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from itertools import count
 from pathlib import Path
 from typing import Any, TextIO
@@ -209,6 +209,13 @@ class RunOutput:
             self._lines.write(json.dumps(line) + "\n")
             if time.monotonic() - self._flushed >= FLUSH_SECONDS:
                 self.flush_metrics()
+
+    def close_on_error(self) -> None:
+        """What the loggers and ``metrics.jsonl`` hold goes to the disk, for a run that an error ends: its last rounds
+        tell what went wrong. A logger that fails again here does not hide the error."""
+        with suppress(Exception):
+            self.save()
+        self.close_metrics()
 
     def close_metrics(self) -> None:
         """Closes ``metrics.jsonl`` (a later line opens it again)."""

@@ -1,5 +1,6 @@
 """The run folder's TensorBoard logger writes a round's numbers as one event, read back as Fabric's logger's are."""
 
+import pytest
 import torch
 from lightning.fabric.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -65,3 +66,24 @@ def test_events_wait_for_the_hand_over_and_keep_the_time_they_were_logged(tmp_pa
     logger.finalize("success")
     events = EventAccumulator(logger.log_dir).Reload().Scalars("val_acc")
     assert [(e.step, e.wall_time) for e in events] == [(r, 5000.0 + 7.0 * min(r - 1, 2)) for r in range(1, 6)]
+
+
+def test_a_run_that_an_error_ends_keeps_its_rounds_in_tensorboard(tmp_path, monkeypatch):
+    from lightfed import Callback, FedAvg
+    from lightfed.run import round_tensorboard
+    from tests.conftest import small_data, small_model, small_trainer
+
+    monkeypatch.setattr(round_tensorboard, "HAND_OVER_SECONDS", 1e9)  # kept until saved, however slow the rounds
+
+    class FailsInRound3(Callback):
+        def on_round_start(self, trainer, round):
+            if round == 2:
+                raise RuntimeError("round 3 fails")
+
+    trainer = small_trainer(tmp_path, rounds=4, eval_interval=1, checkpoint_interval=100, callbacks=[FailsInRound3()])
+    with pytest.raises(RuntimeError, match="round 3 fails"):
+        trainer.fit(small_model(), small_data(), FedAvg())
+    (folder,) = tmp_path.rglob("version_0")
+    written = _scalars(folder)  # the two rounds, kept by the logger until the error
+    assert [step for step, _ in written["round/clients"]] == [1, 2]
+    assert [step for step, _ in written["val_acc"]] == [1, 2]

@@ -252,6 +252,7 @@ class RunOutput:
         for logger in self.loggers:
             with reported(logger):
                 if isinstance(logger, TensorBoardLogger) and metrics and self.fabric.is_global_zero:
+                    logger.save()  # the rounds' events first (``RoundTensorBoardLogger`` keeps them up to a second)
                     writer = tensorboard_file_writer(logger)
                     settings = {**summary_hparams(self.hparams), **flat_hparams(self.hparams)}
                     _, session_start, session_end = hparams(settings, metrics)  # no experiment summary: see hparams.py

@@ -87,3 +87,22 @@ def test_a_run_that_an_error_ends_keeps_its_rounds_in_tensorboard(tmp_path, monk
     written = _scalars(folder)  # the two rounds, kept by the logger until the error
     assert [step for step, _ in written["round/clients"]] == [1, 2]
     assert [step for step, _ in written["val_acc"]] == [1, 2]
+
+
+def test_a_runs_scalars_come_before_its_hparams_session_end(tmp_path, monkeypatch):
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    from lightfed import FedAvg
+    from lightfed.run import round_tensorboard
+    from tests.conftest import small_data, small_model, small_trainer
+
+    monkeypatch.setattr(round_tensorboard, "HAND_OVER_SECONDS", 1e9)  # every round's events kept until the end
+    small_trainer(tmp_path, rounds=2, checkpoint_interval=100).fit(small_model(), small_data(), FedAvg())
+    (events_file,) = tmp_path.rglob("events.out.tfevents.*")
+    kinds = []
+    for event in EventFileLoader(str(events_file)).Load():
+        for value in event.summary.value:
+            hparams = value.metadata.plugin_data.plugin_name == "hparams"
+            kinds.append(value.tag if hparams else "scalar")
+    session_end = kinds.index("_hparams_/session_end_info")
+    assert kinds.count("scalar") > 2 and "scalar" not in kinds[session_end:]

@@ -28,7 +28,7 @@ sampling, data order and initial weights, so the weights agree to float rounding
 
 Each path trains ``--warmup-rounds + --rounds`` rounds; the warm-up rounds are not timed (the first round's period
 holds one-time costs; lightfed creates its TensorBoard writer when it first hands it the rounds' events, a second into
-the run, which for rounds of a second or more is in the second round). A round's time is
+the run, which for rounds of a second or more is in the second round's period). A round's time is
 the wall time from the end of one round's aggregation to the end of the next one's, so for lightfed it includes
 everything the trainer does per round (sampling, training, the all-reduce, aggregation, logging to TensorBoard);
 lightfed's end of a round is taken by a callback's ``on_round_end``, which the trainer calls once per round after

@@ -1,4 +1,7 @@
-"""The run folder's TensorBoard logger writes a round's numbers as one event, read back as Fabric's logger's are."""
+"""The run folder's TensorBoard logger writes a round's numbers as one event, read back as Fabric's logger's are, and
+hands its events to TensorBoard's writer once a second, at a save, at the run's end and when an error ends it."""
+
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -41,8 +44,8 @@ def test_events_wait_for_the_hand_over_and_keep_the_time_they_were_logged(tmp_pa
     from lightfed.run import round_tensorboard
 
     clock = {"monotonic": 100.0, "time": 5000.0}
-    monkeypatch.setattr(round_tensorboard.time, "monotonic", lambda: clock["monotonic"])
-    monkeypatch.setattr(round_tensorboard.time, "time", lambda: clock["time"])
+    fake_time = SimpleNamespace(monotonic=lambda: clock["monotonic"], time=lambda: clock["time"])
+    monkeypatch.setattr(round_tensorboard, "time", fake_time)  # this module's clock only, not the writer thread's
     logger = RoundTensorBoardLogger(tmp_path, "kept")
     handed: list[int] = []
     writer = tensorboard_file_writer(logger)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from lightfed.cli import main, run
+from lightfed.models import SmallCNN
 from tests.conftest import trainer_options
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -15,6 +16,15 @@ QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
 DP = str(ROOT / "configs" / "privacy" / "dp-sgd.yaml")
 SCAFFOLD = str(ROOT / "configs" / "digits" / "scaffold.yaml")
 HELP = "(lightfed fit --help lists every option)"
+
+
+class ManualOptimization(SmallCNN):
+    """A module that would step its optimizer itself (Lightning's manual optimization)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.automatic_optimization = False
+
 
 PARSE_ERRORS = [  # (id, arguments, fragments of the line)
     (
@@ -143,6 +153,24 @@ REFUSED = [
         "yaml_nan_lr",
         ["--model.init_args.optimizer.init_args.lr", ".nan"],
         ["SmallCNN.configure_optimizers: the learning rate must be a number, got [nan]"],
+    ),
+    ("local_lr_nan", ["--trainer.local_lr", ".nan"], ["trainer.local_lr must be > 0 and at most 3.403e+38"]),
+    ("local_lr_huge", ["--trainer.local_lr", "1e308"], ["trainer.local_lr must be > 0 and at most 3.403e+38"]),
+    ("devices_negative", ["--trainer.devices", "-1"], ["trainer.accelerator 'cpu' with trainer.devices -1"]),
+    ("devices_word", ["--trainer.devices", "abc"], ["trainer.accelerator 'cpu' with trainer.devices 'abc'"]),
+    *[
+        (
+            f"collective_timeout_{i}",
+            ["--trainer.collective_timeout", timeout],
+            ["trainer.collective_timeout must be from 1 to 31536000 seconds (a year)"],
+        )
+        for i, timeout in enumerate([".inf", "1e300", ".nan"])
+    ],
+    ("root_dir_in_proc", ["--trainer.root_dir", "/proc/lightfed/runs"], ["/proc/lightfed/runs/quickstart: No such"]),
+    (
+        "manual_optimization",
+        ["--model", f"{__name__}.ManualOptimization"],
+        ["ManualOptimization sets automatic_optimization = False: lightfed's client loop steps the optimizer"],
     ),
     ("negative_seed", ["--seed_everything", "-1"], ["seed_everything must be an integer from 0 to 4294967295, got -1"]),
     (

@@ -23,6 +23,16 @@ def check_step(model: LightningModule, step: str) -> None:
         raise ConfigError(f"{type(model).__name__} must define {step} to evaluate the global model")
 
 
+def check_automatic_optimization(model: LightningModule) -> None:
+    """Refuses a model that optimizes itself (``automatic_optimization = False``): lightfed's client loop steps the
+    optimizer."""
+    if not model.automatic_optimization:
+        raise ConfigError(
+            f"{type(model).__name__} sets automatic_optimization = False: lightfed's client loop steps the optimizer "
+            "itself; return the loss from training_step and leave automatic_optimization true"
+        )
+
+
 def check_parameters(model: LightningModule) -> None:
     """Refuses a model with nothing to train: no parameter that requires a gradient."""
     if not any(parameter.requires_grad for parameter in model.parameters()):

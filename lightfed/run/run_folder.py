@@ -38,7 +38,7 @@ def claim_run_folder(experiment: Path, version: int | None = None) -> Path:
         while not _claim(version_folder(experiment, number)):
             number += 1
         return version_folder(experiment, number)
-    except (FileExistsError, NotADirectoryError, PermissionError) as error:
+    except OSError as error:  # a file in the way, no permission, a file system that makes no folders (/proc)
         raise ConfigError(
             f"cannot make the run folder under {experiment}: {error.strerror}; change trainer.root_dir"
         ) from None

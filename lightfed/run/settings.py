@@ -8,6 +8,7 @@ from lightning.fabric.loggers import Logger
 
 from lightfed.attacks.base import Attack
 from lightfed.callbacks import Callback
+from lightfed.distributions import Distribution
 from lightfed.errors import ConfigError
 from lightfed.privacy.base import ClientPrivacy
 from lightfed.run.determinism import Deterministic
@@ -15,12 +16,14 @@ from lightfed.schedules import RoundSchedule
 
 PRECISIONS = ("32-true", "16-mixed", "bf16-mixed")
 MAX_FILE_NAME = 255  # bytes, on Linux's and macOS's file systems
+MAX_LR = 3.4028234663852886e38  # float32's largest: the weights' dtype cannot hold a step scaled by more
+MAX_COLLECTIVE_TIMEOUT = 365 * 24 * 3600.0  # a year; torch's clocks count nanoseconds and overflow far above
 
 
 def at_least(**settings: tuple[float, float]) -> None:
-    """Refuses ``name=(value, lowest allowed)`` below its lowest, naming ``trainer.<name>``."""
+    """Refuses ``name=(value, lowest allowed)`` below its lowest (or NaN), naming ``trainer.<name>``."""
     for key, (value, low) in settings.items():
-        if value < low:
+        if not value >= low:
             raise ConfigError(f"trainer.{key} must be >= {low}, got {value}")
 
 
@@ -47,7 +50,11 @@ class Processes:
             raise ConfigError(
                 f"trainer.clients_in_parallel must be 'auto', 'vectorized' or an integer >= 1, got {workers!r}"
             )
-        at_least(collective_timeout=(self.collective_timeout, 1))
+        if not 1 <= self.collective_timeout <= MAX_COLLECTIVE_TIMEOUT:
+            raise ConfigError(
+                f"trainer.collective_timeout must be from 1 to {MAX_COLLECTIVE_TIMEOUT:.0f} seconds (a year), got "
+                f"{self.collective_timeout}"
+            )
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,11 @@ class LocalTraining:
     trained_parameters: list[str] | None = None
 
     def __post_init__(self) -> None:
+        lr = None if self.lr is None else Distribution.parse(self.lr, "trainer.local_lr")
+        if lr is not None and not 0 < lr.low <= lr.high <= MAX_LR:
+            raise ConfigError(
+                f"trainer.local_lr must be > 0 and at most {MAX_LR:.4g} (float32's largest), got {self.lr}"
+            )
         if self.gradient_clip_val is not None and not self.gradient_clip_val > 0:
             raise ConfigError(f"trainer.gradient_clip_val must be > 0 or null, got {self.gradient_clip_val}")
         if self.gradient_clip_algorithm not in ("norm", "value"):

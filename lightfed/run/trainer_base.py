@@ -197,6 +197,7 @@ class TrainerBase:
         self.hooks("setup", trainer=self, data=data)
         run_checks.check_clients(self.clients_per_round, data)
         run_checks.check_step(model, "validation_step")
+        run_checks.check_automatic_optimization(model)
         run_checks.check_parameters(model)  # before the fingerprint builds the optimizer
         self.fingerprint = self._run_fingerprint(run_config, model, data, strategy)
         resume_from = checkpoint_to_resume(self.fabric, ckpt_path, self.output.experiment, self.version)
@@ -337,7 +338,7 @@ def build_fabric(processes: Processes, callbacks: list) -> Fabric:
             callbacks=callbacks,
         )
         set_collective_timeout(fabric, p.collective_timeout)
-    except (RuntimeError, ValueError) as error:  # Lightning's MisconfigurationException is a RuntimeError
+    except (RuntimeError, ValueError, TypeError) as error:  # Lightning's MisconfigurationException: a RuntimeError
         raise ConfigError(
             f"trainer.accelerator {p.accelerator!r} with trainer.devices {p.devices!r}, num_nodes {p.num_nodes}: {error}"
         ) from None

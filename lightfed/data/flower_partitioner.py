@@ -22,7 +22,8 @@ class FlowerPartitioner(Partitioner):
     def __init__(self, partitioner: str, options: dict[str, Any] | None = None) -> None:
         """
         Args:
-            partitioner: A class of ``flwr_datasets.partitioner`` (``DirichletPartitioner``) or its import path.
+            partitioner: A class of ``flwr_datasets.partitioner`` (``DirichletPartitioner``), or the import path of a
+                subclass of its ``Partitioner``; nothing else is called.
             options: The Flower partitioner's arguments (``{num_partitions: 10, partition_by: label, alpha: 0.5}``).
         """
         self.partitioner = partitioner
@@ -64,11 +65,18 @@ class FlowerPartitioner(Partitioner):
         """The Flower partitioner named, built with ``options`` (and the run's seed where it takes one)."""
         module, _, name = self.partitioner.rpartition(".")
         try:
+            from flwr_datasets.partitioner import Partitioner as FlowerBase
+
             flower_class = getattr(importlib.import_module(module or "flwr_datasets.partitioner"), name)
         except ImportError:
             raise ConfigError("FlowerPartitioner needs Flower Datasets: pip install 'lightfed[flwr]'") from None
         except AttributeError:
             raise ConfigError(f"flwr_datasets.partitioner has no {self.partitioner}") from None
+        if not (inspect.isclass(flower_class) and issubclass(flower_class, FlowerBase)):
+            raise ConfigError(
+                "FlowerPartitioner's partitioner must name a Partitioner class of Flower Datasets "
+                f"(flwr_datasets.partitioner), got {self.partitioner!r}"
+            )
         options = dict(self.options)
         if "seed" in inspect.signature(flower_class).parameters and "seed" not in options:
             options["seed"] = seed

@@ -9,7 +9,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from lightfed.data.datasets import DatasetSource, DatasetSplits
-from lightfed.data.hf_transforms import to_tensor
+from lightfed.data.hf_transforms import library_code, to_tensor
 from lightfed.data.validation import held_count, held_out
 from lightfed.errors import ConfigError
 from lightfed.streams import DataStream
@@ -60,7 +60,9 @@ class HuggingFace(DatasetSource):
             label: The label column (the partitioners' labels); null: none.
             client_id: The column of natural client ids (a writer, a speaker); null: none.
             transforms: Per column, a function from its value to a tensor (an import path in a config); a column not
-                named here goes through ``to_tensor``.
+                named here goes through ``to_tensor``. It and ``example_transform`` are lightfed's or the user's own
+                code (a function or a callable class): a function of the standard library or an installed package
+                is refused, since it would run on the dataset's values.
             example_transform: A function of the whole example after the column transforms (e.g.
                 ``lightfed.data.hf_transforms.next_characters``).
             train_split: The split whose rows are divided across clients.
@@ -75,6 +77,15 @@ class HuggingFace(DatasetSource):
             raise ConfigError(f"test_split {test_split!r} is the train_split; name another split, or null to hold out")
         if not 0.0 < test_fraction < 1.0:
             raise ConfigError(f"test_fraction must be between 0 and 1 (exclusive), got {test_fraction}")
+        named = {f"transforms[{column!r}]": transform for column, transform in (transforms or {}).items()}
+        for option, transform in {**named, "example_transform": example_transform}.items():
+            library = None if transform is None else library_code(transform)
+            if library is not None:
+                raise ConfigError(
+                    f"HuggingFace's {option}: {library} is not lightfed's or your own code but the standard "
+                    "library's or an installed package's, which would run on the dataset's values: name a function "
+                    "or class of lightfed or of your own modules"
+                )
         self.path, self.name, self.data_files, self.revision = path, name, data_files, revision
         self.inputs = [inputs] if isinstance(inputs, str) else list(inputs)
         self.single_input = isinstance(inputs, str)

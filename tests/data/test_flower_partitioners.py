@@ -14,6 +14,7 @@ from lightfed.data import (
 )
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
+from tests.conftest import QUICKSTART, refusal_lines
 
 LABELS = np.random.default_rng(0).integers(0, 10, 600)
 
@@ -109,3 +110,20 @@ def test_flower_partitioner_splits_a_federation_by_natural_id_and_refuses_what_f
         ).partition(None, 0, ids)
     with pytest.raises(ConfigError, match="flwr_datasets.partitioner has no Missing"):
         FlowerPartitioner("Missing").partition(LABELS, 0)
+
+
+def test_a_partitioner_that_is_not_a_flower_partitioner_is_refused_and_never_called(partitioner, tmp_path, capsys):
+    """A config is parsed into objects, not into any function it names: ``subprocess.run`` with a shell command as
+    ``partitioner`` is refused in one line and the command does not run."""
+    mark = tmp_path / "ran"
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "data:\n  partitioner:\n    class_path: lightfed.data.FlowerPartitioner\n    init_args:\n"
+        f"      partitioner: subprocess.run\n      options: {{args: 'touch {mark}', shell: true}}\n"
+    )
+    argv = ["test", "--config", str(QUICKSTART), "--config", str(config), "--trainer.root_dir", str(tmp_path / "runs")]
+    assert refusal_lines(argv, capsys) == [
+        "lightfed: error: FlowerPartitioner's partitioner must name a Partitioner class of Flower Datasets "
+        "(flwr_datasets.partitioner), got 'subprocess.run'"
+    ]
+    assert not mark.exists() and not (tmp_path / "runs").exists()

@@ -1,6 +1,9 @@
 """lightfed.data.HuggingFace on tiny local datasets shaped like the hub's FEMNIST, Shakespeare and CIFAR-10."""
 
 import json
+import shutil
+import subprocess
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +17,7 @@ from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.models import MLP
 from lightfed.strategies import FedAvg
-from tests.conftest import small_trainer, trainer_options
+from tests.conftest import refusal_lines, small_trainer, trainer_options
 
 datasets = pytest.importorskip("datasets")
 PIL = pytest.importorskip("PIL.Image")
@@ -265,3 +268,42 @@ def test_an_empty_train_split_is_refused_in_one_line_before_anything_is_written(
     with pytest.raises(ConfigError, match="datasets could not open 'parquet': .*BatchSize must be greater than 0"):
         small_trainer(tmp_path / "runs").fit(MLP(in_features=4, num_classes=2, hidden=(8,)), data, FedAvg())
     assert not (tmp_path / "runs").exists()
+
+
+def _loud(value):
+    """A column transform of the test's own module: accepted, as a user's own function is."""
+    return torch.tensor([len(value)])
+
+
+def test_a_transform_that_is_a_library_function_is_refused_before_any_row_is_read(tmp_path, capsys):
+    """``transforms: {text: os.system}`` would run the dataset's text as shell commands: a column transform is
+    lightfed's or the user's own code, so it is refused in one line and no command runs."""
+    mark = tmp_path / "ran"
+    data = _saved(tmp_path, {"text": [f"touch {mark}"] * 40, "label": [0, 1] * 20})
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "data:\n  dataset:\n    class_path: lightfed.data.HuggingFace\n    init_args:\n"
+        f"      path: {data}\n      inputs: text\n      transforms: {{text: os.system}}\n      test_split: null\n"
+        "  partitioner: {class_path: lightfed.data.IIDPartitioner, init_args: {num_clients: 2}}\n"
+        "trainer: {clients_per_round: 2}\n"
+    )
+    argv = ["test", "--config", str(ROOT / "configs" / "quickstart.yaml"), "--config", str(config)]
+    assert refusal_lines([*argv, "--trainer.root_dir", str(tmp_path / "runs")], capsys) == [
+        "lightfed: error: HuggingFace's transforms['text']: posix.system is not lightfed's or your own code but "
+        "the standard library's or an installed package's, which would run on the dataset's values: name a "
+        "function or class of lightfed or of your own modules"
+    ]
+    assert not mark.exists() and not (tmp_path / "runs").exists()
+
+
+def test_lightfeds_and_the_users_own_transforms_are_accepted_and_library_functions_are_not():
+    text = "a"
+    source = HuggingFace("parquet", inputs="x", transforms={"x": _loud, "y": lambda v: v}, example_transform=None)
+    assert source.transforms["x"](text).tolist() == [1]
+    HuggingFace("parquet", transforms={"x": partial(_loud)}, example_transform=next_characters)
+    with pytest.raises(ConfigError, match=r"HuggingFace's example_transform: subprocess.run is not lightfed's"):
+        HuggingFace("parquet", example_transform=subprocess.run)
+    with pytest.raises(ConfigError, match=r"transforms\['x'\]: builtins.eval is not lightfed's"):
+        HuggingFace("parquet", transforms={"x": eval})
+    with pytest.raises(ConfigError, match=r"transforms\['x'\]: shutil.rmtree is not lightfed's"):
+        HuggingFace("parquet", transforms={"x": partial(shutil.rmtree)})

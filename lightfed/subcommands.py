@@ -1,7 +1,6 @@
 """The ``fit``, ``validate`` and ``test`` subcommands: their parser (LightningCLI's conventions on jsonargparse) and
 ``run``, which builds a config's components and runs one."""
 
-import os
 import sys
 
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
@@ -20,6 +19,7 @@ from lightfed.run.settings import trainer_settings
 from lightfed.run.trainer_base import check_seed
 from lightfed.strategies import FedAvg, Strategy
 from lightfed.trainer import FederatedTrainer
+from lightfed.user_modules import user_modules
 
 SUBCOMMANDS = {
     "fit": "Train the global model for trainer.rounds rounds.",
@@ -72,9 +72,14 @@ def build_parser() -> tuple[ArgumentParser, dict[str, ArgumentParser]]:
 
 def run(argv: list[str] | None = None, fork: bool = False) -> dict[str, float]:
     """Parses ``argv``, builds the components and runs the subcommand; returns its metrics. ``fork``: start the
-    other processes of a multi-process CPU run by forking this one (the command line does; ``launcher.start``)."""
+    other processes of a multi-process CPU run by forking this one (the command line does; ``launcher.start``). The
+    user's modules the command names are importable while it runs (``lightfed.user_modules``)."""
+    with user_modules(sys.argv[1:] if argv is None else argv):
+        return _run(argv, fork)
+
+
+def _run(argv: list[str] | None, fork: bool) -> dict[str, float]:
     parser, parsers = build_parser()
-    _add_import_paths(sys.argv[1:] if argv is None else argv)
     try:
         config = parser.parse_args(argv)
     except UnicodeDecodeError as error:  # jsonargparse reads a config file as UTF-8 text
@@ -127,16 +132,6 @@ def headline(metrics: dict[str, float]) -> str:
         if "/" not in k or (k.startswith("clients/") and k.endswith("_mean")) or "epsilon" in k.rsplit("/", 1)[-1]
     }
     return "last round: " + " ".join(f"{k}={v:.4g}" for k, v in sorted(shown.items())) + " (all metrics: the logs)"
-
-
-def _add_import_paths(argv: list[str]) -> None:
-    """The working folder and each ``--config`` file's folder on the import path (after the installed packages), so
-    that a config names the user's modules as a LightningCLI script beside them would."""
-    configs = [value for option, value in zip(argv, argv[1:], strict=False) if option in ("-c", "--config")]
-    configs += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
-    for folder in [os.getcwd(), *(os.path.dirname(os.path.abspath(config)) for config in configs)]:
-        if folder not in sys.path:
-            sys.path.append(folder)
 
 
 def _raise_logger_error(loggers: object) -> None:

@@ -5,7 +5,10 @@ See docs/guides/architecture.md."""
 from tests.test_import_graph import import_graph
 
 LAYERS = [
-    ("foundation", {"errors", "adapters", "distributions", "schedules", "streams", "data", "models", "optim"}),
+    (
+        "foundation",
+        {"errors", "user_modules", "adapters", "distributions", "schedules", "streams", "data", "models", "optim"},
+    ),
     ("core", {"core", "callbacks", "heterogeneity"}),
     ("algorithms", {"strategies", "local", "privacy", "attacks", "personalization", "ecado", "transforms"}),
     ("run", {"run", "asynchronous", "trainer", "launcher"}),

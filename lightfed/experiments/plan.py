@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lightfed.experiments.sweep_specs import Setting, SpecError
+from lightfed.user_modules import user_modules
 
 
 def short_key(key: str) -> str:
@@ -127,7 +128,8 @@ def plan_runs(
 
 def resolve_rounds(runs: list[Run]) -> dict[tuple[str, str], int]:
     """Validates each (config, setting)'s arguments with lightfed's own parser (nothing is trained) and returns
-    its trainer.rounds, the last round a finished run has logged."""
+    its trainer.rounds, the last round a finished run has logged. The user's modules are found as ``lightfed fit``
+    finds them (``lightfed.user_modules``)."""
     from lightfed.subcommands import build_parser
 
     parser = build_parser()[0]  # exit_on_error=False: an error is raised, not printed
@@ -135,7 +137,8 @@ def resolve_rounds(runs: list[Run]) -> dict[tuple[str, str], int]:
     for run in runs:
         if run.group not in rounds:
             try:
-                rounds[run.group] = parser.parse_args(run.argv)["fit"].trainer.rounds
+                with user_modules(run.argv):
+                    rounds[run.group] = parser.parse_args(run.argv)["fit"].trainer.rounds
             except Exception as error:  # jsonargparse's ArgumentError, or a config file it cannot read
                 raise SpecError(f"run {run.name}: {' '.join(str(error).split())}") from None
     return rounds

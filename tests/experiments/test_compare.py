@@ -18,6 +18,7 @@ import torch
 from lightfed.cli import main as lightfed_main
 from lightfed.experiments import compare, markdown, plan, run_logs, summaries, sweep_specs
 from tests.conftest import trainer_options
+from tests.test_cli import _readme_own_model_and_data
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = str(ROOT / "configs" / "quickstart.yaml")
@@ -590,3 +591,20 @@ def test_usable_needs_a_metric_where_higher_is_better(capsys, tmp_path):
         ["--configs", QUICKSTART, "--out", str(tmp_path), "--usable", "0.8", "--metric", "val_loss"], capsys
     )
     assert "--usable F needs 0 < F <= 1" in line
+
+
+def test_the_readmes_own_model_and_data_are_found_by_compare_as_by_fit(tmp_path, monkeypatch, capsys):
+    """``lightfed compare --configs mine.yaml`` beside mine.py, in the folder and from elsewhere."""
+    code, config = _readme_own_model_and_data()
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "mine.py").write_text(code)
+    (project / "mine.yaml").write_text(config)
+    monkeypatch.chdir(tmp_path)  # the config's folder, not the working folder, holds mine.py
+    try:
+        argv = ["--configs", "project/mine.yaml", "--rounds", "1", "--workers", "1", "--out", str(tmp_path / "cmp")]
+        assert compare.main(argv) == 0
+    finally:
+        sys.modules.pop("mine", None)
+    (run,) = json.loads((tmp_path / "cmp" / "results.json").read_text())["runs"]
+    assert run["status"] == "finished" and run["final"] > 0.5  # three blobs 3 apart: chance is 1/3

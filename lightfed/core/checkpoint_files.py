@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from lightfed.core.no_follow import open_new
 from lightfed.errors import CheckpointWriteError
 
 CONTAINERS = (dict, OrderedDict, list, tuple, torch.Size)
@@ -32,7 +33,7 @@ def write_file(path: Path, state: Any, keep_as: Path | None = None) -> None:
     kept = None if keep_as is None else keep_as.with_suffix(".tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as file:
+        with open_new(tmp) as file:  # a link planted as ``path.tmp`` is removed, not written through
             torch.save(state, file)
             file.flush()
             os.fsync(file.fileno())

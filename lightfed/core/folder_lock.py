@@ -1,5 +1,5 @@
 """A folder in use by a process: an exclusive ``flock`` on its ``.lock`` file, which ends with the process however it
-ends (a kill included), so a folder is never left locked."""
+ends (a kill included), so a folder is never left locked. A symbolic link in place of the lock file is never followed."""
 
 import fcntl
 import os
@@ -7,6 +7,8 @@ import shutil
 from contextlib import suppress
 from pathlib import Path
 from typing import IO
+
+from lightfed.core.no_follow import open_new, open_no_follow
 
 LOCK = ".lock"
 
@@ -25,7 +27,7 @@ class FolderLock:
         file made here appears already held (``_created_held``): ``remove_abandoned`` never sees it free."""
         if self._created_held():
             return True
-        file = open(self.path, "a+")
+        file = open_no_follow(self.path, "a+")  # a link in its place is refused (OSError), never truncated
         try:
             fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -45,7 +47,7 @@ class FolderLock:
         if self.path.exists():
             return False
         made = self.path.with_name(f"{LOCK}.{os.getpid()}.new")
-        file = open(made, "w+")
+        file = open_new(made, "w+")
         fcntl.flock(file, fcntl.LOCK_EX)  # a new file: no one else has it open
         file.write(f"{os.getpid()}\n")
         file.flush()

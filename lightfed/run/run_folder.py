@@ -6,6 +6,7 @@ from pathlib import Path
 
 import yaml
 
+from lightfed.core.no_follow import open_new
 from lightfed.errors import ConfigError
 
 CONFIG = "config.yaml"
@@ -61,5 +62,6 @@ def write_run_config(folder: Path, run_config: str) -> None:
     if match and isinstance(config.get("trainer"), dict):
         config["trainer"]["version"] = int(match[1])
     tmp = folder / (CONFIG + ".tmp")
-    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
+    with open_new(tmp, "w") as file:  # a link planted as the temporary file is removed, not written through
+        file.write(yaml.safe_dump(config, sort_keys=False))
     os.replace(tmp, folder / CONFIG)

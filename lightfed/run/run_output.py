@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from itertools import count
 from pathlib import Path
-from typing import Any, TextIO
+from typing import IO, Any
 
 import numpy as np
 import yaml
@@ -15,7 +15,8 @@ from lightning.fabric import Fabric
 from lightning.fabric.loggers import CSVLogger, Logger, TensorBoardLogger
 
 from lightfed.adapters import csv_logger_version, point_csv_logger_at, tensorboard_file_writer
-from lightfed.core.folder_lock import FolderLock
+from lightfed.core.folder_lock import LOCK, FolderLock
+from lightfed.core.no_follow import open_no_follow
 from lightfed.errors import ConfigError, LightfedError
 from lightfed.run.final_report import logged_part, summary
 from lightfed.run.hparams import flat_hparams, summary_hparams
@@ -54,6 +55,18 @@ def check_writable(folder: Path) -> None:
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         reason = "is not a folder" if not existing.is_dir() else "is not writable"
         raise ConfigError(f"cannot make the run folder {folder}: {existing} {reason}; change trainer.root_dir")
+
+
+def check_no_links(folder: Path) -> None:
+    """Refuses a run folder where a symbolic link stands in place of a file the run writes again (its lock, its
+    ``metrics.jsonl``, its ``labels.json``), before anything is written: the run never writes through a link (the
+    files are opened without following one), and would otherwise stop midway."""
+    for name in (LOCK, METRICS_FILE, LABELS_FILE):
+        if (folder / name).is_symlink():
+            raise ConfigError(
+                f"the run folder {folder} holds a symbolic link {name}, where the run writes its own file: remove the "
+                "link, then resume with --ckpt_path last"
+            )
 
 
 def in_use_check(folder: Path) -> FolderLock:
@@ -109,7 +122,7 @@ class RunOutput:
         self.lock: FolderLock | None = None
         self.loggers: list[Logger] = []
         self.hparams: dict[str, Any] = {}
-        self._lines: TextIO | None = None  # metrics.jsonl, open from its first line to ``close_metrics``
+        self._lines: IO[str] | None = None  # metrics.jsonl, open from its first line to ``close_metrics``
         self._flushed = 0.0  # when metrics.jsonl was last flushed (``time.monotonic``)
 
     def start(
@@ -121,6 +134,7 @@ class RunOutput:
         if self.fabric.is_global_zero:
             resumed = None if resume_from is None else run_folder_of(resume_from)
             folder = resumed or claim_run_folder(self.experiment, version)
+            check_no_links(folder)
             self.lock = in_use_check(folder)
             if run_config is not None:
                 write_run_config(folder, run_config)
@@ -133,7 +147,8 @@ class RunOutput:
     def write_label_names(self, names: list[str] | None) -> None:
         """``labels.json``, what each label code stands for, where the dataset coded its labels (process 0)."""
         if names is not None and self.fabric.is_global_zero:
-            (self.folder / LABELS_FILE).write_text(json.dumps(dict(enumerate(names)), indent=1))
+            with open_no_follow(self.folder / LABELS_FILE, "w") as file:
+                file.write(json.dumps(dict(enumerate(names)), indent=1))
 
     def log_hyperparams(self) -> None:
         """The run's config to every logger but TensorBoard (which takes it with the final metrics, ``finish``); for
@@ -168,7 +183,7 @@ class RunOutput:
             return
         path = self.metrics_file
         text = path.read_bytes() if path.is_file() else b""
-        with open(path, "a") as file:
+        with open_no_follow(path, "a") as file:
             if text and not text.endswith(b"\n"):
                 file.write("\n")
             if round > 0 and f'{{"round": {round},'.encode() not in text:
@@ -205,7 +220,7 @@ class RunOutput:
         thirtieth)."""
         if self.fabric.is_global_zero:
             if self._lines is None:
-                self._lines = open(self.metrics_file, "a")  # noqa: SIM115 (``close_metrics``)
+                self._lines = open_no_follow(self.metrics_file, "a")  # ``close_metrics`` closes it
             self._lines.write(json.dumps(line) + "\n")
             if time.monotonic() - self._flushed >= FLUSH_SECONDS:
                 self.flush_metrics()

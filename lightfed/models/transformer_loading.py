@@ -1,5 +1,6 @@
 """A Hugging Face ``transformers`` model built from a local folder or from a config, never downloaded."""
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -35,17 +36,38 @@ def transformer(
         model_type = settings_config.pop("model_type", None)
         if model_type is None:
             raise ConfigError("model.config needs a model_type (e.g. llama, gpt2, bert), as a config.json has")
-        model = builder.from_config(transformers.AutoConfig.for_model(model_type, **settings_config, **settings))
+        if model_type not in transformers.CONFIG_MAPPING:
+            raise ConfigError(
+                f"model.config's model_type {model_type!r} is not one of transformers' (e.g. llama, gpt2, bert)"
+            )
+        try:
+            model = builder.from_config(transformers.AutoConfig.for_model(model_type, **settings_config, **settings))
+        except (ValueError, TypeError, RuntimeError) as error:  # a size or a setting the model cannot take
+            reason = " ".join(f"{type(error).__name__}: {error}".split())
+            raise ConfigError(
+                f"model.config: transformers cannot build a {model_type} model from it: {reason}"
+            ) from error
     else:
+        assert pretrained is not None  # exactly one of the two
+        folder = Path(pretrained).expanduser()
+        if not folder.is_dir():
+            raise ConfigError(
+                f"model.pretrained {pretrained!r} is not a folder: give a local folder that save_pretrained wrote"
+            )
+        if not (folder / "config.json").is_file():
+            raise ConfigError(
+                f"model.pretrained {pretrained!r} has no config.json: give a folder that save_pretrained wrote"
+            )
         quantized: dict[str, Any] = {}
         if load_in_4bit:
             quantized["quantization_config"] = transformers.BitsAndBytesConfig(
                 load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16
             )
         try:
-            model = builder.from_pretrained(pretrained, local_files_only=True, **quantized, **settings)
-        except OSError as error:
-            raise ConfigError(f"model.pretrained {pretrained!r}: {error}".splitlines()[0]) from error
+            model = builder.from_pretrained(str(folder), local_files_only=True, **quantized, **settings)
+        except (OSError, ValueError) as error:  # no weights, a corrupt file
+            reason = " ".join(f"{type(error).__name__}: {error}".split())
+            raise ConfigError(f"model.pretrained {pretrained!r}: {reason}") from error
         if load_in_4bit:
             from peft import prepare_model_for_kbit_training
 

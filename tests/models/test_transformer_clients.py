@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from lightfed.errors import ConfigError
 from lightfed.models import CausalLM, LoRA, SequenceClassifier
-from tests.conftest import fit_in_subprocess
+from tests.conftest import fit_in_subprocess, refusal_lines
 from tests.models.tiny_transformers import LLAMA, causal_lm, classifier
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "llm"
@@ -68,6 +68,42 @@ def test_bad_settings_are_refused_in_one_line(settings, message):
     with pytest.raises(ConfigError, match=message) as refused:
         CausalLM(**settings)
     assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("model_class", [CausalLM, SequenceClassifier])
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("empty", "model.pretrained '{folder}' has no config.json: give a folder that save_pretrained wrote"),
+        ("nowhere", "model.pretrained '{folder}' is not a folder: give a local folder that save_pretrained wrote"),
+        ("nonsense", "model.config's model_type 'nonsense' is not one of transformers' (e.g. llama, gpt2, bert)"),
+        (
+            "negative",
+            "model.config: transformers cannot build a llama model from it: RuntimeError: Trying to create tensor "
+            "with negative dimension -4: [16, -4]",
+        ),
+    ],
+    ids=["empty", "nowhere", "nonsense", "negative"],
+)
+def test_a_bad_folder_or_config_is_refused_in_one_line(model_class, setting, message, tmp_path, capsys):
+    folder = tmp_path / setting
+    if setting == "empty":
+        folder.mkdir()
+    config = {**LLAMA, "model_type": "nonsense"} if setting == "nonsense" else {**LLAMA, "hidden_size": -4}
+    settings = dict(pretrained=str(folder)) if setting in ("empty", "nowhere") else dict(config=config)
+    with pytest.raises(ConfigError) as refused:
+        model_class(**({"num_classes": 2} if model_class is SequenceClassifier else {}), **settings)
+    assert str(refused.value) == message.format(folder=folder)
+
+
+def test_an_empty_pretrained_folder_ends_the_command_in_one_line(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    argv = ["fit", "--model", "lightfed.models.CausalLM", "--model.pretrained", str(tmp_path / "empty")]
+    assert refusal_lines([*argv, "--trainer.root_dir", str(tmp_path / "runs")], capsys) == [
+        f"lightfed: error: model.pretrained '{tmp_path / 'empty'}' has no config.json: give a folder that "
+        "save_pretrained wrote"
+    ]
+    assert not (tmp_path / "runs").exists()
 
 
 def test_lora_settings_are_checked():

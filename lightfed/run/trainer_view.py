@@ -3,22 +3,41 @@
 from lightning.fabric import Fabric
 
 
+class DiffersByClient(Exception):
+    """A read of what differs between the clients of a step computed together (vectorized training)."""
+
+
 class TrainerView:
     """Read-only state of the process and of the pass the module is in.
 
     In a client's local training (one client, one round, like a short Lightning fit): ``training`` is true,
     ``current_epoch`` is the local epoch (0, 1, ... within the round), ``global_step`` the client's optimizer steps so
     far in the round, ``round`` and ``client_id`` say which. In an evaluation of the global model ``validating`` or
-    ``testing`` is true, ``client_id`` is None and the counters are 0.
+    ``testing`` is true, ``client_id`` is None and the counters are 0. While several clients' step is computed
+    together (``_together``), ``global_step`` is theirs, and reading ``client_id``, or ``current_epoch`` where their
+    epochs differ, raises ``DiffersByClient``.
     """
 
     def __init__(self, fabric: Fabric) -> None:
         self._fabric = fabric
         self._round, self._epoch, self._step, self._stage = 0, 0, 0, ""
         self._client_id: int | None = None
+        self._differs: tuple[str, ...] = ()  # what differs between the clients of the step computed together
 
     def _enter(self, stage: str, round: int = 0, client_id: int | None = None) -> None:
         self._stage, self._round, self._client_id, self._epoch, self._step = stage, round, client_id, 0, 0
+        self._differs = ()
+
+    def _together(self, step: int, epochs: set[int]) -> None:
+        """The step ``step`` of several clients computed together, in the local ``epochs``."""
+        self._step, self._epoch = step, min(epochs)
+        self._differs = ("client_id",) if len(epochs) == 1 else ("client_id", "current_epoch")
+
+    def _read(self, name: str) -> None:
+        if name in self._differs:
+            raise DiffersByClient(
+                f"reads trainer.{name} in training_step, which differs between the clients trained together"
+            )
 
     @property
     def world_size(self) -> int:
@@ -46,10 +65,12 @@ class TrainerView:
 
     @property
     def client_id(self) -> int | None:
+        self._read("client_id")
         return self._client_id
 
     @property
     def current_epoch(self) -> int:
+        self._read("current_epoch")
         return self._epoch
 
     @property

@@ -41,6 +41,7 @@ from lightfed.run.client_training import Deliver, DeliverRows, TrainingJob
 from lightfed.run.client_workers import torch_threads
 from lightfed.run.stacked_batches import GatheredBatches, ListedBatches, device_index, joined
 from lightfed.run.stacked_classifier import stacked_classifier
+from lightfed.run.trainer_view import DiffersByClient
 from lightfed.run.vectorized_privacy import PrivateClients
 from lightfed.strategies.fedprox import ProximalTerm
 
@@ -179,9 +180,11 @@ class VectorizedClients:
     ``AUTO_BLOCK`` consecutive jobs of the round (fewer if memory says so), which the engine deals to processes whole,
     so that a client's rounding does not depend on the number of processes. Refused, in one line, for a module,
     optimizer or plan it cannot run exactly: ``why_not_vectorized``, and a local rule that does not declare
-    ``LocalRule.vectorizes``. With ``auto`` (``clients_in_parallel: auto``) such a job trains alone instead, a model
-    whose first chunk fails to vectorize (a random draw in ``training_step``, ...) trains one client at a time from
-    then on, which one line says, and torch runs on one intra-op thread, the same on any number of processes."""
+    ``LocalRule.vectorizes``, and in any chunk a ``training_step`` that draws a random number under vmap or reads what
+    differs between the clients computed together (``DiffersByClient``). With ``auto`` (``clients_in_parallel:
+    auto``) such a job trains alone instead, a model whose first chunk fails to vectorize, or whose ``training_step``
+    does either in any chunk, trains one client at a time from then on, which one line says, and torch runs on one
+    intra-op thread, the same on any number of processes."""
 
     lanes = 1
 
@@ -195,6 +198,7 @@ class VectorizedClients:
         self.block = 1 if self.strict else self.chunk  # 1: the engine balances the processes' shares
         self._alone = False  # every client trains alone: the model failed to vectorize (not strict)
         self._tried = False
+        self._per_epoch: list[int] = []  # the batches of an epoch of each client trained together
         self._step = _TrainingStep(client.module)
         named = federated_parameters(client.module)  # the order of the flat parameters
         groups = client.optimizer.optimizer.param_groups
@@ -279,25 +283,30 @@ class VectorizedClients:
             try:
                 trained.append((part, self._train_together([jobs[i] for i in part])))
             except Exception as error:
-                if self.strict and not self._tried and _draws_under_vmap(error):
+                name = type(self.client.module).__name__
+                if self.strict and isinstance(error, DiffersByClient):
+                    raise ConfigError(
+                        f"trainer.clients_in_parallel vectorized: {name} {error}: set it to 'auto' or 1"
+                    ) from error
+                if self.strict and _draws_under_vmap(error):
                     where = (
                         "every example's gradient under DP-SGD is taken under vmap"
                         if self.private is not None
                         else "dropout is supported on batched matmuls, e.g. lightfed's MLP"
                     )
                     raise ConfigError(
-                        f"trainer.clients_in_parallel vectorized: {type(self.client.module).__name__} draws random "
-                        f"numbers in training_step under vmap, which cannot give each client its own ({where}): set "
-                        "it to 'auto' or 1"
+                        f"trainer.clients_in_parallel vectorized: {name} draws random numbers in training_step under "
+                        f"vmap, which cannot give each client its own ({where}): set it to 'auto' or 1"
                     ) from error
-                if self.strict or self._tried:
+                in_training_step = isinstance(error, DiffersByClient) or _draws_under_vmap(error)
+                if self.strict or (self._tried and not in_training_step):
                     raise
                 self._alone = True
                 self.client.fabric.print(
-                    f"trainer.clients_in_parallel auto trains one client at a time: {type(self.client.module).__name__}"
-                    f" does not train vectorized ({type(error).__name__}: {str(error).splitlines()[0]})"
+                    f"trainer.clients_in_parallel auto trains one client at a time: {name} does not train vectorized "
+                    f"({type(error).__name__}: {str(error).splitlines()[0]})"
                 )
-                return []
+                return trained
             finally:
                 self._tried = True
         return trained
@@ -358,6 +367,9 @@ class VectorizedClients:
         if not module.training:
             module.train()
         view._enter("train", jobs[0].plan.round)
+        self._per_epoch = [
+            client.data.batches_of(n) for n in client.data.client_sizes([j.plan.client_id for j in jobs])
+        ]
         clip = plain_sgd is None and client.gradient_clip_val is not None
         flat = private is not None or bool(rules) or clip  # the step's gradients are read as rows of the flat ones
         try:
@@ -595,6 +607,7 @@ class VectorizedClients:
         to its client's entry of ``losses`` and logs what the module logs, as its clients one at a time would
         (batch-size weighted)."""
         batch, size, generators = stacked
+        self._show(group, step)
         whole = len(group) == buffers.shape[0]
         index = None if whole else device_index(group, buffers.device)
         statistics_rows = buffers if index is None else buffers.index_select(0, index)
@@ -619,6 +632,10 @@ class VectorizedClients:
             self._logged_rows.add(name, values, self._logged_sizes.get(name) or size)
         return loss.sum()
 
+    def _show(self, clients: list[int], step: int) -> None:
+        """``self.trainer`` of the ``clients`` (by position) computed together at ``step``: their step and epochs."""
+        self.client.view._together(step, {step // self._per_epoch[k] for k in clients})
+
     def _private_step(
         self,
         private: PrivateClients,
@@ -638,6 +655,7 @@ class VectorizedClients:
         owner = device_index([k for k, size in zip(active, sizes, strict=True) for _ in range(size)], weights.device)
         per_example = weights.new_zeros(0, weights.shape[1])
         if owner.numel():
+            self._show(active, step)
             rows = weights.index_select(0, owner).requires_grad_()
             params = {name: rows[:, s : s + math.prod(shape)].reshape(-1, *shape) for name, _, s, shape in self.layout}
             statistics_rows = buffers.index_select(0, owner)

@@ -14,6 +14,7 @@ from lightfed.run import client_memory
 from lightfed.run.client import ClientTrainer
 from lightfed.run.client_memory import EXAMPLE_COPIES, WEIGHT_COPIES, client_bytes
 from lightfed.run.vectorized_clients import VectorizedClients
+from tests.run.test_vectorized_trainer_view import VNet, _fit, _one_at_a_time
 
 
 def _client(model, batch_size):
@@ -54,3 +55,51 @@ def test_a_chunk_holds_as_many_clients_as_the_budget_allows(monkeypatch):
     per_client = client_bytes(client)
     monkeypatch.setattr(client_memory, "MAX_CHUNK_BYTES", 10 * per_client + 1)
     assert VectorizedClients(client).chunk == 10 and VectorizedClients(client, auto=True).block == 10
+
+
+class _RunningMeanMLP(MLP):
+    """Subtracts a running mean of its inputs, updated in place by ``training_step``, and records what its trainer
+    says there."""
+
+    def __init__(self) -> None:
+        super().__init__(64, 10, hidden=[16])
+        self.register_buffer("mean", torch.zeros(64))
+        self.seen: list[tuple] = []
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch[0].flatten(1), batch[1]
+        self.seen.append((self.trainer.training, self.trainer.client_id, self.trainer.round, self.global_step))
+        self.mean.mul_(0.9).add_(0.1 * x.mean(0))
+        with torch.no_grad():
+            next(self.parameters()).mul_(2.0)  # a parameter changed in place, too
+        return super().training_step((x - self.mean, y), batch_idx)
+
+
+def test_measuring_leaves_every_parameter_and_buffer_as_it_was_and_shows_client_0s_first_step():
+    L.seed_everything(0, verbose=False)
+    client = _client(_RunningMeanMLP(), 16)
+    before = [t.clone() for t in (*client.module.parameters(), *client.module.buffers())]
+    client_bytes(client)
+    after = [*client.module.parameters(), *client.module.buffers()]
+    assert all(torch.equal(a, b) for a, b in zip(after, before, strict=True))
+    assert client.module.seen == [(True, 0, 0, 0)]
+    assert client.view.client_id is None and not client.view.training  # the view left as it was found
+
+
+class _RunningMeanNet(VNet):
+    """The issue's module shape, subtracting a running mean of its inputs that ``training_step`` updates in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(60))
+
+    def training_step(self, batch, batch_idx):
+        self.mean.mul_(0.9).add_(0.1 * batch[0].mean(0))
+        return self.loss(batch, batch[0] - self.mean)
+
+
+def test_the_estimate_before_a_run_leaves_the_starting_model_as_one_at_a_time_starts_it(tmp_path):
+    auto = _fit(tmp_path / "auto", _RunningMeanNet(), rounds=1)
+    assert isinstance(auto.workers, VectorizedClients)
+    one = _one_at_a_time(tmp_path / "one", _RunningMeanNet(), rounds=1)
+    assert float((auto.params - one).abs().max() / one.abs().max()) <= 1e-5

@@ -1,5 +1,7 @@
 """``self.trainer`` of a LightningModule that lightfed drives: what a module reads, and nothing it could change."""
 
+from collections.abc import Callable
+
 from lightning.fabric import Fabric
 
 
@@ -22,22 +24,15 @@ class TrainerView:
         self._fabric = fabric
         self._round, self._epoch, self._step, self._stage = 0, 0, 0, ""
         self._client_id: int | None = None
-        self._differs: tuple[str, ...] = ()  # what differs between the clients of the step computed together
+        self._epochs: Callable[[], set[int]] | None = None  # the local epochs of the clients computed together
 
     def _enter(self, stage: str, round: int = 0, client_id: int | None = None) -> None:
         self._stage, self._round, self._client_id, self._epoch, self._step = stage, round, client_id, 0, 0
-        self._differs = ()
+        self._epochs = None
 
-    def _together(self, step: int, epochs: set[int]) -> None:
-        """The step ``step`` of several clients computed together, in the local ``epochs``."""
-        self._step, self._epoch = step, min(epochs)
-        self._differs = ("client_id",) if len(epochs) == 1 else ("client_id", "current_epoch")
-
-    def _read(self, name: str) -> None:
-        if name in self._differs:
-            raise DiffersByClient(
-                f"reads trainer.{name} in training_step, which differs between the clients trained together"
-            )
+    def _together(self, step: int, epochs: Callable[[], set[int]]) -> None:
+        """The step ``step`` of several clients computed together, in the local epochs ``epochs()``."""
+        self._step, self._epochs = step, epochs
 
     @property
     def world_size(self) -> int:
@@ -65,12 +60,17 @@ class TrainerView:
 
     @property
     def client_id(self) -> int | None:
-        self._read("client_id")
+        if self._epochs is not None:
+            raise _differs("client_id")
         return self._client_id
 
     @property
     def current_epoch(self) -> int:
-        self._read("current_epoch")
+        if self._epochs is not None:
+            epochs = self._epochs()
+            if len(epochs) > 1:
+                raise _differs("current_epoch")
+            (self._epoch,) = epochs
         return self._epoch
 
     @property
@@ -101,3 +101,7 @@ class TrainerView:
     @property
     def loggers(self) -> list:
         return []
+
+
+def _differs(name: str) -> DiffersByClient:
+    return DiffersByClient(f"reads trainer.{name} in training_step, which differs between the clients trained together")

@@ -634,7 +634,8 @@ class VectorizedClients:
 
     def _show(self, clients: list[int], step: int) -> None:
         """``self.trainer`` of the ``clients`` (by position) computed together at ``step``: their step and epochs."""
-        self.client.view._together(step, {step // self._per_epoch[k] for k in clients})
+        per_epoch = self._per_epoch
+        self.client.view._together(step, lambda: {step // per_epoch[k] for k in clients})
 
     def _private_step(
         self,

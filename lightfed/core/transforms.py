@@ -9,6 +9,10 @@ so a transform stands in front of any strategy (norm bounding in front of Krum).
 A transform that ``seals`` (secure aggregation) stands last: it receives the client's whole contribution to the
 round's sums (the strategy's and the transforms' before it) and adds its sealed form into its own sums instead; its
 server half writes the plain sums back before the others read them.
+
+A transform that ``bounds_norm`` (a clip: UserLevelDP, NormBounding) sets a bound that the noise or the defence after it
+assumes of every delta clients send; each transform after it must keep that bound (``keeps_norm_bounds``): a
+compressor stands before it.
 """
 
 from collections.abc import Callable, Sequence
@@ -47,12 +51,20 @@ class Transform:
     """One stage of the pipeline; the base changes nothing."""
 
     seals = False  # whether ``seal`` replaces the client's contribution to the sums (it then stands last)
+    bounds_norm = False  # whether every delta it sends has an L2 norm at most a bound it sets (a clip)
+    noises_deltas = False  # whether it adds noise to the deltas it sends (a clip after it would shrink that noise)
     keeps_client_models = False  # whether ``client_model`` gives clients models of their own (personalization)
 
     @property
     def requirements(self) -> Requirements:
         """What it needs of the run, checked with the strategy's in one place (``check_requirements``)."""
         return Requirements()
+
+    @property
+    def keeps_norm_bounds(self) -> bool:
+        """Whether no delta it sends is longer in L2 than the one it got, so that a bound set before it still holds.
+        Default: where it seals, bounds norms itself, or its class changes no update."""
+        return self.seals or self.bounds_norm or type(self).contribution is Transform.contribution
 
     def setup(self, context: TransformContext) -> None:
         """Called once before the first round (and before a resume)."""
@@ -114,15 +126,33 @@ class Transform:
         """Restores what ``state_dict`` returned."""
 
 
+def check_norm_bounds(transforms: Sequence[Transform]) -> None:
+    """Raises ``ConfigError`` when a transform after one that ``bounds_norm`` does not keep its bound, or clips what
+    one that ``noises_deltas`` has noised."""
+    for i, bound in enumerate(transforms):
+        for after in transforms[i + 1 :] if bound.bounds_norm else ():
+            if after.keeps_norm_bounds and not (bound.noises_deltas and after.bounds_norm):
+                continue
+            it, reason = type(after).__name__, "the bound would not hold for what clients send"
+            if after.keeps_norm_bounds:
+                reason = "the noise clients add would shrink below what is accounted"
+            raise ConfigError(
+                f"transforms: {it} may change the deltas that {type(bound).__name__} has bounded in norm, so {reason}: "
+                f"put {it} before {type(bound).__name__}"
+            )
+
+
 class Pipeline:
     """The run's transforms in order (none: updates go to the strategy as trained)."""
 
     def __init__(self, transforms: Sequence[Transform] = ()) -> None:
-        """Raises ``ConfigError`` when a sealing transform is not last."""
+        """Raises ``ConfigError`` when a sealing transform is not last, or a transform after one that bounds norms
+        does not keep the bound."""
         self.transforms = list(transforms)
         sealing = [t for t in self.transforms if t.seals]
         if sealing and sealing[0] is not self.transforms[-1]:
             raise ConfigError(f"transforms: {name_of(sealing[0])} seals what clients send: it must be the last one")
+        check_norm_bounds(self.transforms)
         self.sealer = sealing[0] if sealing else None
         self.unsealed = self.transforms[:-1] if self.sealer else self.transforms
         self._scratch: Sums | None = None

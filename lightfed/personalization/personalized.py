@@ -28,6 +28,7 @@ class Personalized(Transform):
     ``client_model`` gives the weights a client is evaluated with (a client has none before it trains)."""
 
     keeps_client_models = True
+    keeps_norm_bounds = True  # it takes the personal weights out of a client's report and at most zeroes coordinates
     own_requirements = Requirements(
         client_state=True, sends=frozenset({Sent(PERSONAL, "kept"), Sent(PERSONAL_BUFFERS, "kept")}), sums_path=True
     )

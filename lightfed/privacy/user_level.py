@@ -40,7 +40,11 @@ class UserLevelDP(Transform):
     model. Epsilon (Opacus' accountant, at ``target_delta``, one subsampled Gaussian step per round) is logged every
     round as ``user_level_dp/epsilon``, kept in checkpoints, and with ``target_epsilon`` the run stops (with a
     checkpoint of the last round within it) at the first round that would exceed it.
+
+    The noise assumes the clip: a transform that may change deltas (a compressor) stands before it.
     """
+
+    bounds_norm = True
 
     def __init__(
         self,
@@ -106,6 +110,7 @@ class UserLevelDP(Transform):
         )
         self.count_stddev, self.sampling, self.sample_rate, self.noise = count_stddev, sampling, sample_rate, noise
         self.target_epsilon, self.target_delta, self.mechanism = target_epsilon, target_delta, accountant
+        self.noises_deltas = noise == "distributed"  # each client adds its share of the noise to what it sends
 
     @property
     def requirements(self) -> Requirements:

@@ -25,6 +25,8 @@ class NormBounding(Transform):
     """Each client's delta scaled to L2 norm at most ``max_norm``; logs the fraction of the round's clients whose delta
     was clipped (``norm_bounding/clipped_fraction``)."""
 
+    bounds_norm = True
+
     def __init__(self, max_norm: float) -> None:
         """
         Args:

@@ -14,6 +14,7 @@ import traceback
 import warnings
 
 from lightfed.adapters import run_exit_handlers
+from lightfed.run.cores import share_cores
 
 
 class Forks:
@@ -102,9 +103,10 @@ def quiet_srun_hint() -> None:
 def start(trainer: dict) -> None:
     """Starts processes 1.. of a single-node CPU run (``trainer``: the parsed trainer settings) as forks of this one,
     which has imported and parsed everything already (Lightning would start each as a new interpreter that does both
-    again). The forks find the launcher's environment variables, so ``Fabric.launch`` starts nothing more; elsewhere
-    (a GPU, several nodes, a cluster's own launcher, threads running) this does nothing and Lightning starts the
-    processes as usual."""
+    again), each process with its share of the cores as torch's threads (``share_cores``). The forks find the
+    launcher's environment variables, so ``Fabric.launch`` starts nothing more; with threads running Lightning starts
+    the processes, which find the share in ``OMP_NUM_THREADS``; elsewhere (a GPU, several nodes, a cluster's own
+    launcher) this does nothing and Lightning starts the processes and sets their threads as usual."""
     quiet_srun_hint()
     from lightning.fabric.plugins.environments import (
         LightningEnvironment,
@@ -119,13 +121,13 @@ def start(trainer: dict) -> None:
     clusters = (TorchElasticEnvironment, SLURMEnvironment, LSFEnvironment, MPIEnvironment)  # Fabric's, in its order
     if (
         trainer.get("accelerator") != "cpu"
-        or devices < 2
         or trainer.get("num_nodes", 1) != 1
         or "LOCAL_RANK" in os.environ
-        or not hasattr(os, "fork")
-        or threading.active_count() > 1
         or any(cluster.detect() for cluster in clusters)
     ):
+        return
+    share_cores(max(devices, 1))  # this process and those it starts: each its share of the cores
+    if devices < 2 or not hasattr(os, "fork") or threading.active_count() > 1:
         return
     environment = LightningEnvironment()  # the variables Lightning's subprocess launcher sets
     os.environ["MASTER_ADDR"] = environment.main_address

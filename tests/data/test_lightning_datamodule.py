@@ -1,5 +1,8 @@
 """A LightningDataModule as a dataset source: its datasets, transforms and labels, split across clients."""
 
+import operator
+import os
+
 import lightning as L
 import numpy as np
 import pytest
@@ -73,6 +76,13 @@ def _blobs_labels() -> list[int]:
     module = BlobsDataModule()
     module.setup("fit")
     return module.train.tensors[1].tolist()
+
+
+@pytest.mark.parametrize("library_function", [os.system, eval, operator.itemgetter(0)])
+def test_a_label_key_that_is_a_library_function_is_refused_before_any_example_is_read(library_function):
+    """Refused where the source is built, before the module's setup reads an example."""
+    with pytest.raises(ConfigError, match=r"^label_key: .* not lightfed's or your own code"):
+        DataModuleSource(DictBlobs(), label_key=library_function)
 
 
 def test_a_dataset_without_labels_splits_iid_and_is_refused_by_a_label_partitioner():

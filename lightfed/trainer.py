@@ -18,7 +18,7 @@ from lightfed.run.checkpoint import kept_checkpoint, restore_rng_states
 from lightfed.run.determinism import deterministic_algorithms
 from lightfed.run.engine import RoundEngine
 from lightfed.run.final_report import final_report
-from lightfed.run.resume import check_resume
+from lightfed.run.resume import check_resume, resume_line
 from lightfed.run.run_output import run_folder_of
 from lightfed.run.run_parts import RunParts
 from lightfed.run.run_state import RunState
@@ -58,7 +58,9 @@ class FederatedTrainer(TrainerBase):
                 return resume[1].metrics
             parts = self._set_up(model, data, strategy, Pipeline([self.attack, *transforms]))
             resume_from = None if resume is None else resume[0]
-            self.output.start(resume_from, self.version, run_config, {"seed": self.seed, "rounds": self.rounds})
+            resumed_round = 0 if resume is None else resume[1].round
+            hparams = {"seed": self.seed, "rounds": self.rounds}
+            self.output.start(resume_from, self.version, run_config, hparams, resumed_round)
             self.output.write_label_names(data.label_names)
             if resume is not None:
                 self._resume(*resume, parts)
@@ -113,6 +115,7 @@ class FederatedTrainer(TrainerBase):
             self.preemption.requested.set()
             self.should_stop = True
         evaluated = parts.strategy.evaluated(self.params)  # the weights evaluated (self.params: the iterate)
+        validation: dict[str, float] = {}
         if self.due(self.evaluation.interval) and evaluation.client.data.has_validation:  # evaluate
             validation = evaluation.global_model("validation_step", evaluated, self.buffers)
             self.hooks("on_evaluation_end", trainer=self, metrics=validation)
@@ -123,12 +126,10 @@ class FederatedTrainer(TrainerBase):
         self.best.update(self.round, metrics, evaluated, self.buffers)
         self.last_metrics = metrics
         self.hooks("on_round_end", trainer=self, round=round, metrics=metrics)
-        checkpoint = self.should_stop or self.due(self.checkpoint_interval)
-        if checkpoint:  # checkpoint, then log what it holds
-            self._checkpoint(parts)
+        self._check_monitor(validation, metrics)
         self.output.log_round(self.round, metrics)
-        if checkpoint:
-            self.output.save()
+        if self.should_stop or self.due(self.checkpoint_interval):  # log, then checkpoint what the logs hold
+            self._checkpoint(parts)
 
     def _set_up(
         self, model: LightningModule, data: FederatedDataModule, strategy: Strategy, transforms: Pipeline
@@ -164,6 +165,7 @@ class FederatedTrainer(TrainerBase):
             data, self.clients_per_round, partial(source.planned, self.rounds)
         )
         self.round, self.should_stop, self.last_metrics, self._process_states = 0, False, {}, None
+        self.started_for = self.rounds
         evaluation = self._evaluation(transforms, data, workers.reference)
         return RunParts(workers, strategy, transforms, source, engine, evaluation, fixed)
 
@@ -171,7 +173,7 @@ class FederatedTrainer(TrainerBase):
         """Writes what each process alone holds (its clients' states, its slices) in its own file, then ``last.ckpt``
         (process 0): nothing is gathered to one process. A collective call."""
         strategy, folder, name = parts.strategy, self.checkpoint_path.parent / PROCESS_STATES, f"round_{self.round}"
-        self.output.flush_metrics()  # the lines of the rounds before it are on the disk before the checkpoint is
+        self.output.save()  # the loggers' and metrics.jsonl's rounds are on the disk before the checkpoint is
         own = ProcessStores(strategy, self.privacy, parts.transforms).process_state()
         held = parts.fixed_process or any(own.values())  # without fixed processes, the same on every process
         files = save_process_states(self.fabric, folder, name, own, held)
@@ -201,4 +203,5 @@ class FederatedTrainer(TrainerBase):
         checkpoint = saved.checkpoint()
         parts.training.reference.module.on_load_checkpoint(checkpoint)
         self.hooks("on_load_checkpoint", trainer=self, checkpoint=checkpoint)
-        self.fabric.print(f"resuming {self.log_dir} from round {self.round}")
+        self.started_for = saved.started_for or self.started_for
+        self.fabric.print(resume_line(self.log_dir, self.round, self.rounds, saved.started_for))

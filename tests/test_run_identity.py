@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lightfed.callbacks import Callback
 from lightfed.cli import main, run
 from lightfed.data import Digits, DirichletPartitioner
 from lightfed.data.module import FederatedDataModule
@@ -275,5 +276,38 @@ def test_a_run_folder_in_use_by_another_process_is_refused_until_that_process_di
     holder.wait(timeout=300)
     capsys.readouterr()
     run(["fit", *tiny, "--ckpt_path", "last", "--trainer.rounds", "3"])
-    assert f"resuming {folder} from round 2\n" in capsys.readouterr().out
+    assert f"resuming {folder} from round 2 of 3 (started for 2)\n" in capsys.readouterr().out
     assert _rounds(folder) == [1, 2, 3]
+
+
+class StopAfterRound2(Callback):
+    def on_round_end(self, trainer, round, metrics):
+        trainer.should_stop = trainer.should_stop or trainer.round == 2
+
+
+def test_a_resume_says_the_rounds_it_goes_to_and_those_the_run_was_started_for(tmp_path, capsys):
+    small_trainer(tmp_path, rounds=6, callbacks=[StopAfterRound2()]).fit(small_model(), small_data(), FedAvg())
+    folder = tmp_path / "lightfed" / "version_0"
+    capsys.readouterr()
+    small_trainer(tmp_path, rounds=3).fit(small_model(), small_data(), FedAvg(), ckpt_path="last")
+    assert f"resuming {folder} from round 2 of 3 (started for 6)\n" in capsys.readouterr().out
+    small_trainer(tmp_path, rounds=6).fit(small_model(), small_data(), FedAvg(), ckpt_path="last")
+    assert f"resuming {folder} from round 3 of 6\n" in capsys.readouterr().out  # started for 6, as it goes on
+
+
+def test_a_monitor_the_validation_does_not_log_is_named_once_and_may_change_on_a_resume(tiny, tmp_path, capsys):
+    run(["fit", *tiny, "--trainer.rounds", "1", "--trainer.monitor", "val_accuracy"])
+    folder = tmp_path / "runs" / "tiny" / "version_0"
+    warned = [line for line in capsys.readouterr().out.splitlines() if line.startswith("lightfed: warning:")]
+    assert warned == [
+        "lightfed: warning: trainer.monitor 'val_accuracy' was not logged in round 1, whose validation logged "
+        "val_acc, val_loss: the final report has no best round's test metrics without it; set trainer.monitor to "
+        "one of them (a resume may change it while no round was chosen on it)"
+    ]
+    own = ["--config", str(folder / "config.yaml"), "--ckpt_path", "last"]
+    run(["fit", *own, "--trainer.rounds", "2", "--trainer.monitor", "val_acc"])  # no round was chosen on it
+    assert "lightfed: warning" not in capsys.readouterr().out and _rounds(folder) == [1, 2]
+    final = json.loads((folder / "metrics.jsonl").read_text().splitlines()[-1])
+    assert final["monitor"] == "val_acc" and final["best_round"] == 2  # round 1 was not chosen on it: not kept
+    line = _refused(capsys, "fit", *own, "--trainer.rounds", "3", "--trainer.monitor", "val_loss")
+    assert 'trainer.monitor "val_acc" -> "val_loss"' in line  # once a round was chosen on it, it may not change

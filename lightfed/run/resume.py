@@ -16,6 +16,8 @@ from lightfed.run.fingerprint import check_fingerprint, fingerprint
 from lightfed.run.run_folder import version_folder
 from lightfed.run.run_state import RunState
 
+MONITOR = "trainer.monitor"  # the fingerprint's key of the metric the best round is chosen on
+
 
 def checkpoint_to_resume(fabric: Fabric, ckpt_path: str | None, experiment: Path, version: int | None) -> Path | None:
     """The checkpoint file ``ckpt_path`` names (found by process 0), None for a fresh start; "last" is the run
@@ -68,10 +70,21 @@ def run_fingerprint(
     )
 
 
+def resume_line(run: Path | None, round: int, rounds: int, started_for: int | None) -> str:
+    """What a resume says: ``resuming <run> from round 18 of 20 (started for 150)``, the last part when the run was
+    started for another number of rounds."""
+    started = "" if started_for in (None, rounds) else f" (started for {started_for})"
+    return f"resuming {run} from round {round} of {rounds}{started}"
+
+
 def check_resume(path: Path, state: RunState, current: dict[str, str], rounds: int, say: Callable[[str], None]) -> bool:
-    """Refuses a resume whose settings differ from those of the checkpoint's run, or with fewer ``rounds`` than it has
-    done; True when the run is already complete (nothing to do, ``say``s so)."""
-    check_fingerprint(state.fingerprint, current, str(path))
+    """Refuses a resume whose settings differ from those of the checkpoint's run (``trainer.monitor`` may change while
+    no round has been chosen on it), or with fewer ``rounds`` than it has done; True when the run is already complete
+    (nothing to do, ``say``s so)."""
+    saved = state.fingerprint
+    if saved is not None and state.best_round is None:
+        saved, current = ({k: v for k, v in each.items() if k != MONITOR} for each in (saved, current))
+    check_fingerprint(saved, current, str(path))
     if state.round > rounds:
         raise ConfigError(
             f"{path} is at round {state.round}, beyond trainer.rounds {rounds}: set trainer.rounds above {state.round} "

@@ -93,9 +93,11 @@ def into_folder(logger: CSVLogger, folder: Path) -> None:
     point_csv_logger_at(logger, str(folder), next(name for name in names if not (folder / name).exists()))
 
 
-def run_loggers(folder: Path, logger: bool | Logger | list[Logger]) -> list[Logger]:
+def run_loggers(folder: Path, logger: bool | Logger | list[Logger], resumed_round: int = 0) -> list[Logger]:
     """The loggers of a run in ``folder``: TensorBoard there (unless ``logger`` is false), then the given ones; a
-    CSV logger without a ``version`` of its own writes into ``folder/csv`` (``into_folder``)."""
+    CSV logger without a ``version`` of its own writes into ``folder/csv`` (``into_folder``). A run resumed after
+    ``resumed_round`` rounds hides from TensorBoard the events of later rounds that a killed run had logged (its
+    ``purge_step``): the resume logs them again."""
     if logger is False:
         return []
     given = [] if logger is True else [logger] if isinstance(logger, Logger) else list(logger)
@@ -104,7 +106,10 @@ def run_loggers(folder: Path, logger: bool | Logger | list[Logger]) -> list[Logg
             into_folder(each, folder)
     if any(isinstance(each, TensorBoardLogger) for each in given):
         return given
-    tensorboard = RoundTensorBoardLogger(folder.parent.parent, folder.parent.name, folder.name, default_hp_metric=False)
+    purge = {"purge_step": resumed_round + 1} if resumed_round else {}
+    tensorboard = RoundTensorBoardLogger(
+        folder.parent.parent, folder.parent.name, folder.name, default_hp_metric=False, **purge
+    )
     return [tensorboard, *given]
 
 
@@ -126,10 +131,16 @@ class RunOutput:
         self._flushed = 0.0  # when metrics.jsonl was last flushed (``time.monotonic``)
 
     def start(
-        self, resume_from: Path | None, version: int | None, run_config: str | None, hparams: dict[str, Any]
+        self,
+        resume_from: Path | None,
+        version: int | None,
+        run_config: str | None,
+        hparams: dict[str, Any],
+        resumed_round: int = 0,
     ) -> None:
         """Fixes the run folder (the resumed run's, or a new ``version``), writes its config and builds the loggers;
-        ``hparams``: what the loggers record without a ``run_config``."""
+        ``hparams``: what the loggers record without a ``run_config``; ``resumed_round``: the rounds the checkpoint
+        resumed from holds (``run_loggers``)."""
         folder, written = None, None  # the config as written, with its version
         if self.fabric.is_global_zero:
             resumed = None if resume_from is None else run_folder_of(resume_from)
@@ -141,7 +152,7 @@ class RunOutput:
                 written = yaml.safe_load((folder / CONFIG).read_text())
         self.log_dir, written = self.fabric.broadcast((folder, written))
         self.hparams = hparams if written is None else written
-        self.loggers = run_loggers(self.folder, self.logger)
+        self.loggers = run_loggers(self.folder, self.logger, resumed_round)
         self.log_hyperparams()
 
     def write_label_names(self, names: list[str] | None) -> None:
@@ -178,7 +189,8 @@ class RunOutput:
 
     def resume(self, round: int, metrics: dict[str, float]) -> None:
         """Closes a line of ``metrics.jsonl`` cut short by a kill (readers skip it and keep the rest) and writes again
-        the checkpointed round's line when a kill between the checkpoint and the line lost it."""
+        the checkpointed round's line when a crash lost it (the line reaches the file before the checkpoint is written,
+        but only the checkpoint is synced to the disk)."""
         if not self.fabric.is_global_zero:
             return
         path = self.metrics_file
@@ -200,16 +212,16 @@ class RunOutput:
                 logger.log_metrics(metrics, step=step)
 
     def save(self) -> None:
-        """Every logger writes what it holds (a CSV logger writes only every so many steps otherwise), and so does
-        ``metrics.jsonl``: at a checkpoint, so that a kill loses none of the rounds the checkpoint holds."""
+        """Every logger writes what it holds (a CSV logger writes only every so many steps otherwise; TensorBoard's
+        events are kept up to a second), and so does ``metrics.jsonl``: before a checkpoint, so that the logs hold every
+        round a checkpoint holds, whenever a kill comes."""
         for logger in self.loggers:
             with reported(logger):
                 logger.save()
         self.flush_metrics()
 
     def flush_metrics(self) -> None:
-        """Writes out the lines of ``metrics.jsonl`` not yet on the disk: before a checkpoint, so that a kill after it
-        loses none of the lines of the rounds it holds (``resume`` writes again the last one's, if lost)."""
+        """Writes out the lines of ``metrics.jsonl`` not yet in the file."""
         if self._lines is not None:
             self._lines.flush()
             self._flushed = time.monotonic()

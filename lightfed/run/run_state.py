@@ -30,6 +30,7 @@ class RunState:
     transforms: (
         list[dict[str, Any]] | None
     )  # each transform's state (None: a checkpoint from before transforms had one)
+    started_for: int | None = None  # trainer.rounds when the run started (None: a checkpoint from before it was kept)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def checkpoint(self) -> dict[str, Any]:

@@ -109,10 +109,12 @@ class TrainerBase:
         self.output = RunOutput(self.fabric, Path(output.root_dir) / output.name, output.logger)
         self.preemption = Preemption()
         self.round = 0  # rounds done
+        self.started_for = rounds  # trainer.rounds when the run started (a resume keeps its checkpoint's)
         self.should_stop = False  # set by a callback to stop after the current round (the same on every process)
         self.last_metrics: dict[str, float] = {}
         self.final_report: dict[str, Any] = {}  # the test set's metrics once fit has ended (none for a stopped run)
         self.best = BestRound(evaluation.monitor)
+        self._monitor_checked = False  # whether a validated round was checked for the monitor (``_check_monitor``)
         self.fingerprint: dict[str, str] = {}
         self.workers: ClientTraining | None = None  # built by fit, with the engine, the strategy and the rounds' source
         self.engine: RoundEngine | None = None
@@ -294,6 +296,7 @@ class TrainerBase:
             self.fingerprint,
             parts.source.state_dict(),
             parts.transforms.state_dict(),
+            self.started_for,
         )
 
     def _with_totals(self, metrics: dict[str, float]) -> dict[str, float]:
@@ -313,6 +316,20 @@ class TrainerBase:
     def _fingerprinted(self) -> dict[str, Any]:
         """The settings of this trainer a run's fingerprint holds when it has no config (a run from Python)."""
         return {"clients_per_round": self.clients_per_round, "local_work": vars(self.local_work)}
+
+    def _check_monitor(self, validation: dict[str, float], metrics: dict[str, float]) -> None:
+        """Warns, in one line naming what the validation logged, once a run's first validated round (``validation``)
+        lacks ``trainer.monitor`` while no round has been chosen on it."""
+        if not validation or self._monitor_checked:
+            return
+        self._monitor_checked = True
+        if self.best.round is None and self.monitor not in metrics:
+            self.fabric.print(
+                f"lightfed: warning: trainer.monitor {self.monitor!r} was not logged in round {self.round}, whose "
+                f"validation logged {', '.join(sorted(validation))}: the final report has no best round's test "
+                "metrics without it; set trainer.monitor to one of them (a resume may change it while no round was "
+                "chosen on it)"
+            )
 
     def due(self, every_n_rounds: int) -> bool:
         """Whether the round just done is one of every ``every_n_rounds`` (the last round always is)."""

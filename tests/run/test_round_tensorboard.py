@@ -109,3 +109,54 @@ def test_a_runs_scalars_come_before_its_hparams_session_end(tmp_path, monkeypatc
             kinds.append(value.tag if hparams else "scalar")
     session_end = kinds.index("_hparams_/session_end_info")
     assert kinds.count("scalar") > 2 and "scalar" not in kinds[session_end:]
+
+
+KILLED_AT_A_CHECKPOINT = """
+import os, signal, sys
+from lightfed import FedAvg
+from lightfed.run.run_state import RunState
+from tests.conftest import small_data, small_model, small_trainer
+
+save, after = RunState.save, sys.argv[2] == "after"
+
+def save_and_die_in_round_2(state, path):  # SIGKILL just before or just after last.ckpt takes its name
+    if state.round == 2 and not after:
+        os.kill(os.getpid(), signal.SIGKILL)
+    save(state, path)
+    if state.round == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+RunState.save = save_and_die_in_round_2
+small_trainer(sys.argv[1], rounds=3).fit(small_model(), small_data(), FedAvg())
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["before", "after"])
+def test_a_run_killed_at_a_checkpoint_and_resumed_has_each_round_once_in_tensorboard(tmp_path, moment):
+    """Killed just after round 2's checkpoint took its name (the resume goes on from round 2) or just before (it
+    repeats round 2): TensorBoard holds rounds 1, 2 and 3 once each, the same values as metrics.jsonl's."""
+    import json
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from lightfed import FedAvg
+    from tests.conftest import small_data, small_model, small_trainer
+
+    root = Path(__file__).resolve().parents[2]
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AT_A_CHECKPOINT, str(tmp_path), moment], cwd=root, timeout=600
+    )
+    assert killed.returncode == -9
+    (killed_events,) = tmp_path.rglob("events.out.tfevents.*")
+    while int(time.time()) <= int(killed_events.name.split(".")[3]):  # TensorBoard reads its files in name order,
+        time.sleep(0.05)  # the second they were made first: the resume's must come after the killed run's
+    small_trainer(tmp_path, rounds=3).fit(small_model(), small_data(), FedAvg(), ckpt_path="last")
+    (folder,) = tmp_path.rglob("version_0")
+    lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    logged = {line["round"]: line["val_acc"] for line in lines if "final" not in line}  # a later line replaces
+    written = _scalars(folder)["val_acc"]
+    assert [step for step, _ in written] == [1, 2, 3]
+    assert written == [(round, pytest.approx(value)) for round, value in sorted(logged.items())]

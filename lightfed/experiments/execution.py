@@ -2,14 +2,21 @@
 and ends."""
 
 import multiprocessing
+import multiprocessing.synchronize
+import signal
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from types import FrameType
 
 from lightfed.errors import DivergenceError, LightfedError
 from lightfed.experiments.plan import Run, setting_label
 from lightfed.experiments.sweep_specs import SpecError
 from lightfed.run.cores import available_cores
+
+_stopping: multiprocessing.synchronize.Event | None = None  # a pool worker's: set once Ctrl-C stopped the sweep
+_running = False  # whether this pool worker is training a run
 
 
 def divergence_marker(runs_dir: Path, name: str) -> Path:
@@ -48,7 +55,8 @@ def execute(run: Run, index: int, total: int, metric: str, runs_dir: Path) -> tu
 
 def execute_all(runs: list[Run], metric: str, runs_dir: Path, workers: int) -> bool:
     """Trains every run, ``workers`` at a time (one after the other in this process if 1), and prints the sweep's wall
-    time against the sum of the runs' own; False if lightfed refused a run."""
+    time against the sum of the runs' own; False if lightfed refused a run. After Ctrl-C no further run starts: the
+    runs in flight stop after their round and ``KeyboardInterrupt`` is raised once they have."""
     began = time.perf_counter()
     jobs = [(run, index, len(runs), metric, runs_dir) for index, run in enumerate(runs)]
     workers = min(workers, len(runs))
@@ -59,12 +67,19 @@ def execute_all(runs: list[Run], metric: str, runs_dir: Path, workers: int) -> b
 
         import lightfed.subcommands  # noqa: F401  (imported once, here: the forked workers start with it and Lightning)
 
-        threads = max(1, available_cores() // workers)
-        pool = ProcessPoolExecutor(workers, multiprocessing.get_context("fork"), torch.set_num_threads, (threads,))
+        context = multiprocessing.get_context("fork")
+        threads, stopping = max(1, available_cores() // workers), context.Event()
+        pool = ProcessPoolExecutor(workers, context, _start_worker, (torch.set_num_threads, threads, stopping))
         try:  # a worker that dies (out of memory) raises BrokenProcessPool here rather than hanging the sweep
-            outcomes = [future.result() for future in [pool.submit(execute, *job) for job in jobs]]
+            pooled = [future.result() for future in [pool.submit(_execute_in_pool, *job) for job in jobs]]
+        except KeyboardInterrupt:
+            stopping.set()
+            raise
         finally:
             pool.shutdown(cancel_futures=True)  # after an error or Ctrl-C, no further run starts
+        if None in pooled:  # a worker's run was stopped by Ctrl-C (sent to it alone)
+            raise KeyboardInterrupt
+        outcomes = [outcome for outcome in pooled if outcome is not None]
     wall = time.perf_counter() - began
     run_time = sum(seconds for _, seconds in outcomes)
     print(
@@ -72,3 +87,35 @@ def execute_all(runs: list[Run], metric: str, runs_dir: Path, workers: int) -> b
         flush=True,
     )
     return all(ok for ok, _ in outcomes)
+
+
+def _start_worker(
+    set_threads: Callable[[int], None], threads: int, stopping: multiprocessing.synchronize.Event
+) -> None:
+    """A pool worker's start: its torch threads, and Ctrl-C stops the sweep (between runs it only marks it stopped)."""
+    global _stopping
+    set_threads(threads)
+    _stopping = stopping
+
+    def on_ctrl_c(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+        if _running:  # before the run listens for Ctrl-C itself (it stops after its round then)
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_ctrl_c)
+
+
+def _execute_in_pool(run: Run, index: int, total: int, metric: str, runs_dir: Path) -> tuple[bool, float] | None:
+    """``execute`` in a pool worker; None if Ctrl-C stopped the sweep, before the run or during it."""
+    global _running
+    assert _stopping is not None, "a pool worker starts with _start_worker"
+    _running = True
+    try:
+        if _stopping.is_set():
+            return None
+        return execute(run, index, total, metric, runs_dir)
+    except KeyboardInterrupt:
+        _stopping.set()
+        return None
+    finally:
+        _running = False

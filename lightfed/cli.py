@@ -59,6 +59,7 @@ def _run_and_report(argv: list[str], command_line: bool) -> None:
             raise
         failure = launcher.finish(failed=False)  # the command ends when every process has
         if failure is not None:
+            launcher.print_fork_errors()
             sys.exit(failure)
     except Exception as error:
         user_error, refused_write = _user_error(error), _refused_write(error)
@@ -70,8 +71,10 @@ def _run_and_report(argv: list[str], command_line: bool) -> None:
             where = f"lightfed {argv[0]} --help" if argv[:1] and argv[0] in SUBCOMMANDS else "lightfed --help"
             message = f"{_parse_error_line(error)} ({where} lists every option)"
         else:
+            launcher.print_fork_errors()
             raise
-        sys.stderr.write(f"lightfed: error: {message}\n")  # one write: the lines of several processes stay whole
+        sys.stderr.flush()
+        launcher.say_error(f"lightfed: error: {message}\n")  # once for all the run's processes
         sys.exit(2)
 
 

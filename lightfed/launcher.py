@@ -2,16 +2,19 @@
 
 Process 0 forks processes 1, 2, ... once the command line is parsed (``start``); a thread per fork waits for it. When
 one fails, the others and process 0 end too; a fork leaves with ``os._exit`` after its exit handlers, as
-multiprocessing's forks do (``leave``). Ctrl-C before or after the rounds, or a second one during them, ends every
+multiprocessing's forks do (``leave``). A fork hands its ``lightfed: error:`` line to process 0, which prints each
+different line once (``say_error``). Ctrl-C before or after the rounds, or a second one during them, ends every
 process at once (``stop_at_once``).
 """
 
 import os
+import select
 import signal
 import sys
 import threading
 import traceback
 import warnings
+from contextlib import suppress
 
 from lightfed.adapters import run_exit_handlers
 from lightfed.run.cores import share_cores
@@ -22,7 +25,8 @@ class Forks:
     the others and this one are ended unless they end by themselves within ``grace_s`` (a process busy training would
     learn of it only at its next collective)."""
 
-    def __init__(self, pids: list[int], grace_s: float = 5.0):
+    def __init__(self, pids: list[int], errors: int, grace_s: float = 5.0):
+        self.errors = errors  # the read end of the pipe the forks write their error lines to
         self.ranks = {pid: rank for rank, pid in enumerate(pids, start=1)}
         self.running, self.grace_s = set(pids), grace_s
         self.failure: int | None = None  # the exit code of the first process that failed
@@ -45,6 +49,7 @@ class Forks:
         ended = self.ending.wait(self.grace_s)
         self.kill_running()
         if not ended:  # busy outside a collective: said here, as the collective would have
+            print_fork_errors()
             os.write(
                 2,
                 f"lightfed: error: process {self.ranks[pid]} of {len(self.ranks) + 1} {ended_how(code)}; the "
@@ -91,6 +96,8 @@ def ended_how(code: int) -> str:
 
 _forks: Forks | None = None  # in the process that forked the others
 _parent: int | None = None  # in a fork: the process it was forked from (process 0 of the run)
+_errors_to_parent: int | None = None  # in a fork: the write end of the pipe to process 0
+_printed: set[str] = set()  # in process 0: the error lines printed so far
 
 
 def quiet_srun_hint() -> None:
@@ -138,16 +145,20 @@ def start(trainer: dict) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     children, parent = [], os.getpid()
+    errors, errors_to_parent = os.pipe()
     for local_rank in range(1, devices):
         pid = os.fork()
         if pid == 0:
-            global _parent
-            _parent = parent
+            global _parent, _errors_to_parent
+            _parent, _errors_to_parent = parent, errors_to_parent
+            os.close(errors)
             os.environ["LOCAL_RANK"] = str(local_rank)
             return
         children.append(pid)
+    os.close(errors_to_parent)
+    os.set_blocking(errors, False)
     global _forks
-    _forks = Forks(children)
+    _forks = Forks(children, errors)
 
 
 def is_fork() -> bool:
@@ -170,6 +181,42 @@ def finish(failed: bool) -> int | None:
         return None
     _forks.finish(failed)
     return None if _forks.failure is None else _forks.failure if _forks.failure > 0 else 1
+
+
+def say_error(line: str) -> None:
+    """Prints a ``lightfed: error:`` line once for the whole run: a fork hands it to process 0 (while there is one);
+    process 0 prints it, then each line of the forks' that differs from the lines it printed."""
+    if _errors_to_parent is not None and os.getppid() == _parent:
+        encoded = line.encode()
+        if len(encoded) > select.PIPE_BUF:  # one write of at most PIPE_BUF bytes is never interleaved with another's
+            encoded = encoded[: select.PIPE_BUF - 1] + b"\n"
+        with suppress(BrokenPipeError):  # else process 0 is gone: this process says it
+            os.write(_errors_to_parent, encoded)
+            return
+    sys.stderr.write(line)
+    sys.stderr.flush()
+    _printed.add(line)
+    print_fork_errors()
+
+
+def print_fork_errors() -> None:
+    """Process 0: prints the error lines the forks handed over and it has not printed yet."""
+    if _forks is None:
+        return
+    received = b""
+    while True:
+        try:
+            chunk = os.read(_forks.errors, 65536)
+        except BlockingIOError:  # nothing more now (a fork's DataLoader worker may hold the pipe open)
+            break
+        if not chunk:
+            break
+        received += chunk
+    for line in received.decode(errors="replace").splitlines(keepends=True):
+        if line not in _printed:
+            _printed.add(line)
+            sys.stderr.write(line)
+    sys.stderr.flush()
 
 
 def stop_at_once(signum: int, frame: object) -> None:

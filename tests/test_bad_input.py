@@ -2,6 +2,8 @@
 how to fix it, and nothing written: no run folder (the next real run is version_0), no file of an earlier run changed."""
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -246,3 +248,39 @@ def test_a_truncated_checkpoint_without_a_previous_one_leaves_the_run_as_it_was(
     err = _refusal(["--trainer.root_dir", str(tmp_path), "--ckpt_path", "last"], capsys)
     assert err.startswith(f"lightfed: error: checkpoint {checkpoint} cannot be read (truncated or corrupt")
     assert {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()} == before  # config.yaml too
+
+
+ONE_PROCESS_REFUSES = """
+import os
+
+from lightfed.errors import ConfigError
+from lightfed.models import SmallCNN
+
+
+class RefusedOnProcessOne(SmallCNN):
+    def __init__(self) -> None:
+        super().__init__(num_classes=10, in_channels=1)
+        if os.environ.get("LOCAL_RANK") == "1":
+            raise ConfigError("refused by process 1 alone")
+"""
+
+
+@pytest.mark.slow
+def test_a_refusal_on_two_processes_is_printed_once_and_one_only_a_fork_sees_is_printed_too(tmp_path):
+    """Both processes refuse a NaN local_lr after the fork: one line. Only process 1 refuses the model: its line
+    reaches the terminal once, beside process 0's account of how process 1 ended."""
+    (tmp_path / "mine.py").write_text(ONE_PROCESS_REFUSES)
+    options = [*trainer_options(devices=2, root_dir=tmp_path / "runs", progress_bar="false"), "--trainer.rounds", "1"]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+
+    def error_lines(*extra: str) -> tuple[int, list[str]]:
+        command = [sys.executable, "-m", "lightfed", "fit", "--config", QUICKSTART, *options, *extra]
+        ended = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=600)
+        return ended.returncode, [line for line in ended.stderr.splitlines() if line.startswith("lightfed: error:")]
+
+    code, lines = error_lines("--trainer.local_lr", ".nan")
+    assert code == 2 and len(lines) == 1 and "trainer.local_lr must be > 0" in lines[0]
+    code, lines = error_lines("--model", "mine.RefusedOnProcessOne")
+    assert code != 0 and lines.count("lightfed: error: refused by process 1 alone") == 1
+    assert any("process 1 of 2 exited with status 2" in line for line in lines)
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").rglob("last.ckpt"))

@@ -126,7 +126,7 @@ def fit_in_subprocess(config: Path, root: Path, devices: int, *options: str) -> 
             _, stderr = run.communicate(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(run.pid, signal.SIGKILL)
-            _, stderr = run.communicate()
+            _, stderr = run.communicate(timeout=60)
         pytest.fail(f"lightfed fit ran past 600 s; the stacks of its processes:\n{stderr.decode()[-30000:]}")
     if run.returncode:
         pytest.fail(f"lightfed fit exited with {run.returncode}:\n{stderr.decode()[-30000:]}")

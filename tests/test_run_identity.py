@@ -109,7 +109,7 @@ def test_runs_claiming_at_the_same_moment_get_folders_of_their_own(tmp_path):
     """Eight processes released together (the version listed by the one before the other's folder exists: the
     earlier "list the versions, then make the next one" gave some of them the same folder)."""
     context = multiprocessing.get_context("fork")
-    barrier, claimed = context.Barrier(8), context.Queue()
+    barrier, claimed = context.Barrier(8, timeout=300), context.Queue()
     processes = [context.Process(target=_claim_after, args=(barrier, tmp_path / "exp", claimed)) for _ in range(8)]
     for process in processes:
         process.start()

@@ -1,6 +1,8 @@
 """Batches read from map-style datasets through DataLoaders and moved to the device."""
 
 import math
+import multiprocessing
+import pickle
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -14,15 +16,53 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 
 from lightfed.data.client_groups import ClientGroups
 from lightfed.data.datasets import DatasetSplits, size
+from lightfed.errors import ConfigError
+from lightfed.user_modules import UserModules, installed
 
 _END = object()
+
+
+def worker_context() -> multiprocessing.context.BaseContext:
+    """How DataLoader workers start: forked by a fork server (a process started once, that imports torch and
+    lightfed and runs no other thread) where the platform has one, else spawned. Never forked from this process: a
+    lock another of its threads held at the fork would stay held in the worker for ever."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    from multiprocessing import forkserver  # POSIX only
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    forkserver.ensure_running()  # starts it now, so that its imports overlap this process's work
+    return context
+
+
+class WorkerDataset(Dataset):
+    """``dataset`` as a worker reads it. Unpickling it installs the finder of the user's modules (of the run) first,
+    so that a worker started afresh resolves the user's classes as this process does."""
+
+    def __init__(self, finder: UserModules | None, dataset: Dataset) -> None:
+        self.finder, self.dataset = finder, dataset
+
+    def __reduce__(self) -> tuple[type, tuple[UserModules | None, Dataset]]:
+        return WorkerDataset, (self.finder, self.dataset)  # the finder's state comes first in the pickle
+
+    def __len__(self) -> int:
+        return size(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.dataset[index]
+
+    def __getitems__(self, indices: list[int]) -> list[Any]:
+        read = getattr(self.dataset, "__getitems__", None)
+        return read(indices) if read else [self.dataset[index] for index in indices]
 
 
 class LoaderBatches:
     """One federation's batches from map-style datasets, read on demand (``num_workers`` worker processes).
 
     A client's passes are shuffled with a ``torch.Generator`` seeded from the client's generator, which also seeds the
-    workers, so the batches depend only on the client's seed (not on ``num_workers``). ``client_indices``,
+    workers, so the batches depend only on the client's seed (not on ``num_workers``). Each pass starts its workers
+    afresh (``worker_context``); the datasets must pickle. ``client_indices``,
     ``val_indices`` (the validation split) and ``client_eval_indices`` (what per-client evaluation reads) index
     ``splits.train``. Clients trained in parallel threads read the datasets one batch at a time (``_reading``), so a
     dataset's ``__getitem__`` need not be thread-safe (NumPy's ``np.load`` is not on CPython 3.11).
@@ -41,6 +81,12 @@ class LoaderBatches:
         pin_memory: bool,
     ) -> None:
         self.train, self.test = splits.train, splits.test
+        self._context = None
+        if num_workers > 0:
+            finder = installed()
+            self.train, self.test = WorkerDataset(finder, self.train), WorkerDataset(finder, self.test)
+            _check_pickles(self.train, self.test)
+            self._context = worker_context()
         self.device = device
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size
@@ -107,6 +153,7 @@ class LoaderBatches:
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             generator=generator,
+            multiprocessing_context=self._context,  # no timeout: torch then checks every 5 s that the workers live
         )
         batches_read = iter(loader)
         while True:
@@ -115,3 +162,16 @@ class LoaderBatches:
             if batch is _END:
                 return
             yield move_data_to_device(batch, self.device)
+
+
+def _check_pickles(*datasets: WorkerDataset) -> None:
+    """Raises a ConfigError, before any pass, if a dataset cannot travel to a worker process."""
+    for dataset in datasets:
+        try:
+            pickle.dumps(dataset)
+        except Exception as error:  # pickling raises PicklingError, AttributeError or TypeError
+            raise ConfigError(
+                f"data.num_workers > 0 reads {type(dataset.dataset).__name__} in worker processes started afresh, so "
+                f"it must pickle, but: {error}; define its functions and classes at the top of a module, or set "
+                "data.num_workers 0"
+            ) from None

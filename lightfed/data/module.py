@@ -61,7 +61,8 @@ class FederatedDataModule:
             eval_batch_size: Batch size for evaluation passes.
             on_device: Keep in-memory data on the accelerator (fastest when it fits in its memory).
             augmentation: Random crop, flip and v2 transforms applied to each training batch on the device.
-            num_workers: DataLoader worker processes reading a map-style dataset (0: read in this process).
+            num_workers: DataLoader worker processes reading a map-style dataset (0: read in this process); they
+                are forked by a fork server, never from the run's process, so the datasets must pickle.
             pin_memory: Read a map-style dataset's batches into pinned memory (faster copies to a GPU).
             val_fraction: Share of the training examples held out, before the clients get theirs, as the validation
                 split that ``val_*`` metrics, monitors and early stopping read (stratified by label, drawn from the

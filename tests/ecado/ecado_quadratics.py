@@ -146,7 +146,7 @@ class ThreadGroup:
 
     def __init__(self, world: int) -> None:
         self.world = world
-        self.barrier = threading.Barrier(world)
+        self.barrier = threading.Barrier(world, timeout=300)  # a rank that failed breaks it
         self.values: list = [None] * world
 
     def _exchange(self, rank: int, value: Tensor) -> list[Tensor]:
@@ -256,7 +256,7 @@ def run_rounds(
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join()
+            thread.join(timeout=600)
         if any(result is None for result in results):
             raise RuntimeError("a rank of the sharded quadratics failed (its traceback is printed above)")
     return results[0]

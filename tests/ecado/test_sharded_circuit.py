@@ -61,7 +61,8 @@ def test_a_window_integrated_on_two_slices_takes_the_steps_of_the_whole(norm):
 
     threads = [threading.Thread(target=solve, args=(rank,)) for rank in range(2)]
     [thread.start() for thread in threads]
-    [thread.join() for thread in threads]
+    [thread.join(timeout=600) for thread in threads]
+    assert not any(thread.is_alive() for thread in threads)
     assert expected.rejected > 0 and len(expected.accepted) > 3  # the control did work
     assert results[0].trials == results[1].trials == expected.trials
     assert torch.equal(torch.cat([r.x_c for r in results]), expected.x_c)
@@ -103,7 +104,8 @@ def test_a_float32_window_of_ten_clients_on_two_slices_gets_the_bits_of_the_whol
 
     threads = [threading.Thread(target=solve, args=(rank,)) for rank in range(2)]
     [thread.start() for thread in threads]
-    [thread.join() for thread in threads]
+    [thread.join(timeout=600) for thread in threads]
+    assert not any(thread.is_alive() for thread in threads)
     assert len(expected.trials) > 1
     assert results[0].trials == results[1].trials == expected.trials
     assert torch.equal(torch.cat([r.x_c for r in results]), expected.x_c)

@@ -127,9 +127,12 @@ class FederatedTrainer(TrainerBase):
         self.last_metrics = metrics
         self.hooks("on_round_end", trainer=self, round=round, metrics=metrics)
         self._check_monitor(validation, metrics)
-        self.output.log_round(self.round, metrics)
-        if self.should_stop or self.due(self.checkpoint_interval):  # log, then checkpoint what the logs hold
+        checkpoint = self.should_stop or self.due(self.checkpoint_interval)
+        if checkpoint:  # checkpoint, then log what it holds (a resume logs it again where a kill lost it)
             self._checkpoint(parts)
+        self.output.log_round(self.round, metrics)
+        if checkpoint:
+            self.output.save()
 
     def _set_up(
         self, model: LightningModule, data: FederatedDataModule, strategy: Strategy, transforms: Pipeline
@@ -173,7 +176,7 @@ class FederatedTrainer(TrainerBase):
         """Writes what each process alone holds (its clients' states, its slices) in its own file, then ``last.ckpt``
         (process 0): nothing is gathered to one process. A collective call."""
         strategy, folder, name = parts.strategy, self.checkpoint_path.parent / PROCESS_STATES, f"round_{self.round}"
-        self.output.save()  # the loggers' and metrics.jsonl's rounds are on the disk before the checkpoint is
+        self.output.flush_metrics()  # the lines of the rounds before it are on the disk before the checkpoint is
         own = ProcessStores(strategy, self.privacy, parts.transforms).process_state()
         held = parts.fixed_process or any(own.values())  # without fixed processes, the same on every process
         files = save_process_states(self.fabric, folder, name, own, held)

@@ -20,7 +20,7 @@ class RoundTensorBoardLogger(TensorBoardLogger):
     but plain numbers (tensors, dicts of scalars) goes to Fabric's ``log_metrics``.
 
     The events are kept, with the time they were logged, and handed to the writer once ``HAND_OVER_SECONDS`` have
-    passed since the last hand-over, and at ``save`` (before a checkpoint) and ``finalize``: the writer serializes each event
+    passed since the last hand-over, and at ``save`` (a checkpoint) and ``finalize``: the writer serializes each event
     on a thread of its own (a CRC32C in pure Python), and its turns at the interpreter lock beside the training took
     0.4-0.7 ms of a 9 ms round of many tiny clients when it got an event every round."""
 

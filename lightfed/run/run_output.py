@@ -96,8 +96,8 @@ def into_folder(logger: CSVLogger, folder: Path) -> None:
 def run_loggers(folder: Path, logger: bool | Logger | list[Logger], resumed_round: int = 0) -> list[Logger]:
     """The loggers of a run in ``folder``: TensorBoard there (unless ``logger`` is false), then the given ones; a
     CSV logger without a ``version`` of its own writes into ``folder/csv`` (``into_folder``). A run resumed after
-    ``resumed_round`` rounds hides from TensorBoard the events of later rounds that a killed run had logged (its
-    ``purge_step``): the resume logs them again."""
+    ``resumed_round`` rounds hides from TensorBoard the events of that round and later ones that a killed run had
+    logged (its ``purge_step``): the resume logs them again (``RunOutput.resume``)."""
     if logger is False:
         return []
     given = [] if logger is True else [logger] if isinstance(logger, Logger) else list(logger)
@@ -106,7 +106,7 @@ def run_loggers(folder: Path, logger: bool | Logger | list[Logger], resumed_roun
             into_folder(each, folder)
     if any(isinstance(each, TensorBoardLogger) for each in given):
         return given
-    purge = {"purge_step": resumed_round + 1} if resumed_round else {}
+    purge = {"purge_step": resumed_round} if resumed_round else {}
     tensorboard = RoundTensorBoardLogger(
         folder.parent.parent, folder.parent.name, folder.name, default_hp_metric=False, **purge
     )
@@ -189,8 +189,8 @@ class RunOutput:
 
     def resume(self, round: int, metrics: dict[str, float]) -> None:
         """Closes a line of ``metrics.jsonl`` cut short by a kill (readers skip it and keep the rest) and writes again
-        the checkpointed round's line when a crash lost it (the line reaches the file before the checkpoint is written,
-        but only the checkpoint is synced to the disk)."""
+        the checkpointed round's line when a kill between the checkpoint and the line lost it; logs that round again
+        to the run's TensorBoard, which hides what the killed run logged of it (``run_loggers``)."""
         if not self.fabric.is_global_zero:
             return
         path = self.metrics_file
@@ -200,6 +200,10 @@ class RunOutput:
                 file.write("\n")
             if round > 0 and f'{{"round": {round},'.encode() not in text:
                 file.write(json.dumps({"round": round, **metrics}) + "\n")
+        for logger in self.loggers if round > 0 else []:
+            if isinstance(logger, RoundTensorBoardLogger):
+                with reported(logger):
+                    logger.log_metrics(metrics, step=round)
 
     def log_round(self, round: int, metrics: dict[str, float]) -> None:
         """The metrics of the round that makes ``round`` rounds done, to the loggers and ``metrics.jsonl``."""
@@ -213,15 +217,16 @@ class RunOutput:
 
     def save(self) -> None:
         """Every logger writes what it holds (a CSV logger writes only every so many steps otherwise; TensorBoard's
-        events are kept up to a second), and so does ``metrics.jsonl``: before a checkpoint, so that the logs hold every
-        round a checkpoint holds, whenever a kill comes."""
+        events are kept up to a second), and so does ``metrics.jsonl``: after a checkpoint, so that a kill loses none
+        of the rounds before the one it holds (``resume`` logs that one again)."""
         for logger in self.loggers:
             with reported(logger):
                 logger.save()
         self.flush_metrics()
 
     def flush_metrics(self) -> None:
-        """Writes out the lines of ``metrics.jsonl`` not yet in the file."""
+        """Writes out the lines of ``metrics.jsonl`` not yet in the file: before a checkpoint, so that a kill after it
+        loses none of the lines of the rounds before it."""
         if self._lines is not None:
             self._lines.flush()
             self._flushed = time.monotonic()

@@ -87,7 +87,7 @@ def test_measuring_leaves_every_parameter_and_buffer_as_it_was_and_shows_client_
 
 
 class _RunningMeanNet(VNet):
-    """The issue's module shape, subtracting a running mean of its inputs that ``training_step`` updates in place."""
+    """A 60-64-10 MLP subtracting a running mean of its inputs that ``training_step`` updates in place."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -367,9 +367,8 @@ class VectorizedClients:
         if not module.training:
             module.train()
         view._enter("train", jobs[0].plan.round)
-        self._per_epoch = [
-            client.data.batches_of(n) for n in client.data.client_sizes([j.plan.client_id for j in jobs])
-        ]
+        num_examples = client.data.client_sizes([job.plan.client_id for job in jobs])
+        self._per_epoch = [client.data.batches_of(n) for n in num_examples]
         clip = plain_sgd is None and client.gradient_clip_val is not None
         flat = private is not None or bool(rules) or clip  # the step's gradients are read as rows of the flat ones
         try:
@@ -425,7 +424,7 @@ class VectorizedClients:
             client_ids=[job.plan.client_id for job in jobs],
             deltas=final.sub_(starts),
             buffers=final_buffers,
-            num_examples=client.data.client_sizes([job.plan.client_id for job in jobs]),
+            num_examples=num_examples,
             num_steps=steps,
             local_times=[local_times[n] for n in steps],
             train_losses=train_losses,

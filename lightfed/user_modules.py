@@ -1,29 +1,38 @@
 """The user's own modules that a config names by import path (``class_path: mine.Net``), found in the working folder
 or beside a config file without putting those folders on ``sys.path``: nothing else there becomes importable, and an
-installed module of the same name wins."""
+installed module of the same name wins; and whether a function a config names is the user's own code."""
 
+import functools
 import importlib.abc
 import importlib.machinery
+import inspect
 import os
 import re
+import site
 import sys
+import sysconfig
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from importlib.machinery import ModuleSpec
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import yaml
 
+from lightfed.errors import ConfigError
+
 _IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 
 
+@dataclass(frozen=True)
 class UserModules(importlib.abc.MetaPathFinder):
     """Finds the top-level modules ``names`` in ``folders`` (in that order), and no other module. Unpickling one
     installs it (``install``), so that a worker process started afresh can unpickle the user's classes."""
 
-    def __init__(self, names: frozenset[str], folders: tuple[str, ...]) -> None:
-        self.names, self.folders = names, folders
+    names: frozenset[str]
+    folders: tuple[str, ...]
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
@@ -31,12 +40,6 @@ class UserModules(importlib.abc.MetaPathFinder):
         if path is not None or fullname not in self.names:  # a submodule is found through its package's __path__
             return None
         return importlib.machinery.PathFinder.find_spec(fullname, list(self.folders))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, UserModules) and (self.names, self.folders) == (other.names, other.folders)
-
-    def __hash__(self) -> int:
-        return hash((self.names, self.folders))
 
     def __reduce__(self) -> tuple[Any, tuple[frozenset[str], tuple[str, ...]]]:
         return install, (self.names, self.folders)
@@ -99,3 +102,38 @@ def _parse_yaml(text: str) -> object:
         return yaml.safe_load(text)
     except yaml.YAMLError:
         return text
+
+
+LIBRARY_FOLDERS = {
+    Path(folder).resolve()
+    for folder in [*(sysconfig.get_paths()[kind] for kind in ("stdlib", "platstdlib", "purelib", "platlib")),
+                   *site.getsitepackages(), site.getusersitepackages()]
+}  # fmt: skip
+
+
+def library_code(transform: Any) -> str | None:
+    """The name of ``transform`` (a function, a class, a callable object by its class; a ``functools.partial`` or a
+    method by its function) where it is not lightfed's or the user's own code but the standard library's, a built-in
+    or an installed package's; None where it is lightfed's or defined in a file of the user's."""
+    while isinstance(transform, functools.partial) or inspect.ismethod(transform):
+        transform = transform.func if isinstance(transform, functools.partial) else transform.__func__
+    defined = transform if inspect.isroutine(transform) or inspect.isclass(transform) else type(transform)
+    module = getattr(defined, "__module__", None) or "builtins"
+    name = f"{module}.{getattr(defined, '__qualname__', '?')}"
+    if module.split(".")[0] == "lightfed":
+        return None
+    file = getattr(sys.modules.get(module), "__file__", None)
+    if file is None or any(Path(file).resolve().is_relative_to(folder) for folder in LIBRARY_FOLDERS):
+        return name
+    return None
+
+
+def check_own_code(option: str, function: Any, runs_on: str, instead: str) -> None:
+    """Raises ``ConfigError`` where ``function``, which ``option`` names, is not lightfed's or the user's own code
+    (``library_code``): it would run on ``runs_on``; the line says to name ``instead``."""
+    library = library_code(function)
+    if library is not None:
+        raise ConfigError(
+            f"{option}: {library} is not lightfed's or your own code but the standard library's or an installed "
+            f"package's, which would run on {runs_on}: name {instead}"
+        )

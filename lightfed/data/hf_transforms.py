@@ -1,10 +1,5 @@
 """Column transforms for ``lightfed.data.HuggingFace``: a column's value (or a whole example) to tensors."""
 
-import functools
-import inspect
-import site
-import sys
-import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -16,30 +11,6 @@ from lightfed.errors import ConfigError
 
 # LEAF's Shakespeare vocabulary (leaf/models/utils/language_utils.py): 80 characters, a character's id its position
 LEAF_CHARACTERS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"
-
-
-LIBRARY_FOLDERS = {
-    Path(folder).resolve()
-    for folder in [*(sysconfig.get_paths()[kind] for kind in ("stdlib", "platstdlib", "purelib", "platlib")),
-                   *site.getsitepackages(), site.getusersitepackages()]
-}  # fmt: skip
-
-
-def library_code(transform: Any) -> str | None:
-    """The name of ``transform`` (a function, a class, a callable object by its class; a ``functools.partial`` or a
-    method by its function) where it is not lightfed's or the user's own code but the standard library's, a built-in
-    or an installed package's; None where it is lightfed's or defined in a file of the user's."""
-    while isinstance(transform, functools.partial) or inspect.ismethod(transform):
-        transform = transform.func if isinstance(transform, functools.partial) else transform.__func__
-    defined = transform if inspect.isroutine(transform) or inspect.isclass(transform) else type(transform)
-    module = getattr(defined, "__module__", None) or "builtins"
-    name = f"{module}.{getattr(defined, '__qualname__', '?')}"
-    if module.split(".")[0] == "lightfed":
-        return None
-    file = getattr(sys.modules.get(module), "__file__", None)
-    if file is None or any(Path(file).resolve().is_relative_to(folder) for folder in LIBRARY_FOLDERS):
-        return name
-    return None
 
 
 def to_tensor(value: Any) -> Tensor | str:

@@ -9,10 +9,11 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from lightfed.data.datasets import DatasetSource, DatasetSplits
-from lightfed.data.hf_transforms import library_code, to_tensor
+from lightfed.data.hf_transforms import to_tensor
 from lightfed.data.validation import held_count, held_out
 from lightfed.errors import ConfigError
 from lightfed.streams import DataStream
+from lightfed.user_modules import check_own_code
 
 if TYPE_CHECKING:
     import datasets
@@ -79,13 +80,9 @@ class HuggingFace(DatasetSource):
             raise ConfigError(f"test_fraction must be between 0 and 1 (exclusive), got {test_fraction}")
         named = {f"transforms[{column!r}]": transform for column, transform in (transforms or {}).items()}
         for option, transform in {**named, "example_transform": example_transform}.items():
-            library = None if transform is None else library_code(transform)
-            if library is not None:
-                raise ConfigError(
-                    f"HuggingFace's {option}: {library} is not lightfed's or your own code but the standard "
-                    "library's or an installed package's, which would run on the dataset's values: name a function "
-                    "or class of lightfed or of your own modules"
-                )
+            if transform is not None:
+                instead = "a function or class of lightfed or of your own modules"
+                check_own_code(f"HuggingFace's {option}", transform, "the dataset's values", instead)
         self.path, self.name, self.data_files, self.revision = path, name, data_files, revision
         self.inputs = [inputs] if isinstance(inputs, str) else list(inputs)
         self.single_input = isinstance(inputs, str)

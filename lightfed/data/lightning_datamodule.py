@@ -11,9 +11,9 @@ from lightning.fabric.utilities.rank_zero import rank_zero_warn
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
 
 from lightfed.data.datasets import DatasetSource, DatasetSplits, size
-from lightfed.data.hf_transforms import library_code
 from lightfed.data.overlap import contained
 from lightfed.errors import ConfigError, LightfedError
+from lightfed.user_modules import check_own_code
 
 LABEL_NAMES = ("label", "labels", "target", "targets", "y")  # where a dict example's label is found by name
 
@@ -46,12 +46,8 @@ class DataModuleSource(DatasetSource):
                 labels, e.g. for ``IIDPartitioner`` on a dataset whose examples are slow to read).
             num_classes: Number of classes; null: the module's ``num_classes`` attribute, else the largest label + 1.
         """
-        library = library_code(label_key) if callable(label_key) else None
-        if library is not None:
-            raise ConfigError(
-                f"label_key: {library} is not lightfed's or your own code but the standard library's or an installed "
-                "package's, which would run on every example: name a position, a key, or a function of your own"
-            )
+        if callable(label_key):
+            check_own_code("label_key", label_key, "every example", "a position, a key, or a function of your own")
         self.datamodule = datamodule
         self.label_key = label_key
         self.find_labels = find_labels

@@ -445,11 +445,13 @@ def test_warned_job_checkpoints_requeues_and_resumes_to_the_uninterrupted_weight
         assert stopped and stopped.group(2) == job, log
         preempted = int(stopped.group(1))
         assert 1 <= preempted < rounds
-        # one run folder; the second start resumed it: its events begin after the preempted round
+        # one run folder; the second start resumed it: it logs the checkpointed round again (which hides the first
+        # start's point of it, purge_step), then the rest; the folder holds every round once
         assert [p.name for p in version.parent.iterdir()] == ["version_0"]
         first, second = _event_files(version)
         assert _events(first) == list(range(1, preempted + 1))
-        assert _events(second) == list(range(preempted + 1, rounds + 1))
+        assert _events(second) == list(range(preempted, rounds + 1))
+        assert _events(version) == list(range(1, rounds + 1))
         checkpoint = _checkpoint(version / "checkpoints" / "last.ckpt")
         assert checkpoint["round"] == rounds
         expected = reference_params(tmp_path / "reference", monkeypatch, "--trainer.rounds", str(rounds))
@@ -544,10 +546,11 @@ def test_two_node_job_survives_a_requeue_and_matches_one_node_with_two_processes
         for node in cluster.nodes:  # each start ran one task on each node
             slurmd_log = (cluster.root / "log" / f"slurmd-{node}.log").read_text()
             assert slurmd_log.count(f"launch task StepId={two_nodes}.0 ") == 2, slurmd_log
-        # the first start stopped after the held round, the second resumed there
+        # the first start stopped after the held round, the second resumed there (and logged it again)
         first, second = _event_files(version)
         assert _events(first) == list(range(1, held + 1))
-        assert _events(second) == list(range(held + 1, rounds + 1))
+        assert _events(second) == list(range(held, rounds + 1))
+        assert _events(version) == list(range(1, rounds + 1))
         trainer = yaml.safe_load((version / "config.yaml").read_text())["trainer"]
         assert (trainer["num_nodes"], trainer["devices"]) == (2, 1), trainer  # from SLURM_NNODES, SLURM_NTASKS_PER_NODE
         checkpoint = _checkpoint(version / "checkpoints" / "last.ckpt")

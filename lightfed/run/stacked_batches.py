@@ -4,6 +4,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from lightning.fabric.utilities.apply_func import apply_to_collection
 from lightning.pytorch.utilities.data import extract_batch_size
 from torch import Tensor
 
@@ -20,9 +21,19 @@ class ListedBatches:
         self.batches = batches
         self.sizes = [[examples(batch) for batch in client] for client in batches]  # each client's batch sizes
 
+        self.width = max((max(s) for s in self.sizes if s), default=0)
+        self._counts = _counts(self.sizes)
+
     def stacked(self, step: int, clients: list[int]) -> Batch:
         """The batches of ``clients`` (of one size) at ``step``, stacked: a row per client."""
         return joined([self.batches[k][step] for k in clients], torch.stack)
+
+    def padded(self, step: int, active: int) -> tuple[Batch, Tensor]:
+        """The batches at ``step`` of the first ``active`` clients padded with zeros to the widest batch and stacked
+        (``[active, width, ...]``), and each one's size."""
+        batches = [_padded(self.batches[k][step], self.width) for k in range(active)]
+        counts = self._counts[step, :active]
+        return joined(batches, torch.stack), counts.to(_device(batches[0]), non_blocking=True)
 
 
 class GatheredBatches:
@@ -52,15 +63,52 @@ class GatheredBatches:
             self._examples = gathered(order, positions.to(order.device, non_blocking=True)) if len(order) else positions
         self.block = max(1, budget // max(len(self.sizes) * width * tensors.example_bytes, 1))  # steps gathered at once
         self._gathered: tuple[int, Batch] | None = None  # the block gathered last: its first step, its examples
+        self._counts = _counts(self.sizes).to(self._examples.device, non_blocking=True)
 
     def stacked(self, step: int, clients: list[int]) -> Batch:
         """The batches of ``clients`` (of one size) at ``step``, stacked: a row per client."""
+        examples = self._step_examples(step)
+        size, whole = self.sizes[clients[0]][step], len(clients) == len(self.sizes)
+        index = None if whole else device_index(clients, self._examples.device)
+        return tuple(_rows(at, size, index) for at in examples)  # type: ignore[return-value]
+
+    def padded(self, step: int, active: int) -> tuple[Batch, Tensor]:
+        """The batches at ``step`` of the first ``active`` clients, each as wide as the widest batch (``[active,
+        width, ...]``: views; past a client's size, other examples), and each one's size."""
+        return tuple(at[:active] for at in self._step_examples(step)), self._counts[step, :active]  # type: ignore[return-value]
+
+    def _step_examples(self, step: int) -> Batch:
+        """Every client's examples at ``step`` (``[clients, width, ...]`` each), from the block gathered for it."""
         first = step - step % self.block
         if self._gathered is None or self._gathered[0] != first:
             self._gathered = first, self.tensors.train_examples(self._examples[first : first + self.block])
-        size, whole = self.sizes[clients[0]][step], len(clients) == len(self.sizes)
-        index = None if whole else device_index(clients, self._examples.device)
-        return tuple(_rows(examples[step - first], size, index) for examples in self._gathered[1])  # type: ignore[return-value]
+        return tuple(examples[step - first] for examples in self._gathered[1])  # type: ignore[return-value]
+
+
+def counts_width(batch: Any) -> int:
+    """The width of a padded batch (``[clients, width, ...]``): its first tensor's second dimension."""
+    first = batch
+    while isinstance(first, (tuple, list, dict)):
+        first = next(iter(first.values())) if isinstance(first, dict) else first[0]
+    return int(first.shape[1])
+
+
+def _counts(sizes: list[list[int]]) -> Tensor:
+    """Each client's batch size at each step (``[steps, clients]``, 0 past its last)."""
+    steps = max(map(len, sizes), default=0)
+    return torch.tensor([s + [0] * (steps - len(s)) for s in sizes], dtype=torch.long).reshape(len(sizes), steps).T
+
+
+def _padded(batch: Any, width: int) -> Any:
+    """``batch`` with zeros after its examples, ``width`` of them."""
+    return apply_to_collection(batch, Tensor, lambda t: torch.cat([t, t.new_zeros(width - len(t), *t.shape[1:])]))
+
+
+def _device(batch: Any) -> torch.device:
+    first = batch
+    while isinstance(first, (tuple, list, dict)):
+        first = next(iter(first.values())) if isinstance(first, dict) else first[0]
+    return first.device
 
 
 def device_index(values: list[int], device: torch.device) -> Tensor:

@@ -19,6 +19,8 @@ from torch import Tensor, nn
 
 from lightfed.adapters import forward_hooked
 from lightfed.models.classifier import ClassificationModule
+from lightfed.run.folded_step import NotFolded
+from lightfed.run.stacked_layers import dropped_out, stacked_linear
 
 ELEMENTWISE = (nn.ReLU, nn.Tanh, nn.Sigmoid, nn.GELU, nn.SiLU, nn.ELU, nn.LeakyReLU, nn.Identity)
 KEPT = ("forward", "logits_and_targets", "training_step")  # the ClassificationModule methods computed here
@@ -37,9 +39,12 @@ class StackedClassifier:
             if isinstance(layer, nn.Linear)
         }
 
-    def logits(self, params: dict[str, Tensor], x: Tensor, generators: list[torch.Generator]) -> Tensor | None:
+    def logits(
+        self, params: dict[str, Tensor], x: Tensor, generators: list[torch.Generator], counts: Tensor | None = None
+    ) -> Tensor | None:
         """The clients' logits ``[clients, n, classes]`` (None where a layer's parameters are not all in ``params``: a
-        frozen one); ``generators``: each client's, for its dropout masks."""
+        frozen one); ``generators``: each client's, for its dropout masks; ``counts``: each client's examples of
+        ``n`` (the rest pads), where not all are."""
         h = x
         for name, layer in self.layers:
             if name in self.linear:
@@ -47,14 +52,32 @@ class StackedClassifier:
                 weight, bias = params.get(weight_name), params.get(bias_name)
                 if weight is None or (bias is not None) != has_bias:
                     return None
-                h = _StackedLinear.apply(h, weight, bias)
+                h = stacked_linear(h, weight, bias)
             elif isinstance(layer, nn.Flatten):
                 h = h.flatten(2)
             elif isinstance(layer, nn.Dropout):
-                h = _dropout(h, layer.p, layer.training, generators)
+                h = _dropout(h, layer.p, layer.training, generators, counts)
             else:
                 h = layer(h)
         return h
+
+    def padded_loss(
+        self, params: dict[str, Tensor], batch: Any, generators: list[torch.Generator], counts: Tensor
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """``loss`` of batches padded to one width, each client's over its first ``counts[k]`` examples; raises
+        ``NotFolded`` for what is not computed here."""
+        x, y = batch
+        logits = self.logits(params, x, generators, counts) if y.dtype == torch.long and y.ndim == 2 else None
+        if logits is None:
+            raise NotFolded("its targets are not class indices, or a layer is frozen")
+        clients, n = y.shape
+        per_example = F.cross_entropy(logits.reshape(clients * n, -1), y.reshape(-1), reduction="none").view(clients, n)
+        if bool((counts == n).all()):
+            losses = per_example.mean(1)
+        else:
+            kept = torch.arange(n, device=y.device) < counts.unsqueeze(1)
+            losses = torch.where(kept, per_example, per_example.new_zeros(())).sum(1) / counts
+        return losses, {"train_loss": losses.detach()}
 
     def loss(
         self, params: dict[str, Tensor], batch: Any, generators: list[torch.Generator]
@@ -87,39 +110,12 @@ def stacked_classifier(module: LightningModule) -> StackedClassifier | None:
     return StackedClassifier(module, net)
 
 
-class _StackedLinear(torch.autograd.Function):
-    """``x @ weight^T + bias`` of stacked clients (``[clients, n, in]``, ``[clients, out, in]``, ``[clients, out]`` or
-    None) whose backward pass computes the weight's gradient in the weight's own layout, ``grad^T @ x`` as
-    ``F.linear``'s does: autograd's ``baddbmm`` gives it transposed, and turning it back took a quarter of a small
-    MLP's step."""
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-        ctx.save_for_backward(x, weight)
-        transposed = weight.transpose(1, 2)
-        return torch.bmm(x, transposed) if bias is None else torch.baddbmm(bias.unsqueeze(1), x, transposed)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-        x, weight = ctx.saved_tensors
-        grad_x = torch.bmm(grad, weight) if ctx.needs_input_grad[0] else None
-        grad_weight = torch.bmm(grad.transpose(1, 2), x) if ctx.needs_input_grad[1] else None
-        grad_bias = grad.sum(1) if ctx.needs_input_grad[2] else None
-        return grad_x, grad_weight, grad_bias
-
-
-def _dropout(h: Tensor, p: float, training: bool, generators: list[torch.Generator]) -> Tensor:
-    """``F.dropout(h[k], p, training)`` of each client ``k``, its mask drawn from ``generators[k]`` as ``F.dropout``
-    draws one from torch's generator on the CPU (``bernoulli_(1 - p)`` of a tensor like the input, divided by 1 - p;
-    nothing drawn for p 0 or 1); on a GPU, not ``F.dropout``'s masks, but each client's own all the same."""
+def _dropout(h: Tensor, p: float, training: bool, generators: list[torch.Generator], counts: Tensor | None) -> Tensor:
+    """``F.dropout(h[k], p, training)`` of each client ``k`` (``dropped_out``), of its first ``counts[k]`` examples."""
     if not training or p == 0:
         return h
-    if p == 1:
-        return h * torch.zeros((), device=h.device, dtype=h.dtype)
-    noise = torch.empty_like(h)
-    for row, generator in zip(noise, generators, strict=True):
-        row.bernoulli_(1 - p, generator=generator)
-    return h * noise.div_(1 - p)
+    each = h[0, 0].numel() if h.shape[1] else 0
+    return dropped_out(h, p, generators, None if counts is None else [int(n) * each for n in counts.tolist()])
 
 
 def _stackable(layer: nn.Module) -> bool:

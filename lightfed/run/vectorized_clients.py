@@ -39,7 +39,8 @@ from lightfed.run.client import ClientTrainer
 from lightfed.run.client_memory import chunk_budget, client_bytes
 from lightfed.run.client_training import Deliver, DeliverRows, TrainingJob
 from lightfed.run.client_workers import torch_threads
-from lightfed.run.stacked_batches import GatheredBatches, ListedBatches, device_index, joined
+from lightfed.run.folded_step import FoldedStep, NotFolded, may_fold
+from lightfed.run.stacked_batches import GatheredBatches, ListedBatches, counts_width, device_index, joined
 from lightfed.run.stacked_classifier import stacked_classifier
 from lightfed.run.trainer_view import DiffersByClient
 from lightfed.run.vectorized_privacy import PrivateClients
@@ -58,6 +59,7 @@ HOOKS = (
     "on_train_epoch_end",
     "on_train_end",
 )
+FOLD_TOLERANCE = 1e-4  # the largest relative difference of a folded step from vmap's that folding accepts
 AUTO_BLOCK = 64  # clients_in_parallel auto: consecutive jobs of a round trained together (fewer: client_memory)
 STRAGGLER = 4  # a client of this many times the median steps of the clients left or more trains in a later tier
 
@@ -139,9 +141,10 @@ class _LoggedRows:
         self.values: dict[str, list[Tensor]] = {}
         self.weights: dict[str, list[int]] = {}
 
-    def add(self, name: str, values: Tensor, weight: int) -> None:
+    def add(self, name: str, values: Tensor, weight: int | list[int]) -> None:
+        """``values``, one a client, each with ``weight`` (or its own of ``weight``)."""
         self.values.setdefault(name, []).append(values.float())
-        self.weights.setdefault(name, []).extend(itertools.repeat(weight, len(values)))
+        self.weights.setdefault(name, []).extend(weight if isinstance(weight, list) else [weight] * len(values))
 
     def log_to(self, logged: LoggedValues) -> None:
         """Logs each name's weighted mean, with the sum of its weights as its batch size; then holds nothing."""
@@ -223,6 +226,12 @@ class VectorizedClients:
         self._logged_rows = _LoggedRows()  # what a chunk's steps logged, until its clients are done
         self._vmapped = torch.vmap(self._loss, in_dims=(0, 0, None), randomness="error")
         self._stacked = stacked_classifier(client.module)  # batched matmuls instead of vmap, where the model allows
+        # the clients still training at a step computed in one call, their batches padded (``_prefix_loss``): on
+        # batched matmuls, or folded (``folded_step``, checked against vmap once: ``_fold_checked``); none with
+        # running statistics
+        self._prefix = self._stacked is not None or may_fold(client.module)
+        self._fold_checked = self._stacked is not None
+        self._draws = self._prefix if self._stacked is None else self._stacked.draws
         self._per_example = torch.vmap(self._example_loss, in_dims=(0, 0, None), randomness="error")
         self.private = client.privacy if isinstance(client.privacy, DPSGD) else None
         if self.private is not None and len(self.columns) > 1:
@@ -280,6 +289,7 @@ class VectorizedClients:
                     together.setdefault((tier, plan.lr, plan.round), []).append(index)
         trained: list[tuple[list[int], ClientRows]] = []
         for part in together.values():
+            part.sort(key=lambda index: -steps[index])  # the clients still training at a step are the first ones
             try:
                 trained.append((part, self._train_together([jobs[i] for i in part])))
             except Exception as error:
@@ -355,7 +365,7 @@ class VectorizedClients:
         sizes = batches.sizes
         steps = [len(client_sizes) for client_sizes in sizes]
         schedule = _schedule(sizes)
-        draws = self._stacked is not None and self._stacked.draws  # seeded as one-at-a-time seeds torch's generator:
+        draws = self._draws  # seeded as one-at-a-time seeds torch's generator:
         generators = [torch.Generator(device).manual_seed(job.plan.seed) for job in jobs] if draws else []
         reports = {k: rule.report() for k, rule in rules.items() if not steps[k]}  # the others' after their last step
         finishing: dict[int, list[int]] = {}
@@ -442,7 +452,14 @@ class VectorizedClients:
         losses: Tensor,
     ) -> None:
         """Back-propagates the summed losses at ``step`` of the ``groups`` of clients (``_groups``: each batch size
-        with its clients) into the leaves' gradients; ``generators``: each client's (dropout), or none."""
+        with its clients) into the leaves' gradients; ``generators``: each client's (dropout), or none. Where the
+        clients are the first ones, in one call (``_prefix_loss``)."""
+        active = sum(len(group) for _, group in groups)
+        if self._prefix and active and all(group[-1] < active for _, group in groups):
+            loss = self._prefix_loss(active, step, leaves.params, batches, generators, losses, groups)
+            if loss is not None:
+                loss.backward()
+                return
         total: Tensor | None = None
         for size, group in groups:
             stacked = _GroupBatch(
@@ -631,6 +648,117 @@ class VectorizedClients:
             self._logged_rows.add(name, values, self._logged_sizes.get(name) or size)
         return loss.sum()
 
+    def _prefix_loss(
+        self,
+        active: int,
+        step: int,
+        leaves: dict[str, Tensor],
+        batches: ListedBatches | GatheredBatches,
+        generators: list[torch.Generator],
+        losses: Tensor,
+        groups: list[tuple[int, list[int]]],
+    ) -> Tensor | None:
+        """The summed losses at ``step`` of the first ``active`` clients, computed in one call on their batches padded
+        to the widest (each client's loss over its own examples), added to their entries of ``losses``, and what the
+        module logs (weighted by each client's examples); None where the module does not compute folded (its first
+        folded step is compared with vmap's: ``_check_fold``)."""
+        self._show(list(range(active)), step)
+        params = leaves if active == len(losses) else {name: leaf[:active] for name, leaf in leaves.items()}
+        batch, counts = batches.padded(step, active)
+        mine = generators[:active]
+        try:
+            if self._stacked is not None:
+                loss, logged = self._stacked.padded_loss(params, batch, mine, counts)
+            else:
+                if not self._fold_checked:
+                    self._check_fold(params, batch, counts, step, groups)
+                loss, logged = self._folded_loss(params, batch, counts, mine, step)
+        except NotFolded as error:
+            self._prefix = False
+            self.client.fabric.print(
+                f"trainer.clients_in_parallel trains {type(self.client.module).__name__}'s clients under vmap: {error}"
+            )
+            return None
+        losses[:active].add_(loss.detach())
+        weights = counts.tolist()
+        for name, values in logged.items():
+            self._logged_rows.add(name, values, self._logged_sizes.get(name) or weights)
+        return loss.sum()
+
+    def _folded_loss(
+        self, params: dict[str, Tensor], batch: Batch, counts: Tensor, generators: list[torch.Generator], step: int
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Each client's loss of its padded batch (``[clients, width, ...]``) at ``params``, ``training_step`` run once
+        on the batches folded (``folded_step``), and what it logged, a value per client."""
+        clients, width = len(counts), counts_width(batch)
+        logged: dict[str, Tensor] = {}
+
+        def log(name: str, value: Any, *args: Any, batch_size: int | None = None, **kwargs: Any) -> None:
+            if not isinstance(value, Tensor) or value.numel() not in (1, clients):
+                raise NotFolded(f"training_step logs {name}, not a value per client")
+            logged[name] = value.detach().reshape(-1).expand(clients)
+            self._logged_sizes[name] = None if batch_size == clients * width else batch_size
+
+        def log_dict(values: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+            for name, value in values.items():
+                log(name, value, *args, **kwargs)
+
+        folded = apply_to_collection(batch, Tensor, lambda t: t.reshape(clients * width, *t.shape[2:]))
+        rows = {id(value) for value in params.values()}
+        with logging_to(self.client.module, log, log_dict), FoldedStep(rows, counts, width, generators):
+            loss = torch.func.functional_call(self._step, params, (folded, step))
+        if loss.shape != (clients,):
+            raise NotFolded(f"training_step returns a loss of shape {list(loss.shape)}, not one per client")
+        return loss, logged
+
+    def _check_fold(
+        self,
+        params: dict[str, Tensor],
+        batch: Batch,
+        counts: Tensor,
+        step: int,
+        groups: list[tuple[int, list[int]]],
+    ) -> None:
+        """Compares the folded losses and gradients of a step with vmap's (``FOLD_TOLERANCE``, relative), once;
+        raises ``NotFolded`` where they differ (a step that acts across examples: a batch norm, a mean over the
+        batch)."""
+        self._fold_checked = True
+        saved = dict(self._logged_sizes)
+        self.client.module.eval()  # no dropout, which vmap refuses: no draw from the clients' generators
+        try:
+            self._compare_fold(params, batch, counts, step, groups)
+        finally:
+            self.client.module.train()
+            self._logged_sizes = saved
+
+    def _compare_fold(
+        self, params: dict[str, Tensor], batch: Batch, counts: Tensor, step: int, groups: list[tuple[int, list[int]]]
+    ) -> None:
+        """``_check_fold``'s comparison."""
+        loss, logged = self._folded_loss(params, batch, counts, [], step)
+        folded = torch.autograd.grad(loss.sum(), list(params.values()), allow_unused=True)
+        expected = {name: loss.new_zeros(len(counts)) for name in ("loss", *logged)}
+        total = loss.new_zeros(())
+        for size, group in groups:
+            index = device_index(group, loss.device)
+            rows = {name: value.index_select(0, index) for name, value in params.items()}
+            group_batch = apply_to_collection(
+                batch, Tensor, lambda t, index=index, size=size: t.index_select(0, index)[:, :size]
+            )
+            group_loss, group_logged, _ = self._vmapped(rows, group_batch, step)
+            if set(group_logged) != set(logged):
+                raise NotFolded(f"its training_step logged {sorted(logged)} folded, {sorted(group_logged)} under vmap")
+            for name, values in {"loss": group_loss.detach(), **group_logged}.items():
+                expected[name].index_add_(0, index, values.float())
+            total = total + group_loss.sum()
+        vmapped = torch.autograd.grad(total, list(params.values()), allow_unused=True)
+        found = {"loss": loss.detach(), **logged}
+        differences = [_relative(found[name], values) for name, values in expected.items()] + [
+            _relative(a, b) for a, b in zip(folded, vmapped, strict=True) if a is not None and b is not None
+        ]
+        if max(differences) > FOLD_TOLERANCE or sum(g is None for g in folded) != sum(g is None for g in vmapped):
+            raise NotFolded(f"its training_step computed otherwise on folded batches ({max(differences):.2g})")
+
     def _show(self, clients: list[int], step: int) -> None:
         """``self.trainer`` of the ``clients`` (by position) computed together at ``step``: their step and epochs."""
         per_epoch = self._per_epoch
@@ -782,6 +910,12 @@ def _summed(lr: float, steps: int) -> float:
     for _ in range(steps):
         total += lr
     return total
+
+
+def _relative(a: Tensor, b: Tensor) -> float:
+    """The largest difference of ``a`` from ``b`` per row (client), relative to the row's norm."""
+    a, b = a.reshape(len(a), -1).float(), b.reshape(len(b), -1).float()
+    return float(((a - b).norm(dim=1) / b.norm(dim=1).clamp(min=1e-12)).max())
 
 
 def _draws_under_vmap(error: Exception) -> bool:

@@ -16,7 +16,8 @@ of another reduction raises ``NotFolded``. What acts across examples (a batch no
 seen here: ``VectorizedClients`` compares the folded step with ``vmap``'s once before it trusts it.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -55,6 +56,22 @@ RANDOM = {
     F.rrelu,
     F.gumbel_softmax,
 }
+
+
+@contextmanager
+def stacked_parameters(module: nn.Module, rows: dict[str, Tensor]) -> Iterator[None]:
+    """``module``'s parameters replaced by the stacked ``rows`` of the same names for the block (then restored)."""
+    saved = []
+    for name, tensor in rows.items():
+        owner, _, leaf = name.rpartition(".")
+        holder = module.get_submodule(owner)
+        saved.append((holder, leaf, holder._parameters[leaf]))
+        holder._parameters[leaf] = tensor  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for holder, leaf, parameter in reversed(saved):
+            holder._parameters[leaf] = parameter
 
 
 def may_fold(module: nn.Module) -> bool:
@@ -111,6 +128,7 @@ class FoldedStep(TorchFunctionMode):
         if bias is not None and id(bias) not in self.rows:
             raise NotFolded("linear of a trained weight and a frozen bias")
         self._check_folded(x, "linear")
+        weight, bias = self._first(weight), None if bias is None else self._first(bias)
         out = stacked_linear(x.reshape(self.clients, -1, x.shape[-1]), weight, bias)
         return out.reshape(*x.shape[:-1], weight.shape[1])
 
@@ -146,6 +164,10 @@ class FoldedStep(TorchFunctionMode):
         each = input.numel() // (self.clients * self.width)  # the numbers of an example
         counts = [size * each for size in self._sizes]
         return dropped_out(input.reshape(self.clients, -1), p, self.generators, counts).reshape(input.shape)
+
+    def _first(self, rows: Tensor) -> Tensor:
+        """The rows of the clients computed: the first ones."""
+        return rows if len(rows) == self.clients else rows[: self.clients]
 
     def _check_folded(self, x: Tensor, name: str) -> None:
         """Refuses a tensor whose rows are not the folded examples."""

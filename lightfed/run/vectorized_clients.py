@@ -16,7 +16,7 @@ import itertools
 import math
 import statistics
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -39,7 +39,7 @@ from lightfed.run.client import ClientTrainer
 from lightfed.run.client_memory import chunk_budget, client_bytes
 from lightfed.run.client_training import Deliver, DeliverRows, TrainingJob
 from lightfed.run.client_workers import torch_threads
-from lightfed.run.folded_step import FoldedStep, NotFolded, may_fold
+from lightfed.run.folded_step import FoldedStep, NotFolded, may_fold, stacked_parameters
 from lightfed.run.stacked_batches import GatheredBatches, ListedBatches, counts_width, device_index, joined
 from lightfed.run.stacked_classifier import stacked_classifier
 from lightfed.run.trainer_view import DiffersByClient
@@ -381,7 +381,10 @@ class VectorizedClients:
         self._per_epoch = [client.data.batches_of(n) for n in num_examples]
         clip = plain_sgd is None and client.gradient_clip_val is not None
         flat = private is not None or bool(rules) or clip  # the step's gradients are read as rows of the flat ones
+        folds = self._prefix and self._stacked is None
+        stack = ExitStack()
         try:
+            stack.enter_context(stacked_parameters(self._step, leaves.params) if folds else nullcontext())
             for step in range(max(steps, default=0)):
 
                 def backward(clients: set[int], losses: Tensor, step: int = step) -> None:
@@ -421,6 +424,7 @@ class VectorizedClients:
                     if k in rules:
                         reports[k] = rules[k].report()
         finally:
+            stack.close()
             view._enter("")
         self._logged_rows.log_to(client.logged)
         if private is not None:
@@ -663,16 +667,16 @@ class VectorizedClients:
         module logs (weighted by each client's examples); None where the module does not compute folded (its first
         folded step is compared with vmap's: ``_check_fold``)."""
         self._show(list(range(active)), step)
-        params = leaves if active == len(losses) else {name: leaf[:active] for name, leaf in leaves.items()}
         batch, counts = batches.padded(step, active)
         mine = generators[:active]
         try:
             if self._stacked is not None:
+                params = leaves if active == len(losses) else {name: leaf[:active] for name, leaf in leaves.items()}
                 loss, logged = self._stacked.padded_loss(params, batch, mine, counts)
             else:
                 if not self._fold_checked:
-                    self._check_fold(params, batch, counts, step, groups)
-                loss, logged = self._folded_loss(params, batch, counts, mine, step)
+                    self._check_fold(leaves, batch, counts, step, groups)
+                loss, logged = self._folded_loss(leaves, batch, counts, mine, step)
         except NotFolded as error:
             self._prefix = False
             self.client.fabric.print(
@@ -686,10 +690,11 @@ class VectorizedClients:
         return loss.sum()
 
     def _folded_loss(
-        self, params: dict[str, Tensor], batch: Batch, counts: Tensor, generators: list[torch.Generator], step: int
+        self, leaves: dict[str, Tensor], batch: Batch, counts: Tensor, generators: list[torch.Generator], step: int
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Each client's loss of its padded batch (``[clients, width, ...]``) at ``params``, ``training_step`` run once
-        on the batches folded (``folded_step``), and what it logged, a value per client."""
+        """Each client's loss of its padded batch (``[clients, width, ...]``) at its rows of the stacked ``leaves``
+        (the module's parameters while the clients train: ``stacked_parameters``), the first ``len(counts)``,
+        ``training_step`` run once on the batches folded (``folded_step``), and what it logged, a value per client."""
         clients, width = len(counts), counts_width(batch)
         logged: dict[str, Tensor] = {}
 
@@ -704,16 +709,16 @@ class VectorizedClients:
                 log(name, value, *args, **kwargs)
 
         folded = apply_to_collection(batch, Tensor, lambda t: t.reshape(clients * width, *t.shape[2:]))
-        rows = {id(value) for value in params.values()}
+        rows = {id(value) for value in leaves.values()}
         with logging_to(self.client.module, log, log_dict), FoldedStep(rows, counts, width, generators):
-            loss = torch.func.functional_call(self._step, params, (folded, step))
+            loss = self._step(folded, step)
         if loss.shape != (clients,):
             raise NotFolded(f"training_step returns a loss of shape {list(loss.shape)}, not one per client")
         return loss, logged
 
     def _check_fold(
         self,
-        params: dict[str, Tensor],
+        leaves: dict[str, Tensor],
         batch: Batch,
         counts: Tensor,
         step: int,
@@ -726,22 +731,22 @@ class VectorizedClients:
         saved = dict(self._logged_sizes)
         self.client.module.eval()  # no dropout, which vmap refuses: no draw from the clients' generators
         try:
-            self._compare_fold(params, batch, counts, step, groups)
+            self._compare_fold(leaves, batch, counts, step, groups)
         finally:
             self.client.module.train()
             self._logged_sizes = saved
 
     def _compare_fold(
-        self, params: dict[str, Tensor], batch: Batch, counts: Tensor, step: int, groups: list[tuple[int, list[int]]]
+        self, leaves: dict[str, Tensor], batch: Batch, counts: Tensor, step: int, groups: list[tuple[int, list[int]]]
     ) -> None:
         """``_check_fold``'s comparison."""
-        loss, logged = self._folded_loss(params, batch, counts, [], step)
-        folded = torch.autograd.grad(loss.sum(), list(params.values()), allow_unused=True)
+        loss, logged = self._folded_loss(leaves, batch, counts, [], step)
+        folded = torch.autograd.grad(loss.sum(), list(leaves.values()), allow_unused=True)
         expected = {name: loss.new_zeros(len(counts)) for name in ("loss", *logged)}
         total = loss.new_zeros(())
         for size, group in groups:
             index = device_index(group, loss.device)
-            rows = {name: value.index_select(0, index) for name, value in params.items()}
+            rows = {name: value.index_select(0, index) for name, value in leaves.items()}
             group_batch = apply_to_collection(
                 batch, Tensor, lambda t, index=index, size=size: t.index_select(0, index)[:, :size]
             )
@@ -751,7 +756,7 @@ class VectorizedClients:
             for name, values in {"loss": group_loss.detach(), **group_logged}.items():
                 expected[name].index_add_(0, index, values.float())
             total = total + group_loss.sum()
-        vmapped = torch.autograd.grad(total, list(params.values()), allow_unused=True)
+        vmapped = torch.autograd.grad(total, list(leaves.values()), allow_unused=True)
         found = {"loss": loss.detach(), **logged}
         differences = [_relative(found[name], values) for name, values in expected.items()] + [
             _relative(a, b) for a, b in zip(folded, vmapped, strict=True) if a is not None and b is not None

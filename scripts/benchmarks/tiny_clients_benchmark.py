@@ -113,7 +113,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=1,
         help="runs of every runner, interleaved (in alternate order); each figure is the median over them of a run's "
-        "median round, each ratio the median of the runs' ratios, so that a slow spell of the machine hits every runner",
+        "median round, each ratio the median of the runs' ratios, so that a slow spell of the machine hits every "
+        "runner",
     )
     p.add_argument("--client-size", type=int, help="examples of every client (default: FedProx's lognormal sizes)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")

@@ -143,6 +143,7 @@ class Synthetic(DatasetSource):
         test_fraction: float = 0.2,
         iid: bool = False,
         client_size: int | None = None,
+        lognormal_sizes: tuple[float, float, int] = (4.0, 2.0, 50),
     ) -> None:
         """
         Args:
@@ -155,6 +156,8 @@ class Synthetic(DatasetSource):
             iid: Give every client the same model and input distribution.
             client_size: Examples of every client (training and test share), drawn in float32 by blocks of clients;
                 null: FedProx's sizes, int(lognormal(4, 2)) + 50, drawn client by client.
+            lognormal_sizes: ``(mean, sigma, offset)`` of the client sizes without ``client_size``:
+                int(lognormal(mean, sigma)) + offset; FedProx's (4, 2, 50) by default.
         """
         if alpha < 0 or beta < 0:
             raise ConfigError(f"alpha and beta must be >= 0, got alpha={alpha}, beta={beta}")
@@ -167,7 +170,10 @@ class Synthetic(DatasetSource):
         if client_size is not None and client_size < 2:
             raise ConfigError(f"client_size must be >= 2 (a training and a test example) or null, got {client_size}")
         _check_fraction(test_fraction)
+        if lognormal_sizes[1] < 0 or lognormal_sizes[2] < 2:
+            raise ConfigError(f"lognormal_sizes needs sigma >= 0 and an offset >= 2, got {lognormal_sizes}")
         self.client_size = client_size
+        self.lognormal_sizes = lognormal_sizes
         self.alpha = alpha
         self.beta = beta
         self.num_clients = num_clients
@@ -181,7 +187,8 @@ class Synthetic(DatasetSource):
         if self.client_size is not None:
             return self._load_blocks(seed, self.client_size)
         rng = np.random.default_rng(seed)
-        sizes = rng.lognormal(4, 2, self.num_clients).astype(int) + 50
+        mean, sigma, offset = self.lognormal_sizes
+        sizes = rng.lognormal(mean, sigma, self.num_clients).astype(int) + offset
         std_x = np.arange(1, self.dim + 1) ** -0.6  # sqrt of Sigma_jj = j^-1.2
         shared = self._client_model(rng, 0.0, 0.0) if self.iid else None
         num_tests = [self._num_test(size) for size in sizes]

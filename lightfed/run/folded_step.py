@@ -74,6 +74,17 @@ def stacked_parameters(module: nn.Module, rows: dict[str, Tensor]) -> Iterator[N
             holder._parameters[leaf] = parameter
 
 
+def folded(batch: Any) -> Any:
+    """A padded batch's tensors ``[clients, width, ...]`` as ``[clients * width, ...]`` (views)."""
+    if isinstance(batch, Tensor):
+        return batch.flatten(0, 1)
+    if isinstance(batch, dict):
+        return {key: folded(value) for key, value in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(folded(value) for value in batch)
+    return batch
+
+
 def may_fold(module: nn.Module) -> bool:
     """Whether ``module``'s training step may compute folded: its parameters are all ``nn.Linear`` layers', it has no
     floating buffers (running statistics) and no forward hooks."""
@@ -94,13 +105,14 @@ class FoldedStep(TorchFunctionMode):
     ``rows`` the ids of the stacked tensors (parameters ``[clients, ...]``), ``counts`` each client's examples of its
     ``width``, ``generators`` each client's (for dropout; none: dropout is refused)."""
 
-    def __init__(self, rows: set[int], counts: Tensor, width: int, generators: list[torch.Generator]) -> None:
+    def __init__(
+        self, rows: set[int], counts: Tensor, sizes: list[int], width: int, generators: list[torch.Generator]
+    ) -> None:
+        """``sizes``: ``counts`` as numbers."""
         super().__init__()
         self.rows, self.width, self.generators = rows, width, generators
-        self.clients = len(counts)
-        self.counts = counts
-        self.full = bool((counts == width).all())
-        self._sizes = counts.tolist() if not self.full else [width] * self.clients
+        self.clients, self.counts, self.sizes = len(sizes), counts, sizes
+        self.full = all(size == width for size in sizes)
         self.handlers: dict[Callable[..., Any], Callable[..., Any]] = {
             F.linear: self._linear,
             F.cross_entropy: self._cross_entropy,
@@ -148,12 +160,14 @@ class FoldedStep(TorchFunctionMode):
         self._check_folded(input, "cross_entropy")
         per_example = F.cross_entropy(
             input, target, ignore_index=ignore_index, reduction="none", label_smoothing=label_smoothing
-        ).view(self.clients, self.width, -1)
+        ).view(self.clients, -1)  # 0 where a target is ignored
         counted = (target != ignore_index).view(self.clients, self.width, -1)
-        if not self.full:
-            counted = counted & (torch.arange(self.width, device=input.device) < self.counts.unsqueeze(1)).unsqueeze(2)
-        kept = torch.where(counted, per_example, per_example.new_zeros(()))
-        return kept.sum((1, 2)) / counted.sum((1, 2))
+        if self.full:
+            return per_example.sum(1) / counted.sum((1, 2))
+        own = (torch.arange(self.width, device=input.device) < self.counts.unsqueeze(1)).unsqueeze(2)
+        counted = counted & own
+        kept = torch.where(counted.view(self.clients, -1), per_example, per_example.new_zeros(()))
+        return kept.sum(1) / counted.sum((1, 2))
 
     def _dropout(self, input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
         if not training or p == 0:
@@ -162,7 +176,7 @@ class FoldedStep(TorchFunctionMode):
             raise NotFolded("dropout without the clients' generators")
         self._check_folded(input, "dropout")
         each = input.numel() // (self.clients * self.width)  # the numbers of an example
-        counts = [size * each for size in self._sizes]
+        counts = [size * each for size in self.sizes]
         return dropped_out(input.reshape(self.clients, -1), p, self.generators, counts).reshape(input.shape)
 
     def _first(self, rows: Tensor) -> Tensor:

@@ -39,7 +39,7 @@ from lightfed.run.client import ClientTrainer
 from lightfed.run.client_memory import chunk_budget, client_bytes
 from lightfed.run.client_training import Deliver, DeliverRows, TrainingJob
 from lightfed.run.client_workers import torch_threads
-from lightfed.run.folded_step import FoldedStep, NotFolded, may_fold, stacked_parameters
+from lightfed.run.folded_step import FoldedStep, NotFolded, folded, may_fold, stacked_parameters
 from lightfed.run.stacked_batches import GatheredBatches, ListedBatches, counts_width, device_index, joined
 from lightfed.run.stacked_classifier import stacked_classifier
 from lightfed.run.trainer_view import DiffersByClient
@@ -280,7 +280,8 @@ class VectorizedClients:
         together: dict[tuple[int, float | None, int], list[int]] = {}  # a tier's clients with alike settings
         sizes = self.client.data.client_sizes([jobs[index].plan.client_id for index in chunk])
         steps = {index: self._steps(jobs[index].plan, size) for index, size in zip(chunk, sizes, strict=True)}
-        for tier, members in enumerate(_tiers(steps)):
+        # tiers where a step costs as much for one client left as for all; one tier where it costs what they do
+        for tier, members in enumerate([list(steps)] if self._prefix else _tiers(steps)):
             if len(members) == 1:  # trains alone
                 continue
             for index in members:
@@ -668,6 +669,7 @@ class VectorizedClients:
         folded step is compared with vmap's: ``_check_fold``)."""
         self._show(list(range(active)), step)
         batch, counts = batches.padded(step, active)
+        sizes = [batches.sizes[k][step] for k in range(active)]
         mine = generators[:active]
         try:
             if self._stacked is not None:
@@ -676,7 +678,7 @@ class VectorizedClients:
             else:
                 if not self._fold_checked:
                     self._check_fold(leaves, batch, counts, step, groups)
-                loss, logged = self._folded_loss(leaves, batch, counts, mine, step)
+                loss, logged = self._folded_loss(leaves, batch, counts, mine, step, sizes)
         except NotFolded as error:
             self._prefix = False
             self.client.fabric.print(
@@ -684,13 +686,18 @@ class VectorizedClients:
             )
             return None
         losses[:active].add_(loss.detach())
-        weights = counts.tolist()
         for name, values in logged.items():
-            self._logged_rows.add(name, values, self._logged_sizes.get(name) or weights)
+            self._logged_rows.add(name, values, self._logged_sizes.get(name) or sizes)
         return loss.sum()
 
     def _folded_loss(
-        self, leaves: dict[str, Tensor], batch: Batch, counts: Tensor, generators: list[torch.Generator], step: int
+        self,
+        leaves: dict[str, Tensor],
+        batch: Batch,
+        counts: Tensor,
+        generators: list[torch.Generator],
+        step: int,
+        sizes: list[int] | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Each client's loss of its padded batch (``[clients, width, ...]``) at its rows of the stacked ``leaves``
         (the module's parameters while the clients train: ``stacked_parameters``), the first ``len(counts)``,
@@ -708,10 +715,10 @@ class VectorizedClients:
             for name, value in values.items():
                 log(name, value, *args, **kwargs)
 
-        folded = apply_to_collection(batch, Tensor, lambda t: t.reshape(clients * width, *t.shape[2:]))
         rows = {id(value) for value in leaves.values()}
-        with logging_to(self.client.module, log, log_dict), FoldedStep(rows, counts, width, generators):
-            loss = self._step(folded, step)
+        sizes = counts.tolist() if sizes is None else sizes
+        with logging_to(self.client.module, log, log_dict), FoldedStep(rows, counts, sizes, width, generators):
+            loss = self._step(folded(batch), step)
         if loss.shape != (clients,):
             raise NotFolded(f"training_step returns a loss of shape {list(loss.shape)}, not one per client")
         return loss, logged

@@ -632,10 +632,18 @@ def test_tiers_take_the_clients_under_four_times_the_median_steps_of_those_left(
     assert vectorized_clients._tiers(steps) == tiers
 
 
-def test_stragglers_train_together_in_a_later_tier_as_one_at_a_time(monkeypatch):
-    """Eight clients of 1 step and two of 12: the two train together, not alone, each as one at a time."""
+@pytest.mark.parametrize(
+    ("layer", "parts"), [(None, [8]), (torch.nn.LayerNorm(16), [6, 2])], ids=["first-ones", "vmap"]
+)
+def test_stragglers_train_together_in_a_later_tier_as_one_at_a_time(monkeypatch, layer, parts):
+    """Six clients of 1 step and two of 12: under vmap, where a step costs as much for one client as for all, the two
+    train together in a later tier, not alone; where the clients still training are computed alone (the first ones,
+    ``_prefix_loss``), all eight together; each as one at a time."""
     torch.manual_seed(0)
-    sequential, vectorized = _clients(MLP(64, 10, hidden=[16], optimizer=SGD))
+    model = MLP(64, 10, hidden=[16], optimizer=SGD)
+    if layer is not None:
+        model.net.insert(2, layer)
+    sequential, vectorized = _clients(model)
     jobs = [replace(job, plan=replace(job.plan, steps=12 if k >= 6 else 1)) for k, job in enumerate(_jobs(sequential))]
     trained, together = [], vectorized._train_together
 
@@ -645,7 +653,7 @@ def test_stragglers_train_together_in_a_later_tier_as_one_at_a_time(monkeypatch)
 
     monkeypatch.setattr(vectorized, "_train_together", counted)
     updates = _updates(vectorized, jobs)
-    assert trained == [6, 2]
+    assert trained == parts
     for job, update in zip(jobs, updates, strict=True):
         expected = sequential.train(job.plan, job.params, job.buffers).delta
         assert float((update.delta - expected).abs().max() / expected.abs().max()) <= 1e-5

@@ -4,15 +4,17 @@ from typing import Any
 
 from lightning import LightningModule
 from lightning.fabric import Fabric
+from torch import nn
 
 from lightfed.data.module import FederatedDataModule
 from lightfed.run.client_training import ClientTraining
 from lightfed.run.client_workers import ClientWorkers, has_heavy_layers, short_cpu_steps
+from lightfed.run.folded_step import may_fold
 from lightfed.run.stacked_classifier import stacked_classifier
 from lightfed.run.vectorized_clients import VectorizedClients, why_not_vectorized
 
 VECTORIZE_FROM = 8  # clients a round from which "auto" trains a short-step model's clients together under vmap
-MATMULS_FROM = 2  # the same for a model computed on batched matmuls (``stacked_classifier``)
+MATMULS_FROM = 2  # the same for a model computed on batched matmuls (``stacked_classifier``, ``folded_step``)
 
 
 def client_training(
@@ -35,7 +37,7 @@ def client_training(
     )
     if vectorized:
         return VectorizedClients(workers.reference)
-    least = MATMULS_FROM if stacked_classifier(model) is not None else VECTORIZE_FROM
+    least = MATMULS_FROM if stacked_classifier(model) is not None or may_fold(model) else VECTORIZE_FROM
     auto = clients_in_parallel == "auto" and clients_per_round >= least and not fixed_process
     if auto and auto_vectorizes(fabric, model, data) and why_not_vectorized(workers.reference) is None:
         return VectorizedClients(workers.reference, auto=True)
@@ -50,5 +52,5 @@ def auto_vectorizes(fabric: Fabric, model: LightningModule, data: FederatedDataM
     not yet measured with ``exact_convolutions``' settings (docs/guides/performance.md)."""
     if fabric.device.type == "cpu":
         return short_cpu_steps(fabric, model, data)
-    stacked = stacked_classifier(model)
-    return data.num_workers == 0 and not has_heavy_layers(model) and not (stacked is not None and stacked.draws)
+    draws = any(isinstance(layer, nn.Dropout) and layer.p > 0 for layer in model.modules())
+    return data.num_workers == 0 and not has_heavy_layers(model) and not draws

@@ -365,7 +365,7 @@ class VectorizedClients:
             batches = ListedBatches(private.batches)
         sizes = batches.sizes
         steps = [len(client_sizes) for client_sizes in sizes]
-        schedule = _schedule(sizes)
+        schedule = _Schedule(sizes)
         draws = self._draws  # seeded as one-at-a-time seeds torch's generator:
         generators = [torch.Generator(device).manual_seed(job.plan.seed) for job in jobs] if draws else []
         reports = {k: rule.report() for k, rule in rules.items() if not steps[k]}  # the others' after their last step
@@ -568,6 +568,11 @@ class VectorizedClients:
         if len(rows) == len(final) and len(weights) == 1:  # every client at once
             final.copy_(weights[0])
             final_buffers.copy_(buffers)
+            return
+        if len(weights) == 1 and rows == list(range(rows[0], rows[0] + len(rows))):  # one after another: views
+            at = slice(rows[0], rows[0] + len(rows))
+            final[at].copy_(weights[0][at])
+            final_buffers[at].copy_(buffers[at])
             return
         index = device_index(rows, final.device)
         final_buffers.index_copy_(0, index, buffers.index_select(0, index))
@@ -907,13 +912,18 @@ def _rows(tensors: list[Tensor], device: torch.device) -> Tensor:
     return torch.stack([tensor.to(device) for tensor in tensors])
 
 
-def _schedule(sizes: list[list[int]]) -> list[list[tuple[int, list[int]]]]:
-    """Each step's groups of clients (``VectorizedClients._groups``) for clients with the batch sizes ``sizes``: one
-    group a step where every client's are the same."""
-    if sizes and sizes.count(sizes[0]) == len(sizes):
-        everyone = list(range(len(sizes)))
-        return [[(size, everyone)] for size in sizes[0]]
-    return [VectorizedClients._groups(sizes, step) for step in range(max(map(len, sizes), default=0))]
+class _Schedule:
+    """Each step's groups of clients (``VectorizedClients._groups``) for clients with the batch sizes ``sizes``, made
+    when a step asks for them: one group a step where every client's are the same."""
+
+    def __init__(self, sizes: list[list[int]]) -> None:
+        self.sizes = sizes
+        self.alike = bool(sizes) and sizes.count(sizes[0]) == len(sizes)
+
+    def __getitem__(self, step: int) -> list[tuple[int, list[int]]]:
+        if self.alike:
+            return [(self.sizes[0][step], list(range(len(self.sizes))))]
+        return VectorizedClients._groups(self.sizes, step)
 
 
 def _summed(lr: float, steps: int) -> float:

@@ -87,6 +87,15 @@ def test_synthetic_client_sizes_and_test_share() -> None:
     assert abs(len(splits.test_y) - 0.2 * total) <= 40 * 0.5  # rounding, at most half an example per client
 
 
+def test_synthetic_client_sizes_follow_the_lognormal_given() -> None:
+    data = Synthetic(num_clients=20, lognormal_sizes=(3.0, 0.5, 5))
+    sizes = np.random.default_rng(7).lognormal(3.0, 0.5, 20).astype(int) + 5  # the first numbers its seed draws
+    splits = data.load(seed=7)
+    assert [len(i) + data._num_test(int(n)) for i, n in zip(splits.client_indices, sizes, strict=True)] == list(sizes)
+    with pytest.raises(ConfigError, match="lognormal_sizes needs sigma >= 0 and an offset >= 2"):
+        Synthetic(lognormal_sizes=(3.0, 0.5, 1))
+
+
 def test_synthetic_is_deterministic_from_seed() -> None:
     assert_same(Synthetic().load(seed=5), Synthetic().load(seed=5))
     assert not torch.equal(Synthetic().load(seed=5).train_x[:50], Synthetic().load(seed=6).train_x[:50])

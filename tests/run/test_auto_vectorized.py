@@ -58,6 +58,13 @@ def own_step() -> OwnStepMLP:
     return OwnStepMLP(64, 10, hidden=[16], optimizer=partial(torch.optim.SGD, lr=0.1))
 
 
+def own_step_normed() -> OwnStepMLP:
+    """An ``OwnStepMLP`` with a layer norm: a parameter of a layer other than a linear one, not folded: vmap."""
+    model = own_step()
+    model.net.insert(2, torch.nn.LayerNorm(16))
+    return model
+
+
 def _fit(root, model, strategy=None, **settings):
     trainer = small_trainer(root, rounds=2, local_steps=3, **settings)
     trainer.fit(model, small_data(), strategy or FedAvg())
@@ -69,12 +76,13 @@ def _fit(root, model, strategy=None, **settings):
     [
         (mlp, FedAvg, 2, True),  # on batched matmuls
         (mlp, FedAvg, 1, False),
-        (own_step, FedAvg, 8, True),  # under vmap
-        (own_step, FedAvg, 4, False),  # too few clients a round to pay under vmap
+        (own_step, FedAvg, 2, True),  # its own training_step, folded (folded_step)
+        (own_step_normed, FedAvg, 8, True),  # under vmap
+        (own_step_normed, FedAvg, 4, False),  # too few clients a round to pay under vmap
         (small_model, FedAvg, 8, False),  # convolutions: long steps
         (mlp, Scaffold, 8, False),  # client i trains on process i % world (its control variate lives there)
     ],
-    ids=["mlp", "one-client", "vmap", "vmap-four-clients", "cnn", "client-state"],
+    ids=["mlp", "one-client", "folded", "vmap", "vmap-four-clients", "cnn", "client-state"],
 )
 def test_auto_vectorizes_short_step_models_from_two_clients_a_round_or_eight_under_vmap(
     tmp_path, model, strategy, per_round, vectorized

@@ -1,12 +1,13 @@
-"""A resume with another ``clients_in_parallel``: bit for bit where both compute a client's update alike, within
-rounding where one of them vectorizes under vmap (docs/guides/checkpoints.md)."""
+"""A resume with another ``clients_in_parallel``: bit for bit where both compute a client's update alike (one at a
+time, worker threads, batched matmuls, folded), within rounding where one of them vectorizes under vmap
+(docs/guides/checkpoints.md)."""
 
 import pytest
 import torch
 
 from lightfed.strategies import FedAvg
 from tests.conftest import small_data, small_trainer
-from tests.run.test_auto_vectorized import mlp, own_step
+from tests.run.test_auto_vectorized import mlp, own_step, own_step_normed
 
 
 def _resumed_and_whole(root, model, first, then):
@@ -22,13 +23,17 @@ def _resumed_and_whole(root, model, first, then):
     return fit("resumed", 3, then, "last"), fit("whole", 3, first)
 
 
-@pytest.mark.parametrize(("first", "then"), [(1, 2), (2, "vectorized"), ("auto", 1)])
-def test_one_at_a_time_worker_threads_and_batched_matmuls_resume_to_the_same_bits(tmp_path, first, then):
-    resumed, whole = _resumed_and_whole(tmp_path, mlp, first, then)
+@pytest.mark.parametrize(
+    ("model", "first", "then"),
+    [(mlp, 1, 2), (mlp, 2, "vectorized"), (mlp, "auto", 1), (own_step, 1, "vectorized"), (own_step, "auto", 1)],
+    ids=["threads", "batched-matmuls", "auto", "folded", "auto-folded"],
+)
+def test_one_at_a_time_worker_threads_batched_matmuls_and_folded_resume_to_the_same_bits(tmp_path, model, first, then):
+    resumed, whole = _resumed_and_whole(tmp_path, model, first, then)
     assert torch.equal(resumed, whole)
 
 
 @pytest.mark.parametrize(("first", "then"), [(1, "vectorized"), ("auto", 1)])
 def test_a_resume_to_or_from_vectorized_training_under_vmap_ends_within_rounding(tmp_path, first, then):
-    resumed, whole = _resumed_and_whole(tmp_path, own_step, first, then)
+    resumed, whole = _resumed_and_whole(tmp_path, own_step_normed, first, then)
     assert float((resumed - whole).abs().max() / whole.abs().max()) <= 1e-6

@@ -102,8 +102,9 @@ class NotFolded(Exception):
 
 class FoldedStep(TorchFunctionMode):
     """While active, the functions of a folded ``training_step`` computed per client (the module's docstring):
-    ``rows`` the ids of the stacked tensors (parameters ``[clients, ...]``), ``counts`` each client's examples of its
-    ``width``, ``generators`` each client's (for dropout; none: dropout is refused)."""
+    ``rows`` the ids of the stacked tensors (parameters ``[stacked, ...]``, of which the first ``len(sizes)`` clients
+    are computed), ``counts`` and ``sizes`` each client's examples of its ``width`` (a tensor, and numbers),
+    ``generators`` each client's (for dropout; none: dropout is refused)."""
 
     def __init__(
         self, rows: set[int], counts: Tensor, sizes: list[int], width: int, generators: list[torch.Generator]

@@ -62,17 +62,24 @@ class StackedClassifier:
         return h
 
     def padded_loss(
-        self, params: dict[str, Tensor], batch: Any, generators: list[torch.Generator], counts: Tensor
+        self,
+        params: dict[str, Tensor],
+        batch: Any,
+        generators: list[torch.Generator],
+        counts: Tensor,
+        sizes: list[int],
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """``loss`` of batches padded to one width, each client's over its first ``counts[k]`` examples; raises
-        ``NotFolded`` for what is not computed here."""
+        """``loss`` of batches padded to one width, each client's over its first ``counts[k]`` examples (``sizes``:
+        the same as numbers); raises ``NotFolded`` for what is not computed here."""
         x, y = batch
-        logits = self.logits(params, x, generators, counts) if y.dtype == torch.long and y.ndim == 2 else None
+        clients, n = y.shape
+        full = all(size == n for size in sizes)
+        own = None if full else counts
+        logits = self.logits(params, x, generators, own) if y.dtype == torch.long and y.ndim == 2 else None
         if logits is None:
             raise NotFolded("its targets are not class indices, or a layer is frozen")
-        clients, n = y.shape
         per_example = F.cross_entropy(logits.reshape(clients * n, -1), y.reshape(-1), reduction="none").view(clients, n)
-        if bool((counts == n).all()):
+        if full:
             losses = per_example.mean(1)
         else:
             kept = torch.arange(n, device=y.device) < counts.unsqueeze(1)

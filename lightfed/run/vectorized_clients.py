@@ -33,7 +33,7 @@ from lightfed.core.logged_values import LoggedValues
 from lightfed.core.messages import ClientPlan, ClientRows, ClientUpdate
 from lightfed.core.training_loss import training_loss
 from lightfed.data.module import Batch
-from lightfed.errors import ConfigError
+from lightfed.errors import ConfigError, LightfedError
 from lightfed.privacy.dp_sgd import DPSGD
 from lightfed.run.client import ClientTrainer
 from lightfed.run.client_memory import chunk_budget, client_bytes
@@ -679,7 +679,7 @@ class VectorizedClients:
         try:
             if self._stacked is not None:
                 params = leaves if active == len(losses) else {name: leaf[:active] for name, leaf in leaves.items()}
-                loss, logged = self._stacked.padded_loss(params, batch, mine, counts)
+                loss, logged = self._stacked.padded_loss(params, batch, mine, counts, sizes)
             else:
                 if not self._fold_checked:
                     self._check_fold(leaves, batch, counts, step, groups)
@@ -751,8 +751,15 @@ class VectorizedClients:
     def _compare_fold(
         self, leaves: dict[str, Tensor], batch: Batch, counts: Tensor, step: int, groups: list[tuple[int, list[int]]]
     ) -> None:
-        """``_check_fold``'s comparison."""
-        loss, logged = self._folded_loss(leaves, batch, counts, [], step)
+        """``_check_fold``'s comparison; a ``training_step`` that fails on folded batches (it reads their size, say)
+        does not fold either."""
+        try:
+            loss, logged = self._folded_loss(leaves, batch, counts, [], step)
+        except (LightfedError, DiffersByClient, NotFolded):
+            raise
+        except Exception as error:
+            reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            raise NotFolded(f"its training_step fails on folded batches ({reason})") from error
         folded = torch.autograd.grad(loss.sum(), list(leaves.values()), allow_unused=True)
         expected = {name: loss.new_zeros(len(counts)) for name in ("loss", *logged)}
         total = loss.new_zeros(())

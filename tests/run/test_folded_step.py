@@ -66,6 +66,14 @@ class Penalised(Plain):
         return super().training_step(batch, batch_idx) + 0.01 * self.net.fc1.weight.pow(2).sum()
 
 
+class SizeChecked(Plain):
+    """Reads the size of its batch: it fails on folded batches."""
+
+    def training_step(self, batch, batch_idx):
+        assert len(batch[0]) <= 10, "a batch of at most 10"
+        return super().training_step(batch, batch_idx)
+
+
 class Summed(Plain):
     def training_step(self, batch, batch_idx):
         x, y = batch
@@ -123,7 +131,9 @@ def test_dropout_masks_are_each_clients_one_at_a_time_masks():
     assert vectorized._prefix
 
 
-@pytest.mark.parametrize("model", [BatchMean, Penalised, Summed], ids=["batch-mean", "penalty", "sum"])
+@pytest.mark.parametrize(
+    "model", [BatchMean, Penalised, Summed, SizeChecked], ids=["batch-mean", "penalty", "sum", "size-checked"]
+)
 def test_a_step_that_does_not_fold_trains_under_vmap_as_one_at_a_time(model, capsys):
     vectorized = _compare(model(), epochs=1)
     assert not vectorized._prefix

@@ -12,6 +12,7 @@ mixture, SAM's ascent) are taken for all the clients at once. Under DP-SGD every
 (``_private_step``, ``vectorized_privacy``).
 """
 
+import copy
 import itertools
 import math
 import statistics
@@ -191,11 +192,14 @@ class VectorizedClients:
 
     lanes = 1
 
-    def __init__(self, client: ClientTrainer, auto: bool = False) -> None:
+    def __init__(self, client: ClientTrainer, auto: bool = False, pinned: bool = False) -> None:
+        """``pinned``: client i trains on process i % world (``auto`` only), so a stack must be bit for bit the clients
+        alone: the first stack is checked (``_bitwise``), and every client trains alone where it is not."""
         reason = why_not_vectorized(client)
         if reason is not None:
             raise ConfigError(f"trainer.clients_in_parallel vectorized: {reason}")
         self.client, self.strict = client, not auto
+        self._unchecked = pinned  # a stack not yet compared bit for bit with its clients trained alone
         memory = max(1, chunk_budget(client.fabric.device, fixed=auto) // client_bytes(client))
         self.chunk = memory if self.strict else min(AUTO_BLOCK, memory)
         self.block = 1 if self.strict else self.chunk  # 1: the engine balances the processes' shares
@@ -292,7 +296,10 @@ class VectorizedClients:
         for part in together.values():
             part.sort(key=lambda index: -steps[index])  # the clients still training at a step are the first ones
             try:
-                trained.append((part, self._train_together([jobs[i] for i in part])))
+                rows = self._train_together([jobs[i] for i in part])
+                if self._unchecked and not self._bitwise([jobs[i] for i in part], rows):
+                    return []
+                trained.append((part, rows))
             except Exception as error:
                 name = type(self.client.module).__name__
                 if self.strict and isinstance(error, DiffersByClient):
@@ -321,6 +328,26 @@ class VectorizedClients:
             finally:
                 self._tried = True
         return trained
+
+    def _bitwise(self, jobs: list[TrainingJob], rows: ClientRows) -> bool:
+        """Whether the first and the last of ``jobs`` (the longest and the shortest) trained alone end where their rows
+        do, bit for bit (their rules copied, nothing logged); where not, every client trains alone from then on, which
+        one line says."""
+        self._unchecked = False
+        for k in {0, len(jobs) - 1}:
+            job = jobs[k]
+            plan = replace(job.plan, rule=copy.deepcopy(job.plan.rule))
+            with self.client.unrecorded():
+                alone = self.client.train(plan, job.params, job.buffers)
+            if not (torch.equal(alone.delta, rows.deltas[k]) and torch.equal(alone.buffers, rows.buffers[k])):
+                self._alone = True
+                self.client.fabric.print(
+                    f"trainer.clients_in_parallel auto trains one client at a time: {type(self.client.module).__name__}'s"
+                    " clients trained together round otherwise than alone, and each client trains on the process that "
+                    "holds its state"
+                )
+                return False
+        return True
 
     def _vectorizes(self, rule: LocalRule | None) -> bool:
         """Whether a client with the local rule ``rule`` trains on a row of stacked clients."""

@@ -102,16 +102,22 @@ class NotFolded(Exception):
 
 class FoldedStep(TorchFunctionMode):
     """While active, the functions of a folded ``training_step`` computed per client (the module's docstring):
-    ``rows`` the ids of the stacked tensors (parameters ``[stacked, ...]``, of which the first ``len(sizes)`` clients
-    are computed), ``counts`` and ``sizes`` each client's examples of its ``width`` (a tensor, and numbers),
+    ``rows`` the ids of the stacked tensors (parameters ``[stacked, ...]``, of which the clients ``at`` are
+    computed), ``counts`` and ``sizes`` each client's examples of its ``width`` (a tensor, and numbers),
     ``generators`` each client's (for dropout; none: dropout is refused)."""
 
     def __init__(
-        self, rows: set[int], counts: Tensor, sizes: list[int], width: int, generators: list[torch.Generator]
+        self,
+        rows: set[int],
+        at: slice,
+        counts: Tensor,
+        sizes: list[int],
+        width: int,
+        generators: list[torch.Generator],
     ) -> None:
         """``sizes``: ``counts`` as numbers."""
         super().__init__()
-        self.rows, self.width, self.generators = rows, width, generators
+        self.rows, self.at, self.width, self.generators = rows, at, width, generators
         self.clients, self.counts, self.sizes = len(sizes), counts, sizes
         self.full = all(size == width for size in sizes)
         self.handlers: dict[Callable[..., Any], Callable[..., Any]] = {
@@ -141,7 +147,7 @@ class FoldedStep(TorchFunctionMode):
         if bias is not None and id(bias) not in self.rows:
             raise NotFolded("linear of a trained weight and a frozen bias")
         self._check_folded(x, "linear")
-        weight, bias = self._first(weight), None if bias is None else self._first(bias)
+        weight, bias = self._computed(weight), None if bias is None else self._computed(bias)
         out = stacked_linear(x.reshape(self.clients, -1, x.shape[-1]), weight, bias)
         return out.reshape(*x.shape[:-1], weight.shape[1])
 
@@ -180,9 +186,9 @@ class FoldedStep(TorchFunctionMode):
         counts = [size * each for size in self.sizes]
         return dropped_out(input.reshape(self.clients, -1), p, self.generators, counts).reshape(input.shape)
 
-    def _first(self, rows: Tensor) -> Tensor:
-        """The rows of the clients computed: the first ones."""
-        return rows if len(rows) == self.clients else rows[: self.clients]
+    def _computed(self, rows: Tensor) -> Tensor:
+        """The rows of the clients computed (``at``)."""
+        return rows if len(rows) == self.clients else rows[self.at]
 
     def _check_folded(self, x: Tensor, name: str) -> None:
         """Refuses a tensor whose rows are not the folded examples."""

@@ -28,11 +28,12 @@ class ListedBatches:
         """The batches of ``clients`` (of one size) at ``step``, stacked: a row per client."""
         return joined([self.batches[k][step] for k in clients], torch.stack)
 
-    def padded(self, step: int, active: int) -> tuple[Batch, Tensor]:
-        """The batches at ``step`` of the first ``active`` clients padded with zeros to the widest batch and stacked
-        (``[active, width, ...]``), and each one's size."""
-        batches = [_padded(self.batches[k][step], self.width) for k in range(active)]
-        counts = self._counts[step, :active]
+    def rows(self, step: int, at: slice, size: int | None) -> tuple[Batch, Tensor]:
+        """The batches at ``step`` of the clients ``at`` (one after another), stacked: of ``size`` examples, or
+        padded with zeros to the widest batch (``size`` None; ``[clients, width, ...]``); and each one's size."""
+        clients = range(at.start, at.stop)
+        batches = [self.batches[k][step] if size else _padded(self.batches[k][step], self.width) for k in clients]
+        counts = self._counts[step, at]
         return joined(batches, torch.stack), counts.to(_device(batches[0]), non_blocking=True)
 
 
@@ -72,10 +73,13 @@ class GatheredBatches:
         index = None if whole else device_index(clients, self._examples.device)
         return tuple(_rows(at, size, index) for at in examples)  # type: ignore[return-value]
 
-    def padded(self, step: int, active: int) -> tuple[Batch, Tensor]:
-        """The batches at ``step`` of the first ``active`` clients, each as wide as the widest batch (``[active,
-        width, ...]``: views; past a client's size, other examples), and each one's size."""
-        return tuple(at[:active] for at in self._step_examples(step)), self._counts[step, :active]  # type: ignore[return-value]
+    def rows(self, step: int, at: slice, size: int | None) -> tuple[Batch, Tensor]:
+        """The batches at ``step`` of the clients ``at`` (one after another), stacked: their first ``size`` examples,
+        or as wide as the widest batch (``size`` None; ``[clients, width, ...]``: views; past a client's size, other
+        examples); and each one's size."""
+        examples = self._step_examples(step)
+        batch = tuple(e[at] if size is None or size == e.shape[1] else e[at, :size].contiguous() for e in examples)
+        return batch, self._counts[step, at]  # type: ignore[return-value]
 
     def _step_examples(self, step: int) -> Batch:
         """Every client's examples at ``step`` (``[clients, width, ...]`` each), from the block gathered for it."""

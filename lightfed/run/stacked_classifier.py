@@ -40,7 +40,11 @@ class StackedClassifier:
         }
 
     def logits(
-        self, params: dict[str, Tensor], x: Tensor, generators: list[torch.Generator], counts: Tensor | None = None
+        self,
+        params: dict[str, Tensor],
+        x: Tensor,
+        generators: list[torch.Generator],
+        counts: Tensor | None = None,
     ) -> Tensor | None:
         """The clients' logits ``[clients, n, classes]`` (None where a layer's parameters are not all in ``params``: a
         frozen one); ``generators``: each client's, for its dropout masks; ``counts``: each client's examples of

@@ -27,32 +27,21 @@ def client_training(
     **client: Any,
 ) -> ClientTraining:
     """``ClientWorkers`` (``clients_in_parallel`` an integer or "auto"), or ``VectorizedClients`` ("vectorized"; and
-    "auto" for ``VECTORIZE_FROM`` clients a round or more, ``MATMULS_FROM`` folded or on batched matmuls, of a model
-    that vectorizes and whose steps suit it, ``auto_vectorizes``). Where client i must train on process i % world
-    (``fixed_process``: its state lives there), the blocks trained together would depend on the number of processes:
-    "auto" then vectorizes only where a stack's step is each client's own bit for bit (``pinned_stacks``), which it
-    checks (``VectorizedClients``); ``client``: the ``ClientTrainer``'s other settings."""
+    "auto" for ``VECTORIZE_FROM`` clients a round or more, ``MATMULS_FROM`` folded or on batched matmuls, of a model that
+    vectorizes and whose steps suit it, ``auto_vectorizes``, unless client i must train on process i % world,
+    ``fixed_process``: the blocks trained together would then depend on the number of processes); ``client``: the
+    ``ClientTrainer``'s other settings."""
     vectorized = clients_in_parallel == "vectorized"
     workers = ClientWorkers.build(
         fabric, model, data, 1 if vectorized else clients_in_parallel, clients_per_round, **client
     )
     if vectorized:
         return VectorizedClients(workers.reference)
-    matmuls = stacked_classifier(model) is not None or may_fold(model)
-    least = MATMULS_FROM if matmuls else VECTORIZE_FROM
-    pinned = fixed_process and not pinned_stacks(fabric, matmuls, workers.reference.privacy.private)
-    auto = clients_in_parallel == "auto" and clients_per_round >= least and not pinned
+    least = MATMULS_FROM if stacked_classifier(model) is not None or may_fold(model) else VECTORIZE_FROM
+    auto = clients_in_parallel == "auto" and clients_per_round >= least and not fixed_process
     if auto and auto_vectorizes(fabric, model, data) and why_not_vectorized(workers.reference) is None:
-        return VectorizedClients(workers.reference, auto=True, pinned=fixed_process)
+        return VectorizedClients(workers.reference, auto=True)
     return workers
-
-
-def pinned_stacks(fabric: Fabric, matmuls: bool, private: bool) -> bool:
-    """Whether clients pinned to processes may train stacked: where a stack's step computes each client's own
-    update bit for bit, so that which clients a process stacks changes nothing. On a CPU, folded or on batched
-    matmuls, a stacked row is computed as one client alone computes it (tested, and checked on each run's first
-    stack); ``vmap``'s batching rules and DP-SGD's per-example gradients round otherwise."""
-    return fabric.device.type == "cpu" and matmuls and not private
 
 
 def auto_vectorizes(fabric: Fabric, model: LightningModule, data: FederatedDataModule) -> bool:

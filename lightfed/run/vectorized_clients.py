@@ -12,7 +12,6 @@ mixture, SAM's ascent) are taken for all the clients at once. Under DP-SGD every
 (``_private_step``, ``vectorized_privacy``).
 """
 
-import copy
 import itertools
 import math
 import statistics
@@ -192,14 +191,11 @@ class VectorizedClients:
 
     lanes = 1
 
-    def __init__(self, client: ClientTrainer, auto: bool = False, pinned: bool = False) -> None:
-        """``pinned``: client i trains on process i % world (``auto`` only), so a stack must be bit for bit the clients
-        alone: the first stack is checked (``_bitwise``), and every client trains alone where it is not."""
+    def __init__(self, client: ClientTrainer, auto: bool = False) -> None:
         reason = why_not_vectorized(client)
         if reason is not None:
             raise ConfigError(f"trainer.clients_in_parallel vectorized: {reason}")
         self.client, self.strict = client, not auto
-        self._unchecked = pinned  # a stack not yet compared bit for bit with its clients trained alone
         memory = max(1, chunk_budget(client.fabric.device, fixed=auto) // client_bytes(client))
         self.chunk = memory if self.strict else min(AUTO_BLOCK, memory)
         self.block = 1 if self.strict else self.chunk  # 1: the engine balances the processes' shares
@@ -284,6 +280,8 @@ class VectorizedClients:
         together: dict[tuple[int, float | None, int], list[int]] = {}  # a tier's clients with alike settings
         sizes = self.client.data.client_sizes([jobs[index].plan.client_id for index in chunk])
         steps = {index: self._steps(jobs[index].plan, size) for index, size in zip(chunk, sizes, strict=True)}
+        batch = self.client.data.batch_size
+        last_batch = {index: size % batch or batch for index, size in zip(chunk, sizes, strict=True)}  # each epoch's
         # tiers where a step costs as much for one client left as for all; one tier where it costs what they do
         for tier, members in enumerate([list(steps)] if self._prefix else _tiers(steps)):
             if len(members) == 1:  # trains alone
@@ -294,12 +292,11 @@ class VectorizedClients:
                     together.setdefault((tier, plan.lr, plan.round), []).append(index)
         trained: list[tuple[list[int], ClientRows]] = []
         for part in together.values():
-            part.sort(key=lambda index: -steps[index])  # the clients still training at a step are the first ones
+            # the clients still training at a step are the first ones, those that end there by the size of their
+            # last batch
+            part.sort(key=lambda index: (-steps[index], -last_batch[index]))
             try:
-                rows = self._train_together([jobs[i] for i in part])
-                if self._unchecked and not self._bitwise([jobs[i] for i in part], rows):
-                    return []
-                trained.append((part, rows))
+                trained.append((part, self._train_together([jobs[i] for i in part])))
             except Exception as error:
                 name = type(self.client.module).__name__
                 if self.strict and isinstance(error, DiffersByClient):
@@ -328,26 +325,6 @@ class VectorizedClients:
             finally:
                 self._tried = True
         return trained
-
-    def _bitwise(self, jobs: list[TrainingJob], rows: ClientRows) -> bool:
-        """Whether the first and the last of ``jobs`` (the longest and the shortest) trained alone end where their rows
-        do, bit for bit (their rules copied, nothing logged); where not, every client trains alone from then on, which
-        one line says."""
-        self._unchecked = False
-        for k in {0, len(jobs) - 1}:
-            job = jobs[k]
-            plan = replace(job.plan, rule=copy.deepcopy(job.plan.rule))
-            with self.client.unrecorded():
-                alone = self.client.train(plan, job.params, job.buffers)
-            if not (torch.equal(alone.delta, rows.deltas[k]) and torch.equal(alone.buffers, rows.buffers[k])):
-                self._alone = True
-                self.client.fabric.print(
-                    f"trainer.clients_in_parallel auto trains one client at a time: {type(self.client.module).__name__}'s"
-                    " clients trained together round otherwise than alone, and each client trains on the process that "
-                    "holds its state"
-                )
-                return False
-        return True
 
     def _vectorizes(self, rule: LocalRule | None) -> bool:
         """Whether a client with the local rule ``rule`` trains on a row of stacked clients."""
@@ -485,10 +462,11 @@ class VectorizedClients:
     ) -> None:
         """Back-propagates the summed losses at ``step`` of the ``groups`` of clients (``_groups``: each batch size
         with its clients) into the leaves' gradients; ``generators``: each client's (dropout), or none. Where the
-        clients are the first ones, in one call (``_prefix_loss``)."""
-        active = sum(len(group) for _, group in groups)
-        if self._prefix and active and all(group[-1] < active for _, group in groups):
-            loss = self._prefix_loss(active, step, leaves.params, batches, generators, losses, groups)
+        clients are the first ones, in one call on their batches padded (``_rows_loss``); else, where each group's
+        clients are one after another, a call per group on views."""
+        if self._prefix and groups:
+            calls = _row_calls(groups)
+            loss = None if calls is None else self._calls_loss(calls, step, leaves.params, batches, generators, losses)
             if loss is not None:
                 loss.backward()
                 return
@@ -685,39 +663,60 @@ class VectorizedClients:
             self._logged_rows.add(name, values, self._logged_sizes.get(name) or size)
         return loss.sum()
 
-    def _prefix_loss(
+    def _calls_loss(
         self,
-        active: int,
+        calls: list[tuple[slice, int | None, list[tuple[int, list[int]]]]],
         step: int,
         leaves: dict[str, Tensor],
         batches: ListedBatches | GatheredBatches,
         generators: list[torch.Generator],
         losses: Tensor,
-        groups: list[tuple[int, list[int]]],
     ) -> Tensor | None:
-        """The summed losses at ``step`` of the first ``active`` clients, computed in one call on their batches padded
-        to the widest (each client's loss over its own examples), added to their entries of ``losses``, and what the
-        module logs (weighted by each client's examples); None where the module does not compute folded (its first
-        folded step is compared with vmap's: ``_check_fold``)."""
-        self._show(list(range(active)), step)
-        batch, counts = batches.padded(step, active)
-        sizes = [batches.sizes[k][step] for k in range(active)]
-        mine = generators[:active]
+        """The summed losses at ``step`` of the ``calls``' clients (``_row_calls``), a call each (``_rows_loss``); None
+        where the module does not compute folded, which one line says (its first folded step is compared with vmap's:
+        ``_check_fold``)."""
         try:
-            if self._stacked is not None:
-                params = leaves if active == len(losses) else {name: leaf[:active] for name, leaf in leaves.items()}
-                loss, logged = self._stacked.padded_loss(params, batch, mine, counts, sizes)
-            else:
-                if not self._fold_checked:
-                    self._check_fold(leaves, batch, counts, step, groups)
-                loss, logged = self._folded_loss(leaves, batch, counts, mine, step, sizes)
+            return sum(  # type: ignore[return-value]
+                (
+                    self._rows_loss(at, size, step, leaves, batches, generators, losses, groups)
+                    for at, size, groups in calls
+                ),
+                start=torch.zeros((), device=losses.device),
+            )
         except NotFolded as error:
             self._prefix = False
             self.client.fabric.print(
                 f"trainer.clients_in_parallel trains {type(self.client.module).__name__}'s clients under vmap: {error}"
             )
             return None
-        losses[:active].add_(loss.detach())
+
+    def _rows_loss(
+        self,
+        at: slice,
+        size: int | None,
+        step: int,
+        leaves: dict[str, Tensor],
+        batches: ListedBatches | GatheredBatches,
+        generators: list[torch.Generator],
+        losses: Tensor,
+        groups: list[tuple[int, list[int]]],
+    ) -> Tensor:
+        """The summed losses at ``step`` of the clients ``at`` (one after another) in one call: on their batches of
+        ``size``, or padded to the widest (``size`` None; each client's loss over its own examples), added to their
+        entries of ``losses``, and what the module logs (weighted by each client's examples); ``groups``: theirs, by
+        batch size, for ``_check_fold``."""
+        self._show(list(range(at.start, at.stop)), step)
+        batch, counts = batches.rows(step, at, size)
+        sizes = [batches.sizes[k][step] for k in range(at.start, at.stop)]
+        mine = generators[at]
+        if self._stacked is not None:
+            params = leaves if at.stop - at.start == len(losses) else {name: leaf[at] for name, leaf in leaves.items()}
+            loss, logged = self._stacked.padded_loss(params, batch, mine, counts, sizes)
+        else:
+            if not self._fold_checked:
+                self._check_fold(leaves, at, batch, counts, step, groups)
+            loss, logged = self._folded_loss(leaves, at, batch, counts, mine, step, sizes)
+        losses[at].add_(loss.detach())
         for name, values in logged.items():
             self._logged_rows.add(name, values, self._logged_sizes.get(name) or sizes)
         return loss.sum()
@@ -725,14 +724,15 @@ class VectorizedClients:
     def _folded_loss(
         self,
         leaves: dict[str, Tensor],
+        at: slice,
         batch: Batch,
         counts: Tensor,
         generators: list[torch.Generator],
         step: int,
         sizes: list[int] | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Each client's loss of its padded batch (``[clients, width, ...]``) at its rows of the stacked ``leaves``
-        (the module's parameters while the clients train: ``stacked_parameters``), the first ``len(counts)``,
+        """Each client's loss of its padded batch (``[clients, width, ...]``) at its rows ``at`` of the stacked
+        ``leaves`` (the module's parameters while the clients train: ``stacked_parameters``),
         ``training_step`` run once on the batches folded (``folded_step``), and what it logged, a value per client."""
         clients, width = len(counts), counts_width(batch)
         logged: dict[str, Tensor] = {}
@@ -749,7 +749,10 @@ class VectorizedClients:
 
         rows = {id(value) for value in leaves.values()}
         sizes = counts.tolist() if sizes is None else sizes
-        with logging_to(self.client.module, log, log_dict), FoldedStep(rows, counts, sizes, width, generators):
+        with (
+            logging_to(self.client.module, log, log_dict),
+            FoldedStep(rows, at, counts, sizes, width, generators),
+        ):
             loss = self._step(folded(batch), step)
         if loss.shape != (clients,):
             raise NotFolded(f"training_step returns a loss of shape {list(loss.shape)}, not one per client")
@@ -758,6 +761,7 @@ class VectorizedClients:
     def _check_fold(
         self,
         leaves: dict[str, Tensor],
+        at: slice,
         batch: Batch,
         counts: Tensor,
         step: int,
@@ -770,18 +774,24 @@ class VectorizedClients:
         saved = dict(self._logged_sizes)
         self.client.module.eval()  # no dropout, which vmap refuses: no draw from the clients' generators
         try:
-            self._compare_fold(leaves, batch, counts, step, groups)
+            self._compare_fold(leaves, at, batch, counts, step, groups)
         finally:
             self.client.module.train()
             self._logged_sizes = saved
 
     def _compare_fold(
-        self, leaves: dict[str, Tensor], batch: Batch, counts: Tensor, step: int, groups: list[tuple[int, list[int]]]
+        self,
+        leaves: dict[str, Tensor],
+        at: slice,
+        batch: Batch,
+        counts: Tensor,
+        step: int,
+        groups: list[tuple[int, list[int]]],
     ) -> None:
         """``_check_fold``'s comparison; a ``training_step`` that fails on folded batches (it reads their size, say)
         does not fold either."""
         try:
-            loss, logged = self._folded_loss(leaves, batch, counts, [], step)
+            loss, logged = self._folded_loss(leaves, at, batch, counts, [], step)
         except (LightfedError, DiffersByClient, NotFolded):
             raise
         except Exception as error:
@@ -791,16 +801,17 @@ class VectorizedClients:
         expected = {name: loss.new_zeros(len(counts)) for name in ("loss", *logged)}
         total = loss.new_zeros(())
         for size, group in groups:
-            index = device_index(group, loss.device)
+            index = device_index(group, loss.device)  # the clients' stacked rows
+            within = device_index([k - at.start for k in group], loss.device)  # theirs of ``batch``
             rows = {name: value.index_select(0, index) for name, value in leaves.items()}
             group_batch = apply_to_collection(
-                batch, Tensor, lambda t, index=index, size=size: t.index_select(0, index)[:, :size]
+                batch, Tensor, lambda t, within=within, size=size: t.index_select(0, within)[:, :size]
             )
             group_loss, group_logged, _ = self._vmapped(rows, group_batch, step)
             if set(group_logged) != set(logged):
                 raise NotFolded(f"its training_step logged {sorted(logged)} folded, {sorted(group_logged)} under vmap")
             for name, values in {"loss": group_loss.detach(), **group_logged}.items():
-                expected[name].index_add_(0, index, values.float())
+                expected[name].index_add_(0, within, values.float())
             total = total + group_loss.sum()
         vmapped = torch.autograd.grad(total, list(leaves.values()), allow_unused=True)
         found = {"loss": loss.detach(), **logged}
@@ -944,6 +955,21 @@ def _rows(tensors: list[Tensor], device: torch.device) -> Tensor:
     if all(tensor is tensors[0] for tensor in tensors):
         return tensors[0].to(device).expand(len(tensors), -1)
     return torch.stack([tensor.to(device) for tensor in tensors])
+
+
+def _row_calls(
+    groups: list[tuple[int, list[int]]],
+) -> list[tuple[slice, int | None, list[tuple[int, list[int]]]]] | None:
+    """The calls that compute a step's ``groups`` of clients on views of the stacked rows, each its clients (one
+    after another), their batch size (None: padded to the widest) and their groups: one call, padded, where the
+    clients are the first ones; else a call per group whose clients are one after another; None where a group's are
+    not."""
+    active = sum(len(group) for _, group in groups)
+    if all(group[-1] < active for _, group in groups):
+        return [(slice(0, active), None, groups)]
+    if any(group[-1] - group[0] != len(group) - 1 for _, group in groups):
+        return None
+    return [(slice(group[0], group[-1] + 1), size, [(size, group)]) for size, group in groups]
 
 
 class _Schedule:

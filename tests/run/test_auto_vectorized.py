@@ -80,7 +80,7 @@ def _fit(root, model, strategy=None, **settings):
         (own_step_normed, FedAvg, 8, True),  # under vmap
         (own_step_normed, FedAvg, 4, False),  # too few clients a round to pay under vmap
         (small_model, FedAvg, 8, False),  # convolutions: long steps
-        (mlp, Scaffold, 8, True),  # pinned clients, stacked where a stack is each client's own bit for bit
+        (mlp, Scaffold, 8, False),  # client i trains on process i % world (its control variate lives there)
     ],
     ids=["mlp", "one-client", "folded", "vmap", "vmap-four-clients", "cnn", "client-state"],
 )
@@ -173,31 +173,6 @@ def test_fedsams_clients_train_vectorized_within_rounding_of_one_at_a_time(tmp_p
     assert float((auto.params - one).abs().max() / one.abs().max()) <= 1e-5
 
 
-def test_clients_with_state_train_stacked_bit_for_bit_as_one_at_a_time(tmp_path, capsys):
-    """SCAFFOLD's clients (client i on process i % world, where its control variate lives) trained stacked by
-    ``auto``: checked bit for bit against two of them alone, and the run's weights are one at a time's."""
-    auto = _fit(tmp_path / "auto", mlp(), Scaffold(), clients_per_round=8)
-    assert isinstance(auto.workers, VectorizedClients) and "one client at a time" not in capsys.readouterr().out
-    assert torch.equal(auto.params, _one_at_a_time(tmp_path / "one", mlp(), Scaffold()))
-
-
-def test_a_stack_that_rounds_otherwise_than_its_clients_alone_trains_them_alone(tmp_path, capsys, monkeypatch):
-    """Where a stacked row is not its client's update alone bit for bit (a row moved by 1e-7 here), every client
-    trains alone from then on, which one line says: the weights are one at a time's."""
-    train_together = VectorizedClients._train_together
-
-    def off_by_rounding(self, jobs, *args):
-        rows = train_together(self, jobs, *args)
-        rows.deltas[0] += 1e-7
-        return rows
-
-    monkeypatch.setattr(VectorizedClients, "_train_together", off_by_rounding)
-    auto = _fit(tmp_path / "auto", mlp(), Scaffold(), clients_per_round=8)
-    lines = [line for line in capsys.readouterr().out.splitlines() if "round otherwise than alone" in line]
-    assert len(lines) == 1 and lines[0].startswith("trainer.clients_in_parallel auto trains one client at a time: MLP")
-    assert torch.equal(auto.params, _one_at_a_time(tmp_path / "one", mlp(), Scaffold()))
-
-
 def test_processes_take_whole_blocks_of_consecutive_jobs_in_turn():
     jobs = list(range(8))
 
@@ -211,15 +186,12 @@ def test_processes_take_whole_blocks_of_consecutive_jobs_in_turn():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["FedAvg", "Scaffold"])
-def test_auto_gives_the_same_weights_on_one_and_two_processes(tmp_path, strategy):
-    """Synthetic(1, 1) with multinomial logistic regression, 10 clients a round of lognormal sizes: vectorized by
-    ``auto``, bit for bit the same on one and two processes; SCAFFOLD's clients each on the process that holds its
-    control variate, stacked there."""
+def test_auto_gives_the_same_weights_on_one_and_two_processes(tmp_path):
+    """Synthetic(1, 1) with multinomial logistic regression, 10 clients a round of lognormal sizes (its stragglers
+    in tiers of their own): vectorized by ``auto``, bit for bit the same on one and two processes."""
     final = {}
     for devices in (1, 2):
         root = tmp_path / f"devices{devices}"
-        options = trainer_options(rounds=3, check_replicas="true")
-        fit_in_subprocess(SYNTHETIC, root, devices, *options, "--strategy", f"lightfed.strategies.{strategy}")
+        fit_in_subprocess(SYNTHETIC, root, devices, *trainer_options(rounds=3, check_replicas="true"))
         final[devices] = torch.load(next(root.glob("*/version_0/checkpoints/last.ckpt")), weights_only=True)["params"]
     assert torch.equal(final[1], final[2])

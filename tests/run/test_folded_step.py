@@ -114,7 +114,7 @@ def _compare(model, **plan):
 def test_a_users_own_module_trains_folded_as_one_at_a_time(plan, monkeypatch):
     calls = []
     original = VectorizedClients._folded_loss
-    monkeypatch.setattr(VectorizedClients, "_folded_loss", lambda self, *a: calls.append(a[2]) or original(self, *a))
+    monkeypatch.setattr(VectorizedClients, "_folded_loss", lambda self, *a: calls.append(a[3]) or original(self, *a))
     vectorized = _compare(Plain(), **plan)
     assert vectorized._prefix and vectorized._fold_checked
     data = vectorized.client.data
@@ -147,11 +147,20 @@ def test_running_statistics_are_not_folded():
 
 def test_the_folded_step_refuses_a_draw_and_a_tensor_that_is_not_folded():
     rows = torch.zeros(2, 3, 4)
-    with FoldedStep({id(rows)}, torch.tensor([2, 1]), [2, 1], 2, []), pytest.raises(NotFolded, match="random"):
+    with (
+        FoldedStep({id(rows)}, slice(0, 2), torch.tensor([2, 1]), [2, 1], 2, []),
+        pytest.raises(NotFolded, match="random"),
+    ):
         torch.rand(3)
-    with FoldedStep({id(rows)}, torch.tensor([2, 1]), [2, 1], 2, []), pytest.raises(NotFolded, match="not the folded"):
+    with (
+        FoldedStep({id(rows)}, slice(0, 2), torch.tensor([2, 1]), [2, 1], 2, []),
+        pytest.raises(NotFolded, match="not the folded"),
+    ):
         F.linear(torch.zeros(5, 4), rows)
-    with FoldedStep({id(rows)}, torch.tensor([2, 1]), [2, 1], 2, []), pytest.raises(NotFolded, match="rows"):
+    with (
+        FoldedStep({id(rows)}, slice(0, 2), torch.tensor([2, 1]), [2, 1], 2, []),
+        pytest.raises(NotFolded, match="rows"),
+    ):
         rows.sum()
 
 
@@ -159,7 +168,7 @@ def test_a_folded_linear_and_loss_are_each_clients_own():
     """By hand: two clients of width 2, the second with one example of its own (its second pads)."""
     weight = torch.tensor([[[1.0, 0.0]], [[0.0, 2.0]]])  # [clients, out 1, in 2]
     x = torch.tensor([[1.0, 5.0], [2.0, 7.0], [3.0, 4.0], [9.0, 9.0]])  # client 0: rows 0-1, client 1: rows 2-3
-    with FoldedStep({id(weight)}, torch.tensor([2, 1]), [2, 1], 2, []):
+    with FoldedStep({id(weight)}, slice(0, 2), torch.tensor([2, 1]), [2, 1], 2, []):
         out = F.linear(x, weight)
         logits = torch.cat([out, torch.zeros_like(out)], dim=1)  # two classes: [out, 0]
         loss = F.cross_entropy(logits, torch.tensor([0, 0, 1, 0]))

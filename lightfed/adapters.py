@@ -92,3 +92,20 @@ def forward_hooked(module: nn.Module) -> bool:
     and ``_forward_pre_hooks``, or torch's global ones): its forward is then not its layers' computation alone."""
     hooks = [torch.nn.modules.module._global_forward_hooks, torch.nn.modules.module._global_forward_pre_hooks]
     return any(hooks) or any(m._forward_hooks or m._forward_pre_hooks for m in module.modules())
+
+
+@contextmanager
+def stacked_parameters(module: nn.Module, rows: dict[str, Tensor]) -> Iterator[None]:
+    """``module``'s parameters replaced by the tensors ``rows`` of the same names for the block, then restored: the
+    entries of each holder's ``Module._parameters``, as ``torch.func.functional_call`` swaps them for one call."""
+    saved = []
+    for name, tensor in rows.items():
+        owner, _, leaf = name.rpartition(".")
+        holder = module.get_submodule(owner)
+        saved.append((holder, leaf, holder._parameters[leaf]))
+        holder._parameters[leaf] = tensor  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for holder, leaf, parameter in reversed(saved):
+            holder._parameters[leaf] = parameter

@@ -112,3 +112,12 @@ def test_a_forward_hook_anywhere_in_a_module_or_global_is_seen():
     assert adapters.forward_hooked(net)
     handle.remove()
     assert not adapters.forward_hooked(net)
+
+
+def test_a_modules_parameters_are_the_given_tensors_inside_the_block_and_its_own_after_it():
+    module = torch.nn.Sequential(torch.nn.Linear(2, 3))
+    own = module[0].weight
+    rows = torch.zeros(4, 3, 2, requires_grad=True)
+    with adapters.stacked_parameters(module, {"0.weight": rows}):
+        assert module[0].weight is rows and dict(module.named_parameters())["0.bias"] is module[0].bias
+    assert module[0].weight is own and isinstance(module[0].weight, torch.nn.Parameter)

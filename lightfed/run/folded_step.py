@@ -16,8 +16,7 @@ of another reduction raises ``NotFolded``. What acts across examples (a batch no
 seen here: ``VectorizedClients`` compares the folded step with ``vmap``'s once before it trusts it.
 """
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -56,22 +55,6 @@ RANDOM = {
     F.rrelu,
     F.gumbel_softmax,
 }
-
-
-@contextmanager
-def stacked_parameters(module: nn.Module, rows: dict[str, Tensor]) -> Iterator[None]:
-    """``module``'s parameters replaced by the stacked ``rows`` of the same names for the block (then restored)."""
-    saved = []
-    for name, tensor in rows.items():
-        owner, _, leaf = name.rpartition(".")
-        holder = module.get_submodule(owner)
-        saved.append((holder, leaf, holder._parameters[leaf]))
-        holder._parameters[leaf] = tensor  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        for holder, leaf, parameter in reversed(saved):
-            holder._parameters[leaf] = parameter
 
 
 def folded(batch: Any) -> Any:

@@ -26,7 +26,7 @@ from lightning.fabric.utilities.apply_func import apply_to_collection
 from torch import Tensor, nn
 from torch.optim.sgd import sgd as functional_sgd
 
-from lightfed.adapters import logging_to
+from lightfed.adapters import logging_to, stacked_parameters
 from lightfed.core.federated_weights import federated_parameters
 from lightfed.core.local_rule import LocalRule
 from lightfed.core.logged_values import LoggedValues
@@ -39,7 +39,7 @@ from lightfed.run.client import ClientTrainer
 from lightfed.run.client_memory import chunk_budget, client_bytes
 from lightfed.run.client_training import Deliver, DeliverRows, TrainingJob
 from lightfed.run.client_workers import torch_threads
-from lightfed.run.folded_step import FoldedStep, NotFolded, folded, may_fold, stacked_parameters
+from lightfed.run.folded_step import FoldedStep, NotFolded, folded, may_fold
 from lightfed.run.stacked_batches import GatheredBatches, ListedBatches, counts_width, device_index, joined
 from lightfed.run.stacked_classifier import stacked_classifier
 from lightfed.run.trainer_view import DiffersByClient

@@ -117,14 +117,21 @@ ADAPTIVE = (torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad, torch.opti
         "adamasfl",
     ],
 )
-def test_every_clients_update_is_its_one_at_a_time_update(optimizer, local, rule, plan):
+@pytest.mark.parametrize("folded", [False, True], ids=["vmap", "folded"])
+def test_every_clients_update_is_its_one_at_a_time_update(optimizer, local, rule, plan, folded):
     """Within rounding: the largest coordinate's difference is at most 1e-5 of the delta's largest coordinate; under
     an adaptive optimizer, whose step on a coordinate with a rounding-sized gradient is itself of the learning rate's
     order whatever the rounding, the difference's L2 norm is at most 1e-5 of the delta's. A trajectory that amplifies
-    rounding (lr 0.1 with momentum 0.9) drifts further apart, as two summation orders of one client do."""
-    model = small_model()
+    rounding (lr 0.1 with momentum 0.9) drifts further apart, as two summation orders of one client do. The CNN
+    trains under vmap, an MLP with a training_step of its own folded."""
+    if folded:
+        L.seed_everything(0, verbose=False)
+        model = _OwnStep(64, 10, hidden=[32])
+    else:
+        model = small_model()
     model.optimizer = optimizer
     sequential, vectorized = _clients(model, local=local)
+    assert vectorized._prefix == folded
     jobs = _jobs(sequential, rule, **plan)
     sizes = {sequential.data.client_size(job.plan.client_id) for job in jobs}
     assert len(sizes) == len(jobs) and any(size % 16 for size in sizes)  # ragged, with partial last batches

@@ -672,23 +672,27 @@ class VectorizedClients:
         generators: list[torch.Generator],
         losses: Tensor,
     ) -> Tensor | None:
-        """The summed losses at ``step`` of the ``calls``' clients (``_row_calls``), a call each (``_rows_loss``); None
-        where the module does not compute folded, which one line says (its first folded step is compared with vmap's:
-        ``_check_fold``)."""
+        """The summed losses at ``step`` of the ``calls``' clients (``_row_calls``), a call each (``_rows_loss``), added
+        to their entries of ``losses`` with what the module logs (weighted by each client's examples) once every call
+        is done; None where the module does not compute folded, which one line says (its first folded step is
+        compared with vmap's: ``_check_fold``)."""
         try:
-            return sum(  # type: ignore[return-value]
-                (
-                    self._rows_loss(at, size, step, leaves, batches, generators, losses, groups)
-                    for at, size, groups in calls
-                ),
-                start=torch.zeros((), device=losses.device),
-            )
+            computed = [
+                self._rows_loss(at, size, step, leaves, batches, generators, groups) for at, size, groups in calls
+            ]
         except NotFolded as error:
             self._prefix = False
             self.client.fabric.print(
                 f"trainer.clients_in_parallel trains {type(self.client.module).__name__}'s clients under vmap: {error}"
             )
             return None
+        total = torch.zeros((), device=losses.device)
+        for (at, _, _), (loss, logged, sizes) in zip(calls, computed, strict=True):
+            losses[at].add_(loss.detach())
+            for name, values in logged.items():
+                self._logged_rows.add(name, values, self._logged_sizes.get(name) or sizes)
+            total = total + loss.sum()
+        return total
 
     def _rows_loss(
         self,
@@ -698,28 +702,25 @@ class VectorizedClients:
         leaves: dict[str, Tensor],
         batches: ListedBatches | GatheredBatches,
         generators: list[torch.Generator],
-        losses: Tensor,
         groups: list[tuple[int, list[int]]],
-    ) -> Tensor:
-        """The summed losses at ``step`` of the clients ``at`` (one after another) in one call: on their batches of
-        ``size``, or padded to the widest (``size`` None; each client's loss over its own examples), added to their
-        entries of ``losses``, and what the module logs (weighted by each client's examples); ``groups``: theirs, by
-        batch size, for ``_check_fold``."""
+    ) -> tuple[Tensor, dict[str, Tensor], list[int]]:
+        """The losses at ``step`` of the clients ``at`` (one after another) in one call: on their batches of ``size``,
+        or padded to the widest (``size`` None; each client's loss over its own examples); what the module logged and
+        the clients' batch sizes; ``groups``: theirs, by batch size, for ``_check_fold``."""
         self._show(list(range(at.start, at.stop)), step)
         batch, counts = batches.rows(step, at, size)
         sizes = [batches.sizes[k][step] for k in range(at.start, at.stop)]
         mine = generators[at]
         if self._stacked is not None:
-            params = leaves if at.stop - at.start == len(losses) else {name: leaf[at] for name, leaf in leaves.items()}
+            stacked = next(iter(leaves.values())).shape[0]
+            whole = at.start == 0 and at.stop == stacked
+            params = leaves if whole else {name: leaf[at] for name, leaf in leaves.items()}
             loss, logged = self._stacked.padded_loss(params, batch, mine, counts, sizes)
         else:
             if not self._fold_checked:
                 self._check_fold(leaves, at, batch, counts, step, groups)
             loss, logged = self._folded_loss(leaves, at, batch, counts, mine, step, sizes)
-        losses[at].add_(loss.detach())
-        for name, values in logged.items():
-            self._logged_rows.add(name, values, self._logged_sizes.get(name) or sizes)
-        return loss.sum()
+        return loss, logged, sizes
 
     def _folded_loss(
         self,

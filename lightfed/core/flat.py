@@ -50,7 +50,7 @@ class FlatModule:
     def zero_grad(self) -> None:
         """Zeroes the flat gradient, re-attaching any view that something replaced (e.g. ``zero_grad(set_to_none)``)."""
         for p, view in self._grad_views:
-            if p.grad is None or p.grad.data_ptr() != view.data_ptr():
+            if p.grad is not view:
                 p.grad = view
         self.grads.zero_()
 

@@ -1,7 +1,6 @@
 """Stands in for ``LightningModule.log`` inside lightfed's loops and reduces what was logged over one pass."""
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any, cast
 
 import torch
@@ -39,16 +38,17 @@ class LoggedValues:
 
     def _size(self) -> int:
         if self._batch_size is None:
-            self._batch_size = 1 if self._batch is None else extract_batch_size(self._batch)
+            self._batch_size = 1 if self._batch is None else batch_size_of(self._batch)
         return self._batch_size
 
     def log(self, name: str, value: Any, *args: Any, batch_size: int | None = None, **kwargs: Any) -> None:
         """Same call as ``LightningModule.log``; options other than ``batch_size`` are ignored."""
-        if isinstance(value, Metric):
+        tensor = isinstance(value, Tensor)  # (before torchmetrics' abstract class, whose check takes longer)
+        if not tensor and isinstance(value, Metric):
             self._metrics[name] = value
             return
         n = batch_size or self._size()
-        value = value.detach().float() if isinstance(value, Tensor) else torch.tensor(float(value))
+        value = value.detach().float() if tensor else torch.tensor(float(value))
         previous = self._sums.get(name)
         if previous is None:
             self._sums[name] = value * n  # a new tensor: the logged one is never written to
@@ -60,11 +60,9 @@ class LoggedValues:
         for name, value in dictionary.items():
             self.log(name, value, *args, **kwargs)
 
-    @contextmanager
-    def attached(self, module: LightningModule) -> Iterator["LoggedValues"]:
+    def attached(self, module: LightningModule) -> AbstractContextManager[None]:
         """Routes ``module.log``/``module.log_dict`` here for the duration of the block."""
-        with logging_to(module, self.log, self.log_dict):
-            yield self
+        return logging_to(module, self.log, self.log_dict)
 
     def absorb(self, other: "LoggedValues", module: LightningModule, other_module: LightningModule) -> None:
         """Adds what ``other`` holds (logged by ``other_module``, a copy of ``module``) into this, and clears it."""
@@ -123,6 +121,15 @@ class LoggedValues:
             metric.reset()
         self._metrics.clear()
         return result
+
+
+def batch_size_of(batch: Any) -> int:
+    """Lightning's ``extract_batch_size(batch)``, read directly from a tuple or list of tensors of one length."""
+    if type(batch) in (tuple, list) and batch and all(type(t) is Tensor and t.ndim for t in batch):
+        size = batch[0].shape[0]
+        if all(t.shape[0] == size for t in batch):
+            return size
+    return extract_batch_size(batch)
 
 
 def _path_in(module: LightningModule | None, metric: Metric) -> str | None:

@@ -104,7 +104,8 @@ class TensorBatches:
         or the first ``steps`` batches' worth."""
         indices = self.client_indices[client_id]
         for count in self._passes(len(indices), epochs, steps):
-            yield indices[torch.randperm(len(indices), generator=generator).to(indices.device)][:count]
+            order = indices.index_select(0, torch.randperm(len(indices), generator=generator).to(indices.device))
+            yield order if count >= len(order) else order[:count]
 
     def _passes(self, size: int, epochs: int | None, steps: int | None) -> list[int]:
         """How many of each pass's shuffled examples of a client's ``size`` a client trains on (at most): ``epochs``
@@ -153,4 +154,6 @@ class TensorBatches:
 
 def gathered(examples: Tensor, index: Tensor) -> Tensor:
     """``examples[index]`` (``index`` of any shape) with ``index_select``: a quarter of indexing's time on a CPU."""
+    if index.dim() == 1:
+        return examples.index_select(0, index)
     return examples.index_select(0, index.flatten()).view(*index.shape, *examples.shape[1:])

@@ -2,12 +2,14 @@
 
 import inspect
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, cast
 
 import torch
 from lightning import LightningModule
 from lightning.fabric import Fabric
+from lightning.fabric.plugins import Precision
+from lightning.fabric.strategies import DeepSpeedStrategy, Strategy
 from torch import Tensor
 from torch.optim import Optimizer
 
@@ -110,14 +112,16 @@ class ClientTrainer:
                 "differential privacy use strategy FedSAM or FedASAM, whose rule makes both gradients private"
             )
         self.logged = LoggedValues()
+        self._device, self._generator = fabric.device, torch.Generator()
+        plain = plain_precision(fabric)
         self._context = LocalContext(
             module=self.module,
             flat=self.flat,
             optimizer=optimizer,
             data=data,
             scales_gradients=self.scales_gradients,
-            autocast=fabric.autocast,
-            backward=fabric.backward,
+            autocast=nullcontext if plain else fabric.autocast,
+            backward=_loss_backward if plain else fabric.backward,
             recompute_gradient=self._recompute_gradient,
             workspace=Workspace(),
         )
@@ -141,38 +145,35 @@ class ClientTrainer:
         if rule is not None:
             rule.start(params, context)
         torch.default_generator.manual_seed(plan.seed)  # dropout, DP noise and other draws from torch's global RNG
-        if self.fabric.device.type == "cuda":  # (``torch.manual_seed`` queues a call per client while CUDA is unused)
+        if self._device.type == "cuda":  # (``torch.manual_seed`` queues a call per client while CUDA is unused)
             torch.cuda.manual_seed(plan.seed)
         self.last_seed = plan.seed
-        generator = torch.Generator().manual_seed(plan.seed)
-        module, optimizer, view = self.module, self.optimizer, self.view
+        generator = self._generator.manual_seed(plan.seed)  # the client's batches and its session's draws
+        module, optimizer, view, logged, grads = self.module, self.optimizer, self.view, self.logged, self.flat.grads
+        torch_optimizer = optimizer.optimizer
         if not module.training:  # an evaluation left it in eval mode (Lightning, too, switches modes per stage)
             module.train()
         session = self.privacy.session(context, plan, generator)
         self._session = session
-        loss_sum = torch.zeros((), device=self.fabric.device)
-        steps, local_time, per_epoch = (
-            0,
-            0.0,
-            self.data.batches_per_epoch(plan.client_id),
-        )
+        loss_sum = torch.zeros((), device=self._device)
+        size = self.data.client_size(plan.client_id)
+        steps, local_time, per_epoch = 0, 0.0, self.data.batches_of(size)
         view._enter("train", plan.round, plan.client_id)
-        with self.logged.attached(module):
+        with logged.attached(module):
             module.on_train_start()
-            batches = self.attack.batches(session.batches(), plan)
-            for batch in batches:
+            for batch in self.attack.batches(session.batches(), plan):
                 if steps % per_epoch == 0:
                     view._epoch = steps // per_epoch
                     module.on_train_epoch_start()
-                self.logged.batch = batch
+                logged.batch = batch
                 module.on_train_batch_start(batch, steps)
                 self._batch, self._batch_idx = batch, steps
-                loss = self._gradient()
-                session.before_step(self.flat.grads)
-                module.on_before_optimizer_step(optimizer.optimizer)
+                loss = session.gradient(batch, steps) if rule is None else self._gradient()
+                session.before_step(grads)
+                module.on_before_optimizer_step(torch_optimizer)
                 self._clip_gradient()
                 if rule is not None:
-                    rule.observe(self.flat.grads)
+                    rule.observe(grads)
                 if rule is None or not rule.takes_step:
                     optimizer.step(self._sam_closure)
                 loss_sum += loss.detach()
@@ -192,7 +193,7 @@ class ClientTrainer:
             client_id=plan.client_id,
             delta=self.delta,
             buffers=self.flat.buffers,
-            num_examples=self.data.client_size(plan.client_id),
+            num_examples=size,
             num_steps=steps,
             local_time=local_time,
             train_loss=loss_sum / max(steps, 1),
@@ -259,6 +260,25 @@ class ClientTrainer:
             {**initial, "lr": (initial["lr"] if plan.lr is None else plan.lr) * factor}
             for initial in self._initial_groups
         ]
+
+
+def plain_precision(fabric: Fabric) -> bool:
+    """Whether ``fabric.autocast()`` is ``nullcontext()`` and ``fabric.backward(loss)`` no more than ``loss.backward()``:
+    the forward context and backward pass of Fabric's base strategy and precision (none that casts, scales the loss or
+    runs an engine of its own)."""
+    strategy, precision = fabric.strategy, fabric.strategy.precision
+    return (
+        not isinstance(strategy, DeepSpeedStrategy)
+        and type(strategy).backward is Strategy.backward
+        and all(getattr(type(precision), name) is getattr(Precision, name) for name in PRECISION_CALLS)
+    )
+
+
+PRECISION_CALLS = ("forward_context", "pre_backward", "backward", "post_backward")  # of Fabric.autocast and backward
+
+
+def _loss_backward(loss: Tensor) -> None:
+    loss.backward()
 
 
 def _needs_closure(optimizer: Optimizer) -> bool:

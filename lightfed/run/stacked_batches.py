@@ -20,7 +20,6 @@ class ListedBatches:
     def __init__(self, batches: list[list[Batch]]) -> None:
         self.batches = batches
         self.sizes = [[examples(batch) for batch in client] for client in batches]  # each client's batch sizes
-
         self.width = max((max(s) for s in self.sizes if s), default=0)
         self._counts = _counts(self.sizes)
 

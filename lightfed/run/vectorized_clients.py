@@ -16,7 +16,7 @@ import itertools
 import math
 import statistics
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -226,7 +226,7 @@ class VectorizedClients:
         self._logged_rows = _LoggedRows()  # what a chunk's steps logged, until its clients are done
         self._vmapped = torch.vmap(self._loss, in_dims=(0, 0, None), randomness="error")
         self._stacked = stacked_classifier(client.module)  # batched matmuls instead of vmap, where the model allows
-        # the clients still training at a step computed in one call, their batches padded (``_prefix_loss``): on
+        # the clients still training at a step computed in one call, their batches padded (``_rows_loss``): on
         # batched matmuls, or folded (``folded_step``, checked against vmap once: ``_fold_checked``); none with
         # running statistics
         self._prefix = self._stacked is not None or may_fold(client.module)
@@ -369,7 +369,7 @@ class VectorizedClients:
             batches = ListedBatches(private.batches)
         sizes = batches.sizes
         steps = [len(client_sizes) for client_sizes in sizes]
-        schedule = _Schedule(sizes)
+        schedule = _schedule(sizes)
         draws = self._draws  # seeded as one-at-a-time seeds torch's generator:
         generators = [torch.Generator(device).manual_seed(job.plan.seed) for job in jobs] if draws else []
         reports = {k: rule.report() for k, rule in rules.items() if not steps[k]}  # the others' after their last step
@@ -386,50 +386,49 @@ class VectorizedClients:
         self._per_epoch = [client.data.batches_of(n) for n in num_examples]
         clip = plain_sgd is None and client.gradient_clip_val is not None
         flat = private is not None or bool(rules) or clip  # the step's gradients are read as rows of the flat ones
-        folds = self._prefix and self._stacked is None
-        stack = ExitStack()
+        folds = self._prefix and self._stacked is None  # the stacked leaves are the module's parameters
         try:
-            stack.enter_context(stacked_parameters(self._step, leaves.params) if folds else nullcontext())
-            for step in range(max(steps, default=0)):
+            with stacked_parameters(self._step, leaves.params) if folds else nullcontext():
+                for step in range(max(steps, default=0)):
 
-                def backward(clients: set[int], losses: Tensor, step: int = step) -> None:
-                    """The summed losses of ``clients`` at ``step`` back-propagated: each one's gradient in its row."""
-                    taking = [client_sizes if k in clients else [] for k, client_sizes in enumerate(sizes)]
-                    self._backward(self._groups(taking, step), step, leaves, buffers, batches, generators, losses)
-                    leaves.collect()
-
-                if private is None:
-                    self._backward(schedule[step], step, leaves, buffers, batches, generators, loss_sums)
-                    if flat:
+                    def backward(clients: set[int], losses: Tensor, step: int = step) -> None:
+                        """The summed losses of ``clients`` at ``step`` back-propagated: each one's gradient in its row."""
+                        taking = [client_sizes if k in clients else [] for k, client_sizes in enumerate(sizes)]
+                        self._backward(self._groups(taking, step), step, leaves, buffers, batches, generators, losses)
                         leaves.collect()
-                else:
-                    active = [k for k, n in enumerate(steps) if step < n]
-                    batch = [(private.batches[k][step], sizes[k][step]) for k in active]
-                    self._private_step(private, weights[0], buffers, active, batch, step, loss_sums)
-                grads: list[Tensor] = [weight.grad for weight in weights]  # type: ignore[misc]
-                points = {
-                    k: point
-                    for k, rule in rules.items()
-                    if step < steps[k] and (point := rule.second_point(weights[0][k].detach(), grads[0][k])) is not None
-                }
-                if points:
-                    self._at_second_points(points, rules, weights[0], buffers, backward, settings[0]["lr"])
-                for k, rule in rules.items():
-                    if step < steps[k] and k not in points:
-                        rule.adjust(grads[0][k], weights[0][k].detach())
-                if clip:
-                    self._clip(grads)
-                for k, rule in rules.items():
-                    if step < steps[k]:
-                        rule.observe(grads[0][k])
-                leaves.step(optimizer, flat, sgd)
-                if step in finishing and not at_once:
-                    self._take(final, final_buffers, weights, buffers, finishing[step])
-                for k in finishing.get(step, []):
-                    if k in rules:
-                        reports[k] = rules[k].report()
+
+                    if private is None:
+                        self._backward(schedule[step], step, leaves, buffers, batches, generators, loss_sums)
+                        if flat:
+                            leaves.collect()
+                    else:
+                        active = [k for k, n in enumerate(steps) if step < n]
+                        batch = [(private.batches[k][step], sizes[k][step]) for k in active]
+                        self._private_step(private, weights[0], buffers, active, batch, step, loss_sums)
+                    grads: list[Tensor] = [weight.grad for weight in weights]  # type: ignore[misc]
+                    points = {
+                        k: point
+                        for k, rule in rules.items()
+                        if step < steps[k]
+                        and (point := rule.second_point(weights[0][k].detach(), grads[0][k])) is not None
+                    }
+                    if points:
+                        self._at_second_points(points, rules, weights[0], buffers, backward, settings[0]["lr"])
+                    for k, rule in rules.items():
+                        if step < steps[k] and k not in points:
+                            rule.adjust(grads[0][k], weights[0][k].detach())
+                    if clip:
+                        self._clip(grads)
+                    for k, rule in rules.items():
+                        if step < steps[k]:
+                            rule.observe(grads[0][k])
+                    leaves.step(optimizer, flat, sgd)
+                    if step in finishing and not at_once:
+                        self._take(final, final_buffers, weights, buffers, finishing[step])
+                    for k in finishing.get(step, []):
+                        if k in rules:
+                            reports[k] = rules[k].report()
         finally:
-            stack.close()
             view._enter("")
         self._logged_rows.log_to(client.logged)
         if private is not None:
@@ -718,7 +717,7 @@ class VectorizedClients:
             loss, logged = self._stacked.padded_loss(params, batch, mine, counts, sizes)
         else:
             if not self._fold_checked:
-                self._check_fold(leaves, at, batch, counts, step, groups)
+                self._check_fold(leaves, at, batch, counts, sizes, step, groups)
             loss, logged = self._folded_loss(leaves, at, batch, counts, mine, step, sizes)
         return loss, logged, sizes
 
@@ -730,9 +729,9 @@ class VectorizedClients:
         counts: Tensor,
         generators: list[torch.Generator],
         step: int,
-        sizes: list[int] | None = None,
+        sizes: list[int],
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Each client's loss of its padded batch (``[clients, width, ...]``) at its rows ``at`` of the stacked
+        """Each client's loss of its padded batch (``[clients, width, ...]``, its ``sizes`` its own) at its rows ``at`` of the stacked
         ``leaves`` (the module's parameters while the clients train: ``stacked_parameters``),
         ``training_step`` run once on the batches folded (``folded_step``), and what it logged, a value per client."""
         clients, width = len(counts), counts_width(batch)
@@ -749,7 +748,6 @@ class VectorizedClients:
                 log(name, value, *args, **kwargs)
 
         rows = {id(value) for value in leaves.values()}
-        sizes = counts.tolist() if sizes is None else sizes
         with (
             logging_to(self.client.module, log, log_dict),
             FoldedStep(rows, at, counts, sizes, width, generators),
@@ -765,34 +763,17 @@ class VectorizedClients:
         at: slice,
         batch: Batch,
         counts: Tensor,
+        sizes: list[int],
         step: int,
         groups: list[tuple[int, list[int]]],
     ) -> None:
-        """Compares the folded losses and gradients of a step with vmap's (``FOLD_TOLERANCE``, relative), once;
-        raises ``NotFolded`` where they differ (a step that acts across examples: a batch norm, a mean over the
-        batch)."""
+        """Compares the folded losses and gradients of a step with vmap's (``FOLD_TOLERANCE``, relative), once, in eval
+        mode (``_probing``); raises ``NotFolded`` where they differ (a step that acts across examples: a batch norm, a
+        mean over the batch) or where ``training_step`` fails on folded batches (it reads their size, say)."""
         self._fold_checked = True
-        saved = dict(self._logged_sizes)
-        self.client.module.eval()  # no dropout, which vmap refuses: no draw from the clients' generators
         try:
-            self._compare_fold(leaves, at, batch, counts, step, groups)
-        finally:
-            self.client.module.train()
-            self._logged_sizes = saved
-
-    def _compare_fold(
-        self,
-        leaves: dict[str, Tensor],
-        at: slice,
-        batch: Batch,
-        counts: Tensor,
-        step: int,
-        groups: list[tuple[int, list[int]]],
-    ) -> None:
-        """``_check_fold``'s comparison; a ``training_step`` that fails on folded batches (it reads their size, say)
-        does not fold either."""
-        try:
-            loss, logged = self._folded_loss(leaves, at, batch, counts, [], step)
+            with self._probing():
+                loss, logged = self._folded_loss(leaves, at, batch, counts, [], step, sizes)
         except (LightfedError, DiffersByClient, NotFolded):
             raise
         except Exception as error:
@@ -808,7 +789,8 @@ class VectorizedClients:
             group_batch = apply_to_collection(
                 batch, Tensor, lambda t, within=within, size=size: t.index_select(0, within)[:, :size]
             )
-            group_loss, group_logged, _ = self._vmapped(rows, group_batch, step)
+            with self._probing():
+                group_loss, group_logged, _ = self._vmapped(rows, group_batch, step)
             if set(group_logged) != set(logged):
                 raise NotFolded(f"its training_step logged {sorted(logged)} folded, {sorted(group_logged)} under vmap")
             for name, values in {"loss": group_loss.detach(), **group_logged}.items():
@@ -821,6 +803,18 @@ class VectorizedClients:
         ]
         if max(differences) > FOLD_TOLERANCE or sum(g is None for g in folded) != sum(g is None for g in vmapped):
             raise NotFolded(f"its training_step computed otherwise on folded batches ({max(differences):.2g})")
+
+    @contextmanager
+    def _probing(self) -> Iterator[None]:
+        """The module in eval mode (no dropout, which vmap refuses: no draw from the clients' generators), and the
+        batch sizes it logs with kept as they were."""
+        saved = dict(self._logged_sizes)
+        self.client.module.eval()
+        try:
+            yield
+        finally:
+            self.client.module.train()
+            self._logged_sizes = saved
 
     def _show(self, clients: list[int], step: int) -> None:
         """``self.trainer`` of the ``clients`` (by position) computed together at ``step``: their step and epochs."""
@@ -973,18 +967,13 @@ def _row_calls(
     return [(slice(group[0], group[-1] + 1), size, [(size, group)]) for size, group in groups]
 
 
-class _Schedule:
-    """Each step's groups of clients (``VectorizedClients._groups``) for clients with the batch sizes ``sizes``, made
-    when a step asks for them: one group a step where every client's are the same."""
-
-    def __init__(self, sizes: list[list[int]]) -> None:
-        self.sizes = sizes
-        self.alike = bool(sizes) and sizes.count(sizes[0]) == len(sizes)
-
-    def __getitem__(self, step: int) -> list[tuple[int, list[int]]]:
-        if self.alike:
-            return [(self.sizes[0][step], list(range(len(self.sizes))))]
-        return VectorizedClients._groups(self.sizes, step)
+def _schedule(sizes: list[list[int]]) -> list[list[tuple[int, list[int]]]]:
+    """Each step's groups of clients (``VectorizedClients._groups``) for clients with the batch sizes ``sizes``: one
+    group a step where every client's are the same."""
+    if sizes and sizes.count(sizes[0]) == len(sizes):
+        everyone = list(range(len(sizes)))
+        return [[(size, everyone)] for size in sizes[0]]
+    return [VectorizedClients._groups(sizes, step) for step in range(max(map(len, sizes), default=0))]
 
 
 def _summed(lr: float, steps: int) -> float:

@@ -33,7 +33,7 @@ class ListedBatches:
         clients = range(at.start, at.stop)
         batches = [self.batches[k][step] if size else _padded(self.batches[k][step], self.width) for k in clients]
         counts = self._counts[step, at]
-        return joined(batches, torch.stack), counts.to(_device(batches[0]), non_blocking=True)
+        return joined(batches, torch.stack), counts.to(_first_leaf(batches[0]).device, non_blocking=True)
 
 
 class GatheredBatches:
@@ -90,10 +90,7 @@ class GatheredBatches:
 
 def counts_width(batch: Any) -> int:
     """The width of a padded batch (``[clients, width, ...]``): its first tensor's second dimension."""
-    first = batch
-    while isinstance(first, (tuple, list, dict)):
-        first = next(iter(first.values())) if isinstance(first, dict) else first[0]
-    return int(first.shape[1])
+    return int(_first_leaf(batch).shape[1])
 
 
 def _counts(sizes: list[list[int]]) -> Tensor:
@@ -107,11 +104,12 @@ def _padded(batch: Any, width: int) -> Any:
     return apply_to_collection(batch, Tensor, lambda t: torch.cat([t, t.new_zeros(width - len(t), *t.shape[1:])]))
 
 
-def _device(batch: Any) -> torch.device:
+def _first_leaf(batch: Any) -> Any:
+    """The first leaf of ``batch`` in tuples, lists or dicts (an empty one's self)."""
     first = batch
-    while isinstance(first, (tuple, list, dict)):
+    while isinstance(first, (tuple, list, dict)) and first:
         first = next(iter(first.values())) if isinstance(first, dict) else first[0]
-    return first.device
+    return first
 
 
 def device_index(values: list[int], device: torch.device) -> Tensor:
@@ -123,9 +121,7 @@ def device_index(values: list[int], device: torch.device) -> Tensor:
 def examples(batch: Any) -> int:
     """The number of examples in ``batch``: its first tensor's length (read cheaply where the batch is tensors in
     tuples, lists or dicts), as Lightning's ``extract_batch_size`` reads it."""
-    first = batch
-    while isinstance(first, (tuple, list, dict)) and first:
-        first = next(iter(first.values())) if isinstance(first, dict) else first[0]
+    first = _first_leaf(batch)
     return len(first) if isinstance(first, Tensor) and first.ndim else extract_batch_size(batch)
 
 

@@ -6,6 +6,7 @@ from lightfed.ecado.adaptive_fedecado import AdaptiveFedECADO
 from lightfed.ecado.fedecado import FedECADO
 from lightfed.strategies.adamasfl import AdaMasFL
 from lightfed.strategies.adaptfed import AdaptFed
+from lightfed.strategies.agnostic_fl import AgnosticFL
 from lightfed.strategies.async_base import AsyncSetting, AsyncStrategy
 from lightfed.strategies.base import ServerContext, Strategy, SumsStrategy
 from lightfed.strategies.bulyan import Bulyan
@@ -23,6 +24,7 @@ from lightfed.strategies.fedsam import FedASAM, FedSAM
 from lightfed.strategies.geometric_median import GeometricMedian
 from lightfed.strategies.krum import Krum, MultiKrum
 from lightfed.strategies.masfl import MasFL
+from lightfed.strategies.qfedavg import QFedAvg
 from lightfed.strategies.robust import CoordinateMedian, TrimmedMean
 from lightfed.strategies.scaffold import Scaffold
 from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
@@ -33,6 +35,7 @@ __all__ = [
     "AdaMasFL",
     "AdaptFed",
     "AdaptiveFedECADO",
+    "AgnosticFL",
     "AsyncSetting",
     "AsyncStrategy",
     "Bulyan",
@@ -55,6 +58,7 @@ __all__ = [
     "Krum",
     "MasFL",
     "MultiKrum",
+    "QFedAvg",
     "Scaffold",
     "ServerContext",
     "ShardedRound",

@@ -28,6 +28,9 @@ SUBCOMMANDS = {
 }
 
 
+AUDIT = "Estimate and attack a config's privacy under UserLevelDP at several noise levels (lightfed audit --help)."
+
+
 def _subcommand_parser(name: str) -> ArgumentParser:
     parser = ArgumentParser(description=SUBCOMMANDS[name], exit_on_error=False)  # the CLI prints the error in one line
     parser.add_argument("-c", "--config", action=ActionConfigFile, help="YAML config file(s), later ones override.")
@@ -67,18 +70,27 @@ def build_parser() -> tuple[ArgumentParser, dict[str, ArgumentParser]]:
     parsers = {name: _subcommand_parser(name) for name in SUBCOMMANDS}
     for name, sub in parsers.items():
         subcommands.add_subcommand(name, sub, help=SUBCOMMANDS[name])
+    subcommands.add_subcommand("audit", ArgumentParser(description=AUDIT, exit_on_error=False), help=AUDIT)
     return parser, parsers
 
 
 def run(argv: list[str] | None = None, fork: bool = False) -> dict[str, float]:
     """Parses ``argv``, builds the components and runs the subcommand; returns its metrics. ``fork``: start the
     other processes of a multi-process CPU run by forking this one (the command line does; ``launcher.start``). The
-    user's modules the command names are importable while it runs (``lightfed.user_modules``)."""
+    user's modules the command names are importable while it runs (``lightfed.user_modules``). ``audit`` runs
+    ``lightfed.audit.command`` (its runs in this process) and returns no metrics."""
+    if (sys.argv[1:] if argv is None else argv)[:1] == ["audit"]:
+        from lightfed.audit.command import main as audit
+
+        audit((sys.argv[1:] if argv is None else argv)[1:])
+        return {}
     with user_modules(sys.argv[1:] if argv is None else argv):
         return _run(argv, fork)
 
 
-def _run(argv: list[str] | None, fork: bool) -> dict[str, float]:
+def _prepared(argv: list[str] | None, fork: bool) -> tuple[str, Namespace, Namespace, FederatedTrainer, str]:
+    """Parses ``argv`` and builds its components: (subcommand, its config, its objects with model and strategy set,
+    the trainer, the run's config as YAML)."""
     parser, parsers = build_parser()
     try:
         config = parser.parse_args(argv)
@@ -97,11 +109,28 @@ def _run(argv: list[str] | None, fork: bool) -> dict[str, float]:
     except ValueError:
         _raise_logger_error(sub_config.trainer.logger)
         raise
-    model = objects.model if objects.model is not None else SmallCNN()
-    strategy = objects.strategy if objects.strategy is not None else FedAvg()
+    objects.model = objects.model if objects.model is not None else SmallCNN()
+    objects.strategy = objects.strategy if objects.strategy is not None else FedAvg()
     settings = {**vars(objects.trainer), "seed": sub_config.seed_everything}  # its privacy, callbacks, logger built
     trainer = FederatedTrainer.from_settings(objects.asynchronous, **settings)
     run_config = parsers[name].dump(sub_config, skip_unset=False)  # keeps null settings (local_epochs: null)
+    return name, sub_config, objects, trainer, run_config
+
+
+def fit_in_process(argv: list[str]) -> tuple[dict[str, float], LightningModule, FederatedDataModule]:
+    """Runs ``lightfed fit ARGV`` in this process (no forked processes, nothing printed after it); returns its last
+    round's metrics, its module (holding the final global model) and its data."""
+    with user_modules(argv):
+        _, sub_config, objects, trainer, run_config = _prepared(["fit", *argv], fork=False)
+        metrics = trainer.fit(
+            objects.model, objects.data, objects.strategy, sub_config.ckpt_path, run_config, objects.transforms
+        )
+    return metrics, objects.model, objects.data
+
+
+def _run(argv: list[str] | None, fork: bool) -> dict[str, float]:
+    name, sub_config, objects, trainer, run_config = _prepared(argv, fork)
+    model, strategy = objects.model, objects.strategy
     try:
         if name == "fit":
             metrics = trainer.fit(model, objects.data, strategy, sub_config.ckpt_path, run_config, objects.transforms)

@@ -1,0 +1,52 @@
+"""The shadow runs' federations: the target's, with a chosen half of its clients silent (the shadow models of
+offline LiRA, trained without those clients' examples)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from lightfed.core.messages import ClientPlan, ClientUpdate
+from lightfed.core.seeding import derived_rng
+from lightfed.core.sums import Sums
+from lightfed.core.transforms import Transform, TransformContext
+from lightfed.errors import ConfigError
+
+SHADOW_STREAM = 41  # the key of the shadows' halves under ``halves_seed``
+
+
+def silent_half(num_clients: int, shadow: int, halves_seed: int) -> np.ndarray:
+    """Whether each client is silent in shadow ``shadow``: shadows 2i and 2i + 1 silence complementary halves of one
+    random permutation (drawn from ``halves_seed`` and i), so that every client is out of exactly half of an even
+    number of shadows."""
+    order = derived_rng(halves_seed, SHADOW_STREAM, shadow // 2).permutation(num_clients)
+    silent = np.zeros(num_clients, dtype=bool)
+    silent[order[: num_clients // 2]] = True
+    return silent if shadow % 2 == 0 else ~silent
+
+
+class SilentClients(Transform):
+    """The clients of ``silent_half(shadow)`` take no local step and send nothing (first in ``transforms:``); the
+    others train as in the target run."""
+
+    def __init__(self, shadow: int, halves_seed: int = 0) -> None:
+        """
+        Args:
+            shadow: Index of the shadow run (0, 1, ...).
+            halves_seed: Seed of the halves' permutations (the same for every shadow of one audit).
+        """
+        if shadow < 0:
+            raise ConfigError(f"SilentClients' shadow must be >= 0, got {shadow}")
+        self.shadow, self.halves_seed = shadow, halves_seed
+
+    def setup(self, context: TransformContext) -> None:
+        self.silent = silent_half(context.server.num_clients, self.shadow, self.halves_seed)
+
+    def plan(self, plan: ClientPlan) -> ClientPlan:
+        """A silent client takes no step."""
+        return replace(plan, epochs=None, steps=0) if self.silent[plan.client_id] else plan
+
+    def contribution(self, update: ClientUpdate, round: int, sums: Sums) -> ClientUpdate | None:
+        """Nothing from a silent client."""
+        return None if self.silent[update.client_id] else update

@@ -28,6 +28,12 @@ def _scores(model, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
     return (logits.argmax(1) == y).double().mean().item(), F.cross_entropy(logits, y).item()
 
 
+def _client_examples(data, client_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The examples per-client evaluation reads for one client (its training examples here), together."""
+    batches = list(data.client_eval_batches(client_id))
+    return torch.cat([x for x, _ in batches]), torch.cat([y for _, y in batches])
+
+
 def _records(trainer) -> tuple[list[dict], list[dict]]:
     """The round lines and the final records of the run's metrics file."""
     lines = [json.loads(line) for line in (trainer.log_dir / METRICS_FILE).read_text().splitlines()]
@@ -74,6 +80,8 @@ def test_the_final_record_holds_the_test_metrics_of_the_final_model_and_of_the_b
     best_model = small_model()  # the run's first best_round rounds, trained again
     small_trainer(tmp_path / "short", rounds=best_round).fit(best_model, small_data(), FedAvg())
     final_scores, best_scores = _scores(model, data.test_x, data.test_y), _scores(best_model, data.test_x, data.test_y)
+    per_client = [_scores(model, *_client_examples(data, c))[0] for c in range(data.num_clients)]
+    assert final.pop("per_client") == {"clients/val_acc": pytest.approx(per_client, abs=1e-6)}
     assert final == {
         "final": True,
         "round": 4,
@@ -84,15 +92,21 @@ def test_the_final_record_holds_the_test_metrics_of_the_final_model_and_of_the_b
         "test_loss": pytest.approx(final_scores[1], rel=1e-5),
         "best_test_acc": pytest.approx(best_scores[0], abs=1e-6),
         "best_test_loss": pytest.approx(best_scores[1], rel=1e-5),
+        # 8 clients: their worst and best 10 % are one client each
+        "clients/val_acc_mean": pytest.approx(sum(per_client) / 8, abs=1e-6),
+        "clients/val_acc_std": pytest.approx(torch.tensor(per_client).double().std(correction=0).item(), abs=1e-6),
+        "clients/val_acc_worst10": pytest.approx(min(per_client), abs=1e-6),
+        "clients/val_acc_best10": pytest.approx(max(per_client), abs=1e-6),
     }
-    assert trainer.final_report == final
+    assert {k: v for k, v in trainer.final_report.items() if k != "per_client"} == final
     printed = capsys.readouterr().out.splitlines()[0]
     assert printed.startswith(
         f"test set, final global model (round 4): test_loss={final_scores[1]:.4g} test_acc={final_scores[0]:.4g}; "
     )
     assert printed.endswith(
         f"; best val_acc {best_val:.4g} in round {best_round}, its global model: test_loss={best_scores[1]:.4g} "
-        f"test_acc={best_scores[0]:.4g}"
+        f"test_acc={best_scores[0]:.4g}; final global model per client, val_acc: mean={final['clients/val_acc_mean']:.4g} "
+        f"std={final['clients/val_acc_std']:.4g} worst10={min(per_client):.4g} best10={max(per_client):.4g}"
     )
 
 
@@ -133,7 +147,8 @@ def test_without_a_validation_split_nothing_is_validated_or_selected(tmp_path):
     metrics = trainer.fit(model, data, FedAvg())
     assert not [key for key in metrics if key.startswith("val_")]
     (final,) = _records(trainer)[1]
-    assert final == {
+    assert "clients/val_acc_worst10" in final  # the clients' own data is evaluated without a validation split too
+    assert {k: v for k, v in final.items() if not k.startswith(("clients/", "per_client"))} == {
         "final": True,
         "round": 3,
         "monitor": "val_acc",

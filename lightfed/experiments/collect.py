@@ -10,7 +10,7 @@ from lightfed.experiments.markdown import render_pivot, render_table, render_usa
 from lightfed.experiments.paper_tables import render_csv, render_latex
 from lightfed.experiments.plan import Run, setting_label
 from lightfed.experiments.plot import plot_curves
-from lightfed.experiments.run_logs import best_round_test_value, read_log
+from lightfed.experiments.run_logs import best_round_test_value, final_clients, read_log
 from lightfed.experiments.summaries import summarise_group, summarise_history, usable_rates
 from lightfed.experiments.sweep_specs import SpecError
 
@@ -39,7 +39,9 @@ def run_record(
         record.update(log, status="finished" if complete else "diverged" if diverged else "unfinished")
         if complete:
             record.update(
-                summarise_history(log["history"], target, mode), test_at_best=best_round_test_value(log, metric)
+                summarise_history(log["history"], target, mode),
+                test_at_best=best_round_test_value(log, metric),
+                clients=final_clients(log, metric),
             )
     for key in ("metrics", "last_round"):
         record.pop(key, None)
@@ -55,10 +57,12 @@ def collect(
     mode: str,
     usable: float | None = None,
     pivot: str | None = None,
+    fixed: str = "",
 ) -> list[Run]:
     """Reads every planned run's logs and writes table.md (with ``pivot``, also the final metric with one column per
     value of that swept key), the main table as table.tex and table.csv, accuracy.png/.pdf/.svg and results.json;
-    returns the runs still to run (neither finished nor diverged)."""
+    ``fixed`` (the overrides of every run) goes under table.md and into the plot's title. Returns the runs still to
+    run (neither finished nor diverged)."""
     results = [run_record(run, rounds, out / "runs", metric, target, mode) for run in runs]
     unfinished = [
         run for run, record in zip(runs, results, strict=True) if record["status"] in ("unfinished", "missing")
@@ -71,10 +75,11 @@ def collect(
         rows.append({"config": stem, "setting": label, **summarise_group(finished, len(members))})
         if finished:
             curves[curve_label(stem, label, groups)] = [r["history"] for r in finished]
-    table = render_table(rows, metric, target, mode)
+    table = render_table(rows, metric, target, mode, fixed)
     if pivot is not None:
         table += "\n" + render_pivot(rows, {run.group: run.setting for run in runs}, pivot, metric)
-    summary: dict[str, object] = {"metric": metric, "mode": mode, "target": target, "rows": rows, "runs": results}
+    summary: dict[str, object] = {"metric": metric, "mode": mode, "target": target, "fixed": fixed, "rows": rows}
+    summary["runs"] = results
     if usable is not None:
         best, rates = usable_rates(results, usable)
         table += "\n" + render_usable(best, rates, metric, usable)
@@ -83,7 +88,7 @@ def collect(
     (out / "table.md").write_text(table)
     (out / "table.tex").write_text(render_latex(rows, metric, target, mode))
     (out / "table.csv").write_text(render_csv(rows, metric, target))
-    plot_curves(curves, metric, target, out / "accuracy")
+    plot_curves(curves, metric, target, out / "accuracy", fixed)
     (out / "results.json").write_text(json.dumps(summary, indent=1))
     print(table, end="", flush=True)
     print(

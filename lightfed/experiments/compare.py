@@ -7,8 +7,10 @@ from this one.
 Outputs::
 
     OUT/table.md       one row per (config, setting): final and best (validation) metric over seeds, the test metric at
-                       each run's best round, rounds to --target, time; mean ± std with the std to 2 significant
-                       digits and the mean to its decimal place; no setting column when nothing is swept;
+                       each run's best round, rounds to --target, the final model's distribution over clients (mean,
+                       std, worst and best 10 % of the clients), time; mean ± std with the std to 2 significant
+                       digits and the mean to its decimal place; no setting column when nothing is swept; the --set
+                       and --rounds values of every run under it (and in the plot's title);
                        with --usable F also each config's share of runs whose final metric reaches F x the best run's
                        with --pivot KEY also the final metric with one column per value of the --grid key KEY
     OUT/table.tex      the first table of table.md as a LaTeX booktabs tabular
@@ -49,6 +51,7 @@ from pathlib import Path
 from lightfed.distributions import usage
 from lightfed.experiments.collect import collect
 from lightfed.experiments.execution import execute, execute_all
+from lightfed.experiments.markdown import fixed_label
 from lightfed.experiments.plan import Run, plan_runs, resolve_rounds
 from lightfed.experiments.sweep_specs import RANDOM_KINDS, SpecError, parse_grid, parse_random, parse_set, plan_settings
 from lightfed.run.cores import available_cores
@@ -101,15 +104,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def plan_from_args(args: argparse.Namespace) -> list[Run]:
-    missing = [c for c in [*args.base, *args.configs] if not Path(c).is_file()]
-    if missing:
-        raise SpecError(f"config file not found: {missing[0]}")
+def fixed_overrides(args: argparse.Namespace) -> dict[str, str]:
+    """The ``--set`` overrides, by key."""
     fixed = {}
     for key, value in map(parse_set, args.set):
         if key in fixed:
             raise SpecError(f"{key} is given twice in --set")
         fixed[key] = value
+    return fixed
+
+
+def plan_from_args(args: argparse.Namespace) -> list[Run]:
+    missing = [c for c in [*args.base, *args.configs] if not Path(c).is_file()]
+    if missing:
+        raise SpecError(f"config file not found: {missing[0]}")
+    fixed = fixed_overrides(args)
     grid, randoms = [parse_grid(s) for s in args.grid], [parse_random(s) for s in args.random]
     if args.pivot is not None and args.pivot not in [key for key, _ in grid]:
         raise SpecError(f"--pivot {args.pivot}: not a --grid key ({', '.join(key for key, _ in grid) or 'no --grid'})")
@@ -158,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             ok = execute_all(runs, args.metric, out / "runs", args.workers)
-        unfinished = collect(runs, rounds, out, args.metric, args.target, mode, args.usable, args.pivot)
+        fixed = fixed_label(fixed_overrides(args), args.rounds)
+        unfinished = collect(runs, rounds, out, args.metric, args.target, mode, args.usable, args.pivot, fixed)
     except SpecError as error:
         parser.error(str(error))
     except KeyboardInterrupt:  # each run in flight stops after its round, with its checkpoint

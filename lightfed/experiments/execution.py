@@ -1,6 +1,7 @@
-"""A sweep's runs trained in this process or in a pool of processes forked from it, each announced when it starts
-and ends."""
+"""A sweep's runs trained in this process or in a pool of processes forked from it, each in one line when it ends."""
 
+import contextlib
+import io
 import multiprocessing
 import multiprocessing.synchronize
 import signal
@@ -30,17 +31,17 @@ def print_line(line: str) -> None:
 
 
 def execute(run: Run, index: int, total: int, metric: str, runs_dir: Path) -> tuple[bool, float]:
-    """Trains one run in this process; prints a line when it starts and when it ends. Returns whether lightfed
-    accepted it and its wall time in seconds."""
+    """Trains one run in this process, what it prints kept from the terminal (its logs hold it); prints one line when
+    it ends. Returns whether lightfed accepted it and its wall time in seconds."""
     from lightfed.subcommands import run as lightfed_run
 
     tag = f"[{index + 1}/{total}] {run.stem} {setting_label(run.setting)} seed={run.seed}"
-    print_line(f"{tag}: started")
     began = time.perf_counter()
     marker = divergence_marker(runs_dir, run.name)
     marker.unlink(missing_ok=True)
     try:
-        metrics = lightfed_run(run.argv)
+        with contextlib.redirect_stdout(io.StringIO()):
+            metrics = lightfed_run(run.argv)
     except LightfedError as error:
         print_line(f"{tag}: failed: {error}")
         if isinstance(error, DivergenceError):

@@ -31,6 +31,9 @@ def table_cells(rows: list[dict], metric: str, target: float | None, mode: str =
         header.append(f"{test} at best {metric}")
     if target is not None:
         header.append(f"rounds to {metric} {'≥' if mode == 'max' else '≤'} {target:g}")
+    clients = has_clients(rows)
+    if clients:
+        header += [f"clients' {metric} {name}" for name in CLIENT_COLUMNS.values()]
     header += ["time/run (s)", "sent/run (MB)"]
     table = [header]
     for row in rows:
@@ -48,6 +51,8 @@ def table_cells(rows: list[dict], metric: str, target: float | None, mode: str =
             )
         if target is not None:
             cells.append(format_rounds(row))
+        if clients:
+            cells += [client_cell(row, stat) for stat in CLIENT_COLUMNS]
         cells.append("—" if row["wall_time_s_mean"] is None else f"{row['wall_time_s_mean']:.1f}")
         cells.append("—" if row.get("sent_bytes_mean") is None else f"{row['sent_bytes_mean'] / 1e6:.3g}")
         table.append(cells)
@@ -56,13 +61,30 @@ def table_cells(rows: list[dict], metric: str, target: float | None, mode: str =
     return table
 
 
+CLIENT_COLUMNS = {"mean": "mean", "std": "std", "worst10": "worst 10 %", "best10": "best 10 %"}
+
+
+def has_clients(rows: list[dict]) -> bool:
+    """Whether any row has a final distribution over clients (``summaries.client_stats``)."""
+    return any(row.get("clients_runs") for row in rows)
+
+
+def client_cell(row: dict, stat: str) -> str:
+    runs = row["clients_runs"]
+    cell = mean_std(row[f"clients_{stat}_mean"], row[f"clients_{stat}_std"], runs)
+    return cell + (f" ({runs}/{row['finished']})" if 0 < runs < row["finished"] else "")
+
+
 def swept(rows: list[dict]) -> bool:
     """Whether any row has a setting other than the configs as they are."""
     return any(row["setting"] != "defaults" for row in rows)
 
 
-def render_table(rows: list[dict], metric: str, target: float | None, mode: str = "max") -> str:
-    """Markdown ``table_cells`` with a note on what the columns hold."""
+def render_table(
+    rows: list[dict], metric: str, target: float | None, mode: str = "max", fixed: str = ""
+) -> str:
+    """Markdown ``table_cells`` with a note on what the columns hold and, under it, ``fixed`` (the overrides of every
+    run, ``fixed_label``) where there are any."""
     header, *body = table_cells(rows, metric, target, mode)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |" for cells in body]
@@ -77,10 +99,24 @@ def render_table(rows: list[dict], metric: str, target: float | None, mode: str 
             else ""
         )
         + (" rounds to target: mean over the runs that reach it (reached/finished)." if target is not None else "")
+        + (
+            f" clients' {metric}: the final model on each client's own data (its held-out share with "
+            "data.client_val_fraction > 0, else its training examples; each client's own model where the run keeps "
+            "one), summarised over clients (std over clients; worst/best 10 %: the mean of the worst/best tenth), "
+            "then mean ± std over the runs."
+            if has_clients(rows)
+            else ""
+        )
         + " time/run: the sum of round/time_s (training and evaluation, without start-up). sent/run: the bytes the"
         " clients sent over the run (communication/sent_bytes; 1 MB = 10^6 bytes).\n"
     )
-    return "\n".join(lines) + "\n" + note
+    return "\n".join(lines) + "\n" + note + (f"\nevery run: {fixed}\n" if fixed else "")
+
+
+def fixed_label(fixed: dict[str, str], rounds: int | None = None) -> str:
+    """The overrides of every run (``--set``, then ``--rounds``) as ``key=value`` pairs; "" where there are none."""
+    pairs = {**fixed, **({"trainer.rounds": str(rounds)} if rounds is not None else {})}
+    return " ".join(f"{short_key(key)}={value}" for key, value in pairs.items())
 
 
 def render_usable(best: float | None, rates: dict[str, dict], metric: str, fraction: float) -> str:

@@ -4,7 +4,7 @@ numbers."""
 import csv
 import io
 
-from lightfed.experiments.markdown import swept, table_cells
+from lightfed.experiments.markdown import CLIENT_COLUMNS, has_clients, swept, table_cells
 from lightfed.experiments.run_logs import metric_on_test_set
 
 LATEX = {
@@ -54,6 +54,8 @@ def render_csv(rows: list[dict], metric: str, target: float | None) -> str:
         keys += ["tested", "test_at_best_mean", "test_at_best_std"]
     if target is not None:
         keys += ["reached", "rounds_to_target_mean"]
+    if has_clients(rows):
+        keys += ["clients_runs", *(f"clients_{stat}_{part}" for stat in CLIENT_COLUMNS for part in ("mean", "std"))]
     keys += ["wall_time_s_mean", "sent_bytes_mean"]
     if not swept(rows):
         keys.remove("setting")

@@ -12,10 +12,13 @@ LINESTYLES = ("-", "--", "-.", ":")
 MARKERS = ("o", "s", "^", "D", "v", "x", "*")  # 4 x 7: the first 28 curves differ in line style and marker both
 
 
-def plot_curves(curves: dict[str, list[list[list[float]]]], metric: str, target: float | None, path: Path) -> "Figure":
+def plot_curves(
+    curves: dict[str, list[list[list[float]]]], metric: str, target: float | None, path: Path, fixed: str = ""
+) -> "Figure":
     """``curves``: label -> the histories of its seeds; mean line, min-max band over the rounds all seeds logged.
-    Each curve has its own line style and marker, so two curves that coincide both stay visible. Saves ``path``
-    with each suffix of ``FORMATS`` and returns the figure."""
+    Each curve has its own line style and marker, so two curves that coincide both stay visible; ``fixed`` (the
+    overrides of every run) goes under the title. Saves ``path`` with each suffix of ``FORMATS`` and returns the
+    figure."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import AutoLocator
 
@@ -45,7 +48,7 @@ def plot_curves(curves: dict[str, list[list[list[float]]]], metric: str, target:
     ax.xaxis.set_major_locator(rounds)
     ax.set_xlabel("round")
     ax.set_ylabel(metric)
-    ax.set_title(f"{metric}: mean over seeds, shaded min–max")
+    ax.set_title(f"{metric}: mean over seeds, shaded min–max" + (f"\nevery run: {fixed}" if fixed else ""))
     ax.grid(alpha=0.3)
     if curves:
         ax.legend(fontsize="small" if len(curves) < 8 else "x-small")

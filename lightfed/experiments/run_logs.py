@@ -6,6 +6,7 @@ import math
 import sys
 from pathlib import Path
 
+from lightfed.run.evaluation import per_client_monitor
 from lightfed.run.run_output import METRICS_FILE
 
 SENT = "communication/sent_bytes"  # what the clients sent in a round (None in logs from before it was logged)
@@ -90,3 +91,20 @@ def best_round_test_value(log: dict, metric: str) -> float | None:
     if final is None or test is None or final["round"] != log["last_round"] or final.get("monitor") != metric:
         return None
     return final.get(f"best_{test}")
+
+
+CLIENT_STATS = ("mean", "std", "worst10", "best10")  # the final record's distribution over clients
+
+
+def final_clients(log: dict, metric: str) -> dict[str, float] | None:
+    """The final model's distribution over clients of ``metric`` (``CLIENT_STATS``) from the run's final record: the
+    clients' own models' (``clients/personal/``) where the run keeps them, else the global model's; None when the
+    record is missing, older than the run's last round, or holds no distribution of that metric."""
+    final = log["final_record"]
+    if final is None or final["round"] != log["last_round"]:
+        return None
+    monitor = per_client_monitor(metric)
+    for name in (f"clients/personal/{monitor}", f"clients/{monitor}"):
+        if all(_finite(final.get(f"{name}_{stat}")) for stat in CLIENT_STATS):
+            return {stat: final[f"{name}_{stat}"] for stat in CLIENT_STATS}
+    return None

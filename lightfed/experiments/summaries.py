@@ -3,6 +3,8 @@
 
 import statistics
 
+from lightfed.experiments.run_logs import CLIENT_STATS
+
 
 def reached(value: float, target: float, mode: str) -> bool:
     return value >= target if mode == "max" else value <= target
@@ -30,6 +32,7 @@ def summarise_group(results: list[dict], planned: int) -> dict:
     tested = [r for r in results if r.get("test_at_best") is not None]
     test_mean, test_std = mean_std("test_at_best", tested)
     return {
+        **client_stats(results),
         "finished": len(results),
         "planned": planned,
         "final_mean": final_mean,
@@ -44,6 +47,18 @@ def summarise_group(results: list[dict], planned: int) -> dict:
         "wall_time_s_mean": mean_std("wall_time_s")[0],
         "sent_bytes_mean": mean_std("sent_bytes", [r for r in results if r.get("sent_bytes") is not None])[0],
     }
+
+
+def client_stats(results: list[dict]) -> dict:
+    """The mean and std over seeds of each run's final distribution over clients (``clients_<stat>_{mean,std}``),
+    from the runs that have one (``clients_runs``)."""
+    having = [r["clients"] for r in results if r.get("clients")]
+    row: dict = {"clients_runs": len(having)}
+    for stat in CLIENT_STATS:
+        values = [each[stat] for each in having]
+        row[f"clients_{stat}_mean"] = statistics.fmean(values) if values else None
+        row[f"clients_{stat}_std"] = (statistics.stdev(values) if len(values) > 1 else 0.0) if values else None
+    return row
 
 
 def usable_rates(results: list[dict], fraction: float) -> tuple[float | None, dict[str, dict]]:

@@ -155,6 +155,16 @@ class Evaluation:
         }
         return {f"{name}/{monitor}": reduced[row, mask] for name, (row, mask) in chosen.items() if mask.any()}
 
+    def final_clients(self, round: int, params: Tensor, buffers: Tensor, monitor: str) -> dict[str, np.ndarray]:
+        """``clients`` at the end of a run, every client counted as seen; nothing where ``validation_step`` does not
+        log ``monitor``."""
+        try:
+            return self.clients(round, params, buffers, monitor, set(range(self.client.data.num_clients)))
+        except ConfigError as error:
+            if "needs validation_step to log" not in str(error):
+                raise
+            return {}  # the run has warned once already that its monitor is not logged
+
     def _fine_tuned(self, plans: list[ClientPlan], params: Tensor, buffers: Tensor) -> dict[int, tuple[Tensor, Tensor]]:
         """Each plan's client's weights (by id) after training the plan from ``params``/``buffers``, as
         ``ClientTrainer.fine_tuned``: vectorized where the module allows (``tuner``)."""
@@ -213,6 +223,26 @@ def evaluate_checkpoint(
         round, (params, buffers) = saved.round, saved.weights_for(params, buffers)
         client.module.on_load_checkpoint(saved.checkpoint())
     return round, params, buffers, Evaluation(fabric, client).global_model(step, params, buffers)
+
+
+def client_distribution(values: np.ndarray, name: str) -> dict[str, float]:
+    """The final report's distribution over clients of a metric: ``<name>_{mean,std,worst10,best10}``, the std over
+    clients (not over seeds), worst10 and best10 the means of the worst and of the best ceil(10 %) of the clients (one
+    at least), as the q-FFL paper's tables give them; worst is lowest, or highest for a loss."""
+    ordered = np.sort(values)[::-1] if "loss" in name.rsplit("/", 1)[-1] else np.sort(values)
+    tenth = max(1, math.ceil(len(ordered) / 10))
+    return {
+        f"{name}_mean": float(ordered.mean()),
+        f"{name}_std": float(ordered.std()),
+        f"{name}_worst10": float(ordered[:tenth].mean()),
+        f"{name}_best10": float(ordered[-tenth:].mean()),
+    }
+
+
+def per_client_monitor(monitor: str) -> str:
+    """The metric per-client evaluation reads for a best-round ``monitor``: ``val_acc`` for ``val_acc`` and for the
+    personal models' ``clients/personal/val_acc_mean`` (``BestRound``'s monitor with personalization)."""
+    return monitor.removeprefix("clients/personal/").removesuffix("_mean") if monitor.startswith("clients/") else monitor
 
 
 def spread(values: np.ndarray, name: str) -> dict[str, float]:

@@ -18,7 +18,7 @@ from lightfed.adapters import csv_logger_version, point_csv_logger_at, tensorboa
 from lightfed.core.folder_lock import LOCK, FolderLock
 from lightfed.core.no_follow import open_no_follow
 from lightfed.errors import ConfigError, LightfedError
-from lightfed.run.final_report import logged_part, summary
+from lightfed.run.final_report import PER_CLIENT, logged_part, summary
 from lightfed.run.hparams import flat_hparams, summary_hparams
 from lightfed.run.round_tensorboard import RoundTensorBoardLogger
 from lightfed.run.run_folder import CONFIG, claim_run_folder, write_run_config
@@ -256,7 +256,8 @@ class RunOutput:
             self._lines = None
 
     def report(self, report: dict[str, Any]) -> None:
-        """The final report: its line in ``metrics.jsonl``, its test metrics to the loggers, and one printed line.
+        """The final report: its line in ``metrics.jsonl``, its test metrics and distributions over clients to the
+        loggers, its per-client values as TensorBoard histograms (``~final/clients/<monitor>``), and one printed line.
 
         TensorBoard gets them as ``~final/<name>``: its Time Series sorts its groups of cards by the name's first part
         and opens the first two, and ``~`` sorts after letters, so these one-off values come after the round curves."""
@@ -267,6 +268,8 @@ class RunOutput:
             with reported(logger):
                 final = isinstance(logger, TensorBoardLogger)
                 logger.log_metrics({f"~final/{k}" if final else k: v for k, v in logged.items()}, step=report["round"])
+        for name, values in report.get(PER_CLIENT, {}).items():
+            self.log_histogram(f"~final/{name}", np.asarray(values), report["round"])
         self.fabric.print(summary(report))
 
     def log_histogram(self, name: str, values: np.ndarray, step: int) -> None:

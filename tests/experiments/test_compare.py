@@ -393,6 +393,15 @@ def test_sweep_writes_table_plot_and_results(sweep):
     with open(out / "table.csv", newline="") as file:
         assert [float(row["final_mean"]) for row in csv.DictReader(file)] == [r["final_mean"] for r in results["rows"]]
     assert (out / "accuracy.pdf").read_bytes()[:4] == b"%PDF" and b"<svg" in (out / "accuracy.svg").read_bytes()
+    # the final model's distribution over clients, from each run's final record, and the overrides of every run
+    table = (out / "table.md").read_text()
+    assert "| clients' val_acc mean | clients' val_acc std | clients' val_acc worst 10 % |" in table
+    worst = [json.loads((Path(r["log_dir"]) / "metrics.jsonl").read_text().splitlines()[-1]) for r in runs[:2]]
+    assert results["rows"][0]["clients_worst10_mean"] == pytest.approx(
+        statistics.fmean(w["clients/val_acc_worst10"] for w in worst)
+    )
+    fixed = "data.partitioner.num_clients=10 trainer.clients_per_round=5 trainer.client_eval_interval=0 trainer.rounds=2"
+    assert table.endswith(f"\nevery run: {fixed}\n") and results["fixed"] == fixed
 
 
 def test_collect_reproduces_the_table_from_the_logs(sweep):
@@ -457,8 +466,9 @@ def test_two_workers_give_the_table_of_one(tmp_path, capfd, monkeypatch):
     assert compare.main([*base, "--out", str(tmp_path / "two"), "--workers", "2"]) == 0
     printed = capfd.readouterr().out  # the workers' lines too
     for i in (1, 2):
-        assert f"[{i}/2] quickstart defaults seed={i - 1}: started" in printed
+        assert printed.count(f"[{i}/2] quickstart defaults seed={i - 1}:") == 1  # one line a run, when it ends
         assert f"[{i}/2] quickstart defaults seed={i - 1}: val_acc=" in printed
+    assert "test set, final global model" not in printed  # the runs' own lines stay in their logs
     assert re.search(r"compare: 2 runs in [\d.]+ s wall, [\d.]+ s of run time \([\d.]+x\)", printed)
     assert _without_time(tmp_path / "two") == _without_time(tmp_path / "one")
     assert len(_without_time(tmp_path / "one")) == 1 and "2/2" in _without_time(tmp_path / "one")[0]

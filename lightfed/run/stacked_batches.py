@@ -1,5 +1,6 @@
 """The batches of clients trained together, stacked step by step for the clients whose batches there have one size."""
 
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,10 +39,12 @@ class ListedBatches:
 
 class GatheredBatches:
     """Every client's examples in its training order, as indices into an in-memory dataset drawn for all of them at
-    once (what ``ListedBatches`` holds, without a draw and a split per client), laid out step by step (``[steps,
-    clients, batch]``), and gathered from the dataset a block of steps at a time: as many steps as ``budget`` bytes
-    hold (at least one), so that a step's batches are views of its block (a gather a step took a tenth of a step of a
-    small MLP), and a chunk of large examples holds one step's at a time, not its clients' whole training."""
+    once (what ``ListedBatches`` holds, without a draw and a split per client), laid out step by step, each step's
+    rows the clients up to the last one still training there (``[rows, batch]``: the clients sorted longest first
+    gather no row they do not train), and gathered from the dataset a block of steps at a time: as many steps as
+    ``budget`` bytes hold (at least one), so that a step's batches are views of its block (a gather a step took a
+    tenth of a step of a small MLP), and a chunk of large examples holds one step's at a time, not its clients' whole
+    training."""
 
     def __init__(self, tensors: TensorBatches, clients: Sequence[ClientDraw], budget: int = GATHERED_BYTES) -> None:
         """``clients``: each client's id, the seed of its generator and its local work (``TensorBatches.clients_order``)."""
@@ -53,14 +56,20 @@ class GatheredBatches:
         if self.sizes and all(s == alike for s in self.sizes) and all(size == width for size in alike[:-1]):
             # alike clients whose batches are all full but the last: each one's order, padded to full batches
             padded = torch.nn.functional.pad(order.view(len(self.sizes), -1), (0, steps * width - sum(alike)))
-            self._examples = padded.view(len(self.sizes), steps, width).transpose(0, 1)  # pads: never read
+            examples = padded.view(len(self.sizes), steps, width).transpose(0, 1)  # pads: never read
         else:
             sizes = torch.tensor([s + [0] * (steps - len(s)) for s in self.sizes], dtype=torch.long)
             sizes = sizes.reshape(len(self.sizes), steps)
             starts = (sizes.flatten().cumsum(0) - sizes.flatten()).view_as(sizes)  # where each batch starts in order
             positions = starts.unsqueeze(2) + torch.arange(width)  # [clients, steps, width]: each batch's examples
             positions = positions.transpose(0, 1).clamp(max=max(len(order) - 1, 0))  # past a batch's end: never read
-            self._examples = gathered(order, positions.to(order.device, non_blocking=True)) if len(order) else positions
+            examples = gathered(order, positions.to(order.device, non_blocking=True)) if len(order) else positions
+        extents = [0] * steps  # each step's rows: up to its last client still training
+        for k, client_sizes in enumerate(self.sizes):
+            extents[: len(client_sizes)] = [k + 1] * len(client_sizes)
+        kept = torch.arange(len(self.sizes)) < torch.tensor(extents, dtype=torch.long).unsqueeze(1)
+        self._examples = examples[kept.to(examples.device)]  # [rows of every step, width], step after step
+        self._offsets = [0, *itertools.accumulate(extents)]  # where each step's rows start
         self.block = max(1, budget // max(len(self.sizes) * width * tensors.example_bytes, 1))  # steps gathered at once
         self._gathered: tuple[int, Batch] | None = None  # the block gathered last: its first step, its examples
         self._counts = _counts(self.sizes).to(self._examples.device, non_blocking=True)
@@ -81,11 +90,13 @@ class GatheredBatches:
         return batch, self._counts[step, at]  # type: ignore[return-value]
 
     def _step_examples(self, step: int) -> Batch:
-        """Every client's examples at ``step`` (``[clients, width, ...]`` each), from the block gathered for it."""
-        first = step - step % self.block
+        """The examples at ``step`` of its rows (``[rows, width, ...]`` each), from the block gathered for it."""
+        first, offsets = step - step % self.block, self._offsets
         if self._gathered is None or self._gathered[0] != first:
-            self._gathered = first, self.tensors.train_examples(self._examples[first : first + self.block])
-        return tuple(examples[step - first] for examples in self._gathered[1])  # type: ignore[return-value]
+            last = offsets[min(first + self.block, len(offsets) - 1)]
+            self._gathered = first, self.tensors.train_examples(self._examples[offsets[first] : last])
+        start, end = offsets[step] - offsets[first], offsets[step + 1] - offsets[first]
+        return tuple(examples[start:end] for examples in self._gathered[1])  # type: ignore[return-value]
 
 
 def counts_width(batch: Any) -> int:

@@ -93,31 +93,63 @@ class _GroupBatch(NamedTuple):
     generators: list[torch.Generator]
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Leaves:
     """Each parameter's stacked rows ``[clients, *shape]`` by name (``params``), as autograd leaves that share memory
     with the stacked weights and that the optimizer steps, the same rows outside autograd (``rows``, in that order),
     and the views of the weights' flat gradients (``grads``), where a local rule, clipping or DP-SGD reads and writes a
-    client's gradient as one row."""
+    client's gradient as one row. A step of the first clients only back-propagates into leaves of their rows
+    (``prefix``), not into slices of the whole, whose backward pass fills every row."""
 
     params: dict[str, Tensor]
     rows: list[Tensor]
     grads: dict[str, Tensor]
+    zero_from: int | None = None  # the flat gradients' rows from here on are zero (None: not known)
+    taken: tuple[int, list[Tensor]] | None = None  # the first clients' gradients of the step, where only theirs
+
+    def prefix(self, active: int) -> dict[str, Tensor]:
+        """Leaves of the first ``active`` rows of each parameter (views of them)."""
+        return {name: leaf[:active].detach().requires_grad_() for name, leaf in self.params.items()}
+
+    def absorb(self, prefix: dict[str, Tensor], active: int) -> None:
+        """Takes the gradients of the leaves ``prefix`` (``prefix(active)``) as the step's: each row below them 0."""
+        self.taken = (
+            active,
+            [leaf.grad if leaf.grad is not None else torch.zeros_like(leaf) for leaf in prefix.values()],
+        )
 
     def collect(self) -> None:
         """Moves the gradients of the backward pass just taken into the flat gradients (zero where a leaf got none):
         autograd writes each afresh in its leaf's layout, and adding into a strided view instead is no faster."""
+        if self.taken is not None:
+            active, taken = self.taken
+            for grad, part in zip(self.grads.values(), taken, strict=True):
+                grad[:active].copy_(part)
+                if self.zero_from is None or self.zero_from > active:
+                    grad[active : self.zero_from].zero_()
+            self.zero_from, self.taken = active, None
+            return
         for name, leaf in self.params.items():
             if leaf.grad is None:
                 self.grads[name].zero_()
             else:
                 self.grads[name].copy_(leaf.grad)
                 leaf.grad = None
+        self.zero_from = None
 
     def step(self, optimizer: torch.optim.Optimizer, flat: bool, sgd: dict[str, Any] | None) -> None:
         """Steps the leaves with their gradients: the flat gradients where ``flat`` (collected, then read or written
         there), else the backward pass's own (zero where a leaf got none, as in the flat gradient one client at a time
-        steps: a copy fewer a step); ``sgd``: the optimizer's settings where it is plain SGD (``_plain_sgd``)."""
+        steps: a copy fewer a step); ``sgd``: the optimizer's settings where it is plain SGD (``_plain_sgd``), which
+        steps only the first clients' rows where only theirs have gradients."""
+        if self.taken is not None:
+            if sgd is not None:
+                active, taken = self.taken
+                functional_sgd([row[:active] for row in self.rows], taken, [None] * len(taken), **sgd)  # type: ignore[arg-type]
+                self.taken = None
+                return
+            self.collect()
+            flat = True
         for name, leaf in self.params.items():
             if flat:
                 leaf.grad = self.grads[name]
@@ -386,48 +418,45 @@ class VectorizedClients:
         self._per_epoch = [client.data.batches_of(n) for n in num_examples]
         clip = plain_sgd is None and client.gradient_clip_val is not None
         flat = private is not None or bool(rules) or clip  # the step's gradients are read as rows of the flat ones
-        folds = self._prefix and self._stacked is None  # the stacked leaves are the module's parameters
         try:
-            with stacked_parameters(self._step, leaves.params) if folds else nullcontext():
-                for step in range(max(steps, default=0)):
+            for step in range(max(steps, default=0)):
 
-                    def backward(clients: set[int], losses: Tensor, step: int = step) -> None:
-                        """The summed losses of ``clients`` at ``step`` back-propagated: each one's gradient in its row."""
-                        taking = [client_sizes if k in clients else [] for k, client_sizes in enumerate(sizes)]
-                        self._backward(self._groups(taking, step), step, leaves, buffers, batches, generators, losses)
+                def backward(clients: set[int], losses: Tensor, step: int = step) -> None:
+                    """The summed losses of ``clients`` at ``step`` back-propagated: each one's gradient in its row."""
+                    taking = [client_sizes if k in clients else [] for k, client_sizes in enumerate(sizes)]
+                    self._backward(self._groups(taking, step), step, leaves, buffers, batches, generators, losses)
+                    leaves.collect()
+
+                if private is None:
+                    self._backward(schedule[step], step, leaves, buffers, batches, generators, loss_sums)
+                    if flat:
                         leaves.collect()
-
-                    if private is None:
-                        self._backward(schedule[step], step, leaves, buffers, batches, generators, loss_sums)
-                        if flat:
-                            leaves.collect()
-                    else:
-                        active = [k for k, n in enumerate(steps) if step < n]
-                        batch = [(private.batches[k][step], sizes[k][step]) for k in active]
-                        self._private_step(private, weights[0], buffers, active, batch, step, loss_sums)
-                    grads: list[Tensor] = [weight.grad for weight in weights]  # type: ignore[misc]
-                    points = {
-                        k: point
-                        for k, rule in rules.items()
-                        if step < steps[k]
-                        and (point := rule.second_point(weights[0][k].detach(), grads[0][k])) is not None
-                    }
-                    if points:
-                        self._at_second_points(points, rules, weights[0], buffers, backward, settings[0]["lr"])
-                    for k, rule in rules.items():
-                        if step < steps[k] and k not in points:
-                            rule.adjust(grads[0][k], weights[0][k].detach())
-                    if clip:
-                        self._clip(grads)
-                    for k, rule in rules.items():
-                        if step < steps[k]:
-                            rule.observe(grads[0][k])
-                    leaves.step(optimizer, flat, sgd)
-                    if step in finishing and not at_once:
-                        self._take(final, final_buffers, weights, buffers, finishing[step])
-                    for k in finishing.get(step, []):
-                        if k in rules:
-                            reports[k] = rules[k].report()
+                else:
+                    active = [k for k, n in enumerate(steps) if step < n]
+                    batch = [(private.batches[k][step], sizes[k][step]) for k in active]
+                    self._private_step(private, weights[0], buffers, active, batch, step, loss_sums)
+                grads: list[Tensor] = [weight.grad for weight in weights]  # type: ignore[misc]
+                points = {
+                    k: point
+                    for k, rule in rules.items()
+                    if step < steps[k] and (point := rule.second_point(weights[0][k].detach(), grads[0][k])) is not None
+                }
+                if points:
+                    self._at_second_points(points, rules, weights[0], buffers, backward, settings[0]["lr"])
+                for k, rule in rules.items():
+                    if step < steps[k] and k not in points:
+                        rule.adjust(grads[0][k], weights[0][k].detach())
+                if clip:
+                    self._clip(grads)
+                for k, rule in rules.items():
+                    if step < steps[k]:
+                        rule.observe(grads[0][k])
+                leaves.step(optimizer, flat, sgd)
+                if step in finishing and not at_once:
+                    self._take(final, final_buffers, weights, buffers, finishing[step])
+                for k in finishing.get(step, []):
+                    if k in rules:
+                        reports[k] = rules[k].report()
         finally:
             view._enter("")
         self._logged_rows.log_to(client.logged)
@@ -465,9 +494,15 @@ class VectorizedClients:
         clients are one after another, a call per group on views."""
         if self._prefix and groups:
             calls = _row_calls(groups)
-            loss = None if calls is None else self._calls_loss(calls, step, leaves.params, batches, generators, losses)
+            stack = len(buffers)
+            active = calls[0][0].stop if calls is not None and len(calls) == 1 else stack
+            params = leaves.params if active == stack else leaves.prefix(active)
+            with stacked_parameters(self._step, params) if self._stacked is None else nullcontext():
+                loss = None if calls is None else self._calls_loss(calls, step, params, batches, generators, losses)
             if loss is not None:
                 loss.backward()
+                if active < stack:
+                    leaves.absorb(params, active)
                 return
         total: Tensor | None = None
         for size, group in groups:

@@ -52,8 +52,8 @@ def example_level(
     scores: Sequence[tuple[np.ndarray, np.ndarray]], members: np.ndarray, delta: float, fpr: float, confidence: float
 ) -> AttackResult:
     """The member clients' training examples against their held-out examples."""
-    held_in = np.concatenate([scores[k][0] for k in np.flatnonzero(members)])
-    held_out = np.concatenate([scores[k][1] for k in np.flatnonzero(members)])
+    held_in = np.concatenate([scores[k][0] for k in np.flatnonzero(members).tolist()])
+    held_out = np.concatenate([scores[k][1] for k in np.flatnonzero(members).tolist()])
     return attack_result(held_in, held_out, delta, fpr, confidence)
 
 

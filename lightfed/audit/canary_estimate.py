@@ -5,11 +5,12 @@ the two at the run's delta, with a bootstrap confidence bound over the canaries.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
-from scipy.stats import bootstrap
+from scipy.stats import bootstrap  # type: ignore[import-untyped]
 
 from lightfed.audit.gaussian_epsilon import gaussian_epsilon
 
@@ -61,6 +62,7 @@ def estimate_epsilon(
     point = gaussian_epsilon(null_gaussian(unobserved, dim, null), fitted(observed), delta)
     upper = point
     if math.isfinite(point):
+        statistic: Callable[..., Any]
         if null == "fitted":
             data: tuple[np.ndarray, ...] = (observed, unobserved)
             statistic = lambda obs, unobs: gaussian_epsilon(fitted(unobs), fitted(obs), delta)  # noqa: E731

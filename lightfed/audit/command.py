@@ -101,7 +101,9 @@ def main(argv: list[str], fit: Fit | None = None) -> list[RowResult]:
     args = build_parser().parse_args(argv)
     check_args(args)
     if fit is None:
-        from lightfed.subcommands import fit_in_process as fit
+        from lightfed.subcommands import fit_in_process
+
+        fit = fit_in_process  # type: ignore[assignment]
     settings = settings_of(args)
     rows_to_run = ([] if args.no_baseline else [Setting(None)]) + [Setting(z) for z in args.noise]
     runs, began = len(rows_to_run) * (1 + args.shadows), time.perf_counter()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from scipy.optimize import brentq
-from scipy.special import ndtr
+from scipy.optimize import brentq  # type: ignore[import-untyped]
+from scipy.special import ndtr  # type: ignore[import-untyped]
 
 EPSILON_CAP = 500.0  # past this the curve is reported as infinite
 

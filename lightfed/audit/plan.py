@@ -72,7 +72,11 @@ def _transforms(settings: AuditSettings, setting: Setting, shadow: int | None) -
     if setting.noise is None:
         return transforms
     if shadow is None:
-        canaries = {"count": settings.canaries, "unobserved": settings.unobserved, "norm": settings.clip}
+        canaries: dict[str, object] = {
+            "count": settings.canaries,
+            "unobserved": settings.unobserved,
+            "norm": settings.clip,
+        }
         canaries |= {"target_delta": settings.delta, "null": settings.null}
         transforms.append({"class_path": "lightfed.audit.Canaries", "init_args": canaries})
     dp = {"noise_multiplier": setting.noise, "clip": settings.clip, "target_delta": settings.delta}

@@ -2,6 +2,7 @@
 ``compare``; a user's error ends as one line ``lightfed: error: ...`` with exit status 2."""
 
 import errno
+import importlib
 import re
 import signal
 import sys
@@ -68,8 +69,10 @@ def _run_and_report(argv: list[str], command_line: bool) -> None:
         elif refused_write is not None:
             message = refused_write
         elif isinstance(error, ArgumentError):  # a config or command line jsonargparse could not parse
-            where = f"lightfed {argv[0]} --help" if argv[:1] and argv[0] in SUBCOMMANDS else "lightfed --help"
-            message = f"{_parse_error_line(error)} ({where} lists every option)"
+            command = f"lightfed {argv[0]}" if argv[:1] and argv[0] in SUBCOMMANDS else "lightfed"
+            message = _parse_error_line(error, command)
+            if ".help " not in message:  # a line that names its own help command needs no other
+                message += f" ({command} --help lists every option)"
         else:
             launcher.print_fork_errors()
             raise
@@ -94,8 +97,22 @@ def _refused_write(error: BaseException | None) -> str | None:
     return str(write_error(Path(error.filename), error, "file"))
 
 
-def _parse_error_line(error: ArgumentError) -> str:
-    """jsonargparse's message in one line; for a class path that does not import, only the reason."""
+def _accepted_options(path: str) -> list[str]:
+    """The options the class at ``path`` takes, as jsonargparse reads its signature; [] when it cannot say."""
+    from jsonargparse import ArgumentParser
+
+    module, _, name = path.rpartition(".")
+    try:
+        parser = ArgumentParser(exit_on_error=False)
+        parser.add_class_arguments(getattr(importlib.import_module(module), name))
+        return list(dict.fromkeys(key.split(".")[0] for key in parser.get_defaults().keys()))
+    except Exception:  # noqa: BLE001 - only a hint: the line stays right without it
+        return []
+
+
+def _parse_error_line(error: ArgumentError, command: str = "lightfed fit") -> str:
+    """jsonargparse's message in one line; for a class path that does not import, only the reason; for an option
+    a class does not take, the option, the options it takes and the command that describes them."""
     message = " ".join(str(error).split())
     if re.search(r"does not accept option 'data\.(class_path|init_args)", message):
         return (
@@ -118,6 +135,23 @@ def _parse_error_line(error: ArgumentError) -> str:
         if argument[2].lower().lstrip("+-") in ("nan", "inf", "infinity"):
             expected = "a finite number"
         return f"{keys}: expected {expected}, got {argument[2]!r}"
+    keys = re.findall(r'Parser key "([^"]+)"', message)
+    wrong_type = re.search(r"Parser key \"\w+\": Expected a <class '(\w+)'>\. Got value: (.*?)( - |$)", message)
+    if unknown_class and wrong_type:  # a value of the wrong type for one of the class's options
+        finite = wrong_type[2].lower().lstrip("+-") in ("nan", "inf", "infinity")
+        return (
+            f"{'.'.join(keys)}: expected {'a finite number' if finite else 'a ' + wrong_type[1]}, got {wrong_type[2]!r}"
+        )
+    not_accepted = re.search(
+        r"Option '([^']+)' is not accepted(?:\. Got value: Namespace\(class_path='([^']+)')?", message
+    )
+    if unknown_class and not_accepted and keys:  # the class imports; it takes no option of that name
+        option, inner = not_accepted[1], not_accepted[2]  # inner: a class given as a callable's class_path
+        path = inner or unknown_class.group(2).strip("'")
+        accepted = _accepted_options(path)[1 if inner else 0 :]  # a callable's class gets its first argument given
+        takes = f"it takes {', '.join(accepted)}" if accepted else "it takes no options"
+        line = f"{'.'.join(keys)}.{option}: {path} has no option {option!r}; {takes}"
+        return line if inner else f"{line} ({command} --{keys[0]}.help {path} describes them)"
     if unknown_class:
         key, path, reason = unknown_class.group(1) or "", unknown_class.group(2), unknown_class.group(3)
         return f"{key}cannot import {path}: {reason}"

@@ -33,6 +33,8 @@ def _layers() -> list[tuple[str, ...]]:
         base = path.with_name("base.yaml")
         if name in ADD_ONS:
             layers.append((*ADD_ONS[name], name))
+        elif name.startswith("strategies/"):  # dataset-independent overlays (tests/test_tutorials.py trains them)
+            layers.append(("quickstart.yaml", name))
         elif path.name != "base.yaml":
             layers.append((str(base.relative_to(CONFIGS)), name) if base.exists() else (name,))
     return layers

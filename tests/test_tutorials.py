@@ -1,0 +1,130 @@
+"""The tutorials run as written, on tiny settings: each command of a tutorial's bash blocks runs (with fewer rounds
+and seeds), the files it tells the reader to write are its own code blocks, and each output it shows has the shape
+of what the command prints now (numbers and paths aside), so a changed output makes the page fail here."""
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from lightfed.cli import main, run
+
+ROOT = Path(__file__).resolve().parents[1]
+TUTORIALS = ROOT / "docs" / "tutorials"
+
+
+def commands(page: str) -> list[list[str]]:
+    """The commands of the page's bash blocks, one list of arguments each (comments dropped)."""
+    blocks = re.findall(r"```bash\n(.*?)```", page, re.S)
+    return [shlex.split(line, comments=True) for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def shown(page: str, name: str) -> list[str]:
+    """The lines of the output block marked ``<!-- output: name -->``."""
+    return re.search(rf"<!-- output: {name} -->\n```text\n(.*?)```", page, re.S).group(1).splitlines()
+
+
+def files(page: str) -> dict[str, str]:
+    """The files the page has the reader write: each code block marked ``<!-- file: path -->``."""
+    return dict(re.findall(r"<!-- file: (\S+) -->\n```\w*\n(.*?)```", page, re.S))
+
+
+def shape(line: str) -> str:
+    """A line with its numbers, its absolute paths and its 'not reached' marks made alike."""
+    line = re.sub(r"(?<![\w.])/\S*?(?=runs/)", "/", line)  # where the reader's folder is
+    line = re.sub(r"\d+(\.\d+)? \(\d+/\d+\)|—", "#", line)  # rounds to the target, reached or not
+    return re.sub(r"-?\d+(\.\d+)?(e[-+]?\d+)?", "#", line)
+
+
+def test_shapes_ignore_numbers_and_folders_only():
+    assert shape("[2/12] fedavg seed=1: val_acc=0.6927 (5.3 s), logs in /home/me/x/runs/compare") == shape(
+        "[1/4] fedavg seed=0: val_acc=1 (0.2 s), logs in /tmp/pytest-1/y/runs/compare"
+    )
+    assert shape("| 17 (1/3) | 0.66 ± 0.04 |") == shape("| — | 0.5 ± 0 |")
+    assert shape("val_acc=0.9") != shape("val_loss=0.9") and shape("a; b") != shape("a, b")
+
+
+@pytest.fixture
+def lightfed_folder(tmp_path, monkeypatch):
+    """A working folder as the reader's: the repository's configs, and nothing else."""
+    (tmp_path / "configs").symlink_to(ROOT / "configs")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _tiny_fit(argv: list[str], rounds: int = 2) -> list[str]:
+    assert argv[:2] == ["lightfed", "fit"]
+    return [*argv[1:], "--trainer.rounds", str(rounds), "--trainer.progress_bar", "false"]
+
+
+def test_a_first_run_shows_what_the_run_prints_writes_and_logs(lightfed_folder, capsys):
+    page = (TUTORIALS / "first-run.md").read_text()
+    first, resume, tensorboard, skewed, wrong = commands(page)
+    capsys.readouterr()
+    run(_tiny_fit(first))
+    printed = capsys.readouterr().out.splitlines()
+    assert [shape(line) for line in printed[-3:]] == [shape(line) for line in shown(page, "first-run")]
+
+    folder = lightfed_folder / "runs" / "quickstart" / "version_0"
+    listed = re.findall(r"^\| `([^`]+)` \|", page[page.index("## 3.") : page.index("## 4.")], re.M)
+    assert listed == ["config.yaml", "metrics.jsonl", "events.out.tfevents.*", "checkpoints/last.ckpt"]
+    assert all(list(folder.glob(name)) for name in listed)
+
+    assert tensorboard == ["tensorboard", "--logdir", "runs"]
+    table = page[page.index("## 4.") : page.index("## 5.")]
+    named = {name for row in re.findall(r"^\| (.+?) \|", table, re.M) for name in re.findall(r"`([~\w/]+)`", row)}
+    curves = {name for name in named if not name.startswith("_") and ("/" in name or name.endswith(("acc", "loss")))}
+    assert {"val_acc", "train_loss", "round/time_s", "clients/val_acc_mean", "~final/best_test_acc"} <= curves
+    assert sorted(curves - set(EventAccumulator(str(folder)).Reload().Tags()["scalars"])) == []
+
+    assert resume[:4] == ["lightfed", "fit", "--config", "runs/quickstart/version_0/config.yaml"]
+    assert resume[-2:] == ["--ckpt_path", "last"]
+    run([*resume[1 : resume.index("--trainer.rounds")], "--trainer.rounds", "3", "--ckpt_path", "last"])
+    assert json.loads((folder / "metrics.jsonl").read_text().splitlines()[-1])["round"] == 3
+    assert "data.partitioner.init_args.alpha" in " ".join(skewed)
+    run(_tiny_fit(skewed, rounds=1))
+
+    with pytest.raises(SystemExit) as exit:
+        main(wrong[1:])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == shown(page, "wrong-option")[0]
+
+
+def _compare(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    assert exit.value.code == 0
+
+
+def test_comparing_strategies_on_your_own_data_makes_the_table_and_plot_shown(lightfed_folder, capfd):
+    page = (TUTORIALS / "compare.md").read_text()
+    for path, text in files(page).items():
+        (lightfed_folder / path).parent.mkdir(parents=True, exist_ok=True)
+        (lightfed_folder / path).write_text(text)
+    assert sorted(files(page)) == ["mine/base.yaml", "mine/mydata.py"]
+    compare, *sweeps = commands(page)
+    strategies = [arg for arg in compare if arg.startswith("configs/")]
+    assert [Path(arg).stem for arg in strategies] == ["fedavg", "fedprox", "scaffold", "fedecado"]
+    assert all((ROOT / arg).is_file() for arg in strategies)
+
+    capfd.readouterr()
+    _compare([*compare[1:], "--rounds", "2", "--seeds", "0", "1", "--workers", "2"])
+    printed = capfd.readouterr().out.splitlines()  # the runs' lines come from the processes they run in
+    progress = [line for line in printed if line.startswith(("compare: ", "["))]
+    assert {shape(line) for line in progress} == {shape(line) for line in shown(page, "compare-progress")}
+    out = lightfed_folder / "runs" / "compare"
+    table = [line for line in (out / "table.md").read_text().splitlines() if line.startswith("|")]
+    assert [shape(line) for line in table] == [shape(line) for line in shown(page, "compare-table")]
+    assert all((out / name).is_file() for name in ("accuracy.png", "table.tex", "table.csv", "results.json"))
+    assert (ROOT / "docs" / "images" / "compare-accuracy.png").is_file()
+
+    for sweep in sweeps:  # the tuning and heterogeneity sweeps, one round each
+        assert sweep[:2] == ["lightfed", "compare"] and "--grid" in sweep
+        _compare([*sweep[1:], "--rounds", "1", "--workers", "2"])
+        folder = lightfed_folder / sweep[sweep.index("--out") + 1]
+        rows = [line for line in (folder / "table.md").read_text().splitlines() if line.startswith("| ")][1:]
+        values = sweep[sweep.index("--grid") + 1].split("=")[1].split(",")
+        assert len(rows) == len(values) * len([arg for arg in sweep if arg.startswith("configs/")])

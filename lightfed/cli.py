@@ -127,21 +127,15 @@ def _parse_error_line(error: ArgumentError, command: str = "lightfed fit") -> st
     if neither:
         return f"data.dataset: {neither.group(1)} is neither a lightfed DatasetSource nor a LightningDataModule"
     unknown_class = re.search(r"^(Parser key \S+ )?.*Problem with given class_path ('[^']+'): (.*?)( - |$)", message)
-    argument = re.search(
+    keys = re.findall(r'Parser key "([^"]+)"', message)
+    argument = re.search(  # a value of the wrong type for one of the class's options, as a union or a plain type
         r"Parser key \"\w+\": - Expected .*?Expected a <class '(\w+)'>.*?Given value: (.*?)\. Got value", message
-    )
+    ) or re.search(r"Parser key \"\w+\": Expected a <class '(\w+)'>\. Got value: (.*?)(?: - |$)", message)
     if unknown_class and argument:  # the class imports; one of its arguments does not parse
-        keys, expected = ".".join(re.findall(r'Parser key "([^"]+)"', message)), f"a {argument[1]}"
+        expected = f"a {argument[1]}"
         if argument[2].lower().lstrip("+-") in ("nan", "inf", "infinity"):
             expected = "a finite number"
-        return f"{keys}: expected {expected}, got {argument[2]!r}"
-    keys = re.findall(r'Parser key "([^"]+)"', message)
-    wrong_type = re.search(r"Parser key \"\w+\": Expected a <class '(\w+)'>\. Got value: (.*?)( - |$)", message)
-    if unknown_class and wrong_type:  # a value of the wrong type for one of the class's options
-        finite = wrong_type[2].lower().lstrip("+-") in ("nan", "inf", "infinity")
-        return (
-            f"{'.'.join(keys)}: expected {'a finite number' if finite else 'a ' + wrong_type[1]}, got {wrong_type[2]!r}"
-        )
+        return f"{'.'.join(keys)}: expected {expected}, got {argument[2]!r}"
     not_accepted = re.search(
         r"Option '([^']+)' is not accepted(?:\. Got value: Namespace\(class_path='([^']+)')?", message
     )

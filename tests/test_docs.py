@@ -128,17 +128,11 @@ STILL_TO_CONVERT = {
     "guides/model-and-data.md": "a how-to and the adapters' internals on one page",
     "guides/architecture.md": "internals, long sentences",
     # how-to guides whose internals and measurements still sit in long paragraphs
-    "guides/async.md": "long sentences",
-    "guides/circuit-algorithms.md": "internals in long paragraphs; the model is in explanations/circuit.md",
     "guides/personalization.md": "long sentences",
     "guides/privacy.md": "internals and measurements in long paragraphs",
     "guides/robustness.md": "long sentences",
-    "guides/running.md": "the logged scalars and loggers in long paragraphs",
-    "guides/slurm.md": "long paragraphs",
     "guides/strategies.md": "reference tables with long explanatory paragraphs",
-    "guides/sweeps.md": "compare's outputs in one long paragraph",
     # results and measurements: long study logs, to become tables
-    "corrections/index.md": "long sentences",
     "corrections/baselines.md": "long sentences",
     "corrections/fedecado.md": "a study log in long paragraphs",
     "corrections/adaptive-fedecado.md": "a 10,000-word study log in long paragraphs",

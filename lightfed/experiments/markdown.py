@@ -80,9 +80,7 @@ def swept(rows: list[dict]) -> bool:
     return any(row["setting"] != "defaults" for row in rows)
 
 
-def render_table(
-    rows: list[dict], metric: str, target: float | None, mode: str = "max", fixed: str = ""
-) -> str:
+def render_table(rows: list[dict], metric: str, target: float | None, mode: str = "max", fixed: str = "") -> str:
     """Markdown ``table_cells`` with a note on what the columns hold and, under it, ``fixed`` (the overrides of every
     run, ``fixed_label``) where there are any."""
     header, *body = table_cells(rows, metric, target, mode)

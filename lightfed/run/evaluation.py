@@ -242,7 +242,9 @@ def client_distribution(values: np.ndarray, name: str) -> dict[str, float]:
 def per_client_monitor(monitor: str) -> str:
     """The metric per-client evaluation reads for a best-round ``monitor``: ``val_acc`` for ``val_acc`` and for the
     personal models' ``clients/personal/val_acc_mean`` (``BestRound``'s monitor with personalization)."""
-    return monitor.removeprefix("clients/personal/").removesuffix("_mean") if monitor.startswith("clients/") else monitor
+    return (
+        monitor.removeprefix("clients/personal/").removesuffix("_mean") if monitor.startswith("clients/") else monitor
+    )
 
 
 def spread(values: np.ndarray, name: str) -> dict[str, float]:

@@ -20,7 +20,9 @@ from lightfed.strategies.fedavg import FedAvg
 LOSS_FLOOR = 1e-10  # F_k is taken as max(F_k, LOSS_FLOOR): F_k^(q-1) stays finite for a client of zero loss
 
 
-def qfedavg_step(params: Tensor, deltas: Sequence[Tensor], losses: Sequence[float], q: float, lipschitz: float) -> Tensor:
+def qfedavg_step(
+    params: Tensor, deltas: Sequence[Tensor], losses: Sequence[float], q: float, lipschitz: float
+) -> Tensor:
     """The paper's Algorithm 2 as printed, with delta_k = w_bar_k - w^t the client's update:
     Delta_k = F_k^q L (w^t - w_bar_k), h_k = q F_k^(q-1) ||L (w^t - w_bar_k)||^2 + L F_k^q,
     w^(t+1) = w^t - sum_k Delta_k / sum_k h_k. A new tensor (the reference the strategy's sums are tested against)."""

@@ -400,7 +400,9 @@ def test_sweep_writes_table_plot_and_results(sweep):
     assert results["rows"][0]["clients_worst10_mean"] == pytest.approx(
         statistics.fmean(w["clients/val_acc_worst10"] for w in worst)
     )
-    fixed = "data.partitioner.num_clients=10 trainer.clients_per_round=5 trainer.client_eval_interval=0 trainer.rounds=2"
+    fixed = (
+        "data.partitioner.num_clients=10 trainer.clients_per_round=5 trainer.client_eval_interval=0 trainer.rounds=2"
+    )
     assert table.endswith(f"\nevery run: {fixed}\n") and results["fixed"] == fixed
 
 

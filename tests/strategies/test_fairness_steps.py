@@ -56,7 +56,9 @@ def test_qfedavg_example_weights_scale_each_client_by_its_examples():
     params = torch.zeros(2)
     a, b = _update(0, [1.0, 0.0], 2.0, examples=10), _update(1, [0.0, 1.0], 1.0, examples=30)
     got = _aggregate(QFedAvg(q=1.0, lipschitz=2.0), params, [a, b])
-    expected = qfedavg_step(params.double(), [a.delta.double()] + [b.delta.double()] * 3, [2.0, 1.0, 1.0, 1.0], 1.0, 2.0)
+    expected = qfedavg_step(
+        params.double(), [a.delta.double()] + [b.delta.double()] * 3, [2.0, 1.0, 1.0, 1.0], 1.0, 2.0
+    )
     assert torch.allclose(got.double(), expected, atol=1e-6)
 
 

@@ -6,7 +6,10 @@ study = load("studies/fairness_study.py")
 
 
 def _record(test_acc: float, worst: float, prefix: str = "clients/val_acc") -> dict:
-    return {"test_acc": test_acc, **{f"{prefix}_{s}": v for s, v in zip(study.STATS, (0.8, 0.1, worst, 1.0))}}
+    return {
+        "test_acc": test_acc,
+        **{f"{prefix}_{s}": v for s, v in zip(study.STATS, (0.8, 0.1, worst, 1.0), strict=True)},
+    }
 
 
 def test_a_row_is_the_mean_and_std_over_seeds_of_the_personal_models_where_kept():

@@ -131,7 +131,6 @@ STILL_TO_CONVERT = {
     "guides/personalization.md": "long sentences",
     "guides/privacy.md": "internals and measurements in long paragraphs",
     "guides/robustness.md": "long sentences",
-    "guides/strategies.md": "reference tables with long explanatory paragraphs",
     # results and measurements: long study logs, to become tables
     "corrections/baselines.md": "long sentences",
     "corrections/fedecado.md": "a study log in long paragraphs",

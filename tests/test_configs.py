@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 ADD_ONS = {  # files added last to a base and one of its overlays
     "privacy/dp-sgd.yaml": ("digits/base.yaml", "digits/fedavg.yaml"),
+    "privacy/dp-sgd-budget.yaml": ("digits/base.yaml", "digits/fedavg.yaml"),
     "privacy/secagg.yaml": ("digits/base.yaml", "digits/fedavg.yaml"),
     "privacy/secagg-distributed-dp.yaml": ("digits/base.yaml", "digits/fedavg.yaml"),
     "privacy/user-level-fixed.yaml": ("digits/base.yaml", "digits/fedavg.yaml"),

@@ -129,7 +129,6 @@ STILL_TO_CONVERT = {
     "guides/architecture.md": "internals, long sentences",
     # how-to guides whose internals and measurements still sit in long paragraphs
     "guides/personalization.md": "long sentences",
-    "guides/privacy.md": "internals and measurements in long paragraphs",
     "guides/robustness.md": "long sentences",
     # results and measurements: long study logs, to become tables
     "corrections/baselines.md": "long sentences",

@@ -128,3 +128,22 @@ def test_comparing_strategies_on_your_own_data_makes_the_table_and_plot_shown(li
         rows = [line for line in (folder / "table.md").read_text().splitlines() if line.startswith("| ")][1:]
         values = sweep[sweep.index("--grid") + 1].split("=")[1].split(",")
         assert len(rows) == len(values) * len([arg for arg in sweep if arg.startswith("configs/")])
+
+
+def test_training_with_a_privacy_budget_prints_the_lines_shown(lightfed_folder, capsys):
+    page = (TUTORIALS / "privacy-budget.md").read_text()
+    for path, text in files(page).items():
+        (lightfed_folder / path).parent.mkdir(parents=True, exist_ok=True)
+        (lightfed_folder / path).write_text(text)
+    example_level, user_level = commands(page)
+    assert "configs/privacy/dp-sgd-budget.yaml" in example_level and "mine/user-level-budget.yaml" in user_level
+    capsys.readouterr()
+    run([*_tiny_fit(example_level, rounds=1), "--trainer.clients_per_round", "2"])  # each client's noise is solved for
+    printed = capsys.readouterr().out.splitlines()
+    assert [shape(line) for line in printed[-3:]] == [shape(line) for line in shown(page, "dp-sgd")]
+    spent = float(re.search(r"privacy/epsilon_max=([\d.]+)", printed[-2]).group(1))
+    assert 7.99 <= spent <= 8  # the budget spent, in whatever number of rounds
+
+    run([*user_level[1:], "--trainer.progress_bar", "false"])  # the budget stops it after a few rounds
+    printed = capsys.readouterr().out.splitlines()
+    assert [shape(line) for line in printed[-4:]] == [shape(line) for line in shown(page, "user-level")]

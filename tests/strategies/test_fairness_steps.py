@@ -123,3 +123,15 @@ def test_agnostic_fl_resumes_its_mixture():
 def test_agnostic_fl_refuses_bad_settings(settings):
     with pytest.raises(ConfigError, match="strategy.lambda_lr|strategy.server_lr"):
         AgnosticFL(**settings)
+
+
+def test_the_clients_losses_are_refused_under_an_accounting_privacy_mechanism():
+    from lightfed.privacy import DPSGD
+    from lightfed.strategies.requirements import check_requirements
+
+    sgd = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    for strategy in (QFedAvg(q=1.0), AgnosticFL()):
+        name = type(strategy).__name__
+        with pytest.raises(ConfigError, match=f"{name}'s clients send loss_at_global computed from their data outside"):
+            check_requirements(strategy, sgd, DPSGD(noise_multiplier=1.0))
+    check_requirements(QFedAvg(q=0.0), sgd, DPSGD(noise_multiplier=1.0))  # q = 0 sends no loss

@@ -128,8 +128,6 @@ STILL_TO_CONVERT = {
     "guides/model-and-data.md": "a how-to and the adapters' internals on one page",
     "guides/architecture.md": "internals, long sentences",
     # how-to guides whose internals and measurements still sit in long paragraphs
-    "guides/personalization.md": "long sentences",
-    "guides/robustness.md": "long sentences",
     # results and measurements: long study logs, to become tables
     "corrections/baselines.md": "long sentences",
     "corrections/fedecado.md": "a study log in long paragraphs",

@@ -74,7 +74,7 @@ class QFedAvg(FedAvg):
     ) -> None:
         """
         Args:
-            q: Fairness exponent (0: FedAvg; the paper uses 0.001 to 15 by dataset).
+            q: Fairness exponent (0: FedAvg; the paper tunes it per dataset).
             lipschitz: L; null: 1 / (each client's mean local step size), the paper's 1 / eta.
             server_lr: Scale of the step sum Delta / sum h (1.0: the paper's).
             weighting: p_k: the client's number of examples, or 1 for every client (the paper's printed step).
@@ -99,12 +99,23 @@ class QFedAvg(FedAvg):
         if self.q == 0:
             super().accumulate(sums, update)
             return
-        lipschitz = self.lipschitz if self.lipschitz is not None else update.num_steps / update.local_time
+        lipschitz = self._lipschitz(update)
         delta_sq_norm = float(update.delta.double().square().sum())
         weight, h = qffl_terms(float(update.report[LOSS_AT_GLOBAL]), self.q, lipschitz, delta_sq_norm)
         p_k = self._weight(update.num_examples)
         sums.add(DELTA, update.delta, weight=p_k * weight)
         sums.add(WEIGHT, p_k * h)
+
+    def _lipschitz(self, update: ClientUpdate) -> float:
+        """L: the given one, else 1 / the client's mean step size (its steps over the sum of their sizes)."""
+        if self.lipschitz is not None:
+            return self.lipschitz
+        if not update.local_time > 0:
+            raise ConfigError(
+                f"strategy.lipschitz null is 1 / a client's mean step size, but client {update.client_id} took no "
+                "step of positive size: set strategy.lipschitz"
+            )
+        return update.num_steps / update.local_time
 
     def accumulate_rows(self, sums: Sums, rows: ClientRows) -> None:
         if self.q == 0:

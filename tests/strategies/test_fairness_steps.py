@@ -135,3 +135,10 @@ def test_the_clients_losses_are_refused_under_an_accounting_privacy_mechanism():
         with pytest.raises(ConfigError, match=f"{name}'s clients send loss_at_global computed from their data outside"):
             check_requirements(strategy, sgd, DPSGD(noise_multiplier=1.0))
     check_requirements(QFedAvg(q=0.0), sgd, DPSGD(noise_multiplier=1.0))  # q = 0 sends no loss
+
+
+def test_qfedavg_without_a_step_size_asks_for_lipschitz():
+    update = ClientUpdate(0, torch.ones(2), torch.zeros(0), 10, 0, 0.0, torch.tensor(0.0), {LOSS_AT_GLOBAL: 1.0})
+    with pytest.raises(ConfigError, match="client 0 took no step of positive size: set strategy.lipschitz"):
+        _aggregate(QFedAvg(q=1.0), torch.zeros(2), [update])
+    assert torch.isfinite(_aggregate(QFedAvg(q=1.0, lipschitz=1.0), torch.zeros(2), [update])).all()

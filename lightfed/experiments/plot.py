@@ -1,6 +1,7 @@
 """The plot of a comparison: the metric against the round, one line per (config, setting)."""
 
 import statistics
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -9,6 +10,7 @@ if TYPE_CHECKING:
 
 FORMATS = ("png", "pdf", "svg")
 LINESTYLES = ("-", "--", "-.", ":")
+TITLE_WIDTH = 100  # characters of a title line: the overrides of every run wrap there
 MARKERS = ("o", "s", "^", "D", "v", "x", "*")  # 4 x 7: the first 28 curves differ in line style and marker both
 
 
@@ -48,7 +50,8 @@ def plot_curves(
     ax.xaxis.set_major_locator(rounds)
     ax.set_xlabel("round")
     ax.set_ylabel(metric)
-    ax.set_title(f"{metric}: mean over seeds, shaded min–max" + (f"\nevery run: {fixed}" if fixed else ""))
+    every_run = textwrap.wrap(f"every run: {fixed}", TITLE_WIDTH) if fixed else []
+    ax.set_title("\n".join([f"{metric}: mean over seeds, shaded min–max", *every_run]), fontsize="medium")
     ax.grid(alpha=0.3)
     if curves:
         ax.legend(fontsize="small" if len(curves) < 8 else "x-small")

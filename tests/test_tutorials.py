@@ -147,3 +147,17 @@ def test_training_with_a_privacy_budget_prints_the_lines_shown(lightfed_folder, 
     run([*user_level[1:], "--trainer.progress_bar", "false"])  # the budget stops it after a few rounds
     printed = capsys.readouterr().out.splitlines()
     assert [shape(line) for line in printed[-4:]] == [shape(line) for line in shown(page, "user-level")]
+
+
+def test_a_strategy_with_a_client_rule_is_written_checked_and_run_as_shown(lightfed_folder, capsys, monkeypatch):
+    page = (TUTORIALS / "write-a-strategy.md").read_text()
+    for path, text in files(page).items():
+        (lightfed_folder / path).write_text(text)
+    monkeypatch.syspath_prepend(str(lightfed_folder))
+    check = re.search(r"## 3\..*?```python\n(.*?)```", page, re.S).group(1)
+    exec(compile(check, "write-a-strategy.md", "exec"), {})  # its asserts hold
+    (command,) = commands(page)
+    capsys.readouterr()
+    run(_tiny_fit(command))
+    printed = capsys.readouterr().out.splitlines()
+    assert [shape(line) for line in printed[-3:]] == [shape(line) for line in shown(page, "clipped")]

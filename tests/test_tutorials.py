@@ -3,8 +3,11 @@ and seeds), the files it tells the reader to write are its own code blocks, and 
 of what the command prints now (numbers and paths aside), so a changed output makes the page fail here."""
 
 import json
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -111,7 +114,7 @@ def test_comparing_strategies_on_your_own_data_makes_the_table_and_plot_shown(li
     assert all((ROOT / arg).is_file() for arg in strategies)
 
     capfd.readouterr()
-    _compare([*compare[1:], "--rounds", "2", "--seeds", "0", "1", "--workers", "2"])
+    _compare([*compare[1:], "--rounds", "2", "--seeds", "0", "1", "--workers", "2"])  # two seeds: mean ± std
     printed = capfd.readouterr().out.splitlines()  # the runs' lines come from the processes they run in
     progress = [line for line in printed if line.startswith(("compare: ", "["))]
     assert {shape(line) for line in progress} == {shape(line) for line in shown(page, "compare-progress")}
@@ -161,3 +164,32 @@ def test_a_strategy_with_a_client_rule_is_written_checked_and_run_as_shown(light
     run(_tiny_fit(command))
     printed = capsys.readouterr().out.splitlines()
     assert [shape(line) for line in printed[-3:]] == [shape(line) for line in shown(page, "clipped")]
+
+
+def test_one_and_two_processes_end_with_the_numbers_shown(lightfed_folder, capsys):
+    page = (TUTORIALS / "scale-up.md").read_text()
+    one, two, gpu, gpus, *slurm, listed, submit = commands(page)
+    assert two == [*one[:-2], "--trainer.name", "two", "--trainer.devices", "2"]
+    capsys.readouterr()
+    run(_tiny_fit(one, rounds=1))
+    firsts = [capsys.readouterr().out.splitlines()[-3]]
+    done = subprocess.run(  # two processes: a command of its own
+        [sys.executable, "-m", "lightfed", *_tiny_fit(two, rounds=1)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    firsts.append(done.stdout.splitlines()[-3])
+    assert firsts[0] == firsts[1]  # the same model on one process and on two
+    assert [shape(firsts[0])] == [shape(line) for line in shown(page, "one-and-two")]
+
+    assert all("--trainer.accelerator" in command and "gpu" in command for command in (gpu, gpus))
+    assert all((ROOT / arg).is_file() for command in [*slurm, submit] for arg in command if arg.startswith("SLURM/"))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit:
+        main(listed[1:])
+    assert exit.value.code == 0
+    planned = capsys.readouterr().out.splitlines()
+    assert len(planned) == 6 and all(line.startswith("lightfed fit --config ") for line in planned)

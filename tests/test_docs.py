@@ -129,7 +129,6 @@ STILL_TO_CONVERT = {
     "guides/architecture.md": "internals, long sentences",
     # how-to guides whose internals and measurements still sit in long paragraphs
     # results and measurements: long study logs, to become tables
-    "corrections/fedecado.md": "a study log in long paragraphs",
     "corrections/adaptive-fedecado.md": "a 10,000-word study log in long paragraphs",
 }
 

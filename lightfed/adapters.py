@@ -5,7 +5,7 @@ from __future__ import annotations
 import atexit
 import copy
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -94,18 +94,29 @@ def forward_hooked(module: nn.Module) -> bool:
     return any(hooks) or any(m._forward_hooks or m._forward_pre_hooks for m in module.modules())
 
 
-@contextmanager
-def stacked_parameters(module: nn.Module, rows: dict[str, Tensor]) -> Iterator[None]:
-    """``module``'s parameters replaced by the tensors ``rows`` of the same names for the block, then restored: the
-    entries of each holder's ``Module._parameters``, as ``torch.func.functional_call`` swaps them for one call."""
-    saved = []
-    for name, tensor in rows.items():
-        owner, _, leaf = name.rpartition(".")
-        holder = module.get_submodule(owner)
-        saved.append((holder, leaf, holder._parameters[leaf]))
-        holder._parameters[leaf] = tensor  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        for holder, leaf, parameter in reversed(saved):
-            holder._parameters[leaf] = parameter
+class ParameterSlots:
+    """The entries of ``Module._parameters`` that hold ``module``'s parameters ``names``, found once, to be swapped
+    for other tensors for a block (``holding``), as ``torch.func.functional_call`` swaps them for one call."""
+
+    def __init__(self, module: nn.Module, names: list[str]) -> None:
+        self.slots = []
+        for name in names:
+            owner, _, leaf = name.rpartition(".")
+            self.slots.append((module.get_submodule(owner), leaf))
+
+    @contextmanager
+    def holding(self, tensors: list[Tensor]) -> Iterator[None]:
+        """The parameters replaced by ``tensors`` (in the order of the names) for the block, then restored."""
+        saved = [holder._parameters[leaf] for holder, leaf in self.slots]
+        for (holder, leaf), tensor in zip(self.slots, tensors, strict=True):
+            holder._parameters[leaf] = tensor  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            for (holder, leaf), parameter in zip(self.slots, saved, strict=True):
+                holder._parameters[leaf] = parameter
+
+
+def stacked_parameters(module: nn.Module, rows: dict[str, Tensor]) -> AbstractContextManager[None]:
+    """``module``'s parameters replaced by the tensors ``rows`` of the same names for the block, then restored."""
+    return ParameterSlots(module, list(rows)).holding(list(rows.values()))

@@ -118,8 +118,9 @@ class FoldedStep(TorchFunctionMode):
             return handler(*args, **kwargs)
         if func in RANDOM:
             raise NotFolded(f"{_name(func)} draws random numbers")
-        if any(id(arg) in self.rows for arg in (*args, *kwargs.values())):
-            raise NotFolded(f"{_name(func)} is given a client's rows")
+        for arg in (*args, *kwargs.values()) if kwargs else args:
+            if id(arg) in self.rows:
+                raise NotFolded(f"{_name(func)} is given a client's rows")
         return func(*args, **kwargs)
 
     def _linear(self, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -131,8 +132,7 @@ class FoldedStep(TorchFunctionMode):
             raise NotFolded("linear of a trained weight and a frozen bias")
         self._check_folded(x, "linear")
         weight, bias = self._computed(weight), None if bias is None else self._computed(bias)
-        out = stacked_linear(x.reshape(self.clients, -1, x.shape[-1]), weight, bias)
-        return out.reshape(*x.shape[:-1], weight.shape[1])
+        return stacked_linear(x, weight, bias)
 
     def _cross_entropy(
         self,
@@ -157,7 +157,7 @@ class FoldedStep(TorchFunctionMode):
         own = (torch.arange(self.width, device=input.device) < self.counts.unsqueeze(1)).unsqueeze(2)
         counted = counted & own
         kept = torch.where(counted.view(self.clients, -1), per_example, per_example.new_zeros(()))
-        return kept.sum(1) / counted.sum((1, 2))
+        return kept.sum(1) / counted.sum((1, 2))  # a full batch's loss as the full path gives it, bit for bit
 
     def _dropout(self, input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
         if not training or p == 0:

@@ -16,12 +16,13 @@ GATHERED_BYTES = 2**24  # a chunk's examples gathered from the dataset at once (
 
 
 class ListedBatches:
-    """Each client's batches as its one-at-a-time training draws them, stacked per step."""
+    """Each client's batches as its one-at-a-time training draws them, stacked per step; padded to ``width`` at least
+    (the batch size: every stack of the clients pads alike)."""
 
-    def __init__(self, batches: list[list[Batch]]) -> None:
+    def __init__(self, batches: list[list[Batch]], width: int = 0) -> None:
         self.batches = batches
         self.sizes = [[examples(batch) for batch in client] for client in batches]  # each client's batch sizes
-        self.width = max((max(s) for s in self.sizes if s), default=0)
+        self.width = max(width, max((max(s) for s in self.sizes if s), default=0))
         self._counts = _counts(self.sizes)
 
     def stacked(self, step: int, clients: list[int]) -> Batch:
@@ -40,8 +41,8 @@ class ListedBatches:
 class GatheredBatches:
     """Every client's examples in its training order, as indices into an in-memory dataset drawn for all of them at
     once (what ``ListedBatches`` holds, without a draw and a split per client), laid out step by step, each step's
-    rows the clients up to the last one still training there (``[rows, batch]``: the clients sorted longest first
-    gather no row they do not train), and gathered from the dataset a block of steps at a time: as many steps as
+    rows the clients up to the last one still training there (``[rows, batch size]``: the clients sorted longest
+    first gather no row they do not train), and gathered from the dataset a block of steps at a time: as many steps as
     ``budget`` bytes hold (at least one), so that a step's batches are views of its block (a gather a step took a
     tenth of a step of a small MLP), and a chunk of large examples holds one step's at a time, not its clients' whole
     training."""
@@ -51,7 +52,7 @@ class GatheredBatches:
         self.tensors = tensors
         order, self.sizes = tensors.clients_order(clients)
         steps = max(map(len, self.sizes), default=0)
-        width = max((max(s) for s in self.sizes if s), default=0)
+        width = max(tensors.batch_size, max((max(s) for s in self.sizes if s), default=0))  # alike in every stack
         alike = self.sizes[0] if self.sizes else []  # the first client's batch sizes
         if self.sizes and all(s == alike for s in self.sizes) and all(size == width for size in alike[:-1]):
             # alike clients whose batches are all full but the last: each one's order, padded to full batches

@@ -7,28 +7,32 @@ from torch import Tensor
 
 
 class _StackedLinear(torch.autograd.Function):
-    """``x @ weight^T + bias`` of stacked clients (``[clients, n, in]``, ``[clients, out, in]``, ``[clients, out]`` or
-    None) whose backward pass computes the weight's gradient in the weight's own layout, ``grad^T @ x`` as
-    ``F.linear``'s does: autograd's ``baddbmm`` gives it transposed, and turning it back took a quarter of a small
-    MLP's step."""
+    """``x @ weight^T + bias`` of stacked clients (``[clients, out, in]``, ``[clients, out]`` or None) on their
+    examples ``x``: ``[clients, n, in]``, or folded, ``[clients * n, ..., in]`` (the output folded alike), whose
+    backward pass computes the weight's gradient in the weight's own layout, ``grad^T @ x`` as ``F.linear``'s does:
+    autograd's ``baddbmm`` gives it transposed, and turning it back took a quarter of a small MLP's step; folded
+    examples are viewed per client inside, a node of the backward graph fewer on either side."""
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         ctx.save_for_backward(x, weight)
+        stacked = x.reshape(len(weight), -1, x.shape[-1])
         transposed = weight.transpose(1, 2)
-        return torch.bmm(x, transposed) if bias is None else torch.baddbmm(bias.unsqueeze(1), x, transposed)
+        out = torch.bmm(stacked, transposed) if bias is None else torch.baddbmm(bias.unsqueeze(1), stacked, transposed)
+        return out if x.ndim == 3 and len(x) == len(weight) else out.reshape(*x.shape[:-1], weight.shape[1])
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
         x, weight = ctx.saved_tensors
-        grad_x = torch.bmm(grad, weight) if ctx.needs_input_grad[0] else None
-        grad_weight = torch.bmm(grad.transpose(1, 2), x) if ctx.needs_input_grad[1] else None
+        stacked, grad = x.reshape(len(weight), -1, x.shape[-1]), grad.reshape(len(weight), -1, weight.shape[1])
+        grad_x = torch.bmm(grad, weight).reshape(x.shape) if ctx.needs_input_grad[0] else None
+        grad_weight = torch.bmm(grad.transpose(1, 2), stacked) if ctx.needs_input_grad[1] else None
         grad_bias = grad.sum(1) if ctx.needs_input_grad[2] else None
         return grad_x, grad_weight, grad_bias
 
 
 def stacked_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """``x @ weight^T + bias`` of stacked clients (``_StackedLinear``)."""
+    """``x @ weight^T + bias`` of stacked clients (``_StackedLinear``): ``x`` ``[clients, n, in]`` or folded."""
     return _StackedLinear.apply(x, weight, bias)  # type: ignore[no-any-return]
 
 

@@ -7,6 +7,7 @@ from lightning.fabric import Fabric
 from torch import nn
 
 from lightfed.data.module import FederatedDataModule
+from lightfed.privacy.dp_sgd import DPSGD
 from lightfed.run.client_training import ClientTraining
 from lightfed.run.client_workers import ClientWorkers, has_heavy_layers, short_cpu_steps
 from lightfed.run.folded_step import may_fold
@@ -28,19 +29,23 @@ def client_training(
 ) -> ClientTraining:
     """``ClientWorkers`` (``clients_in_parallel`` an integer or "auto"), or ``VectorizedClients`` ("vectorized"; and
     "auto" for ``VECTORIZE_FROM`` clients a round or more, ``MATMULS_FROM`` folded or on batched matmuls, of a model that
-    vectorizes and whose steps suit it, ``auto_vectorizes``, unless client i must train on process i % world,
-    ``fixed_process``: the blocks trained together would then depend on the number of processes); ``client``: the
-    ``ClientTrainer``'s other settings."""
+    vectorizes and whose steps suit it, ``auto_vectorizes``; where client i must train on process i % world,
+    ``fixed_process``, only folded or on batched matmuls and without DP-SGD: the clients stacked together then depend on
+    the number of processes, and only there a client's update does not depend on them); ``client``: the ``ClientTrainer``'s other
+    settings."""
     vectorized = clients_in_parallel == "vectorized"
     workers = ClientWorkers.build(
         fabric, model, data, 1 if vectorized else clients_in_parallel, clients_per_round, **client
     )
     if vectorized:
         return VectorizedClients(workers.reference)
-    least = MATMULS_FROM if stacked_classifier(model) is not None or may_fold(model) else VECTORIZE_FROM
-    auto = clients_in_parallel == "auto" and clients_per_round >= least and not fixed_process
+    one_call = stacked_classifier(model) is not None or may_fold(model)  # a step's clients in one padded call
+    least = MATMULS_FROM if one_call else VECTORIZE_FROM
+    # DP-SGD's examples' gradients are taken under vmap, whose rounding depends on the examples stacked
+    composable = one_call and not isinstance(workers.reference.privacy, DPSGD)
+    auto = clients_in_parallel == "auto" and clients_per_round >= least and (composable or not fixed_process)
     if auto and auto_vectorizes(fabric, model, data) and why_not_vectorized(workers.reference) is None:
-        return VectorizedClients(workers.reference, auto=True)
+        return VectorizedClients(workers.reference, auto=True, composed=fixed_process)
     return workers
 
 

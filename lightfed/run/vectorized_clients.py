@@ -26,7 +26,7 @@ from lightning.fabric.utilities.apply_func import apply_to_collection
 from torch import Tensor, nn
 from torch.optim.sgd import sgd as functional_sgd
 
-from lightfed.adapters import logging_to, stacked_parameters
+from lightfed.adapters import ParameterSlots, logging_to
 from lightfed.core.federated_weights import federated_parameters
 from lightfed.core.local_rule import LocalRule
 from lightfed.core.logged_values import LoggedValues
@@ -219,15 +219,18 @@ class VectorizedClients:
     differs between the clients computed together (``DiffersByClient``). With ``auto`` (``clients_in_parallel:
     auto``) such a job trains alone instead, a model whose first chunk fails to vectorize, or whose ``training_step``
     does either in any chunk, trains one client at a time from then on, which one line says, and torch runs on one
-    intra-op thread, the same on any number of processes."""
+    intra-op thread, the same on any number of processes. ``composed``: a run whose client i trains on process i %
+    world (per-client state); each process then stacks its own clients, and a client's update must not depend on the
+    clients stacked with it: only a module computed in one padded call a step (folded or on batched matmuls), whose
+    rows are computed alike at any position of any stack, trains so, a client alone as a stack of one."""
 
     lanes = 1
 
-    def __init__(self, client: ClientTrainer, auto: bool = False) -> None:
+    def __init__(self, client: ClientTrainer, auto: bool = False, composed: bool = False) -> None:
         reason = why_not_vectorized(client)
         if reason is not None:
             raise ConfigError(f"trainer.clients_in_parallel vectorized: {reason}")
-        self.client, self.strict = client, not auto
+        self.client, self.strict, self.composed = client, not auto, composed
         memory = max(1, chunk_budget(client.fabric.device, fixed=auto) // client_bytes(client))
         self.chunk = memory if self.strict else min(AUTO_BLOCK, memory)
         self.block = 1 if self.strict else self.chunk  # 1: the engine balances the processes' shares
@@ -254,6 +257,7 @@ class VectorizedClients:
         floating = [(name, b) for name, b in client.module.named_buffers() if b.is_floating_point()]  # flat order
         offsets = [0, *itertools.accumulate(b.numel() for _, b in floating)]
         self.buffer_layout = [(f"module.{name}", offsets[i], b.shape) for i, (name, b) in enumerate(floating)]
+        self._slots = ParameterSlots(self._step, [name for name, *_ in self.layout])  # a folded step's parameters
         self._logged_sizes: dict[str, int | None] = {}  # the batch_size each name was logged with
         self._logged_rows = _LoggedRows()  # what a chunk's steps logged, until its clients are done
         self._vmapped = torch.vmap(self._loss, in_dims=(0, 0, None), randomness="error")
@@ -312,21 +316,17 @@ class VectorizedClients:
         together: dict[tuple[int, float | None, int], list[int]] = {}  # a tier's clients with alike settings
         sizes = self.client.data.client_sizes([jobs[index].plan.client_id for index in chunk])
         steps = {index: self._steps(jobs[index].plan, size) for index, size in zip(chunk, sizes, strict=True)}
-        batch = self.client.data.batch_size
-        last_batch = {index: size % batch or batch for index, size in zip(chunk, sizes, strict=True)}  # each epoch's
         # tiers where a step costs as much for one client left as for all; one tier where it costs what they do
         for tier, members in enumerate([list(steps)] if self._prefix else _tiers(steps)):
-            if len(members) == 1:  # trains alone
+            if len(members) == 1 and not self.composed:  # trains alone
                 continue
             for index in members:
                 plan = jobs[index].plan
                 if self.strict or self._vectorizes(plan.rule):  # lr and round make the settings (group_settings)
                     together.setdefault((tier, plan.lr, plan.round), []).append(index)
         trained: list[tuple[list[int], ClientRows]] = []
-        for part in together.values():
-            # the clients still training at a step are the first ones, those that end there by the size of their
-            # last batch
-            part.sort(key=lambda index: (-steps[index], -last_batch[index]))
+        for members in together.values():
+            part = [members[i] for i in self._longest_first([jobs[index].plan for index in members])]
             try:
                 trained.append((part, self._train_together([jobs[i] for i in part])))
             except Exception as error:
@@ -345,7 +345,7 @@ class VectorizedClients:
                         f"trainer.clients_in_parallel vectorized: {name} draws random numbers in training_step under "
                         f"vmap, which cannot give each client its own ({where}): set it to 'auto' or 1"
                     ) from error
-                in_training_step = isinstance(error, DiffersByClient) or _draws_under_vmap(error)
+                in_training_step = isinstance(error, (DiffersByClient, NotFolded)) or _draws_under_vmap(error)
                 if self.strict or (self._tried and not in_training_step):
                     raise
                 self._alone = True
@@ -494,10 +494,12 @@ class VectorizedClients:
         clients are one after another, a call per group on views."""
         if self._prefix and groups:
             calls = _row_calls(groups)
+            if self.composed and (calls is None or len(calls) > 1):
+                raise NotFolded("its clients still training are not the first ones")  # not under vmap: see composed
             stack = len(buffers)
             active = calls[0][0].stop if calls is not None and len(calls) == 1 else stack
             params = leaves.params if active == stack else leaves.prefix(active)
-            with stacked_parameters(self._step, params) if self._stacked is None else nullcontext():
+            with self._slots.holding(list(params.values())) if self._stacked is None else nullcontext():
                 loss = None if calls is None else self._calls_loss(calls, step, params, batches, generators, losses)
             if loss is not None:
                 loss.backward()
@@ -559,10 +561,20 @@ class VectorizedClients:
                 rule = ProximalTerm(prior.pull, anchor=prior.anchor)
                 prior_plan = ClientPlan(plan.client_id, plan.round, prior.seed, prior.epochs, prior.steps, rule=rule)
                 prior_jobs.append(TrainingJob(prior_plan, prior.params, prior.buffers if given else jobs[k].buffers))  # type: ignore[arg-type]
+            order = self._longest_first([job.plan for job in prior_jobs])
+            part, prior_jobs = [part[i] for i in order], [prior_jobs[i] for i in order]
             with self.client.unrecorded():
                 updates = self._train_together(prior_jobs, plain_sgd=lr).updates()
             for k, job, update in zip(part, prior_jobs, updates, strict=True):
                 rules[k].prior_stepped(job.params + update.delta.to(job.params.device), update.buffers.clone())
+
+    def _longest_first(self, plans: list[ClientPlan]) -> list[int]:
+        """The positions of ``plans``, the clients with the most steps first, those with as many by the size of their
+        last batch: the clients still training at a step, and those that end there, are then the first ones."""
+        data = self.client.data
+        sizes, batch = data.client_sizes([plan.client_id for plan in plans]), data.batch_size
+        keys = [(-self._steps(plan, size), -(size % batch or batch)) for plan, size in zip(plans, sizes, strict=True)]
+        return sorted(range(len(plans)), key=keys.__getitem__)
 
     def _rules(self, jobs: list[TrainingJob], weights: list[Tensor], buffers: Tensor) -> dict[int, LocalRule]:
         """The jobs' local rules, by position, each started on its client's row (its ``context.flat``: the row of
@@ -629,7 +641,8 @@ class VectorizedClients:
         tensors = data.plain_tensors
         if tensors is None or any(attack.is_malicious(job.plan.client_id) for job in jobs):
             return ListedBatches(
-                [
+                width=data.batch_size,
+                batches=[
                     list(
                         attack.batches(
                             data.client_batches(
@@ -642,7 +655,7 @@ class VectorizedClients:
                         )
                     )
                     for job in jobs
-                ]
+                ],
             )
         return GatheredBatches(
             tensors, [(job.plan.client_id, job.plan.seed, job.plan.epochs, job.plan.steps) for job in jobs]
@@ -715,17 +728,19 @@ class VectorizedClients:
                 self._rows_loss(at, size, step, leaves, batches, generators, groups) for at, size, groups in calls
             ]
         except NotFolded as error:
+            if self.composed:  # under vmap, a client's rows would be computed with its group's
+                raise
             self._prefix = False
             self.client.fabric.print(
                 f"trainer.clients_in_parallel trains {type(self.client.module).__name__}'s clients under vmap: {error}"
             )
             return None
-        total = torch.zeros((), device=losses.device)
+        total: Tensor | None = None
         for (at, _, _), (loss, logged, sizes) in zip(calls, computed, strict=True):
             losses[at].add_(loss.detach())
             for name, values in logged.items():
                 self._logged_rows.add(name, values, self._logged_sizes.get(name) or sizes)
-            total = total + loss.sum()
+            total = loss.sum() if total is None else total + loss.sum()
         return total
 
     def _rows_loss(
@@ -767,7 +782,7 @@ class VectorizedClients:
         sizes: list[int],
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Each client's loss of its padded batch (``[clients, width, ...]``, its ``sizes`` its own) at its rows ``at`` of the stacked
-        ``leaves`` (the module's parameters while the clients train: ``stacked_parameters``),
+        ``leaves`` (the module's parameters while the clients train: ``ParameterSlots``),
         ``training_step`` run once on the batches folded (``folded_step``), and what it logged, a value per client."""
         clients, width = len(counts), counts_width(batch)
         logged: dict[str, Tensor] = {}

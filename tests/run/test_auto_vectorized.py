@@ -80,9 +80,10 @@ def _fit(root, model, strategy=None, **settings):
         (own_step_normed, FedAvg, 8, True),  # under vmap
         (own_step_normed, FedAvg, 4, False),  # too few clients a round to pay under vmap
         (small_model, FedAvg, 8, False),  # convolutions: long steps
-        (mlp, Scaffold, 8, False),  # client i trains on process i % world (its control variate lives there)
+        (mlp, Scaffold, 2, True),  # client i on process i % world (its control variate there): stacked there
+        (own_step_normed, Scaffold, 8, False),  # the same under vmap: a client's rows computed with its group's
     ],
-    ids=["mlp", "one-client", "folded", "vmap", "vmap-four-clients", "cnn", "client-state"],
+    ids=["mlp", "one-client", "folded", "vmap", "vmap-four-clients", "cnn", "client-state", "client-state-vmap"],
 )
 def test_auto_vectorizes_short_step_models_from_two_clients_a_round_or_eight_under_vmap(
     tmp_path, model, strategy, per_round, vectorized
@@ -193,5 +194,27 @@ def test_auto_gives_the_same_weights_on_one_and_two_processes(tmp_path):
     for devices in (1, 2):
         root = tmp_path / f"devices{devices}"
         fit_in_subprocess(SYNTHETIC, root, devices, *trainer_options(rounds=3, check_replicas="true"))
+        final[devices] = torch.load(next(root.glob("*/version_0/checkpoints/last.ckpt")), weights_only=True)["params"]
+    assert torch.equal(final[1], final[2])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--strategy.class_path", "lightfed.strategies.Scaffold"],
+        ["--trainer.privacy.class_path", "lightfed.privacy.DPSGD", "--trainer.privacy.init_args.noise_multiplier", "1"],
+    ],
+    ids=["scaffold", "dp-sgd"],
+)
+def test_auto_stacks_per_client_state_alike_on_one_and_two_processes(tmp_path, options):
+    """Per-client state (SCAFFOLD's control variates, DP-SGD's accountants) pins client i to process i % world, where
+    ``auto`` stacks each process's own clients: the stacks differ with the number of processes (and a process may
+    hold one client: a stack of one), the weights do not, bit for bit, on ragged clients."""
+    final = {}
+    for devices in (1, 2):
+        root = tmp_path / f"devices{devices}"
+        settings = trainer_options(rounds=2, clients_per_round=5, check_replicas="true", local_epochs=1)
+        fit_in_subprocess(SYNTHETIC, root, devices, *settings, *options)
         final[devices] = torch.load(next(root.glob("*/version_0/checkpoints/last.ckpt")), weights_only=True)["params"]
     assert torch.equal(final[1], final[2])

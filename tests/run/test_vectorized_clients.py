@@ -613,6 +613,30 @@ def test_a_clients_update_is_the_same_whichever_blocks_its_process_trains(monkey
         assert torch.equal(update.delta, apart[i].delta) and update.num_steps == apart[i].num_steps
 
 
+@pytest.mark.parametrize("rule", [None, _correction], ids=["plain", "scaffold"])
+@pytest.mark.parametrize("model_class", [MLP, _OwnStep], ids=["batched-matmuls", "folded"])
+def test_a_clients_update_is_the_same_in_any_stack_of_its_process_and_alone(rule, model_class):
+    """Each process stacking its own clients (``composed``: client i on process i % world, per-client state): 8 ragged
+    clients stacked at once, as two processes' shares, and a client alone (a stack of one): every update is the same,
+    bit for bit."""
+    torch.manual_seed(0)
+    model = model_class(64, 10, hidden=[33], optimizer=SGD)
+    sequential, _ = _clients(model)
+    training = VectorizedClients(sequential, auto=True, composed=True)
+    first = _jobs(sequential, epochs=1)
+
+    def jobs(share):  # the same weights, fresh rules
+        return [
+            replace(first[i], plan=replace(first[i].plan, rule=rule and rule(i, first[i].params.numel())))
+            for i in share
+        ]
+
+    together = _updates(training, jobs(range(8)))
+    for share in ([0, 2, 4, 6], [1, 3, 5, 7], [6]):  # client 6 alone, one at a time, rounds otherwise
+        for i, update in zip(share, _updates(training, jobs(share)), strict=True):
+            assert torch.equal(update.delta, together[i].delta), (share, i)
+
+
 @pytest.mark.slow
 def test_two_processes_vectorized_end_within_rounding_of_one_process_one_at_a_time(tmp_path):
     """Each process vectorizes its share of a round; a client's rounding may depend on the rows it is batched with,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from lightfed import launcher
 from lightfed.adapters import run_exit_handlers
+from lightfed.audit.command import main as audit
 from lightfed.core.checkpoint_files import write_error
 from lightfed.errors import LightfedError
 from lightfed.experiments.compare import main as compare
@@ -54,7 +55,10 @@ def _run_and_report(argv: list[str], command_line: bool) -> None:
     """Runs ``argv``; a user's error (a bad config, an option) in one line on stderr and exit status 2."""
     try:
         try:
-            run(argv, fork=command_line)  # forked processes only from a command, whose exit ends them
+            if argv[:1] == ["audit"]:
+                audit(argv[1:])  # its runs in this process
+            else:
+                run(argv, fork=command_line)  # forked processes only from a command, whose exit ends them
         except BaseException as error:
             launcher.finish(failed=not isinstance(error, KeyboardInterrupt))  # after Ctrl-C all stop after one round
             raise

@@ -18,6 +18,8 @@ class Stream(IntEnum):
     USER_LEVEL_DP = 30  # user-level DP: central noise, Poisson sampling, clients' noise shares (``UserLevelKey``)
     SECURE_AGGREGATION = 31  # secure aggregation: graph, dropouts, masks, rounding (``SecureAggregationKey``)
     QUANTIZATION = 32  # a stochastic quantizer's rounding of one client's update in a round (QSGD)
+    CANARIES = 40  # the privacy audit's canaries: (CANARIES, 0, round) their insertions, (CANARIES, 1) directions
+    SHADOW_HALVES = 41  # the privacy audit's shadow runs: the halves of the clients each pair silences
     DISPATCH = 100  # asynchronous FL: the server's choice of idle clients to start after an aggregation
     DELAY_TRAITS = 101  # asynchronous FL: each client's fixed delay traits (e.g. its speed tier)
     DELAY = 102  # asynchronous FL: the duration of one job

@@ -77,13 +77,7 @@ def build_parser() -> tuple[ArgumentParser, dict[str, ArgumentParser]]:
 def run(argv: list[str] | None = None, fork: bool = False) -> dict[str, float]:
     """Parses ``argv``, builds the components and runs the subcommand; returns its metrics. ``fork``: start the
     other processes of a multi-process CPU run by forking this one (the command line does; ``launcher.start``). The
-    user's modules the command names are importable while it runs (``lightfed.user_modules``). ``audit`` runs
-    ``lightfed.audit.command`` (its runs in this process) and returns no metrics."""
-    if (sys.argv[1:] if argv is None else argv)[:1] == ["audit"]:
-        from lightfed.audit.command import main as audit
-
-        audit((sys.argv[1:] if argv is None else argv)[1:])
-        return {}
+    user's modules the command names are importable while it runs (``lightfed.user_modules``)."""
     with user_modules(sys.argv[1:] if argv is None else argv):
         return _run(argv, fork)
 

@@ -15,9 +15,7 @@ from lightfed.core.seeding import derived_rng
 from lightfed.core.sums import DELTA, WEIGHT, Sums
 from lightfed.core.transforms import Transform, TransformContext
 from lightfed.errors import ConfigError
-
-CANARY_STREAM = 40  # the key of the canaries' draws under the run's seed: (CANARY_STREAM, 0, round) the insertions,
-# (CANARY_STREAM, 1) the directions
+from lightfed.streams import Stream
 
 
 class Canaries(Transform):
@@ -105,13 +103,13 @@ class Canaries(Transform):
 
     def _directions(self) -> Tensor:
         """(count + unobserved, d) unit rows, uniform on the sphere: the canaries' then the unobserved ones."""
-        generator = torch.Generator().manual_seed(int(derived_rng(self.seed, CANARY_STREAM, 1).integers(2**62)))
+        generator = torch.Generator().manual_seed(int(derived_rng(self.seed, Stream.CANARIES, 1).integers(2**62)))
         rows = torch.randn(self.count + self.unobserved, self.dim, generator=generator, dtype=torch.float64)
         return rows / torch.linalg.vector_norm(rows, dim=1, keepdim=True)
 
     def inserted(self, round: int) -> np.ndarray:
         """Which canaries take part in ``round`` (a boolean per canary)."""
-        return derived_rng(self.seed, CANARY_STREAM, 0, round).random(self.count) < self.rate
+        return derived_rng(self.seed, Stream.CANARIES, 0, round).random(self.count) < self.rate
 
     def recovered(self, sums: Sums, round: int) -> None:
         """Adds the round's canaries to the delta sum (and their weight), then keeps the round's mean delta."""

@@ -12,15 +12,14 @@ from lightfed.core.seeding import derived_rng
 from lightfed.core.sums import Sums
 from lightfed.core.transforms import Transform, TransformContext
 from lightfed.errors import ConfigError
-
-SHADOW_STREAM = 41  # the key of the shadows' halves under ``halves_seed``
+from lightfed.streams import Stream
 
 
 def silent_half(num_clients: int, shadow: int, halves_seed: int) -> np.ndarray:
     """Whether each client is silent in shadow ``shadow``: shadows 2i and 2i + 1 silence complementary halves of one
     random permutation (drawn from ``halves_seed`` and i), so that every client is out of exactly half of an even
     number of shadows."""
-    order = derived_rng(halves_seed, SHADOW_STREAM, shadow // 2).permutation(num_clients)
+    order = derived_rng(halves_seed, Stream.SHADOW_HALVES, shadow // 2).permutation(num_clients)
     silent = np.zeros(num_clients, dtype=bool)
     silent[order[: num_clients // 2]] = True
     return silent if shadow % 2 == 0 else ~silent

@@ -48,7 +48,7 @@ def test_hooks_of_a_one_client_round_come_in_lightnings_order(tmp_path):
         "on_test_epoch_start",
         "on_test_epoch_end",
         "on_test_end",
-    ]  # the final report, after the fit
+    ]  # the final report, after the fit: the test set, then each of the 60 clients' own data, one batch each
     expected = [
         "on_fit_start",
         "on_train_start",
@@ -59,6 +59,7 @@ def test_hooks_of_a_one_client_round_come_in_lightnings_order(tmp_path):
         "on_save_checkpoint",
         "on_fit_end",
         *test,
+        *validation * 60,
     ]
     assert model.calls == expected
     assert model.saved[0]["recorded_calls"] == expected.index("on_fit_end")  # the module's key reached the checkpoint
@@ -68,8 +69,9 @@ def test_hooks_of_a_one_client_round_come_in_lightnings_order(tmp_path):
     assert [v[1:] for v in train_views] == [
         (0, client_id, e, s, e, s, True, False, 1, 0) for e, s in [(0, 0), (0, 1), (1, 2), (1, 3)]
     ]
-    (validation_view,) = [v for v in model.views if v[0] == "on_validation_batch_start"]
-    assert validation_view[2:] == (None, 0, 0, 0, 0, False, True, 1, 0)
+    validation_view, *per_client = [v for v in model.views if v[0] == "on_validation_batch_start"]
+    assert validation_view[2:] == (None, 0, 0, 0, 0, False, True, 1, 0)  # the global model's, then each client's
+    assert len(per_client) == 60
 
 
 def test_a_partial_last_epoch_ends_too_and_resume_calls_on_load_checkpoint(tmp_path):
@@ -108,6 +110,9 @@ class _DictBatches(FederatedDataModule):
 
     def val_batches(self, *args, **kwargs):
         return ({"label": y, "image": x} for x, y in super().val_batches(*args, **kwargs))
+
+    def client_eval_batches(self, *args, **kwargs):
+        return ({"label": y, "image": x} for x, y in super().client_eval_batches(*args, **kwargs))
 
 
 def test_dict_batches_train_and_evaluate_as_tuples_do(tmp_path):

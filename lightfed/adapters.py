@@ -5,7 +5,7 @@ from __future__ import annotations
 import atexit
 import copy
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -115,8 +115,3 @@ class ParameterSlots:
         finally:
             for (holder, leaf), parameter in zip(self.slots, saved, strict=True):
                 holder._parameters[leaf] = parameter
-
-
-def stacked_parameters(module: nn.Module, rows: dict[str, Tensor]) -> AbstractContextManager[None]:
-    """``module``'s parameters replaced by the tensors ``rows`` of the same names for the block, then restored."""
-    return ParameterSlots(module, list(rows)).holding(list(rows.values()))

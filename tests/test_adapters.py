@@ -118,6 +118,6 @@ def test_a_modules_parameters_are_the_given_tensors_inside_the_block_and_its_own
     module = torch.nn.Sequential(torch.nn.Linear(2, 3))
     own = module[0].weight
     rows = torch.zeros(4, 3, 2, requires_grad=True)
-    with adapters.stacked_parameters(module, {"0.weight": rows}):
+    with adapters.ParameterSlots(module, ["0.weight"]).holding([rows]):
         assert module[0].weight is rows and dict(module.named_parameters())["0.bias"] is module[0].bias
     assert module[0].weight is own and isinstance(module[0].weight, torch.nn.Parameter)

@@ -79,26 +79,33 @@ class Preemption:
     def finish(self, fabric: Fabric, round: int, checkpoint: Path) -> None:
         """After a run that stopped on request after ``round`` (its ``checkpoint``): says how to resume, requeues a
         warned SLURM job, and raises ``KeyboardInterrupt`` after Ctrl-C."""
-        stopped = f"stopped on request after round {round}; {checkpoint} holds it"
         # after SIGUSR1, or a request from another process (every task of a SLURM step is warned alike)
         job_id = slurm_job_id() if not self.received & {signal.SIGTERM, signal.SIGINT} else None
-        if job_id is None:
-            fabric.print(f"{stopped}; resume with --ckpt_path last")
-        elif fabric.is_global_zero:
-            # before the requeue, which ends this job at once, unflushed output with it
-            print(f"{stopped}; requeueing SLURM job {job_id}", flush=True)
-            failure = requeue_slurm_job(job_id)
-            if failure is None:
-                print(f"SLURM job {job_id} requeued", flush=True)
-            else:
-                print(
-                    f"lightfed: the requeue of SLURM job {job_id} failed ({failure}); the checkpoint holds the run: "
-                    "resume with --ckpt_path last",
-                    file=sys.stderr,
-                    flush=True,
-                )
+        if fabric.is_global_zero:
+            stop_or_requeue(f"stopped on request after round {round}; {checkpoint} holds it", job_id)
         if signal.SIGINT in self.received:
             raise KeyboardInterrupt
+
+
+def stop_or_requeue(stopped: str, job_id: str | None) -> None:
+    """Says how to resume a run that ``stopped``, or requeues its SLURM job, on stderr (a sweep leaves it to the
+    terminal), each line written before anything can end the job."""
+    if job_id is None:
+        say(f"{stopped}; resume with --ckpt_path last")
+        return
+    say(f"{stopped}; requeueing SLURM job {job_id}")  # the requeue ends this job at once
+    failure = requeue_slurm_job(job_id)
+    if failure is None:
+        say(f"SLURM job {job_id} requeued")
+    else:
+        say(
+            f"lightfed: the requeue of SLURM job {job_id} failed ({failure}); the checkpoint holds the run: "
+            "resume with --ckpt_path last"
+        )
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def slurm_job_id() -> str | None:

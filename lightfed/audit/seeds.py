@@ -49,18 +49,23 @@ def seed_rows(settings: AuditSettings, seeds: Sequence[int], noises: Sequence[fl
     return rows
 
 
+def _number(value: float) -> str:
+    return "∞" if value == math.inf else f"{value:.3g}"
+
+
 def _mean_std(values: Sequence[float]) -> str:
     if not all(math.isfinite(v) for v in values):
         return "∞"
-    std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-    return f"{np.mean(values):.3g} ± {std:.2g}"
+    mean, std = float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+    return f"{mean:.3g} ± {0.0 if std <= 1e-9 * abs(mean) else std:.2g}"
 
 
 def seed_tables(rows: Sequence[SeedRow]) -> str:
     """Markdown: one line per run, then per noise multiplier the mean ± std (ddof 1) over the seeds."""
     lines = ["| seed | z | ε accountant | ε estimate | margin | holds |", "|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r.seed} | {r.noise:g} | {r.accountant:.3g} | {r.estimate:.3g} | {r.margin:.3g} | {r.holds} |")
+        cells = [str(r.seed), f"{r.noise:g}", _number(r.accountant), _number(r.estimate), _number(r.margin)]
+        lines.append("| " + " | ".join([*cells, "yes" if r.holds else "no"]) + " |")
     lines += ["", "| z | seeds | ε accountant | ε estimate | margin | holds |", "|---|---|---|---|---|---|"]
     for noise in dict.fromkeys(r.noise for r in rows):
         of = [r for r in rows if r.noise == noise]

@@ -124,7 +124,6 @@ STILL_TO_CONVERT = {
     # pages other work is changing now; their measurement logs and internals move to Results and Explanations pages
     "guides/performance.md": "a measurement log; moves to Results and measurements",
     "guides/checkpoints.md": "a how-to with a long reference section before the first command",
-    "guides/guarantees.md": "a reference table with long explanatory sentences",
     "guides/model-and-data.md": "a how-to and the adapters' internals on one page",
     "guides/architecture.md": "internals, long sentences",
     # results and measurements: a long study log, to become tables (not converted yet)

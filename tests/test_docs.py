@@ -123,7 +123,6 @@ MAX_PARAGRAPH_WORDS = 150  # any one paragraph
 STILL_TO_CONVERT = {
     # pages other work is changing now; their measurement logs and internals move to Results and Explanations pages
     "guides/performance.md": "a measurement log; moves to Results and measurements",
-    "guides/model-and-data.md": "a how-to and the adapters' internals on one page",
     "guides/architecture.md": "internals, long sentences",
     # results and measurements: a long study log, to become tables (not converted yet)
     "corrections/adaptive-fedecado.md": "a 10,000-word study log in long paragraphs",

@@ -17,6 +17,7 @@ from lightfed.data.module import FederatedDataModule
 from lightfed.run.client import ClientTrainer
 from lightfed.run.client_training import TrainingJob
 from lightfed.run.folded_step import FoldedStep, NotFolded, may_fold
+from lightfed.run.stacked_loss import StackedLoss
 from lightfed.run.vectorized_clients import VectorizedClients
 
 CPU = torch.device("cpu")
@@ -113,10 +114,10 @@ def _compare(model, **plan):
 @pytest.mark.parametrize("plan", [{"epochs": 2}, {"steps": 5}], ids=["epochs", "steps"])
 def test_a_users_own_module_trains_folded_as_one_at_a_time(plan, monkeypatch):
     calls = []
-    original = VectorizedClients._folded_loss
-    monkeypatch.setattr(VectorizedClients, "_folded_loss", lambda self, *a: calls.append(a[3]) or original(self, *a))
+    original = StackedLoss.folded_loss
+    monkeypatch.setattr(StackedLoss, "folded_loss", lambda self, *a: calls.append(a[3]) or original(self, *a))
     vectorized = _compare(Plain(), **plan)
-    assert vectorized._prefix and vectorized._fold_checked
+    assert vectorized.loss.prefix and vectorized.loss.fold_checked
     data = vectorized.client.data
     steps = {c: 2 * math.ceil(data.client_size(c) / 10) if "epochs" in plan else 5 for c in range(12)}
     # every client together, one call a step for the clients still training (the first ones), and the check
@@ -128,7 +129,7 @@ def test_a_users_own_module_trains_folded_as_one_at_a_time(plan, monkeypatch):
 
 def test_dropout_masks_are_each_clients_one_at_a_time_masks():
     vectorized = _compare(Plain(dropout=0.3), epochs=1)
-    assert vectorized._prefix
+    assert vectorized.loss.prefix
 
 
 @pytest.mark.parametrize(
@@ -136,7 +137,7 @@ def test_dropout_masks_are_each_clients_one_at_a_time_masks():
 )
 def test_a_step_that_does_not_fold_trains_under_vmap_as_one_at_a_time(model, capsys):
     vectorized = _compare(model(), epochs=1)
-    assert not vectorized._prefix
+    assert not vectorized.loss.prefix
     assert "under vmap" in capsys.readouterr().out
 
 

@@ -6,7 +6,7 @@ import torch
 
 from lightfed.data.augmentation import Augmentation
 from lightfed.run.stacked_batches import GATHERED_BYTES, GatheredBatches, ListedBatches
-from lightfed.run.vectorized_clients import VectorizedClients, _row_calls
+from lightfed.run.stacked_schedule import groups_at, row_calls
 from tests.conftest import small_data
 
 CLIENTS = range(8)
@@ -41,7 +41,7 @@ def test_gathered_batches_are_the_ones_each_client_draws(clients, plan, block):
     steps = max(len(sizes) for sizes in listed.sizes)
     assert gathered.block == block if block is not None else gathered.block >= steps
     for step in range(steps):
-        for size, group in VectorizedClients._groups(listed.sizes, step):
+        for size, group in groups_at(listed.sizes, step):
             expected, batch = listed.stacked(step, group), gathered.stacked(step, group)
             assert batch[0].shape[:2] == (len(group), size)
             assert all(torch.equal(a, b) and b.is_contiguous() for a, b in zip(expected, batch, strict=True))
@@ -70,10 +70,10 @@ def test_a_range_of_clients_rows_are_their_batches_of_one_size_or_padded_with_ea
 
 def test_the_calls_of_a_step_are_the_first_clients_padded_or_a_call_per_group_of_clients_one_after_another():
     first = [(10, [0, 1, 2]), (3, [3]), (7, [4, 5])]
-    assert _row_calls(first) == [(slice(0, 6), None, first)]
+    assert row_calls(first) == [(slice(0, 6), None, first)]
     later = [(10, [2, 3]), (4, [5, 6])]  # not the first ones: a call per group, each on views of its rows
-    assert _row_calls(later) == [(slice(2, 4), 10, [(10, [2, 3])]), (slice(5, 7), 4, [(4, [5, 6])])]
-    assert _row_calls([(10, [1, 3])]) is None  # not one after another: vmap's or the batched matmuls' groups
+    assert row_calls(later) == [(slice(2, 4), 10, [(10, [2, 3])]), (slice(5, 7), 4, [(4, [5, 6])])]
+    assert row_calls([(10, [1, 3])]) is None  # not one after another: vmap's or the batched matmuls' groups
 
 
 def test_augmented_batches_are_not_gathered_around_the_augmentation():

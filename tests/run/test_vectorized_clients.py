@@ -27,7 +27,7 @@ from lightfed.local.sharpness import SharpnessAware
 from lightfed.models import MLP
 from lightfed.models.batchnorm_cnn import SmallBNCNN
 from lightfed.privacy import DPSGD
-from lightfed.run import vectorized_clients
+from lightfed.run import stacked_leaves, stacked_loss, stacked_schedule, vectorized_clients
 from lightfed.run.client import ClientTrainer
 from lightfed.run.client_training import TrainingJob
 from lightfed.run.settings import LocalTraining
@@ -124,14 +124,11 @@ def test_every_clients_update_is_its_one_at_a_time_update(optimizer, local, rule
     order whatever the rounding, the difference's L2 norm is at most 1e-5 of the delta's. A trajectory that amplifies
     rounding (lr 0.1 with momentum 0.9) drifts further apart, as two summation orders of one client do. The CNN
     trains under vmap, an MLP with a training_step of its own folded."""
-    if folded:
-        L.seed_everything(0, verbose=False)
-        model = _OwnStep(64, 10, hidden=[32])
-    else:
-        model = small_model()
+    L.seed_everything(0, verbose=False)  # the same weights whatever ran before
+    model = _OwnStep(64, 10, hidden=[32]) if folded else small_model()
     model.optimizer = optimizer
     sequential, vectorized = _clients(model, local=local)
-    assert vectorized._prefix == folded
+    assert vectorized.loss.prefix == folded
     jobs = _jobs(sequential, rule, **plan)
     sizes = {sequential.data.client_size(job.plan.client_id) for job in jobs}
     assert len(sizes) == len(jobs) and any(size % 16 for size in sizes)  # ragged, with partial last batches
@@ -162,7 +159,7 @@ def test_a_linear_classifier_on_batched_matmuls_gives_every_client_its_one_at_a_
     if dropout:
         model.net.insert(2, torch.nn.Dropout(dropout))
     sequential, vectorized = _clients(model)
-    assert vectorized._stacked is not None and vectorized._stacked.draws == bool(dropout)
+    assert vectorized.loss.stacked is not None and vectorized.loss.stacked.draws == bool(dropout)
     jobs = _jobs(sequential, **plan)
     expected = []
     for job in jobs:
@@ -210,15 +207,14 @@ class _Unused(MLP):
 def test_sgd_without_momentum_steps_through_torchs_functional_sgd_with_the_optimizers_settings(settings, plain):
     weight = torch.zeros(3, requires_grad=True)
     optimizer = torch.optim.SGD([weight], **{"lr": 0.1, **settings})
-    arguments = vectorized_clients._plain_sgd(optimizer)
+    arguments = stacked_leaves.plain_sgd(optimizer)
     assert (arguments is not None) == plain
     if plain:
         assert arguments == {k: v for k, v in optimizer.param_groups[0].items() if k in arguments}
         assert {"lr", "weight_decay", "momentum", "maximize", "foreach"} <= set(arguments)
-    assert vectorized_clients._plain_sgd(torch.optim.Adam([weight])) is None
+    assert stacked_leaves.plain_sgd(torch.optim.Adam([weight])) is None
     assert (
-        vectorized_clients._plain_sgd(torch.optim.SGD([{"params": [weight]}, {"params": [torch.zeros(1)]}], lr=0.1))
-        is None
+        stacked_leaves.plain_sgd(torch.optim.SGD([{"params": [weight]}, {"params": [torch.zeros(1)]}], lr=0.1)) is None
     )
 
 
@@ -332,7 +328,7 @@ def test_batched_matmuls_give_the_losses_and_gradients_of_training_step_under_vm
         for name, p in model.named_parameters()
     }
     batch = (torch.randn(5, 7, 1, 8, 8), torch.randint(0, 10, (5, 7)))
-    step = vectorized_clients._TrainingStep(model)
+    step = stacked_loss.TrainingStep(model)
     expected = torch.vmap(lambda params, batch: torch.func.functional_call(step, params, (batch, 0)))(rows, batch)
     computed = stacked_classifier(model)
     assert computed is not None
@@ -660,7 +656,7 @@ def test_two_processes_vectorized_end_within_rounding_of_one_process_one_at_a_ti
     ],
 )
 def test_tiers_take_the_clients_under_four_times_the_median_steps_of_those_left(steps, tiers):
-    assert vectorized_clients._tiers(steps) == tiers
+    assert stacked_schedule.tiers(steps) == tiers
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,8 @@ from lightfed.run.client_training import TrainingJob
 from lightfed.run.fingerprint import check_fingerprint
 from lightfed.run.run_state import RunState
 from lightfed.run.stacked_evaluation import MONITORS, stacked_evaluation
-from lightfed.run.vectorized_clients import VectorizedClients, why_not_vectorized
+from lightfed.run.vectorizable import why_not_vectorized
+from lightfed.run.vectorized_clients import VectorizedClients
 from lightfed.streams import Stream
 
 

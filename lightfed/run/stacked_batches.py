@@ -11,6 +11,8 @@ from torch import Tensor
 
 from lightfed.data.module import Batch
 from lightfed.data.tensor_batches import ClientDraw, TensorBatches, gathered
+from lightfed.run.client import ClientTrainer
+from lightfed.run.client_training import TrainingJob
 
 GATHERED_BYTES = 2**24  # a chunk's examples gathered from the dataset at once (GatheredBatches), at most
 
@@ -154,3 +156,31 @@ def _rows(examples: Tensor, size: int, index: Tensor | None) -> Tensor:
     if size < examples.shape[1]:
         examples = examples[:, :size]
     return examples.contiguous() if index is None else examples.index_select(0, index)
+
+
+def chunk_batches(client: ClientTrainer, jobs: list[TrainingJob]) -> ListedBatches | GatheredBatches:
+    """The batches of ``client``'s ``jobs``, drawn as their one-at-a-time training draws them (and poisoned as an attack would):
+    gathered at once from an in-memory dataset where none is augmented or poisoned."""
+    data, attack = client.data, client.attack
+    tensors = data.plain_tensors
+    if tensors is None or any(attack.is_malicious(job.plan.client_id) for job in jobs):
+        return ListedBatches(
+            width=data.batch_size,
+            batches=[
+                list(
+                    attack.batches(
+                        data.client_batches(
+                            job.plan.client_id,
+                            torch.Generator().manual_seed(job.plan.seed),
+                            job.plan.epochs,
+                            job.plan.steps,
+                        ),
+                        job.plan,
+                    )
+                )
+                for job in jobs
+            ],
+        )
+    return GatheredBatches(
+        tensors, [(job.plan.client_id, job.plan.seed, job.plan.epochs, job.plan.steps) for job in jobs]
+    )

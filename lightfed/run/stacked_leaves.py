@@ -1,16 +1,44 @@
 """Stacked clients' parameters as autograd leaves: each parameter's rows ``[clients, *shape]``, their gradients as
 views of the flat gradient rows, and the optimizer step and clipping of every row at once."""
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.optim.sgd import sgd as functional_sgd
+
+from lightfed.core.federated_weights import federated_parameters
+from lightfed.run.stacked_batches import device_index
 
 Layout = list[tuple[str, int, int, torch.Size]]  # each parameter's name, optimizer group, first column, shape
 BufferLayout = list[tuple[str, int, torch.Size]]  # each floating buffer's name, first column, shape
+
+
+def stacked_layout(module: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[list[Tensor], Layout, BufferLayout]:
+    """Where ``module``'s parameters and floating buffers lie in the stacked weights of its clients: the flat columns
+    of each of ``optimizer``'s groups, each parameter's place in its group's tensor, each buffer's in the flat
+    buffers."""
+    named = federated_parameters(module)  # the order of the flat parameters
+    groups = optimizer.param_groups
+    group_of = {id(p): g for g, group in enumerate(groups) for p in group["params"]}
+    offsets = [0, *itertools.accumulate(p.numel() for _, p in named)]
+    columns = [  # the flat columns of each optimizer group's parameters, in flat order
+        torch.cat([torch.arange(offsets[i], offsets[i + 1]) for i, (_, p) in enumerate(named) if group_of[id(p)] == g])
+        for g in range(len(groups))
+    ]
+    starts = {g: 0 for g in range(len(groups))}
+    layout: Layout = []  # each parameter's name, optimizer group, first column in its group's tensor, and shape
+    for name, p in named:
+        g = group_of[id(p)]
+        layout.append((f"module.{name}", g, starts[g], p.shape))
+        starts[g] += p.numel()
+    floating = [(name, b) for name, b in module.named_buffers() if b.is_floating_point()]  # flat order
+    offsets = [0, *itertools.accumulate(b.numel() for _, b in floating)]
+    buffer_layout: BufferLayout = [(f"module.{name}", offsets[i], b.shape) for i, (name, b) in enumerate(floating)]
+    return columns, layout, buffer_layout
 
 
 @dataclass
@@ -124,3 +152,35 @@ def clip_rows(grads: list[Tensor], value: float, algorithm: str) -> None:
     scale = (value / (norms + 1e-6)).clamp(max=1.0)
     for grad in grads:
         grad.mul_(scale.unsqueeze(1))
+
+
+def stacked_rows(tensors: list[Tensor], device: torch.device) -> Tensor:
+    """``tensors`` as the rows of one tensor on ``device``: a broadcast view where they are one tensor (the global
+    weights every client of a round starts from)."""
+    if all(tensor is tensors[0] for tensor in tensors):
+        return tensors[0].to(device).expand(len(tensors), -1)
+    return torch.stack([tensor.to(device) for tensor in tensors])
+
+
+def take_rows(
+    final: Tensor, final_buffers: Tensor, weights: list[Tensor], buffers: Tensor, rows: list[int], columns: list[Tensor]
+) -> None:
+    """Copies the flat parameters and buffers of the clients ``rows`` (that have taken their last step) into their
+    rows of ``final`` and ``final_buffers`` (``columns``: each optimizer group's flat columns)."""
+    if len(rows) == len(final) and len(weights) == 1:  # every client at once
+        final.copy_(weights[0])
+        final_buffers.copy_(buffers)
+        return
+    if len(weights) == 1 and rows == list(range(rows[0], rows[0] + len(rows))):  # one after another: views
+        at = slice(rows[0], rows[0] + len(rows))
+        final[at].copy_(weights[0][at])
+        final_buffers[at].copy_(buffers[at])
+        return
+    index = device_index(rows, final.device)
+    final_buffers.index_copy_(0, index, buffers.index_select(0, index))
+    with torch.no_grad():
+        for group_columns, weight in zip(columns, weights, strict=True):
+            if len(weights) == 1:
+                final.index_copy_(0, index, weight.index_select(0, index))
+            else:
+                final[index.unsqueeze(1), group_columns.to(final.device)] = weight.index_select(0, index)

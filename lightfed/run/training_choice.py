@@ -12,7 +12,8 @@ from lightfed.run.client_training import ClientTraining
 from lightfed.run.client_workers import ClientWorkers, has_heavy_layers, short_cpu_steps
 from lightfed.run.folded_step import may_fold
 from lightfed.run.stacked_classifier import stacked_classifier
-from lightfed.run.vectorized_clients import VectorizedClients, why_not_vectorized
+from lightfed.run.vectorizable import why_not_vectorized
+from lightfed.run.vectorized_clients import VectorizedClients
 
 VECTORIZE_FROM = 8  # clients a round from which "auto" trains a short-step model's clients together under vmap
 MATMULS_FROM = 2  # the same for a model computed on batched matmuls (``stacked_classifier``, ``folded_step``)

@@ -9,7 +9,7 @@ from lightfed.callbacks import Callback
 from lightfed.errors import ConfigError
 from lightfed.run.determinism import deterministic_algorithms
 from lightfed.run.settings import Processes
-from lightfed.run.vectorized_clients import exact_convolutions
+from lightfed.run.vectorizable import exact_convolutions
 from lightfed.strategies import FedAvg
 from tests.conftest import small_data, small_model, small_trainer
 

@@ -87,10 +87,12 @@ ADAPTIVE = (torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad, torch.opti
         (SGD, None, None, {"epochs": 2}),  # plain SGD: torch's functional step (the clients end at different steps)
         (SGD, None, None, {"steps": 7}),  # every client ends at the last step: its rows are read where they trained
         (partial(torch.optim.SGD, lr=0.1, momentum=0.5), None, None, {"epochs": 2}),
-        (partial(torch.optim.Adam, lr=0.003), None, None, {"steps": 7}),
-        (partial(torch.optim.AdamW, lr=0.003, weight_decay=0.1), None, None, {"epochs": 1}),
+        # eps 1e-6, not torch's 1e-8: a coordinate whose gradient is of rounding's size (1e-9) would step by about
+        # the learning rate in a direction the rounding decides (2.4e-5 of one client's delta on one machine)
+        (partial(torch.optim.Adam, lr=0.003, eps=1e-6), None, None, {"steps": 7}),
+        (partial(torch.optim.AdamW, lr=0.003, weight_decay=0.1, eps=1e-6), None, None, {"epochs": 1}),
         (partial(torch.optim.Adagrad, lr=0.01), None, None, {"epochs": 1}),
-        (partial(torch.optim.RMSprop, lr=0.001, momentum=0.5), None, None, {"epochs": 1}),
+        (partial(torch.optim.RMSprop, lr=0.001, momentum=0.5, eps=1e-6), None, None, {"epochs": 1}),
         (
             partial(torch.optim.SGD, lr=0.1, weight_decay=0.01),
             LocalTraining(gradient_clip_val=0.5),

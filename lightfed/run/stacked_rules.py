@@ -1,0 +1,72 @@
+"""Local rules on the rows of stacked clients: the row a rule sees as its client's flat weights, and the gradients
+that rules ask for at a second point (APFL's mixture, SAM's ascent), taken for all of their clients at once."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from lightfed.core.local_rule import LocalRule, PriorSteps
+from lightfed.core.messages import ClientPlan
+from lightfed.run.client_training import TrainingJob
+from lightfed.run.stacked_batches import device_index
+from lightfed.strategies.fedprox import ProximalTerm
+
+
+@dataclass(frozen=True)
+class Row:
+    """One client's row of the stacked parameters and buffers: what a vectorizing rule sees as ``context.flat``."""
+
+    params: Tensor
+    buffers: Tensor
+
+
+def at_second_points(
+    points: dict[int, Tensor],
+    rules: dict[int, LocalRule],
+    weights: Tensor,
+    buffers: Tensor,
+    backward: Callable[[set[int], Tensor], None],
+    lr: float,
+) -> None:
+    """Hands each client's rule in ``points`` (by position) its batch's gradient at the point it asked for
+    (``LocalRule.second_point``), taken for all of them at once; the weights are then as they were, and the
+    gradients and the buffers too, except a gradient the rule replaces and the running statistics it keeps
+    (``LocalRule.keeps_second_statistics``)."""
+    assert weights.grad is not None
+    saved, saved_grads, saved_buffers = weights.clone(), weights.grad.clone(), buffers.clone()
+    index = device_index(list(points), weights.device)
+    weights.index_copy_(0, index, torch.stack(list(points.values())))
+    backward(set(points), torch.zeros(len(saved), device=weights.device))  # their losses count once, at w
+    for k in points:
+        replaced = rules[k].at_second_point(weights.grad[k].clone(), saved[k], lr)
+        if replaced is not None:
+            saved_grads[k] = replaced
+        if rules[k].keeps_second_statistics:
+            saved_buffers[k] = buffers[k]
+    weights.copy_(saved)
+    weights.grad.copy_(saved_grads)
+    buffers.copy_(saved_buffers)
+
+
+def why_not_stacked(rule: LocalRule, groups: int, private: bool) -> str | None:
+    """Why ``rule`` does not run on a row of stacked clients of ``groups`` optimizer groups (``private``: under
+    DP-SGD), or None."""
+    if not rule.vectorizes or rule.takes_step:
+        return "yet"
+    if groups > 1:
+        return "with one optimizer group"
+    if private and rule.gradients_per_step > 1:
+        return "under DP-SGD (two gradients a step)"
+    return None
+
+
+def prior_job(job: TrainingJob, prior: PriorSteps) -> TrainingJob:
+    """The job of the steps ``prior`` that ``job``'s rule takes before its own (Ditto's personal model): plain SGD
+    steps pulled towards the rule's anchor."""
+    plan = job.plan
+    given = prior.buffers is not None and prior.buffers.numel() == job.buffers.numel()
+    rule = ProximalTerm(prior.pull, anchor=prior.anchor)
+    prior_plan = ClientPlan(plan.client_id, plan.round, prior.seed, prior.epochs, prior.steps, rule=rule)
+    return TrainingJob(prior_plan, prior.params, prior.buffers if given else job.buffers)  # type: ignore[arg-type]

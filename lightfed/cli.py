@@ -27,28 +27,36 @@ def main(argv: list[str] | None = None) -> None:
     if argv[:1] == ["compare"]:
         sys.exit(compare(argv[1:]))
     if argv in (["-h"], ["--help"]):
-        build_parser()[0].print_help()
-        print(
-            f"    {'compare':<20}Compare configs over seeds and sweeps: a table and a plot (lightfed compare --help)."
-        )
+        _print_help()
         return
     if command_line and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, launcher.stop_at_once)  # during a run's rounds: a second Ctrl-C (Preemption)
     try:
         _run_and_report(argv, command_line)
     except KeyboardInterrupt as error:  # Ctrl-C stopped the run after a round, which was checkpointed and said so
-        if launcher.is_fork():
-            launcher.leave(error)
-        if not command_line:
-            raise
-        run_exit_handlers()
-        launcher.end_by_sigint()
+        _end_by_ctrl_c(error, command_line)
     except BaseException as error:
         if not launcher.is_fork():
             raise
         launcher.leave(error)
     if launcher.is_fork():
         launcher.leave()
+
+
+def _print_help() -> None:
+    build_parser()[0].print_help()
+    print(f"    {'compare':<20}Compare configs over seeds and sweeps: a table and a plot (lightfed compare --help).")
+
+
+def _end_by_ctrl_c(error: KeyboardInterrupt, command_line: bool) -> None:
+    """Ends a forked process, or the command, as Ctrl-C does (status 130 in a shell); raises ``error`` for a caller
+    that is not the command line."""
+    if launcher.is_fork():
+        launcher.leave(error)
+    if not command_line:
+        raise error
+    run_exit_handlers()
+    launcher.end_by_sigint()
 
 
 def _run_and_report(argv: list[str], command_line: bool) -> None:

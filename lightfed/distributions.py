@@ -52,22 +52,7 @@ class Distribution:
             if not all(choices):
                 raise ConfigError(f"{setting}: expected {USAGE[kind]} with no empty choice, got {spec!r}")
             return cls(kind, choices=choices)
-        bounds = args.split(":") if args else []
-        if len(bounds) != (1 if kind == "fixed" else 2):
-            count = "one value" if kind == "fixed" else "two bounds"
-            raise ConfigError(f"{setting}: {kind} takes {count}: expected {USAGE[kind]}, got {spec!r}")
-        try:
-            low, high = float(bounds[0]), float(bounds[-1])
-        except ValueError:
-            raise ConfigError(f"{setting}: the bounds of {spec!r} must be numbers") from None
-        if not (math.isfinite(low) and math.isfinite(high)):
-            raise ConfigError(f"{setting}: the bounds of {spec!r} must be finite")
-        if low > high:
-            raise ConfigError(f"{setting}: the lower bound of {spec!r} is above the upper bound")
-        if kind == "loguniform" and low <= 0:
-            raise ConfigError(f"{setting}: loguniform bounds must be > 0, got {spec!r}")
-        if kind == "randint" and not (low.is_integer() and high.is_integer()):
-            raise ConfigError(f"{setting}: randint bounds must be integers, got {spec!r}")
+        low, high = _bounds(kind, args, spec, setting)
         return cls(kind, low, high)
 
     def sample(self, rng: np.random.Generator | None) -> float:
@@ -94,3 +79,24 @@ class Distribution:
         else:
             value = rng.uniform(self.low, self.high)
         return repr(min(max(float(f"{value:.4g}"), self.low), self.high))
+
+
+def _bounds(kind: str, args: str, spec: str | int | float, setting: str) -> tuple[float, float]:
+    """The bounds ``args`` of a spec of ``kind`` (one value for ``fixed``), checked."""
+    bounds = args.split(":") if args else []
+    if len(bounds) != (1 if kind == "fixed" else 2):
+        count = "one value" if kind == "fixed" else "two bounds"
+        raise ConfigError(f"{setting}: {kind} takes {count}: expected {USAGE[kind]}, got {spec!r}")
+    try:
+        low, high = float(bounds[0]), float(bounds[-1])
+    except ValueError:
+        raise ConfigError(f"{setting}: the bounds of {spec!r} must be numbers") from None
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise ConfigError(f"{setting}: the bounds of {spec!r} must be finite")
+    if low > high:
+        raise ConfigError(f"{setting}: the lower bound of {spec!r} is above the upper bound")
+    if kind == "loguniform" and low <= 0:
+        raise ConfigError(f"{setting}: loguniform bounds must be > 0, got {spec!r}")
+    if kind == "randint" and not (low.is_integer() and high.is_integer()):
+        raise ConfigError(f"{setting}: randint bounds must be integers, got {spec!r}")
+    return low, high

@@ -31,30 +31,16 @@ def derived_seeds(seed: int, *key: int, last: Sequence[int]) -> list[int]:
     Fewer than ``TOGETHER_FROM`` seeds, or words of 32 bits or more, take numpy's own, one at a time."""
     if len(last) < TOGETHER_FROM or any(not 0 <= word <= MASK for word in (seed, *key, *last)):
         return [derived_seed(seed, *key, k) for k in last]
-    const = INIT_A
-
-    def hashmix(value: Any) -> Any:  # a Python integer or an array; the constant moves on
-        nonlocal const
-        value = value ^ const
-        const = const * MULT_A & MASK
-        value = value * const & MASK
-        return value ^ (value >> 16)
-
-    def mix(x: Any, y: Any) -> Any:
-        result = (MIX_MULT_L * x - MIX_MULT_R * y) & MASK
-        return result ^ (result >> 16)
-
+    hashmix = _HashMix()
     pool = [hashmix(word) for word in (seed, *[0] * (POOL - 1))]  # the seed padded to the pool's size
     for source in range(POOL):
         for target in range(POOL):
             if source != target:
-                pool[target] = mix(pool[target], hashmix(pool[source]))
-    for word in key:
-        for target in range(POOL):
-            pool[target] = mix(pool[target], hashmix(word))
+                pool[target] = _mix(pool[target], hashmix(pool[source]))
     words = np.asarray(last, np.uint64)  # below 2**32: every product below 2**64
-    for target in range(POOL):
-        pool[target] = mix(pool[target], hashmix(words))
+    for word in (*key, words):
+        for target in range(POOL):
+            pool[target] = _mix(pool[target], hashmix(word))
     const, state = INIT_B, []
     for word in pool[:2]:  # generate_state(1, np.uint64): two 32-bit words, the low one first
         value = word ^ const
@@ -62,6 +48,24 @@ def derived_seeds(seed: int, *key: int, last: Sequence[int]) -> list[int]:
         value = value * const & MASK
         state.append(value ^ (value >> 16))
     return ((state[1] << 32 | state[0]) >> 1).tolist()
+
+
+class _HashMix:
+    """``SeedSequence``'s hashmix of a Python integer or an array; its constant moves on at each call."""
+
+    def __init__(self) -> None:
+        self.const = INIT_A
+
+    def __call__(self, value: Any) -> Any:
+        value = value ^ self.const
+        self.const = self.const * MULT_A & MASK
+        value = value * self.const & MASK
+        return value ^ (value >> 16)
+
+
+def _mix(x: Any, y: Any) -> Any:
+    result = (MIX_MULT_L * x - MIX_MULT_R * y) & MASK
+    return result ^ (result >> 16)
 
 
 def sample_clients(seed: int, round: int, num_clients: int, clients_per_round: int) -> list[int]:

@@ -2,7 +2,7 @@
 mean from second differences of the loss alone, or the diagonal empirical Fisher from the training steps' own
 gradients."""
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
 
@@ -103,38 +103,57 @@ def loss_difference_curvature(
     workspace = workspace or Workspace()
     flat_start = workspace.get("curvature.start", (sum(sizes),), trainable[0])
     probe = workspace.get("curvature.probe", (sum(sizes),), trainable[0])
-    total, count = 0.0, 0
     with torch.no_grad(), _evaluating(module):
         start = [part.view_as(p) for part, p in zip(flat_start.split(sizes), trainable, strict=True)]
         for x, p in zip(start, trainable, strict=True):
             x.copy_(p)
-
-        def restore() -> None:
-            for p, x in zip(trainable, start, strict=True):
-                p.data.copy_(x)
-
-        def loss_at(batch: Any, index: int, shifts: list[Tensor], scale: float) -> float:
-            """The loss at the start + scale x shifts."""
-            for p, x, z in zip(trainable, start, shifts, strict=True):
-                torch.add(x, z, alpha=scale, out=p.data)
-            return float(training_loss(module, batch, index))
-
         try:
-            for index, batch in enumerate(batches):
-                restore()
-                centre = float(training_loss(module, batch, index))
-                for _ in range(probes):
-                    z = torch.randint(0, 2, (sum(sizes),), generator=draws, out=probe).mul_(2).sub_(1)
-                    shifts = [part.view_as(p) for part, p in zip(z.split(sizes), trainable, strict=True)]
-                    ahead, behind = loss_at(batch, index, shifts, step), loss_at(batch, index, shifts, -step)
-                    total += (ahead - 2 * centre + behind) / step**2
-                count += 1
+            total, count = _second_differences(module, trainable, start, batches, probes, draws, probe, step)
         finally:
-            restore()
+            _restore(trainable, start)
     if count == 0:
         raise ValueError("no batches to estimate the curvature on")
     mean = total / (count * probes * sum(sizes))
     return torch.tensor([mean], dtype=trainable[0].dtype, device=trainable[0].device)
+
+
+def _second_differences(
+    module: LightningModule,
+    trainable: Sequence[Tensor],
+    start: list[Tensor],
+    batches: Iterable,
+    probes: int,
+    draws: torch.Generator,
+    probe: Tensor,
+    step: float,
+) -> tuple[float, int]:
+    """The sum over ``batches`` and ``probes`` Rademacher directions z (drawn into ``probe``) of
+    (L(x + s z) - 2 L(x) + L(x - s z)) / s^2 at the parameters' ``start`` x, and the number of batches; the
+    parameters are left at a probe's point."""
+    sizes = [p.numel() for p in trainable]
+
+    def loss_at(batch: Any, index: int, shifts: list[Tensor], scale: float) -> float:
+        """The loss at the start + scale x shifts."""
+        for p, x, z in zip(trainable, start, shifts, strict=True):
+            torch.add(x, z, alpha=scale, out=p.data)
+        return float(training_loss(module, batch, index))
+
+    total, count = 0.0, 0
+    for index, batch in enumerate(batches):
+        _restore(trainable, start)
+        centre = float(training_loss(module, batch, index))
+        for _ in range(probes):
+            z = torch.randint(0, 2, (sum(sizes),), generator=draws, out=probe).mul_(2).sub_(1)
+            shifts = [part.view_as(p) for part, p in zip(z.split(sizes), trainable, strict=True)]
+            ahead, behind = loss_at(batch, index, shifts, step), loss_at(batch, index, shifts, -step)
+            total += (ahead - 2 * centre + behind) / step**2
+        count += 1
+    return total, count
+
+
+def _restore(trainable: Sequence[Tensor], start: list[Tensor]) -> None:
+    for p, x in zip(trainable, start, strict=True):
+        p.data.copy_(x)
 
 
 def client_hessian_diagonal(

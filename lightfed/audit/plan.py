@@ -79,7 +79,9 @@ def _transforms(settings: AuditSettings, setting: Setting, shadow: int | None) -
         }
         canaries |= {"target_delta": settings.delta, "null": settings.null}
         transforms.append({"class_path": "lightfed.audit.Canaries", "init_args": canaries})
-    dp = {"noise_multiplier": setting.noise, "clip": settings.clip, "target_delta": settings.delta}
+    dp: dict[str, object] = {"noise_multiplier": setting.noise, "clip": settings.clip, "target_delta": settings.delta}
+    if shadow is not None:  # the target's data and sampling, noise of its own (else LiRA subtracts the target's)
+        dp["noise_seed"] = settings.seed + 1 + shadow
     transforms.append({"class_path": "lightfed.transforms.UserLevelDP", "init_args": dp})
     return transforms
 

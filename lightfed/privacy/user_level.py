@@ -59,6 +59,7 @@ class UserLevelDP(Transform):
         target_epsilon: float | None = None,
         target_delta: float = 1e-5,
         accountant: Literal["rdp", "prv"] = "rdp",
+        noise_seed: int | None = None,
     ) -> None:
         """
         Args:
@@ -82,6 +83,8 @@ class UserLevelDP(Transform):
                 round 1 alone would, or without noise).
             target_delta: Delta at which epsilon is computed and logged.
             accountant: Opacus accountant: "rdp" (Renyi DP) or "prv" (privacy random variables).
+            noise_seed: Seed of the noise (None: trainer.seed). A privacy audit's shadow runs share the target's
+                data and sampling (trainer.seed) but not its noise, which a LiRA attack would otherwise subtract.
         """
         checks = {
             "noise_multiplier must be >= 0": noise_multiplier >= 0,
@@ -111,6 +114,7 @@ class UserLevelDP(Transform):
         self.count_stddev, self.sampling, self.sample_rate, self.noise = count_stddev, sampling, sample_rate, noise
         self.target_epsilon, self.target_delta, self.mechanism = target_epsilon, target_delta, accountant
         self.noises_deltas = noise == "distributed"  # each client adds its share of the noise to what it sends
+        self.noise_seed = noise_seed
 
     @property
     def requirements(self) -> Requirements:
@@ -144,6 +148,7 @@ class UserLevelDP(Transform):
             )
         self.update_multiplier = z if not self.count_std else (z**-2 - (2 * self.count_std) ** -2) ** -0.5
         self.seed = server.seed
+        self.noise_key = server.seed if self.noise_seed is None else self.noise_seed
         self.accountant = load_accountant(self.mechanism, None)
         self.epsilon = 0.0 if z > 0 else math.inf
         if self.target_epsilon is not None:  # a budget that round 1 alone exceeds is refused
@@ -194,7 +199,7 @@ class UserLevelDP(Transform):
         clipped, unclipped = delta * scale, delta.new_tensor([float(norm <= self.clip) - 0.5])
         if self.noise == "distributed":
             generator = torch.Generator().manual_seed(
-                derived_seed(self.seed, Stream.USER_LEVEL_DP, UserLevelKey.CLIENT_NOISE, round, update.client_id)
+                derived_seed(self.noise_key, Stream.USER_LEVEL_DP, UserLevelKey.CLIENT_NOISE, round, update.client_id)
             )
             share = 1 / math.sqrt(self.expected)
             for value, std in ((clipped, self.update_std()), (unclipped, self.count_std)):
@@ -220,7 +225,7 @@ class UserLevelDP(Transform):
         total, count = sums[DELTA], sums[UNCLIPPED]
         if self.noise == "central":
             generator = torch.Generator().manual_seed(
-                derived_seed(self.seed, Stream.USER_LEVEL_DP, UserLevelKey.CENTRAL_NOISE, round)
+                derived_seed(self.noise_key, Stream.USER_LEVEL_DP, UserLevelKey.CENTRAL_NOISE, round)
             )
             for value, std in ((total, self.update_std()), (count, self.count_std)):
                 noise = torch.randn(value.shape, generator=generator, dtype=torch.float64).to(value.device)

@@ -1,3 +1,4 @@
+import json
 import math
 
 import numpy as np
@@ -6,6 +7,7 @@ import pytest
 from lightfed.audit.audit_row import RowResult
 from lightfed.audit.command import main
 from lightfed.audit.membership import attack_result
+from lightfed.audit.plan import AuditSettings, Setting, run_argv
 from lightfed.audit.report import ATTACKS, markdown_table
 from lightfed.errors import ConfigError
 from tests.test_import_graph import ROOT
@@ -39,3 +41,17 @@ def test_the_table_shows_each_setting_and_attack():
     lines = markdown_table([baseline, row], fpr=0.1, confidence=0.95).splitlines()
     assert lines[2].startswith("| none | ∞ | — | — | 0.9 | 1.000 | 1.000 |")
     assert lines[3].startswith("| z=1 | 2.5 | 0.8 | 3.1 | 0.7 | 1.000 |")
+
+
+def test_each_shadow_shares_its_targets_seed_but_draws_noise_of_its_own(tmp_path):
+    """The shadows see the target's data and cohorts (one trainer seed) but not its noise, which LiRA would otherwise
+    subtract: each one's UserLevelDP has a noise seed of its own, the target's none (the trainer seed)."""
+    settings = AuditSettings((CONFIG,), tmp_path, seed=3)
+
+    def user_level(argv):
+        assert argv[argv.index("--seed_everything") + 1] == "3"
+        transforms = json.loads(argv[argv.index("--transforms") + 1])
+        return next(t["init_args"] for t in transforms if t["class_path"].endswith("UserLevelDP"))
+
+    seeds = [user_level(run_argv(settings, Setting(1.0), shadow)).get("noise_seed") for shadow in (None, 0, 1, 2)]
+    assert seeds[0] is None and len(set(seeds[1:])) == 3 and 3 not in seeds

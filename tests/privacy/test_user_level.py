@@ -85,6 +85,26 @@ def test_the_noise_on_the_sum_has_std_noise_multiplier_times_c(target_quantile, 
     assert abs(float(noise.mean())) < 0.02 * multiplier * clip
 
 
+def test_the_noise_seed_changes_the_noise_and_nothing_else():
+    """noise_seed None draws the noise from trainer.seed (0 here); another seed draws other noise of the same std;
+    the Poisson coins stay trainer.seed's (an audit's shadow runs sample as their target does)."""
+    zeros = [torch.zeros(1000), torch.zeros(1000)]
+    noise = {
+        seed: _DP(torch.zeros(1000), noise_multiplier=1.0, noise_seed=seed).round(zeros, torch.zeros(1000))
+        for seed in (None, 0, 7)
+    }
+    assert torch.equal(noise[None], noise[0]) and not torch.equal(noise[0], noise[7])
+    assert float((noise[7] * 2).std()) == pytest.approx(1.0, rel=0.1)
+    drawn = []
+    for seed in (None, 7):
+        dp = _DP(torch.zeros(2), 1000, 1000, noise_multiplier=1.0, sampling="poisson", sample_rate=0.1, noise_seed=seed)
+        plans = [
+            dp.pipeline.plan(dp.strategy.configure_client(ClientPlan(i, 0, seed=0, epochs=1))) for i in range(1000)
+        ]
+        drawn.append([plan.client_id for plan in plans if plan.steps != 0])
+    assert drawn[0] == drawn[1] and 70 < len(drawn[0]) < 130
+
+
 @pytest.mark.parametrize("accountant, opacus_accountant", [("rdp", RDPAccountant), ("prv", PRVAccountant)])
 def test_epsilon_after_r_rounds_is_opacus_accountant_with_the_same_rate_noise_and_steps(accountant, opacus_accountant):
     dp = _DP(torch.zeros(3), num_clients=8, clients_per_round=2, noise_multiplier=1.3, accountant=accountant)

@@ -96,6 +96,11 @@ def settings_of(args: argparse.Namespace) -> AuditSettings:
     )
 
 
+def settings_to_run(args: argparse.Namespace) -> list[Setting]:
+    """The audit's rows: without DP (unless ``--no-baseline``), then each ``--noise``."""
+    return ([] if args.no_baseline else [Setting(None)]) + [Setting(z) for z in args.noise]
+
+
 def main(argv: list[str], fit: Fit | None = None) -> list[RowResult]:
     """Runs the audit ``argv``; returns its rows. ``fit``: how a run is trained (default: in this process)."""
     args = build_parser().parse_args(argv)
@@ -105,7 +110,7 @@ def main(argv: list[str], fit: Fit | None = None) -> list[RowResult]:
 
         fit = fit_in_process  # type: ignore[assignment]
     settings = settings_of(args)
-    rows_to_run = ([] if args.no_baseline else [Setting(None)]) + [Setting(z) for z in args.noise]
+    rows_to_run = settings_to_run(args)
     runs, began = len(rows_to_run) * (1 + args.shadows), time.perf_counter()
     print(
         f"audit: {len(rows_to_run)} settings x (1 target + {args.shadows} shadows) = {runs} runs, logs in "

@@ -133,6 +133,15 @@ def plan_from_args(args: argparse.Namespace) -> list[Run]:
     return plan_runs(configs, args.seeds, settings, fixed, args.rounds, str(Path(args.out).resolve() / "runs"), base)
 
 
+def _run_task(runs: list[Run], index: int, metric: str, runs_dir: Path) -> int:
+    """Trains run ``index`` of the plan ``runs`` alone (an array task); its exit status."""
+    if not 0 <= index < len(runs):
+        raise SpecError(f"--task-index {index} is out of range: the plan has {len(runs)} runs (0..{len(runs) - 1})")
+    resolve_rounds([runs[index]])
+    ok, _ = execute(runs[index], index, len(runs), metric, runs_dir)
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -145,14 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runs = plan_from_args(args)
         if args.task_index is not None:
-            if not 0 <= args.task_index < len(runs):
-                raise SpecError(
-                    f"--task-index {args.task_index} is out of range: "
-                    f"the plan has {len(runs)} runs (0..{len(runs) - 1})"
-                )
-            resolve_rounds([runs[args.task_index]])
-            ok, _ = execute(runs[args.task_index], args.task_index, len(runs), args.metric, out / "runs")
-            return 0 if ok else 1
+            return _run_task(runs, args.task_index, args.metric, out / "runs")
         rounds = resolve_rounds(runs)
         if args.list:
             for run in runs:

@@ -36,8 +36,8 @@ class UserLevelDP(Transform):
     so that both releases together are one Gaussian mechanism of ``noise_multiplier``:
     (noise_multiplier^-2 - (2 count_stddev)^-2)^-1/2.
 
-    Every process draws the same noise (seeded by ``trainer.seed`` and the round), so 1 and N processes give the same
-    model. Epsilon (Opacus' accountant, at ``target_delta``, one subsampled Gaussian step per round) is logged every
+    Every process draws the same noise (seeded by ``noise_seed``, by default ``trainer.seed``, and the round), so 1
+    and N processes give the same model. Epsilon (Opacus' accountant, at ``target_delta``, one subsampled Gaussian step per round) is logged every
     round as ``user_level_dp/epsilon``, kept in checkpoints, and with ``target_epsilon`` the run stops (with a
     checkpoint of the last round within it) at the first round that would exceed it.
 

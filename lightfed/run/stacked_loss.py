@@ -70,6 +70,14 @@ class StackedLoss:
         self.fold_checked = self.stacked is not None
         self.draws = self.prefix if self.stacked is None else self.stacked.draws
 
+    def buffer_rows(self, rows: Tensor) -> dict[str, Tensor]:
+        """Each floating buffer's rows of the flat buffer ``rows``, by name: copies, since under vmap an in-place
+        update of a strided view is lost."""
+        return {
+            name: rows[:, start : start + math.prod(shape)].reshape(-1, *shape).clone()
+            for name, start, shape in self.buffer_layout
+        }
+
     def backward(
         self,
         groups: Groups,
@@ -127,10 +135,7 @@ class StackedLoss:
         index = None if whole else device_index(group, buffers.device)
         statistics_rows = buffers if index is None else buffers.index_select(0, index)
         params = dict(leaves) if index is None else {name: leaf.index_select(0, index) for name, leaf in leaves.items()}
-        params.update(  # copies: under vmap an in-place update of a strided view is lost
-            (name, statistics_rows[:, start : start + math.prod(shape)].reshape(-1, *shape).clone())
-            for name, start, shape in self.buffer_layout
-        )
+        params.update(self.buffer_rows(statistics_rows))
         batched = None if self.stacked is None else self.stacked.loss(params, batch, generators)
         loss, logged, updated = (*batched, []) if batched else self.vmapped(params, batch, step)
         if updated:
@@ -293,10 +298,7 @@ class StackedLoss:
             rows = weights.index_select(0, owner).requires_grad_()
             params = {name: rows[:, s : s + math.prod(shape)].reshape(-1, *shape) for name, _, s, shape in self.layout}
             statistics_rows = buffers.index_select(0, owner)
-            params.update(
-                (name, statistics_rows[:, s : s + math.prod(shape)].reshape(-1, *shape).clone())
-                for name, s, shape in self.buffer_layout
-            )
+            params.update(self.buffer_rows(statistics_rows))
             examples = joined([b for b, size in batch if size], torch.cat)
             loss, logged, _ = self.per_example(params, examples, step)
             (per_example,) = torch.autograd.grad(loss.sum(), rows)

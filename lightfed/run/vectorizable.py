@@ -64,7 +64,7 @@ def exact_convolutions(device: torch.device) -> Iterator[None]:
         cudnn.deterministic, cudnn.benchmark, cudnn.allow_tf32 = saved
 
 
-def draws_under_vmap(error: Exception) -> bool:
+def _draws_under_vmap(error: Exception) -> bool:
     """Whether ``error`` is vmap's refusal of a random draw (``randomness="error"``)."""
     return isinstance(error, RuntimeError) and "called random operation" in str(error)
 
@@ -75,7 +75,7 @@ def training_step_refusal(error: Exception, name: str, private: bool) -> ConfigE
     for another error."""
     if isinstance(error, DiffersByClient):
         return ConfigError(f"trainer.clients_in_parallel vectorized: {name} {error}: set it to 'auto' or 1")
-    if not draws_under_vmap(error):
+    if not _draws_under_vmap(error):
         return None
     where = (
         "every example's gradient under DP-SGD is taken under vmap"

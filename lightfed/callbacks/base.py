@@ -18,7 +18,16 @@ if TYPE_CHECKING:
 class TrainerState(Protocol):
     """What a callback reads of the trainer it observes (``FederatedTrainer``, with synchronous or asynchronous rounds). A hook
     may set ``should_stop``; nothing else here is a callback's to change, and a callback calls none of the trainer's
-    methods."""
+    methods.
+
+    Examples:
+        >>> from lightfed import FederatedTrainer
+        >>> trainer = FederatedTrainer.from_settings(accelerator="cpu", rounds=5, logger=False)
+        >>> trainer.rounds, trainer.round, trainer.monitor, trainer.should_stop
+        (5, 0, 'val_acc', False)
+        >>> trainer.log_dir is None  # before the run starts
+        True
+    """
 
     fabric: Fabric  # the run's processes: ``is_global_zero``, ``global_rank``, ``world_size``, ``print``
     rounds: int  # the rounds the run is to do (``trainer.rounds``)
@@ -59,6 +68,26 @@ class Callback:
     must decide the same way on every process (the metrics are reduced, so a decision made from them is). After
     ``on_round_end`` the trainer writes the round's checkpoint (when due, or when the run stops), then hands the
     metrics to the loggers and ``metrics.jsonl``.
+
+    In a config, after the class is importable (``my_project/callbacks.py``):
+
+    ```yaml
+    trainer:
+      callbacks:
+        - class_path: my_project.callbacks.PrintAccuracy
+    ```
+
+    Examples:
+        >>> from lightfed import FederatedTrainer
+        >>> from lightfed.callbacks import Callback
+        >>> class PrintAccuracy(Callback):
+        ...     def on_round_end(self, trainer, round, metrics):
+        ...         if trainer.fabric.is_global_zero:
+        ...             print(f"round {round}: val_acc {metrics['val_acc']:.2f}")
+        >>> printer = PrintAccuracy()
+        >>> trainer = FederatedTrainer.from_settings(accelerator="cpu", callbacks=[printer], logger=False)
+        >>> printer.on_round_end(trainer, 0, {"val_acc": 0.8125})
+        round 0: val_acc 0.81
     """
 
     def setup(self, trainer: TrainerState, data: FederatedDataModule) -> None:

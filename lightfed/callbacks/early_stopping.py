@@ -11,7 +11,33 @@ class EarlyStopping(Callback):
     """Stops after the round where ``monitor`` has not improved by more than ``min_delta`` for ``patience``
     consecutive rounds that logged it (the metrics are reduced over processes, so every process stops together;
     the checkpoint of that round is written). Rounds that do not log ``monitor`` are not counted. A ``val_*`` monitor
-    is measured on the validation split (``data.val_fraction``), never on the test set."""
+    is measured on the validation split (``data.val_fraction``), never on the test set.
+
+    In a config:
+
+    ```yaml
+    trainer:
+      callbacks:
+        - class_path: lightfed.callbacks.EarlyStopping
+          init_args: {monitor: val_acc, patience: 5}
+    ```
+
+    Examples:
+        >>> from lightfed import FederatedTrainer
+        >>> from lightfed.callbacks import EarlyStopping
+        >>> stopping = EarlyStopping(monitor="val_acc", patience=2)
+        >>> trainer = FederatedTrainer.from_settings(accelerator="cpu", callbacks=[stopping], logger=False)
+        >>> for round, accuracy in enumerate([0.50, 0.60, 0.58, 0.59]):
+        ...     trainer.round = round + 1  # the rounds done, as fit counts them
+        ...     stopping.on_round_end(trainer, round, {"val_acc": accuracy})
+        early stopping after round 4: val_acc has not improved on 0.6 for 2 evaluations
+        >>> trainer.should_stop
+        True
+        >>> EarlyStopping(patience=0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: EarlyStopping needs patience >= 1, mode 'max' or 'min' and min_delta >= 0
+    """
 
     def __init__(
         self, monitor: str = "val_acc", patience: int = 3, mode: Literal["max", "min"] = "max", min_delta: float = 0.0

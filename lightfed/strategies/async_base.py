@@ -13,7 +13,14 @@ from lightfed.strategies.base import Strategy
 
 @dataclass(frozen=True)
 class AsyncSetting:
-    """The constants of an asynchronous run that step sizes may be computed from."""
+    """The constants of an asynchronous run that step sizes may be computed from.
+
+    Examples:
+        >>> from lightfed.strategies import AsyncSetting
+        >>> setting = AsyncSetting(buffer_size=5, local_steps=10, rounds=100)
+        >>> (setting.buffer_size * setting.local_steps / setting.rounds) ** 0.5  # MasFL's default beta
+        0.7071067811865476
+    """
 
     buffer_size: int  # S: client updates per aggregation
     local_steps: int | None  # K: local steps of every job, None when they vary
@@ -21,12 +28,45 @@ class AsyncSetting:
 
 
 class AsyncStrategy(Strategy, ABC):
-    """A strategy for asynchronous rounds (``trainer.asynchrony``): a client starts from a model version and the ``package`` published
-    with it (its ``configure_client``'s ``received``), and its update may be aggregated several versions later (its
-    staleness). Updates are added into named sums (``sum_sizes``) as on the sums path, with their staleness.
+    """A strategy for asynchronous rounds (a config's ``asynchronous:`` section): a client starts from a model version
+    and the ``package`` published with it (its ``configure_client``'s ``received``), and its update may be aggregated
+    several versions later (its staleness). Updates are added into named sums (``sum_sizes``) as on the sums path,
+    with their staleness.
 
     A round is one aggregation of S updates. With ``warms_up``, every client does one job (``configure_warm_up``)
     from the initial model before the first aggregation (MasFL's initial control variates).
+
+    In a config, next to the ``asynchronous:`` section:
+
+    ```yaml
+    asynchronous:
+      concurrency: 10
+    strategy:
+      class_path: lightfed.strategies.FedBuff
+      init_args: {server_lr: 2.0}
+    ```
+
+    Examples:
+        The newest update counts fully, a stale one half:
+
+        >>> import torch
+        >>> from lightfed import ClientUpdate, Sums
+        >>> from lightfed.strategies import AsyncStrategy, ServerContext
+        >>> class HalveStale(AsyncStrategy):
+        ...     def sum_sizes(self):
+        ...         return {"delta": self.num_params}
+        ...     def accumulate(self, sums, update, staleness):
+        ...         sums.add("delta", update.delta, weight=0.5 if staleness else 1.0)
+        ...     def aggregate(self, params, sums, round, staleness):
+        ...         return params + sums["delta"].to(params.dtype)
+        >>> strategy = HalveStale()
+        >>> strategy.setup(ServerContext(torch.zeros(1), num_clients=2))
+        >>> sums = Sums(strategy.sum_sizes(), torch.device("cpu"))
+        >>> for client, staleness in [(0, 0), (1, 3)]:
+        ...     update = ClientUpdate(client, torch.ones(1), torch.zeros(0), 10, 1, 1.0, torch.tensor(0.0))
+        ...     strategy.accumulate(sums, update, staleness)
+        >>> strategy.aggregate(torch.zeros(1), sums, round=0, staleness=[0, 3])
+        tensor([1.5000])
     """
 
     warms_up = False

@@ -22,6 +22,24 @@ class Strategy:
 
     Its server path is its protocol: ``SumsStrategy`` (streaming sums, one all-reduce), ``ShardedStrategy`` (every
     active client's whole update, sharded by coordinate) or ``AsyncStrategy`` (buffered stale updates).
+
+    In a config, the ``strategy:`` key names one:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.FedAvg
+      init_args: {server_lr: 1.0}
+    ```
+
+    Examples:
+        >>> import torch
+        >>> from lightfed.strategies import ServerContext, Strategy
+        >>> strategy = Strategy()
+        >>> strategy.setup(ServerContext(torch.zeros(3), num_clients=10))
+        >>> strategy.num_params, strategy.num_clients
+        (3, 10)
+        >>> strategy.evaluated(torch.ones(3))
+        tensor([1., 1., 1.])
     """
 
     requirements = Requirements()
@@ -65,6 +83,29 @@ class SumsStrategy(Strategy, ABC):
 
     A strategy that remembers something per client declares ``Requirements(client_state=True)`` and uses
     ``self.client_states``: each client then always trains on the same process, where its state lives.
+
+    Examples:
+        A uniform mean of the deltas, on two clients:
+
+        >>> import torch
+        >>> from lightfed import ClientUpdate, Sums
+        >>> from lightfed.strategies import ServerContext, SumsStrategy
+        >>> class UniformMean(SumsStrategy):
+        ...     def sum_sizes(self):
+        ...         return {"delta": self.num_params, "count": 1}
+        ...     def accumulate(self, sums, update):
+        ...         sums.add("delta", update.delta)
+        ...         sums.add("count", 1)
+        ...     def aggregate(self, params, sums, round):  # the sums are float64
+        ...         return params + (sums["delta"] / sums["count"]).to(params.dtype)
+        >>> strategy = UniformMean()
+        >>> strategy.setup(ServerContext(torch.zeros(2), num_clients=2))
+        >>> sums = Sums(strategy.sum_sizes(), torch.device("cpu"))
+        >>> for client, delta in enumerate([[2.0, 0.0], [0.0, 4.0]]):
+        ...     update = ClientUpdate(client, torch.tensor(delta), torch.zeros(0), 10, 1, 1.0, torch.tensor(0.0))
+        ...     strategy.accumulate(sums, update)
+        >>> strategy.aggregate(torch.zeros(2), sums, round=0)
+        tensor([1., 2.])
     """
 
     @abstractmethod

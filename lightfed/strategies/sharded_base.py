@@ -19,6 +19,24 @@ class ShardedRound:
     """A round's updates as one process of a sharded strategy sees them: its slice of every active client's delta.
 
     Rows are the round's clients in increasing id order, the same on every process; per-client scalars are whole.
+
+    Examples:
+        >>> import torch
+        >>> from lightfed.strategies import ShardedRound
+        >>> per_client = torch.ones(3, dtype=torch.float64)
+        >>> updates = ShardedRound(
+        ...     round=0,
+        ...     client_ids=[0, 4, 7],
+        ...     deltas=torch.zeros(3, 5),
+        ...     num_examples=per_client,
+        ...     num_steps=per_client,
+        ...     local_time=per_client,
+        ...     staleness=0 * per_client,
+        ...     sums={},
+        ...     all_reduce=lambda tensor, op: tensor,  # one process: nothing to reduce
+        ... )
+        >>> updates.deltas.shape
+        torch.Size([3, 5])
     """
 
     round: int
@@ -45,6 +63,31 @@ class ShardedStrategy(Strategy, ABC):
     self.shard, updates.all_reduce)``, the same bits on any number of processes. Per-client state in
     ``self.client_states`` is a ``ShardedClientStates``: each process keeps its slice of every client's vectors
     (memory per process ~ 1 / N). Clients may train on any process.
+
+    Examples:
+        A coordinate-wise maximum of the deltas, on one process (which owns every coordinate):
+
+        >>> import torch
+        >>> from lightfed.strategies import ServerContext, ShardedRound, ShardedStrategy
+        >>> class CoordinateMax(ShardedStrategy):
+        ...     def aggregate_shard(self, params, updates):
+        ...         return params + updates.deltas.max(dim=0).values
+        >>> strategy = CoordinateMax()
+        >>> strategy.setup(ServerContext(torch.zeros(2), num_clients=3))
+        >>> strategy.shard
+        slice(0, 2, None)
+        >>> deltas = torch.tensor([[1.0, -1.0], [3.0, 0.0], [2.0, 5.0]])
+        >>> ones = torch.ones(3, dtype=torch.float64)
+        >>> updates = ShardedRound(0, [0, 1, 2], deltas, ones, ones, ones, 0 * ones, {}, lambda t, op: t)
+        >>> strategy.aggregate_shard(torch.zeros(2), updates)
+        tensor([3., 5.])
+
+        Its per-client state lives in memory:
+
+        >>> CoordinateMax().setup(ServerContext(torch.zeros(2), num_clients=3, client_states="disk"))
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: CoordinateMax keeps its per-client state sharded by coordinate ...
     """
 
     report_scalars: tuple[str, ...] = ()  # per-client numbers of ``client_report``, seen whole by every process

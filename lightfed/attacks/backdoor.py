@@ -17,7 +17,35 @@ class Backdoor(Attack):
     corner of every channel) stamped on the first ``poison_fraction`` of each batch, those examples labelled
     ``target``. After each validation, ``attack/success_rate`` is logged: the share of the validation inputs not of
     the target class that the global model, triggered, classifies as the target (the model's forward returns class
-    scores). Images are ``[batch, ..., height, width]``."""
+    scores). Images are ``[batch, ..., height, width]``.
+
+    In a config:
+
+    ```yaml
+    trainer:
+      attack:
+        class_path: lightfed.attacks.Backdoor
+        init_args: {fraction: 0.1, target: 0, size: 2, poison_fraction: 0.5}
+    ```
+
+    Examples:
+        Half of a malicious batch gets the trigger and the target label:
+
+        >>> import torch
+        >>> from lightfed.attacks import Backdoor
+        >>> attack = Backdoor(fraction=0.1, target=7, size=1)
+        >>> inputs, labels = attack.poison_batch((torch.zeros(2, 1, 3, 3), torch.tensor([1, 2])))
+        >>> labels
+        tensor([7, 2])
+        >>> inputs[0, 0]
+        tensor([[0., 0., 0.],
+                [0., 0., 0.],
+                [0., 0., 1.]])
+        >>> Backdoor(fraction=0.1, poison_fraction=0.0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: trainer.attack.poison_fraction must be in (0, 1], got 0.0
+    """
 
     def __init__(
         self, fraction: float, target: int = 0, size: int = 2, value: float = 1.0, poison_fraction: float = 0.5

@@ -30,7 +30,32 @@ class Attack(Transform):
     """A ``fraction`` of the clients (drawn once from the run's seed) is malicious; their local training runs as
     usual through ``batches`` (data poisoning: ``poison_batch``) and what they send is then changed in place
     (``poison_update``): the attack is the first transform of the run, so every other transform sees what the attacker
-    sends. Benign clients are untouched. ``callbacks`` observe the run (e.g. an attack's success)."""
+    sends. Benign clients are untouched. ``callbacks`` observe the run (e.g. an attack's success).
+
+    In a config, an attack is the trainer's:
+
+    ```yaml
+    trainer:
+      attack:
+        class_path: lightfed.attacks.SignFlipping
+        init_args: {fraction: 0.2}
+    ```
+
+    Examples:
+        The malicious clients depend only on the client count and the seed:
+
+        >>> from lightfed.attacks import Attack
+        >>> attack = Attack(fraction=0.25)
+        >>> attack.draw(num_clients=8, seed=0)
+        >>> sorted(attack.malicious)
+        [0, 4]
+        >>> attack.is_malicious(1)
+        False
+        >>> Attack(fraction=1.5)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: trainer.attack.fraction must be in [0, 1], got 1.5
+    """
 
     colludes = False  # the malicious updates depend on other updates of the round (``lightfed.attacks.collusion``)
 
@@ -94,7 +119,17 @@ class Attack(Transform):
 
 
 class NoAttack(Attack):
-    """No malicious client (the default ``trainer.attack``)."""
+    """No malicious client (the default ``trainer.attack``).
+
+    Examples:
+        >>> from lightfed.attacks import NoAttack
+        >>> attack = NoAttack()
+        >>> attack.draw(num_clients=100, seed=0)
+        >>> attack.malicious
+        frozenset()
+        >>> attack.passes([0, 1, 2])
+        True
+    """
 
     def __init__(self) -> None:
         super().__init__(0.0)

@@ -18,7 +18,26 @@ KNOWLEDGE = ("malicious", "all")
 class ColludingAttack(Attack):
     """An attack whose malicious clients send updates crafted together from the round's benign updates they know:
     with ``knowledge`` "malicious", the benign updates the malicious clients of the round trained themselves (each
-    trains honestly first); with "all" (omniscient), every client's update of the round."""
+    trains honestly first); with "all" (omniscient), every client's update of the round.
+
+    A colluding attack is set as any attack, ``trainer.attack`` (see ``LittleIsEnough`` and ``MinMax``).
+
+    Examples:
+        A subclass writes ``collude``; here every attacker sends the known updates' mean:
+
+        >>> import torch
+        >>> from lightfed.attacks import ColludingAttack
+        >>> class KnownMean(ColludingAttack):
+        ...     def collude(self, known, malicious, clients):
+        ...         return known.mean(0).expand(int(malicious.sum()), -1)
+        >>> attack = KnownMean(fraction=0.5, knowledge="all")
+        >>> attack.collude(torch.tensor([[1.0, 0.0], [3.0, 2.0]]), torch.tensor([False, True]), clients=2)
+        tensor([[2., 1.]])
+        >>> KnownMean(fraction=0.5, knowledge="server")
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: trainer.attack.knowledge must be one of malicious, all, got 'server'
+    """
 
     colludes = True
 

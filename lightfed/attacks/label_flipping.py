@@ -6,7 +6,25 @@ from lightfed.data.module import Batch
 
 class LabelFlipping(Attack):
     """The malicious clients train honestly on labels y -> num_classes - 1 - y (Fang et al. 2020; Tolpegin et al.
-    2020 flip one source class only)."""
+    2020 flip one source class only).
+
+    In a config:
+
+    ```yaml
+    trainer:
+      attack:
+        class_path: lightfed.attacks.LabelFlipping
+        init_args: {fraction: 0.2, num_classes: 10}
+    ```
+
+    Examples:
+        >>> import torch
+        >>> from lightfed.attacks import LabelFlipping
+        >>> attack = LabelFlipping(fraction=0.2, num_classes=10)
+        >>> inputs, labels = attack.poison_batch((torch.zeros(3, 4), torch.tensor([0, 3, 9])))
+        >>> labels
+        tensor([9, 6, 0])
+    """
 
     def __init__(self, fraction: float, num_classes: int) -> None:
         """

@@ -20,7 +20,28 @@ def z_max(clients: int, malicious: int) -> float:
 class LittleIsEnough(ColludingAttack):
     """The malicious clients of a round all send mu - z sigma, mu and sigma the coordinate-wise mean and (population)
     standard deviation of the benign updates they know (``knowledge``: their own benign updates of the round, or
-    every client's), z Baruch et al.'s z_max for the round's n clients and m attackers unless set."""
+    every client's), z Baruch et al.'s z_max for the round's n clients and m attackers unless set.
+
+    In a config:
+
+    ```yaml
+    trainer:
+      attack:
+        class_path: lightfed.attacks.LittleIsEnough
+        init_args: {fraction: 0.2, z: null, knowledge: malicious}
+    ```
+
+    Examples:
+        Two attackers that know two updates, with mean [1, 2] and standard deviation [1, 2]:
+
+        >>> import torch
+        >>> from lightfed.attacks import LittleIsEnough
+        >>> attack = LittleIsEnough(fraction=0.2, z=0.5)
+        >>> known = torch.tensor([[0.0, 0.0], [2.0, 4.0]])
+        >>> attack.collude(known, malicious=torch.tensor([True, True]), clients=10)
+        tensor([[0.5000, 1.0000],
+                [0.5000, 1.0000]])
+    """
 
     def __init__(self, fraction: float, z: float | None = None, knowledge: str = "malicious") -> None:
         """

@@ -15,7 +15,30 @@ class MinMax(ColludingAttack):
     """The malicious clients of a round all send mu - gamma p, mu the mean of the benign updates they know, p the
     perturbation ("unit_vec": mu / ||mu||, "std": the coordinate-wise population standard deviation, "sign":
     sign(mu)), gamma the largest with max_i ||mu - gamma p - u_i|| <= max_{i,j} ||u_i - u_j|| over the known u, found
-    as the authors' code does: from ``gamma_init``, steps halved until they are below ``tolerance``."""
+    as the authors' code does: from ``gamma_init``, steps halved until they are below ``tolerance``.
+
+    In a config:
+
+    ```yaml
+    trainer:
+      attack:
+        class_path: lightfed.attacks.MinMax
+        init_args: {fraction: 0.2, perturbation: unit_vec, knowledge: malicious}
+    ```
+
+    Examples:
+        Two known updates at distance sqrt(2): the crafted one stays within sqrt(2) of both.
+
+        >>> import torch
+        >>> from lightfed.attacks import MinMax
+        >>> attack = MinMax(fraction=0.2)
+        >>> known = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+        >>> crafted = attack.collude(known, malicious=torch.tensor([True, False]), clients=10)
+        >>> crafted.round(decimals=3)
+        tensor([[-0.3660, -0.3660]])
+        >>> torch.cdist(crafted, known).round(decimals=3)
+        tensor([[1.4140, 1.4140]])
+    """
 
     def __init__(
         self,

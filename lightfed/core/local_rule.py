@@ -44,6 +44,22 @@ class LocalRule(ABC):
 
     ``gradients_per_step`` counts the gradient evaluations of one step (2 for a rule that calls
     ``recompute_gradient()`` once): differential privacy sizes its noise and accounting by it.
+
+    Examples:
+        >>> import torch
+        >>> from lightfed.local import LocalRule
+        >>> class ScaledGradient(LocalRule):
+        ...     vectorizes = True  # adjust is elementwise
+        ...
+        ...     def __init__(self, factor: float) -> None:
+        ...         self.factor = factor
+        ...
+        ...     def adjust(self, grad, params):
+        ...         grad.mul_(self.factor)
+        >>> grad = torch.tensor([1.0, -2.0])
+        >>> ScaledGradient(0.5).adjust(grad, params=torch.zeros(2))
+        >>> grad
+        tensor([ 0.5000, -1.0000])
     """
 
     requirements = Requirements()

@@ -11,7 +11,17 @@ from lightfed.core.local_rule import LocalRule
 
 @dataclass(frozen=True)
 class ClientPlan:
-    """What a client is told to do in one round."""
+    """What a client is told to do in one round.
+
+    The trainer plans each client; a strategy's ``configure_client`` may return a changed copy (``dataclasses.replace``).
+
+    Examples:
+        >>> import dataclasses
+        >>> from lightfed import ClientPlan
+        >>> plan = ClientPlan(client_id=3, round=0, seed=7, epochs=1)
+        >>> dataclasses.replace(plan, epochs=None, steps=10, lr=0.05)
+        ClientPlan(client_id=3, round=0, seed=7, epochs=None, steps=10, lr=0.05, rule=None)
+    """
 
     client_id: int
     round: int
@@ -27,6 +37,21 @@ class ClientUpdate:
     """What a client sends back: its flat parameter change and how much work produced it.
 
     ``delta`` and ``buffers`` live in buffers the client reuses: consume them before the next client trains.
+
+    Examples:
+        >>> import torch
+        >>> from lightfed import ClientUpdate
+        >>> update = ClientUpdate(
+        ...     client_id=3,
+        ...     delta=torch.tensor([0.5, -1.0]),
+        ...     buffers=torch.zeros(0),
+        ...     num_examples=40,
+        ...     num_steps=10,
+        ...     local_time=0.5,  # 10 steps of size 0.05
+        ...     train_loss=torch.tensor(0.25),
+        ... )
+        >>> update.num_examples * update.delta  # its part of FedAvg's weighted sum
+        tensor([ 20., -40.])
     """
 
     client_id: int

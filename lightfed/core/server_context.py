@@ -11,7 +11,15 @@ from lightfed.core.sharding import CoordinateShards
 
 @dataclass(frozen=True)
 class ServerContext:
-    """What a strategy is set up with, once per run (and before a resume)."""
+    """What a strategy is set up with, once per run (and before a resume).
+
+    Examples:
+        >>> import torch
+        >>> from lightfed.core.server_context import ServerContext
+        >>> context = ServerContext(params=torch.zeros(10), num_clients=100, world_size=4, rank=1)
+        >>> context.num_params, context.shard  # the coordinates process 1 owns on the sharded path
+        (10, slice(3, 6, None))
+    """
 
     params: Tensor  # the initial global parameters, flat fp32: their number, dtype and device
     num_clients: int

@@ -13,6 +13,18 @@ class Sums(Mapping[str, Tensor]):
 
     Accumulating in float64 makes the float32 result independent of the order of summation in practice, so a run
     gives the same model on one process or many.
+
+    Examples:
+        >>> import torch
+        >>> from lightfed import Sums
+        >>> sums = Sums({"delta": 2, "weight": 1}, torch.device("cpu"))
+        >>> sums.add("delta", torch.tensor([1.0, 2.0]), weight=3.0)
+        >>> sums.add("delta", torch.tensor([0.0, 4.0]), weight=1.0)
+        >>> sums.add("weight", 4.0)
+        >>> sums["delta"] / sums["weight"]
+        tensor([0.7500, 2.5000], dtype=torch.float64)
+        >>> sums.buffer  # what one all-reduce combines
+        tensor([ 3., 10.,  4.], dtype=torch.float64)
     """
 
     def __init__(self, sizes: Mapping[str, int], device: torch.device) -> None:

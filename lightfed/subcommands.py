@@ -14,9 +14,9 @@ from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.models import SmallCNN
 from lightfed.run.lost_process import ProcessLostError, collective_failed, lost_process_line, timed_out
+from lightfed.run.run_fabric import check_seed
 from lightfed.run.run_output import LoggerError
 from lightfed.run.settings import trainer_settings
-from lightfed.run.trainer_base import check_seed
 from lightfed.strategies import FedAvg, Strategy
 from lightfed.trainer import FederatedTrainer
 from lightfed.user_modules import user_modules

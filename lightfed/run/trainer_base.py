@@ -5,11 +5,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lightning import LightningModule
-from lightning.fabric import Fabric
 from lightning.fabric.loggers import Logger
 from torch import Tensor
 
-from lightfed.adapters import set_collective_timeout
 from lightfed.asynchronous.buffered_rounds import BufferedRounds, VirtualTimeLogging
 from lightfed.asynchronous.schedule import Asynchrony
 from lightfed.attacks.base import NO_ATTACK, Attack
@@ -19,7 +17,6 @@ from lightfed.core.transforms import Pipeline
 from lightfed.data.module import FederatedDataModule
 from lightfed.errors import ConfigError
 from lightfed.heterogeneity import LocalWork
-from lightfed.launcher import quiet_srun_hint
 from lightfed.privacy.base import NO_PRIVACY, ClientPrivacy
 from lightfed.run import run_checks
 from lightfed.run.checkpoint import LAST, rng_states
@@ -37,6 +34,7 @@ from lightfed.run.evaluation import (
 from lightfed.run.preemption import Preemption
 from lightfed.run.resume import checkpoint_to_resume, run_fingerprint
 from lightfed.run.rounds import SampledRounds
+from lightfed.run.run_fabric import build_fabric, check_seed
 from lightfed.run.run_output import RunOutput, check_writable, run_folder_of
 from lightfed.run.run_parts import RunParts
 from lightfed.run.run_state import RunState
@@ -51,8 +49,6 @@ from lightfed.run.settings import (
 )
 from lightfed.strategies.async_base import AsyncSetting, AsyncStrategy
 from lightfed.strategies.base import ServerContext, Strategy
-
-MAX_SEED = 2**32 - 1  # numpy's
 
 T = TypeVar("T", bound="TrainerBase")
 
@@ -334,29 +330,3 @@ class TrainerBase:
     def due(self, every_n_rounds: int) -> bool:
         """Whether the round just done is one of every ``every_n_rounds`` (the last round always is)."""
         return self.round % every_n_rounds == 0 or self.round == self.rounds
-
-
-def check_seed(seed: int) -> None:
-    """Refuses a seed numpy cannot take (Lightning's ``seed_everything`` seeds numpy with it)."""
-    if not 0 <= seed <= MAX_SEED:
-        raise ConfigError(f"seed_everything must be an integer from 0 to {MAX_SEED}, got {seed}")
-
-
-def build_fabric(processes: Processes, callbacks: list) -> Fabric:
-    """A ``Fabric`` whose collectives wait ``collective_timeout`` seconds; Lightning's refusal as a ``ConfigError``."""
-    quiet_srun_hint()
-    p = processes
-    try:
-        fabric = Fabric(
-            accelerator=p.accelerator,
-            devices=p.devices,
-            num_nodes=p.num_nodes,
-            precision=p.precision,  # type: ignore[arg-type]
-            callbacks=callbacks,
-        )
-        set_collective_timeout(fabric, p.collective_timeout)
-    except (RuntimeError, ValueError, TypeError) as error:  # Lightning's MisconfigurationException: a RuntimeError
-        raise ConfigError(
-            f"trainer.accelerator {p.accelerator!r} with trainer.devices {p.devices!r}, num_nodes {p.num_nodes}: {error}"
-        ) from None
-    return fabric

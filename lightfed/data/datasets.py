@@ -20,6 +20,18 @@ class TensorSplits:
     """A dataset held in memory: features float32, labels int64, and an optional natural client partition.
 
     `train_client_ids` gives each training example a natural client id (e.g. its writer), for `NaturalIdPartitioner`.
+
+    A source's ``load`` returns it; the partitioners read ``train_labels``.
+
+    Examples:
+        >>> import torch
+        >>> from lightfed.data import TensorSplits
+        >>> splits = TensorSplits(
+        ...     train_x=torch.zeros(6, 2), train_y=torch.tensor([0, 1, 0, 1, 2, 2]),
+        ...     test_x=torch.zeros(2, 2), test_y=torch.tensor([0, 2]), num_classes=3,
+        ... )
+        >>> splits.num_train, splits.num_test, splits.train_labels
+        (6, 2, array([0, 1, 0, 1, 2, 2]))
     """
 
     train_x: torch.Tensor
@@ -48,6 +60,17 @@ class DatasetSplits:
     """Map-style datasets read on demand; the training labels (for partitioners) and client ids when known.
 
     `val_indices`: the examples of `train` that are the dataset's own validation set (never given to a client).
+
+    Examples:
+        >>> import numpy as np
+        >>> import torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from lightfed.data import DatasetSplits
+        >>> train = TensorDataset(torch.zeros(4, 2), torch.tensor([0, 1, 1, 0]))
+        >>> test = TensorDataset(torch.zeros(2, 2), torch.tensor([0, 1]))
+        >>> splits = DatasetSplits(train, test, num_classes=2, train_labels=np.array([0, 1, 1, 0]))
+        >>> splits.num_train, splits.num_test
+        (4, 2)
     """
 
     train: Dataset
@@ -74,7 +97,30 @@ def size(dataset: Dataset) -> int:
 
 
 class DatasetSource(ABC):
-    """Where the examples come from; `load(seed)` returns them as tensors or as map-style datasets."""
+    """Where the examples come from; `load(seed)` returns them as tensors or as map-style datasets.
+
+    A source of your own subclasses it, and a config names it under ``data.dataset``:
+
+    ```yaml
+    data:
+      dataset: {class_path: my_project.data.Blobs}
+      partitioner: {class_path: lightfed.data.IIDPartitioner, init_args: {num_clients: 2}}
+    ```
+
+    Examples:
+        >>> import torch
+        >>> from lightfed.data import DatasetSource, TensorSplits
+        >>> class Blobs(DatasetSource):
+        ...     def load(self, seed):
+        ...         x = torch.randn(8, 2, generator=torch.Generator().manual_seed(seed))
+        ...         y = (x[:, 0] > 0).long()
+        ...         return TensorSplits(x[:6], y[:6], x[6:], y[6:], num_classes=2)
+        >>> splits = Blobs().load(seed=0)
+        >>> splits.num_train, splits.num_test
+        (6, 2)
+        >>> torch.equal(splits.train_x, Blobs().load(seed=0).train_x)  # the same seed, the same examples
+        True
+    """
 
     @abstractmethod
     def load(self, seed: int) -> TensorSplits | DatasetSplits:
@@ -87,7 +133,27 @@ def _check_fraction(test_fraction: float) -> None:
 
 
 class Digits(DatasetSource):
-    """scikit-learn's 8x8 handwritten digits (1797 images, 10 classes), no download needed."""
+    """scikit-learn's 8x8 handwritten digits (1797 images, 10 classes), no download needed.
+
+    In a config:
+
+    ```yaml
+    data:
+      dataset:
+        class_path: lightfed.data.Digits
+        init_args: {test_fraction: 0.2}
+    ```
+
+    Examples:
+        >>> from lightfed.data import Digits
+        >>> splits = Digits(test_fraction=0.2).load(seed=0)
+        >>> splits.num_train, splits.num_test, tuple(splits.train_x.shape[1:])
+        (1437, 360, (1, 8, 8))
+        >>> Digits(test_fraction=1.0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: test_fraction must be between 0 and 1 (exclusive), got 1.0
+    """
 
     def __init__(self, test_fraction: float = 0.2) -> None:
         """
@@ -129,6 +195,24 @@ class Synthetic(DatasetSource):
 
     With ``client_size`` every client holds that many examples, drawn in float32 (torch's generator) for blocks of
     clients at once: numbers of their own, not those of the FedProx-sized clients of the same seed.
+
+    In a config (no partitioner: the clients are the generated ones):
+
+    ```yaml
+    data:
+      dataset:
+        class_path: lightfed.data.Synthetic
+        init_args: {alpha: 1.0, beta: 1.0, num_clients: 30}
+    ```
+
+    Examples:
+        >>> from lightfed.data import Synthetic
+        >>> source = Synthetic(alpha=0.5, beta=0.5, num_clients=4, dim=5, num_classes=3, client_size=10)
+        >>> splits = source.load(seed=0)
+        >>> [len(client) for client in splits.client_indices], splits.num_test
+        ([8, 8, 8, 8], 8)
+        >>> tuple(splits.train_x.shape)
+        (32, 5)
     """
 
     BLOCK = 1 << 22  # values (clients x client_size x dim) drawn at once with client_size
@@ -327,7 +411,29 @@ class _TorchvisionSource(DatasetSource):
 
 
 class CIFAR10(_TorchvisionSource):
-    """CIFAR-10: 32x32 colour images, 10 classes, 50000 train and 10000 test."""
+    """CIFAR-10: 32x32 colour images, 10 classes, 50000 train and 10000 test.
+
+    In a config (the python files under ``data/``):
+
+    ```yaml
+    data:
+      dataset:
+        class_path: lightfed.data.CIFAR10
+        init_args: {root: data, download: false}
+    ```
+
+    Examples:
+        >>> import tempfile
+        >>> from lightfed.data import CIFAR10
+        >>> CIFAR10.num_classes, CIFAR10.mean
+        (10, (0.4914, 0.4822, 0.4465))
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     CIFAR10(root=root).load(seed=0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.DatasetNotFoundError: CIFAR10 files missing or corrupted in .../cifar-10-batches-py (expected
+        data_batch_1..5, test_batch, batches.meta); pass download=True or copy them there
+    """
 
     dataset_class = torchvision.datasets.CIFAR10
     folder = "cifar-10-batches-py"
@@ -338,7 +444,29 @@ class CIFAR10(_TorchvisionSource):
 
 
 class CIFAR100(_TorchvisionSource):
-    """CIFAR-100: 32x32 colour images, 100 fine classes, 50000 train and 10000 test."""
+    """CIFAR-100: 32x32 colour images, 100 fine classes, 50000 train and 10000 test.
+
+    In a config:
+
+    ```yaml
+    data:
+      dataset:
+        class_path: lightfed.data.CIFAR100
+        init_args: {root: data, download: false}
+    ```
+
+    Examples:
+        >>> import tempfile
+        >>> from lightfed.data import CIFAR100
+        >>> CIFAR100.num_classes, CIFAR100.folder
+        (100, 'cifar-100-python')
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     CIFAR100(root=root).load(seed=0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.DatasetNotFoundError: CIFAR100 files missing or corrupted in .../cifar-100-python (expected
+        train, test, meta); pass download=True or copy them there
+    """
 
     dataset_class = torchvision.datasets.CIFAR100
     folder = "cifar-100-python"
@@ -349,7 +477,29 @@ class CIFAR100(_TorchvisionSource):
 
 
 class MNIST(_TorchvisionSource):
-    """MNIST: 28x28 grey handwritten digits, 10 classes, 60000 train and 10000 test."""
+    """MNIST: 28x28 grey handwritten digits, 10 classes, 60000 train and 10000 test.
+
+    In a config:
+
+    ```yaml
+    data:
+      dataset:
+        class_path: lightfed.data.MNIST
+        init_args: {root: data, download: false}
+    ```
+
+    Examples:
+        >>> import tempfile
+        >>> from lightfed.data import MNIST
+        >>> MNIST.num_classes, MNIST.mean, MNIST.std
+        (10, (0.1307,), (0.3081,))
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     MNIST(root=root).load(seed=0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.DatasetNotFoundError: MNIST files missing or corrupted in .../MNIST/raw (expected ...);
+        pass download=True or copy them there
+    """
 
     dataset_class = torchvision.datasets.MNIST
     folder = "MNIST/raw"
@@ -360,7 +510,29 @@ class MNIST(_TorchvisionSource):
 
 
 class FashionMNIST(_TorchvisionSource):
-    """Fashion-MNIST: 28x28 grey clothing images, 10 classes, 60000 train and 10000 test."""
+    """Fashion-MNIST: 28x28 grey clothing images, 10 classes, 60000 train and 10000 test.
+
+    In a config:
+
+    ```yaml
+    data:
+      dataset:
+        class_path: lightfed.data.FashionMNIST
+        init_args: {root: data, download: false}
+    ```
+
+    Examples:
+        >>> import tempfile
+        >>> from lightfed.data import FashionMNIST
+        >>> FashionMNIST.num_classes, FashionMNIST.folder
+        (10, 'FashionMNIST/raw')
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     FashionMNIST(root=root).load(seed=0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.DatasetNotFoundError: FashionMNIST files missing or corrupted in .../FashionMNIST/raw
+        (expected ...); pass download=True or copy them there
+    """
 
     dataset_class = torchvision.datasets.FashionMNIST
     folder = "FashionMNIST/raw"

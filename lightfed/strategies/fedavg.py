@@ -17,7 +17,35 @@ def fedavg_step(params: Tensor, weighted_delta_sum: Tensor, weight_sum: float, s
 
 
 class FedAvg(SumsStrategy):
-    """Clients' deltas averaged with weights proportional to their number of examples (or uniformly)."""
+    """Clients' deltas averaged with weights proportional to their number of examples (or uniformly).
+
+    In a config:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.FedAvg
+      init_args: {server_lr: 1.0, weighting: examples}
+    ```
+
+    Examples:
+        Two clients, of 30 and 10 examples:
+
+        >>> import torch
+        >>> from lightfed import ClientUpdate, Sums
+        >>> from lightfed.strategies import FedAvg, ServerContext
+        >>> strategy = FedAvg()
+        >>> strategy.setup(ServerContext(torch.zeros(2), num_clients=2))
+        >>> sums = Sums(strategy.sum_sizes(), torch.device("cpu"))
+        >>> for client, (delta, examples) in enumerate([([1.0, 0.0], 30), ([0.0, 1.0], 10)]):
+        ...     update = ClientUpdate(client, torch.tensor(delta), torch.zeros(0), examples, 1, 1.0, torch.tensor(0.0))
+        ...     strategy.accumulate(sums, update)
+        >>> strategy.aggregate(torch.zeros(2), sums, round=0)
+        tensor([0.7500, 0.2500])
+        >>> FedAvg(server_lr=0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: strategy.server_lr must be > 0, got 0
+    """
 
     def __init__(self, server_lr: float = 1.0, weighting: Literal["examples", "uniform"] = "examples") -> None:
         """

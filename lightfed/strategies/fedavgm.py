@@ -20,7 +20,32 @@ def momentum_step(
 
 
 class FedAvgM(FedAvg):
-    """Example-weighted mean delta, applied through server momentum."""
+    """Example-weighted mean delta, applied through server momentum.
+
+    In a config:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.FedAvgM
+      init_args: {server_lr: 1.0, momentum: 0.9}
+    ```
+
+    Examples:
+        The same mean delta two rounds running: the second step adds the momentum of the first.
+
+        >>> import torch
+        >>> from lightfed.strategies import FedAvgM, ServerContext
+        >>> strategy = FedAvgM(momentum=0.5)
+        >>> strategy.setup(ServerContext(torch.zeros(1), num_clients=1))
+        >>> sums = {"delta": torch.tensor([1.0]), "weight": torch.tensor(1.0)}  # a round's sums (sum_sizes)
+        >>> params = strategy.aggregate(torch.zeros(1), sums, round=0)
+        >>> strategy.aggregate(params, sums, round=1)
+        tensor([2.5000])
+        >>> FedAvgM(momentum=1.0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: strategy.momentum must be in [0, 1), got 1.0
+    """
 
     def __init__(self, server_lr: float = 1.0, momentum: float = 0.9) -> None:
         """

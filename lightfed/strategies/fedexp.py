@@ -23,6 +23,31 @@ class FedExP(FedAvg):
 
     The options give the authors' released code (``weighting="examples"``, ``eps_times_clients=True``,
     ``eps_decay=0.998**2``, ``evaluate="average_last_two"``); see docs/corrections/baselines.md.
+
+    In a config:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.FedExP
+      init_args: {eps: 0.001}
+    ```
+
+    Examples:
+        Two clients that disagree: the server steps more than 1 along their mean delta.
+
+        >>> import torch
+        >>> from lightfed import ClientUpdate, Sums
+        >>> from lightfed.strategies import FedExP, ServerContext
+        >>> strategy = FedExP(eps=1e-3)
+        >>> strategy.setup(ServerContext(torch.zeros(1), num_clients=2))
+        >>> sums = Sums(strategy.sum_sizes(), torch.device("cpu"))
+        >>> for client, delta in enumerate([3.0, -1.0]):
+        ...     update = ClientUpdate(client, torch.tensor([delta]), torch.zeros(0), 10, 1, 1.0, torch.tensor(0.0))
+        ...     strategy.accumulate(sums, update)
+        >>> strategy.aggregate(torch.zeros(1), sums, round=0)  # 10 / (2 x 2 x (1 + eps)) x the mean delta 1
+        tensor([2.4975])
+        >>> round(strategy.metrics()["server_lr"], 4)
+        2.4975
     """
 
     requirements = Requirements(reads_each_update=True)  # its step size reads each client's squared delta norm

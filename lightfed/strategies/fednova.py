@@ -24,6 +24,29 @@ class FedNova(FedAvg):
     the weighted mean (weights p_i as in FedAvg) is rescaled by the weighted mean T_i. With equal local work this is FedAvg.
 
     T_i is the plain-SGD normaliser; with client momentum rho the paper's a_i = sum_k (1 - rho^k)/(1 - rho) differs.
+
+    In a config:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.FedNova
+      init_args: {normalise_by: local_time}
+    ```
+
+    Examples:
+        One client takes four steps of size 1, the other one: FedAvg's mean delta would be 1.5.
+
+        >>> import torch
+        >>> from lightfed import ClientUpdate, Sums
+        >>> from lightfed.strategies import FedNova, ServerContext
+        >>> strategy = FedNova()
+        >>> strategy.setup(ServerContext(torch.zeros(1), num_clients=2))
+        >>> sums = Sums(strategy.sum_sizes(), torch.device("cpu"))
+        >>> for client, (delta, steps) in enumerate([(2.0, 4), (1.0, 1)]):
+        ...     update = ClientUpdate(client, torch.tensor([delta]), torch.zeros(0), 10, steps, steps, torch.tensor(0.0))
+        ...     strategy.accumulate(sums, update)
+        >>> strategy.aggregate(torch.zeros(1), sums, round=0)  # 2.5 x the mean of 2 / 4 and 1 / 1
+        tensor([1.8750])
     """
 
     requirements = Requirements(plain_sgd=True, reads_each_update=True)  # normalises each delta by its steps of lr

@@ -30,7 +30,29 @@ class ProximalTerm(LocalRule):
 
 
 class FedProx(FedAvg):
-    """FedAvg aggregation; each client's gradient gets the proximal term mu (w - w_global)."""
+    """FedAvg aggregation; each client's gradient gets the proximal term mu (w - w_global).
+
+    In a config:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.FedProx
+      init_args: {mu: 0.01}
+    ```
+
+    Examples:
+        Each client's plan carries the proximal term as its local rule:
+
+        >>> from lightfed import ClientPlan
+        >>> from lightfed.strategies import FedProx
+        >>> plan = FedProx(mu=0.1).configure_client(ClientPlan(client_id=0, round=0, seed=0))
+        >>> type(plan.rule).__name__, plan.rule.mu
+        ('ProximalTerm', 0.1)
+        >>> FedProx(mu=-1.0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: strategy.mu must be >= 0, got -1.0
+    """
 
     def __init__(self, mu: float = 0.01, server_lr: float = 1.0) -> None:
         """

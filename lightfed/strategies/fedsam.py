@@ -12,7 +12,27 @@ from lightfed.strategies.fedavg import FedAvg
 
 
 class FedSAM(FedAvg):
-    """FedAvg whose clients step with the gradient at w + rho g / ||g|| (sharpness-aware minimisation)."""
+    """FedAvg whose clients step with the gradient at w + rho g / ||g|| (sharpness-aware minimisation).
+
+    In a config:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.FedSAM
+      init_args: {rho: 0.05}
+    ```
+
+    Examples:
+        >>> from lightfed import ClientPlan
+        >>> from lightfed.strategies import FedSAM
+        >>> plan = FedSAM(rho=0.05).configure_client(ClientPlan(client_id=0, round=0, seed=0))
+        >>> type(plan.rule).__name__
+        'SharpnessAware'
+        >>> FedSAM(rho=-1)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: SAM's rho must be >= 0, got -1
+    """
 
     adaptive = False
 
@@ -35,7 +55,22 @@ class FedSAM(FedAvg):
 
 
 class FedASAM(FedSAM):
-    """FedAvg whose clients take ASAM steps: ascent rho T^2 g / ||T g||, T = |w| + eta (Kwon et al. 2021)."""
+    """FedAvg whose clients take ASAM steps: ascent rho T^2 g / ||T g||, T = |w| + eta (Kwon et al. 2021).
+
+    In a config:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.FedASAM
+      init_args: {rho: 0.5, eta: 0.01}
+    ```
+
+    Examples:
+        >>> from lightfed.strategies import FedASAM
+        >>> strategy = FedASAM()
+        >>> strategy.rho, strategy.eta, strategy.adaptive
+        (0.5, 0.01, True)
+    """
 
     adaptive = True
 

@@ -25,7 +25,29 @@ class ClientPrivacy(ABC):
     """A differential-privacy mechanism applied to every client's local training (``trainer.privacy``).
 
     Per-client state (an accountant) lives in its own store, ``client_states``, on the process that trains the client
-    (``Requirements(client_state=True)``)."""
+    (``Requirements(client_state=True)``).
+
+    In a config, a mechanism is the trainer's:
+
+    ```yaml
+    trainer:
+      privacy:
+        class_path: lightfed.privacy.DPSGD
+        init_args: {noise_multiplier: 1.0, max_grad_norm: 1.0}
+    ```
+
+    Examples:
+        Every mechanism that changes how clients train refuses 16-bit mixed precision:
+
+        >>> from lightfed.privacy import DPSGD, ClientPrivacy
+        >>> privacy = DPSGD(noise_multiplier=1.0)
+        >>> isinstance(privacy, ClientPrivacy), privacy.private
+        (True, True)
+        >>> privacy.check_precision("16-mixed")
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: differential privacy needs trainer.precision 32-true, got '16-mixed': ...
+    """
 
     requirements = Requirements()
     private = True  # changes how clients train (``NoPrivacy``: not)
@@ -81,7 +103,15 @@ class ClientPrivacy(ABC):
 
 
 class NoPrivacy(ClientPrivacy):
-    """No mechanism (the default ``trainer.privacy``): clients train as they are, and nothing is accounted."""
+    """No mechanism (the default ``trainer.privacy``): clients train as they are, and nothing is accounted.
+
+    Examples:
+        >>> from lightfed.privacy import NoPrivacy
+        >>> privacy = NoPrivacy()
+        >>> privacy.private, privacy.accounts
+        (False, False)
+        >>> privacy.check_precision("16-mixed")  # any precision
+    """
 
     private = False
     accounts = False

@@ -18,6 +18,28 @@ class ClippedGaussianNoise(ClientPrivacy):
 
     It clips the batch gradient, not each example's, and keeps no accountant: it gives no example-level guarantee
     comparable to ``DPSGD`` (see docs/corrections/adaptfed.md); it is here to reproduce the paper.
+
+    In a config:
+
+    ```yaml
+    trainer:
+      privacy:
+        class_path: lightfed.privacy.ClippedGaussianNoise
+        init_args: {sigma2: 0.01, max_grad_norm: 1.0}
+    ```
+
+    Examples:
+        With sigma^2 = 0.04, C = 1 and 4 clients a round, the noise std is 0.2 / sqrt(4):
+
+        >>> from lightfed.privacy import ClippedGaussianNoise
+        >>> privacy = ClippedGaussianNoise(sigma2=0.04, max_grad_norm=1.0)
+        >>> privacy.setup(data=None, clients_per_round=4, planned=list)
+        >>> privacy.noise_std()
+        0.1
+        >>> ClippedGaussianNoise(sigma2=-1.0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: trainer.privacy.sigma2 must be >= 0, got -1.0
     """
 
     accounts = False  # no epsilon: what clients send besides their gradient steps is not checked against one

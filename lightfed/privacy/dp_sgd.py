@@ -88,6 +88,28 @@ class DPSGD(ClientPrivacy):
 
     Under a sharpness-aware rule a step releases two private gradients of the same Poisson batch; that step is
     accounted as one subsampled Gaussian mechanism with noise noise_multiplier / sqrt(2) (see docs/guides/privacy.md).
+
+    In a config:
+
+    ```yaml
+    trainer:
+      privacy:
+        class_path: lightfed.privacy.DPSGD
+        init_args: {noise_multiplier: 1.0, max_grad_norm: 1.0, target_epsilon: 8.0, target_delta: 1.0e-05}
+    ```
+
+    Examples:
+        A budget makes the run stop before a client would exceed it; a mechanism needs noise or a budget:
+
+        >>> from lightfed.privacy import DPSGD
+        >>> DPSGD(noise_multiplier=1.0, target_epsilon=8.0).limits_budget
+        True
+        >>> DPSGD(noise_multiplier=1.0).limits_budget
+        False
+        >>> DPSGD()
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: trainer.privacy needs noise_multiplier or target_epsilon (or both)
     """
 
     requirements = Requirements(client_state=True)  # one accountant per client, where the client trains

@@ -41,6 +41,35 @@ class SecureAggregation(Transform):
     the survivors' masks with them (the seeds recovered from secret shares, which needs ``threshold`` of every
     affected client's neighbours to survive). Noise a transform before it adds on the client (UserLevelDP's
     distributed noise) is quantized with the rest.
+
+    In a config, it stands last under ``transforms:``:
+
+    ```yaml
+    transforms:
+      - class_path: lightfed.transforms.SecureAggregation
+        init_args: {bits: 16, clip_range: 1.0, modulus_bits: 32}
+    ```
+
+    Examples:
+        Three clients seal their deltas; the server sees masked integers and recovers the quantized sum:
+
+        >>> import torch
+        >>> from lightfed import Sums
+        >>> from lightfed.core.transforms import TransformContext
+        >>> from lightfed.strategies import ServerContext
+        >>> from lightfed.transforms import SecureAggregation
+        >>> secagg = SecureAggregation(bits=8, clip_range=1.0, rounding="nearest")
+        >>> server = ServerContext(torch.zeros(2), num_clients=3, clients_per_round=3, rounds=1)
+        >>> secagg.setup(TransformContext(server, {"delta": 2}, cohort=lambda round: [0, 1, 2], sealed={"delta": 2}))
+        >>> sums = Sums({"delta": 2, **secagg.sum_sizes()}, torch.device("cpu"))
+        >>> deltas = [torch.tensor([0.5, -0.5]), torch.tensor([0.25, 0.0]), torch.tensor([-1.0, 1.0])]
+        >>> for client_id, delta in enumerate(deltas):
+        ...     secagg.seal(delta, client_id, 0, sums)
+        >>> sums["secure_aggregation/masked"]
+        tensor([3.1151e+09, 2.4837e+09], dtype=torch.float64)
+        >>> secagg.recovered(sums, 0)
+        >>> sums["delta"].round(decimals=2)
+        tensor([-0.2500,  0.5100], dtype=torch.float64)
     """
 
     seals = True

@@ -37,11 +37,40 @@ class UserLevelDP(Transform):
     (noise_multiplier^-2 - (2 count_stddev)^-2)^-1/2.
 
     Every process draws the same noise (seeded by ``noise_seed``, by default ``trainer.seed``, and the round), so 1
-    and N processes give the same model. Epsilon (Opacus' accountant, at ``target_delta``, one subsampled Gaussian step per round) is logged every
-    round as ``user_level_dp/epsilon``, kept in checkpoints, and with ``target_epsilon`` the run stops (with a
-    checkpoint of the last round within it) at the first round that would exceed it.
+    and N processes give the same model. Epsilon (Opacus' accountant, at ``target_delta``, one subsampled Gaussian
+    step per round) is logged every round as ``user_level_dp/epsilon``, kept in checkpoints, and with
+    ``target_epsilon`` the run stops (with a checkpoint of the last round within it) at the first round that would
+    exceed it.
 
     The noise assumes the clip: a transform that may change deltas (a compressor) stands before it.
+
+    In a config:
+
+    ```yaml
+    strategy: {class_path: lightfed.strategies.FedAvg}
+    transforms:
+      - class_path: lightfed.transforms.UserLevelDP
+        init_args: {noise_multiplier: 1.0, clip: 1.0, target_delta: 1.0e-05}
+    ```
+
+    Examples:
+        A client's delta of norm 5 is clipped to norm 1 and weighs 1; the unclipped count gets -1/2:
+
+        >>> import torch
+        >>> from lightfed import ClientUpdate, Sums
+        >>> from lightfed.transforms import UserLevelDP
+        >>> dp = UserLevelDP(noise_multiplier=1.0, clip=1.0)
+        >>> update = ClientUpdate(0, torch.tensor([3.0, 4.0]), torch.zeros(0), 50, 5, 5.0, torch.tensor(0.0))
+        >>> sums = Sums(dp.sum_sizes(), torch.device("cpu"))
+        >>> sent = dp.contribution(update, 0, sums)
+        >>> sent.delta, sent.num_examples
+        (tensor([0.6000, 0.8000], dtype=torch.float64), 1)
+        >>> sums["user_level_dp/unclipped_count"]
+        tensor([-0.5000], dtype=torch.float64)
+        >>> UserLevelDP(noise_multiplier=1.0, target_quantile=1.5)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: UserLevelDP's target_quantile must be in (0, 1)
     """
 
     bounds_norm = True

@@ -17,7 +17,26 @@ def _check_alpha_and_min_size(alpha: float, min_size: int = 1) -> None:
 
 
 class Partitioner(ABC):
-    """Splits example indices across clients, deterministically from a seed."""
+    """Splits example indices across clients, deterministically from a seed.
+
+    A partitioner of your own subclasses it and defines ``split``; a config names it under ``data.partitioner``.
+
+    Examples:
+        >>> import numpy as np
+        >>> from lightfed.data import Partitioner
+        >>> class EvenOdd(Partitioner):
+        ...     def split(self, labels, seed):
+        ...         indices = np.arange(len(labels))
+        ...         return [indices[indices % 2 == k] for k in range(self.num_clients)]
+        >>> labels = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2, 2])
+        >>> [part.tolist() for part in EvenOdd(num_clients=2).partition(labels, seed=0)]
+        [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]
+        >>> EvenOdd(num_clients=3).partition(labels, seed=0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: partition of 10 examples leaves client 2 empty; use fewer clients than 3 or another
+        partitioner
+    """
 
     needs_labels = True  # False: splits any examples, labelled or not (the labels it is given are all 0)
 
@@ -55,7 +74,24 @@ class Partitioner(ABC):
 
 
 class IIDPartitioner(Partitioner):
-    """Uniformly random split into near-equal parts."""
+    """Uniformly random split into near-equal parts.
+
+    In a config:
+
+    ```yaml
+    data:
+      partitioner:
+        class_path: lightfed.data.IIDPartitioner
+        init_args: {num_clients: 10}
+    ```
+
+    Examples:
+        >>> import numpy as np
+        >>> from lightfed.data import IIDPartitioner
+        >>> labels = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2, 2])
+        >>> [part.tolist() for part in IIDPartitioner(num_clients=2).partition(labels, seed=0)]
+        [[2, 3, 4, 6, 7], [0, 1, 5, 8, 9]]
+    """
 
     needs_labels = False
 
@@ -71,6 +107,28 @@ class DirichletPartitioner(Partitioner):
     As in FedLab and FL-bench, a client already holding more than its equal share gets no
     more examples of later classes, and the draw is repeated until every client holds at
     least `min_size` examples. Smaller alpha means more skew.
+
+    In a config:
+
+    ```yaml
+    data:
+      partitioner:
+        class_path: lightfed.data.DirichletPartitioner
+        init_args: {num_clients: 20, alpha: 0.3}
+    ```
+
+    Examples:
+        >>> import numpy as np
+        >>> from lightfed.data import DirichletPartitioner
+        >>> labels = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2, 2])
+        >>> partitioner = DirichletPartitioner(num_clients=2, alpha=0.5, min_size=2)
+        >>> [part.tolist() for part in partitioner.partition(labels, seed=0)]
+        [[6, 7, 8, 9], [0, 1, 2, 3, 4, 5]]
+        >>> DirichletPartitioner(num_clients=2, min_size=10).partition(labels, seed=0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: 2 clients with min_size=10 need more than the 10 examples; lower min_size or
+        num_clients
     """
 
     max_tries = 1000
@@ -119,7 +177,24 @@ class DirichletPartitioner(Partitioner):
 
 
 class ShardPartitioner(Partitioner):
-    """Pathological non-IID split (McMahan et al. 2017): each client gets a few label-sorted shards."""
+    """Pathological non-IID split (McMahan et al. 2017): each client gets a few label-sorted shards.
+
+    In a config:
+
+    ```yaml
+    data:
+      partitioner:
+        class_path: lightfed.data.ShardPartitioner
+        init_args: {num_clients: 20, classes_per_client: 2}
+    ```
+
+    Examples:
+        >>> import numpy as np
+        >>> from lightfed.data import ShardPartitioner
+        >>> labels = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2, 2])
+        >>> [part.tolist() for part in ShardPartitioner(num_clients=2, classes_per_client=1).partition(labels, seed=0)]
+        [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+    """
 
     def __init__(self, num_clients: int, classes_per_client: int = 2) -> None:
         """
@@ -152,6 +227,23 @@ class QuantitySkewPartitioner(Partitioner):
 
     Every client gets `min_size` examples and a Dir(alpha) share of the rest, cut from one shuffled order, so each
     client's labels follow the dataset's. Smaller alpha means more unequal sizes.
+
+    In a config:
+
+    ```yaml
+    data:
+      partitioner:
+        class_path: lightfed.data.QuantitySkewPartitioner
+        init_args: {num_clients: 20, alpha: 0.5, min_size: 10}
+    ```
+
+    Examples:
+        >>> import numpy as np
+        >>> from lightfed.data import QuantitySkewPartitioner
+        >>> labels = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2, 2])
+        >>> partitioner = QuantitySkewPartitioner(num_clients=2, alpha=1.0, min_size=2)
+        >>> [part.tolist() for part in partitioner.partition(labels, seed=0)]
+        [[2, 4, 7, 9], [0, 1, 3, 5, 6, 8]]
     """
 
     needs_labels = False
@@ -189,6 +281,22 @@ class BalancedDirichletPartitioner(Partitioner):
     Each client draws its label mix from Dir(alpha) over the classes; clients then take examples one at a time in a
     random interleaving, each drawing the label of its next example from its mix over the classes not used up yet.
     Client sizes differ by at most 1 and every example is used. Smaller alpha means more skew.
+
+    In a config:
+
+    ```yaml
+    data:
+      partitioner:
+        class_path: lightfed.data.BalancedDirichletPartitioner
+        init_args: {num_clients: 20, alpha: 0.5}
+    ```
+
+    Examples:
+        >>> import numpy as np
+        >>> from lightfed.data import BalancedDirichletPartitioner
+        >>> labels = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2, 2])
+        >>> [part.tolist() for part in BalancedDirichletPartitioner(num_clients=2).partition(labels, seed=0)]
+        [[0, 1, 2, 3, 7], [4, 5, 6, 8, 9]]
     """
 
     def __init__(self, num_clients: int, alpha: float = 0.5) -> None:
@@ -225,7 +333,27 @@ class BalancedDirichletPartitioner(Partitioner):
 
 class NaturalIdPartitioner(Partitioner):
     """One client per natural id the dataset gives its examples (e.g. a writer): client k holds the examples of the
-    k-th distinct id in sorted order."""
+    k-th distinct id in sorted order.
+
+    In a config (a dataset with natural client ids, such as ``MarkovText``'s writers):
+
+    ```yaml
+    data:
+      partitioner: {class_path: lightfed.data.NaturalIdPartitioner}
+    ```
+
+    Examples:
+        >>> import numpy as np
+        >>> from lightfed.data import NaturalIdPartitioner
+        >>> writers = np.array(["bob", "ann", "bob", "cat"])
+        >>> [part.tolist() for part in NaturalIdPartitioner().partition(None, seed=0, client_ids=writers)]
+        [[1], [0, 2], [3]]
+        >>> NaturalIdPartitioner(num_clients=2).partition(None, seed=0, client_ids=writers)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: the dataset has 3 distinct client ids but num_clients is 2; set num_clients to 3 or
+        null
+    """
 
     def __init__(self, num_clients: int | None = None) -> None:
         """
@@ -266,6 +394,23 @@ class PathologicalPartitioner(Partitioner):
     ``assignment``: ``random`` (each client draws its classes without replacement), ``deterministic`` (client k holds
     classes k, k + 1, ... in sorted order, cyclically) or ``first-deterministic`` (client k holds class k, cyclically,
     and draws the rest).
+
+    In a config:
+
+    ```yaml
+    data:
+      partitioner:
+        class_path: lightfed.data.PathologicalPartitioner
+        init_args: {num_clients: 20, classes_per_client: 2, assignment: random}
+    ```
+
+    Examples:
+        >>> import numpy as np
+        >>> from lightfed.data import PathologicalPartitioner
+        >>> labels = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2, 2])
+        >>> partitioner = PathologicalPartitioner(num_clients=3, classes_per_client=1, assignment="deterministic")
+        >>> [part.tolist() for part in partitioner.partition(labels, seed=0)]
+        [[0, 1, 2], [3, 4, 5], [6, 7, 8, 9]]
     """
 
     assignments = ("random", "deterministic", "first-deterministic")
@@ -325,6 +470,23 @@ class SizeSkewPartitioner(Partitioner):
 
     With ``shuffle`` the clients take consecutive runs of a random order of the examples (from the seed); without it,
     of the dataset's order, which is Flower's partition exactly.
+
+    In a config:
+
+    ```yaml
+    data:
+      partitioner:
+        class_path: lightfed.data.SizeSkewPartitioner
+        init_args: {num_clients: 20, growth: square}
+    ```
+
+    Examples:
+        >>> import numpy as np
+        >>> from lightfed.data import SizeSkewPartitioner
+        >>> labels = np.zeros(10, dtype=np.int64)
+        >>> partitioner = SizeSkewPartitioner(num_clients=3, growth="linear", shuffle=False)
+        >>> [part.tolist() for part in partitioner.partition(labels, seed=0)]
+        [[0], [1, 2, 3], [4, 5, 6, 7, 8, 9]]
     """
 
     needs_labels = False

@@ -12,7 +12,31 @@ from lightfed.streams import Stream
 
 class Asynchrony:
     """Settings of buffered asynchronous training: ``concurrency`` clients (M_c) train at once, the server
-    aggregates every ``trainer.clients_per_round`` (S) arrivals, and job durations come from ``delays``."""
+    aggregates every ``trainer.clients_per_round`` (S) arrivals, and job durations come from ``delays``.
+
+    In a config:
+
+    ```yaml
+    trainer:
+      clients_per_round: 5  # S
+    asynchronous:
+      concurrency: 10  # M_c
+      delays: {class_path: lightfed.asynchronous.delays.SpeedTiers}
+    ```
+
+    Examples:
+        >>> from lightfed import Asynchrony, FederatedTrainer
+        >>> asynchrony = Asynchrony(concurrency=10)
+        >>> type(asynchrony.delays).__name__
+        'SpeedTiers'
+        >>> trainer = FederatedTrainer.from_settings(asynchrony, accelerator="cpu", clients_per_round=5, logger=False)
+        >>> trainer.asynchronous
+        True
+        >>> Asynchrony(concurrency=0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: asynchronous.concurrency must be >= 1, got 0
+    """
 
     def __init__(self, concurrency: int = 20, delays: DelayModel | None = None) -> None:
         """

@@ -13,7 +13,29 @@ from lightfed.optim.sam import check_sam_settings, sam_perturbation
 class SharpnessAware(LocalRule):
     """Replaces each step's gradient g(w) by g(w + e(w)), e from ``sam_perturbation``; the same batch is evaluated
     twice, and the running statistics move in both passes. Under DP-SGD both gradients are private (see
-    ``lightfed.privacy.DPSGD``)."""
+    ``lightfed.privacy.DPSGD``).
+
+    ``FedSAM`` and ``FedASAM`` give it to every client; in a config:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.FedSAM
+      init_args: {rho: 0.05}
+    ```
+
+    Examples:
+        >>> import torch
+        >>> from lightfed.local import SharpnessAware
+        >>> rule = SharpnessAware(rho=0.5)
+        >>> rule.gradients_per_step
+        2
+        >>> rule.second_point(params=torch.zeros(2), grad=torch.tensor([3.0, 4.0]))  # w + rho g / ||g||
+        tensor([0.3000, 0.4000])
+        >>> SharpnessAware(rho=-1.0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: SAM's rho must be >= 0, got -1.0
+    """
 
     vectorizes = True  # w + e(w) is its second point, evaluated for many clients at once (e from the row's norm)
     keeps_second_statistics = True

@@ -35,6 +35,25 @@ class SAM(Optimizer):
     ``step(closure)`` expects the gradient at w in ``.grad``; ``closure`` zeroes the gradients and recomputes them
     (lightfed's client loop passes one when ``configure_optimizers`` returns a ``SAM``). ``first_step`` and
     ``second_step`` are the two halves for loops that evaluate the model themselves.
+
+    A module's ``configure_optimizers`` returns one; a config gives the same steps to any model with
+    ``strategy: {class_path: lightfed.strategies.FedSAM}`` (``lightfed.local.SharpnessAware``).
+
+    Examples:
+        >>> import torch
+        >>> from lightfed.optim import SAM
+        >>> w = torch.nn.Parameter(torch.tensor([3.0, 4.0]))
+        >>> optimizer = SAM([w], torch.optim.SGD, rho=0.5, lr=0.1)
+        >>> def closure():
+        ...     optimizer.zero_grad()
+        ...     loss = (w**2).sum() / 2  # its gradient is w
+        ...     loss.backward()
+        ...     return loss
+        >>> closure().item()  # the gradient at w, in .grad
+        12.5
+        >>> optimizer.step(closure)  # SGD's step with the gradient at w + e(w) = [3.3, 4.4]
+        >>> w.detach()
+        tensor([2.6700, 3.5600])
     """
 
     def __init__(

@@ -34,6 +34,26 @@ class FederatedTrainer(TrainerBase):
     Each process holds one module instance; the clients of a round are split across processes and combined by the
     round engine (``lightfed.run.engine``). ``fit`` is the round loop; callbacks (``lightfed.callbacks``) observe it
     through the attributes ``lightfed.callbacks.TrainerState`` lists.
+
+    ``lightfed fit`` builds it from the config's ``trainer:`` keys (``from_settings``):
+
+    ```yaml
+    trainer:
+      accelerator: cpu
+      rounds: 20
+      clients_per_round: 10
+      local_epochs: 2
+    ```
+
+    Examples:
+        >>> from lightfed import FederatedTrainer
+        >>> trainer = FederatedTrainer.from_settings(accelerator="cpu", rounds=20, local_epochs=2, logger=False)
+        >>> trainer.rounds, trainer.clients_per_round, trainer.local.epochs, trainer.fabric.world_size
+        (20, 10, 2, 1)
+        >>> FederatedTrainer.from_settings(rounds=0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: trainer.rounds must be >= 1, got 0
     """
 
     def fit(

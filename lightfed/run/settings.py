@@ -29,7 +29,27 @@ def at_least(**settings: tuple[float, float]) -> None:
 
 @dataclass(frozen=True)
 class Processes:
-    """Where and how the run's processes train; see ``trainer_settings``."""
+    """Where and how the run's processes train; see ``trainer_settings``.
+
+    In a config:
+
+    ```yaml
+    trainer:
+      accelerator: gpu
+      devices: 2
+      precision: bf16-mixed
+    ```
+
+    Examples:
+        >>> from lightfed.run.settings import Processes, trainer_settings
+        >>> trainer_settings(accelerator="gpu", devices=2, precision="bf16-mixed")["processes"]
+        Processes(accelerator='gpu', devices=2, num_nodes=1, precision='bf16-mixed', collective_timeout=1800.0,
+                  clients_in_parallel='auto', check_replicas=False, deterministic=False)
+        >>> Processes(clients_in_parallel=0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: trainer.clients_in_parallel must be 'auto', 'vectorized' or an integer >= 1, got 0
+    """
 
     accelerator: str = "auto"
     devices: int | str = 1
@@ -59,7 +79,27 @@ class Processes:
 
 @dataclass(frozen=True)
 class LocalTraining:
-    """What each client does in a round; see ``trainer_settings``."""
+    """What each client does in a round; see ``trainer_settings`` (its keys start with ``local_``).
+
+    In a config:
+
+    ```yaml
+    trainer:
+      local_epochs: null
+      local_steps: 10
+      local_lr: loguniform:1e-4:1e-1  # drawn per client
+    ```
+
+    Examples:
+        >>> from lightfed.run.settings import LocalTraining, trainer_settings
+        >>> local = trainer_settings(local_epochs=None, local_steps=10, local_lr="loguniform:1e-4:1e-1")["local"]
+        >>> local.epochs, local.steps, local.lr
+        (None, 10, 'loguniform:1e-4:1e-1')
+        >>> LocalTraining(lr=0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: trainer.local_lr must be > 0 and at most 3.403e+38 (float32's largest), got 0
+    """
 
     epochs: int | str | None = 1
     steps: int | str | None = None
@@ -86,7 +126,27 @@ class LocalTraining:
 
 @dataclass(frozen=True)
 class EvaluationSettings:
-    """When and on what the global model and the clients are evaluated; see ``trainer_settings``."""
+    """When and on what the global model and the clients are evaluated; see ``trainer_settings``.
+
+    In a config:
+
+    ```yaml
+    trainer:
+      eval_interval: 5
+      client_eval_interval: 10
+      monitor: val_loss
+    ```
+
+    Examples:
+        >>> from lightfed.run.settings import EvaluationSettings, trainer_settings
+        >>> trainer_settings(eval_interval=5, client_eval_interval=10, monitor="val_loss")["evaluation"]
+        EvaluationSettings(interval=5, client_interval=10, clients=None, finetune_steps=0, unseen_clients=0,
+                           monitor='val_loss')
+        >>> EvaluationSettings(interval=0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: trainer.eval_interval must be >= 1, got 0
+    """
 
     interval: int = 1
     client_interval: int = 0
@@ -107,7 +167,28 @@ class EvaluationSettings:
 
 @dataclass(frozen=True)
 class OutputSettings:
-    """Where a run writes, what it shows and how often it checkpoints; see ``trainer_settings``."""
+    """Where a run writes, what it shows and how often it checkpoints; see ``trainer_settings``.
+
+    In a config:
+
+    ```yaml
+    trainer:
+      root_dir: runs
+      name: fedprox-digits
+      checkpoint_interval: 10
+    ```
+
+    Examples:
+        >>> from lightfed.run.settings import OutputSettings, trainer_settings
+        >>> trainer_settings(name="fedprox-digits", checkpoint_interval=10)["output"]
+        OutputSettings(root_dir='runs', name='fedprox-digits', version=None, progress_bar=True, checkpoint_interval=10,
+                       logger=True)
+        >>> OutputSettings(name="../elsewhere")
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: trainer.name must name a folder inside trainer.root_dir (relative, without '.'
+        or '..' parts), got '../elsewhere'
+    """
 
     root_dir: str = "runs"
     name: str = "lightfed"
@@ -125,7 +206,25 @@ class OutputSettings:
 
 @dataclass(frozen=True)
 class ClientStateSettings:
-    """Where strategies keep what they remember per client; see ``trainer_settings``."""
+    """Where strategies keep what they remember per client; see ``trainer_settings``.
+
+    In a config:
+
+    ```yaml
+    trainer:
+      client_states: disk
+      client_states_folder: /scratch/client_states
+    ```
+
+    Examples:
+        >>> from lightfed.run.settings import ClientStateSettings, trainer_settings
+        >>> trainer_settings(client_states="disk", client_states_folder="/scratch/client_states")["client_states"]
+        ClientStateSettings(where='disk', folder='/scratch/client_states')
+        >>> ClientStateSettings(where="gpu")
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: trainer.client_states must be "memory" or "disk", got 'gpu'
+    """
 
     where: str = "memory"
     folder: str | None = None

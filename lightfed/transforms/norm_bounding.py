@@ -23,7 +23,34 @@ def bounded(delta: Tensor, max_norm: float) -> Tensor:
 
 class NormBounding(Transform):
     """Each client's delta scaled to L2 norm at most ``max_norm``; logs the fraction of the round's clients whose delta
-    was clipped (``norm_bounding/clipped_fraction``)."""
+    was clipped (``norm_bounding/clipped_fraction``).
+
+    In a config:
+
+    ```yaml
+    transforms:
+      - class_path: lightfed.transforms.NormBounding
+        init_args: {max_norm: 1.0}
+    ```
+
+    Examples:
+        Of two clients, the one with a delta of norm 5 is clipped:
+
+        >>> import torch
+        >>> from lightfed import ClientUpdate, Sums
+        >>> from lightfed.transforms import NormBounding
+        >>> bounding = NormBounding(max_norm=1.0)
+        >>> sums = Sums(bounding.sum_sizes(), torch.device("cpu"))
+        >>> long = ClientUpdate(0, torch.tensor([3.0, 4.0]), torch.zeros(0), 10, 1, 1.0, torch.tensor(0.0))
+        >>> short = ClientUpdate(1, torch.tensor([0.1, 0.0]), torch.zeros(0), 10, 1, 1.0, torch.tensor(0.0))
+        >>> bounding.contribution(long, 0, sums).delta
+        tensor([0.6000, 0.8000])
+        >>> bounding.contribution(short, 0, sums).delta
+        tensor([0.1000, 0.0000])
+        >>> bounding.recovered(sums, 0)
+        >>> bounding.metrics()
+        {'clipped_fraction': 0.5}
+    """
 
     bounds_norm = True
 

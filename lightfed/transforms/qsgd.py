@@ -29,7 +29,32 @@ def quantized(delta: Tensor, levels: int, generator: torch.Generator) -> Tensor:
 class QSGD(Compressor):
     """Each client's delta quantized to 2^bits - 1 levels of its norm (a sign bit each, and the norm: 32 bits), with
     rounding drawn from (seed, round, client): an unbiased compressor. Logs nothing of its own; what a client sends is
-    in ``communication/sent_bytes``."""
+    in ``communication/sent_bytes``.
+
+    In a config:
+
+    ```yaml
+    transforms:
+      - class_path: lightfed.transforms.QSGD
+        init_args: {bits: 2}
+    ```
+
+    Examples:
+        At 2 bits, each value is 0, 1/3, 2/3 or 1 of the delta's norm 0.5, with its sign:
+
+        >>> import torch
+        >>> from lightfed import ClientUpdate
+        >>> from lightfed.core.transforms import TransformContext
+        >>> from lightfed.strategies import ServerContext
+        >>> from lightfed.transforms import QSGD
+        >>> qsgd = QSGD(bits=2)
+        >>> qsgd.setup(TransformContext(ServerContext(torch.zeros(4), num_clients=2), {}))
+        >>> update = ClientUpdate(0, torch.tensor([0.3, -0.4, 0.0, 0.0]), torch.zeros(0), 10, 1, 1.0, torch.tensor(0.0))
+        >>> qsgd.contribution(update, 0, None).delta
+        tensor([ 0.3333, -0.5000,  0.0000,  0.0000])
+        >>> qsgd.delta_bytes()  # 3 bits for each of 4 values, and a 32-bit norm
+        6
+    """
 
     def __init__(self, bits: int = 4) -> None:
         """

@@ -184,6 +184,30 @@ class AdaptFed(FedAvg):
 
     Logs RP's mean over the round's clients and its variance over rounds, the learning rates' mean and spread, and
     the global probe loss. Per-client state: the RP history and the last (eta, E||g~||^2, probe loss).
+
+    In a config:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.AdaptFed
+      init_args: {beta: 2.0, window: null, rho: 0.05, loss_change: local}
+    ```
+
+    Examples:
+        A client's first plan has no RP yet: it steps with the optimizer's own rate.
+
+        >>> import torch
+        >>> from lightfed import ClientPlan
+        >>> from lightfed.strategies import AdaptFed, ServerContext
+        >>> strategy = AdaptFed(beta=2.0, rho=0.05)
+        >>> strategy.setup(ServerContext(torch.zeros(3), num_clients=4))
+        >>> rule = strategy.configure_client(ClientPlan(client_id=0, round=0, seed=0)).rule
+        >>> type(rule).__name__, rule.history, rule.previous
+        ('RelativeProgressRule', [], None)
+        >>> AdaptFed(lr_bounds=(2.0, 1.0))
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: strategy.lr_bounds must be [low, high] with 0 < low <= high, got [2.0, 1.0]
     """
 
     requirements = Requirements(client_state=True) | RelativeProgressRule.requirements

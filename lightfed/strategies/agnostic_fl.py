@@ -46,6 +46,32 @@ class AgnosticFL(SumsStrategy):
     gradients); with every client each round, N / m = 1 and these are the deterministic steps. An unsampled client's
     weight still moves through the projection (it is shifted by the same theta as the others, and clipped at 0).
     The paper's averaged iterates and restricted mixture sets Lambda are not implemented (Lambda is the simplex).
+
+    In a config:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.AgnosticFL
+      init_args: {lambda_lr: 0.01}
+    ```
+
+    Examples:
+        The mixture weight of the client of higher loss grows:
+
+        >>> import torch
+        >>> from lightfed import ClientUpdate, Sums
+        >>> from lightfed.strategies import AgnosticFL, ServerContext
+        >>> strategy = AgnosticFL(lambda_lr=0.1)
+        >>> strategy.setup(ServerContext(torch.zeros(1), num_clients=2))
+        >>> sums = Sums(strategy.sum_sizes(), torch.device("cpu"))
+        >>> for client, loss in enumerate([3.0, 1.0]):
+        ...     report = {"loss_at_global": loss}  # what LossAtGlobal sends
+        ...     update = ClientUpdate(client, torch.ones(1), torch.zeros(0), 10, 1, 1.0, torch.tensor(0.0), report)
+        ...     strategy.accumulate(sums, update)
+        >>> strategy.aggregate(torch.zeros(1), sums, round=0)
+        tensor([1.])
+        >>> strategy.lam
+        tensor([0.6000, 0.4000], dtype=torch.float64)
     """
 
     requirements = SENDS_LOSS

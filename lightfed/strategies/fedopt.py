@@ -100,6 +100,32 @@ class FedOpt(FedAvg):
 
     The options give the released TFF code (``weighting="examples"``) and Flower's FedAdam (``weighting="examples"``,
     ``bias_correction="flower"``, ``initial_v="zero"``); see docs/corrections/baselines.md.
+
+    In a config, one of its subclasses:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.FedAdam
+      init_args: {server_lr: 0.01, tau: 0.001}
+    ```
+
+    Examples:
+        The second moment starts at tau^2, or at 0 as in Flower:
+
+        >>> import torch
+        >>> from lightfed.strategies import FedOpt, ServerContext
+        >>> strategy = FedOpt(tau=1e-3)
+        >>> strategy.setup(ServerContext(torch.zeros(2), num_clients=4))
+        >>> strategy.v
+        tensor([1.0000e-06, 1.0000e-06])
+        >>> flower = FedOpt(weighting="examples", bias_correction="flower", initial_v="zero")
+        >>> flower.setup(ServerContext(torch.zeros(2), num_clients=4))
+        >>> flower.v
+        tensor([0., 0.])
+        >>> FedOpt(beta1=1.0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: strategy.beta1 must be in [0, 1), got 1.0
     """
 
     server_step = staticmethod(adam_step)
@@ -158,16 +184,79 @@ class FedOpt(FedAvg):
 
 
 class FedAdam(FedOpt):
-    """v <- b2 v + (1 - b2) D^2."""
+    """v <- b2 v + (1 - b2) D^2.
+
+    In a config:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.FedAdam
+      init_args: {server_lr: 0.01, tau: 0.001}
+    ```
+
+    Examples:
+        The first step is about ``server_lr`` long, whatever the size of the mean delta:
+
+        >>> import torch
+        >>> from lightfed.strategies import FedAdam, ServerContext
+        >>> strategy = FedAdam(server_lr=0.01)
+        >>> strategy.setup(ServerContext(torch.zeros(1), num_clients=1))
+        >>> sums = {"delta": torch.tensor([1.0]), "weight": torch.tensor(1.0)}  # a round's sums (sum_sizes)
+        >>> strategy.aggregate(torch.zeros(1), sums, round=0)
+        tensor([0.0099])
+        >>> strategy.m, strategy.v
+        (tensor([0.1000]), tensor([0.0100]))
+    """
 
 
 class FedYogi(FedOpt):
-    """v <- v - (1 - b2) D^2 sign(v - D^2)."""
+    """v <- v - (1 - b2) D^2 sign(v - D^2).
+
+    In a config:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.FedYogi
+      init_args: {server_lr: 0.03, tau: 0.001}
+    ```
+
+    Examples:
+        >>> from lightfed.strategies import FedYogi
+        >>> FedYogi.server_step.__name__
+        'yogi_step'
+        >>> FedYogi(tau=0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: strategy.tau must be > 0, got 0
+    """
 
     server_step = staticmethod(yogi_step)
 
 
 class FedAdagrad(FedOpt):
-    """v <- v + D^2."""
+    """v <- v + D^2.
+
+    In a config:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.FedAdagrad
+      init_args: {server_lr: 0.03, tau: 0.001}
+    ```
+
+    Examples:
+        The second moment sums the squared mean deltas:
+
+        >>> import torch
+        >>> from lightfed.strategies import FedAdagrad, ServerContext
+        >>> strategy = FedAdagrad(tau=1e-3)
+        >>> strategy.setup(ServerContext(torch.zeros(1), num_clients=1))
+        >>> sums = {"delta": torch.tensor([2.0]), "weight": torch.tensor(1.0)}  # a round's sums (sum_sizes)
+        >>> params = torch.zeros(1)
+        >>> for step in range(2):
+        ...     params = strategy.aggregate(params, sums, round=step)
+        >>> strategy.v  # tau^2 + 2^2 + 2^2
+        tensor([8.0000])
+    """
 
     server_step = staticmethod(adagrad_step)

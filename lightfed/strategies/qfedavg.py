@@ -63,6 +63,30 @@ class QFedAvg(FedAvg):
     q = 0 is FedAvg with the same ``server_lr`` and ``weighting`` bit for bit: dividing Delta_k and h_k by L leaves
     each client's delta weighted by p_k F_k^0 = p_k and the denominator sum_k p_k (F_k^0 + 0) = sum_k p_k, exactly
     FedAvg's sums; clients are not asked for their loss (F^0 = 1) and train as under FedAvg, vectorized where it is.
+
+    In a config:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.QFedAvg
+      init_args: {q: 1.0, lipschitz: 1.0}
+    ```
+
+    Examples:
+        The client of loss 4 moves the model further than FedAvg's 0.5 would:
+
+        >>> import torch
+        >>> from lightfed import ClientUpdate, Sums
+        >>> from lightfed.strategies import QFedAvg, ServerContext
+        >>> strategy = QFedAvg(q=1.0, lipschitz=1.0)
+        >>> strategy.setup(ServerContext(torch.zeros(2), num_clients=2))
+        >>> sums = Sums(strategy.sum_sizes(), torch.device("cpu"))
+        >>> for client, (delta, loss) in enumerate([([1.0, 0.0], 4.0), ([0.0, 1.0], 1.0)]):
+        ...     report = {"loss_at_global": loss}  # what LossAtGlobal sends
+        ...     update = ClientUpdate(client, torch.tensor(delta), torch.zeros(0), 10, 1, 1.0, torch.tensor(0.0), report)
+        ...     strategy.accumulate(sums, update)
+        >>> strategy.aggregate(torch.zeros(2), sums, round=0)
+        tensor([0.5714, 0.1429])
     """
 
     def __init__(

@@ -33,6 +33,35 @@ class Scaffold(FedAvg):
 
     Memory: one control variate c_i per client that has trained (N x d floats on the CPU over a run), or on disk
     with ``client_states: disk`` (``lightfed.core.disk_client_states``).
+
+    In a config:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.Scaffold
+      init_args: {server_lr: 1.0}
+    ```
+
+    Examples:
+        One of two clients takes five steps of 0.1 and moves by 1: its control variate becomes -1 / 0.5.
+
+        >>> import torch
+        >>> from lightfed import ClientUpdate, Sums
+        >>> from lightfed.strategies import Scaffold, ServerContext
+        >>> strategy = Scaffold()
+        >>> strategy.setup(ServerContext(torch.zeros(1), num_clients=2))
+        >>> sums = Sums(strategy.sum_sizes(), torch.device("cpu"))
+        >>> strategy.accumulate(sums, ClientUpdate(0, torch.ones(1), torch.zeros(0), 10, 5, 0.5, torch.tensor(0.0)))
+        >>> strategy.client_states.get(0, "c")
+        tensor([-2.])
+        >>> strategy.aggregate(torch.zeros(1), sums, round=0)
+        tensor([1.])
+        >>> strategy.c  # the mean over both clients
+        tensor([-1.])
+        >>> Scaffold(client_states="files")
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: strategy.client_states must be "memory" or "disk", got 'files'
     """
 
     requirements = Requirements(client_state=True, plain_sgd=True)  # its control variates are (x - y_i) / (K lr)

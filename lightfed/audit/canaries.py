@@ -31,6 +31,39 @@ class Canaries(Transform):
     those with ``unobserved`` fresh directions, and the epsilon between the two fitted Gaussians at ``target_delta``;
     ``canaries/epsilon_upper`` is its bootstrap bound at ``confidence``. Canaries are no clients of the run: no
     evaluation, training loss or client metric counts them; the model takes their directions as part of its update.
+
+    ``lightfed audit`` sets it for its private target runs; in a config of your own, it stands before UserLevelDP:
+
+    ```yaml
+    transforms:
+      - class_path: lightfed.audit.Canaries
+        init_args: {count: 100, unobserved: 100, norm: 1.0}
+      - class_path: lightfed.transforms.UserLevelDP
+        init_args: {noise_multiplier: 1.0, clip: 1.0}
+    ```
+
+    Examples:
+        Of 4 canaries, the first takes part in round 1; it adds its direction of norm 1 to the delta sum:
+
+        >>> import torch
+        >>> from lightfed import Sums
+        >>> from lightfed.audit import Canaries
+        >>> from lightfed.core.transforms import TransformContext
+        >>> from lightfed.strategies import ServerContext
+        >>> canaries = Canaries(count=4, unobserved=4, norm=1.0, sample_rate=0.5)
+        >>> server = ServerContext(torch.zeros(10), num_clients=20, rounds=3)
+        >>> canaries.setup(TransformContext(server, {"delta": 10, "weight": 1}))
+        >>> canaries.inserted(0)
+        array([ True, False, False, False])
+        >>> sums = Sums({"delta": 10, "weight": 1}, torch.device("cpu"))
+        >>> sums.add("weight", 1.0)  # the clients' weight: the mean delta divides by it
+        >>> canaries.recovered(sums, 0)
+        >>> torch.allclose(sums["delta"], canaries.directions[0])
+        True
+        >>> Canaries(count=1)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: Canaries' count must be >= 2
     """
 
     def __init__(

@@ -27,7 +27,33 @@ def silent_half(num_clients: int, shadow: int, halves_seed: int) -> np.ndarray:
 
 class SilentClients(Transform):
     """The clients of ``silent_half(shadow)`` take no local step and send nothing (first in ``transforms:``); the
-    others train as in the target run."""
+    others train as in the target run.
+
+    ``lightfed audit`` puts it first in each shadow run's ``transforms:``:
+
+    ```yaml
+    transforms:
+      - class_path: lightfed.audit.SilentClients
+        init_args: {shadow: 0, halves_seed: 0}
+    ```
+
+    Examples:
+        Shadows 0 and 1 silence complementary halves of 6 clients; a silent client takes no step:
+
+        >>> import torch
+        >>> from lightfed import ClientPlan
+        >>> from lightfed.audit import SilentClients
+        >>> from lightfed.core.transforms import TransformContext
+        >>> from lightfed.strategies import ServerContext
+        >>> context = TransformContext(ServerContext(torch.zeros(1), num_clients=6), {})
+        >>> first, second = SilentClients(shadow=0), SilentClients(shadow=1)
+        >>> first.setup(context)
+        >>> second.setup(context)
+        >>> first.silent, second.silent
+        (array([False,  True,  True, False,  True, False]), array([ True, False, False,  True, False,  True]))
+        >>> second.plan(ClientPlan(client_id=0, round=0, seed=0, epochs=1)).steps
+        0
+    """
 
     def __init__(self, shadow: int, halves_seed: int = 0) -> None:
         """

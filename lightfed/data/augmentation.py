@@ -37,6 +37,25 @@ class Augmentation:
     The crop offsets and flips come from the generator given (the client's), so a client's batches depend only on its
     seed. The v2 transforms draw from torch's global RNG (which the client seeds from its plan seed) and draw one set of
     random parameters per batch: every image of a batch gets the same one.
+
+    In a config (the standard CIFAR recipe):
+
+    ```yaml
+    data:
+      augmentation: {padding: 4, horizontal_flip: true}
+    ```
+
+    Examples:
+        >>> import torch
+        >>> from lightfed.data import Augmentation
+        >>> images = torch.tensor([[1.0, 2.0], [3.0, 4.0]]).expand(3, 1, 2, 2)  # three copies of one 2x2 image
+        >>> flipped = Augmentation(horizontal_flip=True)(images, torch.Generator().manual_seed(2))
+        >>> flipped[:, 0, 0].tolist()  # each image's top row: the second image is mirrored
+        [[1.0, 2.0], [2.0, 1.0], [1.0, 2.0]]
+        >>> Augmentation(crop_size=5)(images, None)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: data.augmentation.crop_size 5 is larger than the padded 2x2 images
     """
 
     def __init__(

@@ -17,6 +17,26 @@ class FlowerPartitioner(Partitioner):
     the column ``label`` and their natural client ids as ``client_id`` (so ``partition_by: label`` or ``client_id``):
     the clients are Flower's partitions, in Flower's order, exactly as Flower makes them. Where the Flower partitioner
     takes a ``seed`` that ``options`` does not set, it gets the run's seed. Empty partitions are refused.
+
+    In a config:
+
+    ```yaml
+    data:
+      partitioner:
+        class_path: lightfed.data.FlowerPartitioner
+        init_args:
+          partitioner: DirichletPartitioner
+          options: {num_partitions: 20, partition_by: label, alpha: 0.5}
+    ```
+
+    Examples:
+        >>> from lightfed.data import FlowerPartitioner
+        >>> options = {"num_partitions": 20, "partition_by": "label", "alpha": 0.5}
+        >>> partitioner = FlowerPartitioner("DirichletPartitioner", options)
+        >>> partitioner.num_clients, partitioner.needs_labels
+        (20, True)
+        >>> FlowerPartitioner("IidPartitioner", {"num_partitions": 4}).needs_labels
+        False
     """
 
     def __init__(self, partitioner: str, options: dict[str, Any] | None = None) -> None:

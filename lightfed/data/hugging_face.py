@@ -32,6 +32,27 @@ class HuggingFace(DatasetSource):
     ``test_fraction`` of the training rows is held out as the test set (stratified by client id and label, from the
     seed). Arrow tables smaller than a quarter of the available memory are read into memory; larger ones stay
     memory-mapped.
+
+    In a config (FEMNIST from the hub, one client per writer):
+
+    ```yaml
+    data:
+      dataset:
+        class_path: lightfed.data.HuggingFace
+        init_args: {path: flwrlabs/femnist, inputs: image, label: character, client_id: writer_id, test_split: null}
+      partitioner: {class_path: lightfed.data.NaturalIdPartitioner}
+    ```
+
+    Examples:
+        >>> import os
+        >>> from lightfed.data import HuggingFace
+        >>> source = HuggingFace("flwrlabs/femnist", inputs="image", label="character", client_id="writer_id")
+        >>> source.example({"image": [[0.0, 1.0]], "character": 3})  # a row as the model gets it
+        (tensor([[0., 1.]]), tensor(3))
+        >>> HuggingFace("flwrlabs/femnist", transforms={"image": os.system})
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: HuggingFace's transforms['image']: ...system is not lightfed's or your own code ...
     """
 
     def __init__(

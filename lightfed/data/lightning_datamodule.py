@@ -28,6 +28,39 @@ class DataModuleSource(DatasetSource):
     ``targets`` or ``labels`` attribute of the dataset (through ``Subset`` and ``ConcatDataset``), else one pass over
     the examples (their second element, or a dict's ``label``), done once. ``data.dataset`` may name the module itself;
     this class is for ``label_key``, ``find_labels`` and ``num_classes``.
+
+    In a config (``mine.py`` beside the config file):
+
+    ```yaml
+    data:
+      dataset:
+        class_path: lightfed.data.DataModuleSource
+        init_args:
+          datamodule: {class_path: mine.Blobs}
+          label_key: label
+    ```
+
+    Examples:
+        >>> import torch
+        >>> from lightning import LightningDataModule
+        >>> from torch.utils.data import DataLoader, TensorDataset
+        >>> from lightfed.data import DataModuleSource
+        >>> class Blobs(LightningDataModule):
+        ...     def setup(self, stage):
+        ...         x = torch.arange(12.0).view(6, 2)
+        ...         self.train, self.test = TensorDataset(x[:4], torch.tensor([0, 1, 1, 0])), TensorDataset(x[4:])
+        ...     def train_dataloader(self):
+        ...         return DataLoader(self.train)
+        ...     def test_dataloader(self):
+        ...         return DataLoader(self.test)
+        >>> splits = DataModuleSource(Blobs()).load(seed=0)
+        >>> splits.num_train, splits.num_test, splits.train_labels  # the labels found by one pass
+        (4, 2, array([0, 1, 1, 0]))
+        >>> DataModuleSource(Blobs(), label_key=3).load(seed=0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: label_key 3 does not give the labels of Blobs's examples (tuple index out of range);
+        name the position or key that holds each example's label
     """
 
     def __init__(

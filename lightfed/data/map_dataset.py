@@ -15,6 +15,32 @@ class MapDataset(DatasetSource):
     Training batches come through a ``DataLoader`` (``data.num_workers``, ``data.pin_memory``) and are moved to the
     device. Partitioners split by the training labels: ``targets``, else the dataset's own ``targets`` attribute.
     ``NaturalIdPartitioner`` splits by ``client_ids``, else the dataset's own ``client_ids`` attribute.
+
+    In a config (torchvision's ``ImageFolder`` over folders of images):
+
+    ```yaml
+    data:
+      dataset:
+        class_path: lightfed.data.MapDataset
+        init_args:
+          train: {class_path: torchvision.datasets.ImageFolder, init_args: {root: data/train}}
+          test: {class_path: torchvision.datasets.ImageFolder, init_args: {root: data/test}}
+      num_workers: 4
+    ```
+
+    Examples:
+        >>> import torch
+        >>> from torch.utils.data import TensorDataset
+        >>> from lightfed.data import MapDataset
+        >>> train = TensorDataset(torch.zeros(4, 2), torch.tensor([0, 1, 1, 2]))
+        >>> test = TensorDataset(torch.zeros(2, 2), torch.tensor([0, 1]))
+        >>> splits = MapDataset(train, test, targets=[0, 1, 1, 2]).load(seed=0)
+        >>> splits.num_train, splits.num_classes, splits.train_labels
+        (4, 3, array([0, 1, 1, 2]))
+        >>> MapDataset(train, test, targets=[0, 1]).load(seed=0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: MapDataset targets has 2 entries for 4 training examples
     """
 
     def __init__(

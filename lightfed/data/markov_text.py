@@ -19,6 +19,29 @@ class MarkovText(DatasetSource):
     (see ``NextTokenDataset``) whose ``client_ids`` are the writers: split them with ``NaturalIdPartitioner``. With
     ``task: authorship`` an example is ``(tokens, writer)`` instead, a classification over the writers (split it with
     a label partitioner: by writer, each client would hold one class).
+
+    In a config (one client per writer):
+
+    ```yaml
+    data:
+      dataset:
+        class_path: lightfed.data.MarkovText
+        init_args: {num_writers: 20, vocab_size: 16, seq_len: 32, windows_per_writer: 30, heterogeneity: 0.2}
+      partitioner: {class_path: lightfed.data.NaturalIdPartitioner}
+    ```
+
+    Examples:
+        >>> from lightfed.data import MarkovText
+        >>> splits = MarkovText(num_writers=3, vocab_size=4, seq_len=5, windows_per_writer=4).load(seed=0)
+        >>> splits.num_train, splits.num_test, splits.num_classes
+        (9, 3, 4)
+        >>> splits.train[0]
+        {'tokens': tensor([3, 0, 2, 3, 0]), 'targets': tensor([0, 2, 3, 0, 2])}
+        >>> splits.train_client_ids  # the writers
+        array([0, 0, 0, 0, 0, 1, 1, 1, 2])
+        >>> authorship = MarkovText(num_writers=3, vocab_size=4, seq_len=5, windows_per_writer=4, task="authorship")
+        >>> authorship.load(seed=0).train[0]
+        (tensor([3, 0, 2, 3, 0]), 0)
     """
 
     def __init__(

@@ -13,6 +13,18 @@ class NextTokenDataset(Dataset):
 
     A DataLoader stacks the items into dict batches of (batch, seq_len) int64 tensors. ``client_ids`` gives each
     window its natural client (e.g. its writer), read by ``NaturalIdPartitioner``.
+
+    ``MarkovText`` builds it; a source of your own token windows may return it too.
+
+    Examples:
+        >>> import torch
+        >>> from lightfed.data import NextTokenDataset
+        >>> windows = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]])
+        >>> dataset = NextTokenDataset(windows, client_ids=[0, 1])
+        >>> len(dataset), dataset[0]
+        (2, {'tokens': tensor([1, 2, 3]), 'targets': tensor([2, 3, 4])})
+        >>> NextTokenDataset(windows, client_ids=[0, 1], writer_labels=True)[1]
+        (tensor([5, 6, 7]), 1)
     """
 
     def __init__(self, windows: Tensor, client_ids: Sequence[int] | np.ndarray, writer_labels: bool = False) -> None:

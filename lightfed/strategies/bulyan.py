@@ -35,7 +35,29 @@ def closest_to_median_mean(values: Tensor, beta: int) -> Tensor:
 class Bulyan(Krum):
     """x <- x + server_lr * Bulyan's aggregate of the round's deltas, tolerating ``num_byzantine`` Byzantine clients
     (a round needs at least 4f + 3; Krum's settings). Krum's distances come from the coordinate shards (one all-reduce); the
-    coordinate-wise step needs only this process's slice."""
+    coordinate-wise step needs only this process's slice.
+
+    In a config:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.Bulyan
+      init_args: {num_byzantine: 4}
+    ```
+
+    Examples:
+        Seven clients, the least a round needs with one Byzantine client:
+
+        >>> import torch
+        >>> from lightfed.strategies import Bulyan, ServerContext, ShardedRound
+        >>> deltas = torch.tensor([[1.0], [1.2], [0.9], [1.1], [1.0], [1.05], [40.0]])  # one client far off
+        >>> ones = torch.ones(7, dtype=torch.float64)
+        >>> updates = ShardedRound(0, [0, 1, 2, 3, 4, 5, 6], deltas, ones, ones, ones, 0 * ones, {}, lambda t, op: t)
+        >>> strategy = Bulyan(num_byzantine=1)
+        >>> strategy.setup(ServerContext(torch.zeros(1), num_clients=7))
+        >>> strategy.aggregate_shard(torch.zeros(1), updates)
+        tensor([1.0333])
+    """
 
     def aggregate_shard(self, params: Tensor, updates: ShardedRound) -> Tensor:
         count, f = len(updates.client_ids), self.num_byzantine

@@ -14,7 +14,29 @@ from lightfed.strategies.sharded_base import ShardedRound, ShardedStrategy
 class CenteredClipping(ShardedStrategy):
     """v <- v + (1/n) sum_i (delta_i - v) min(1, tau / ||delta_i - v||), ``iterations`` times from v = the previous
     round's aggregate (zero before the first), then x <- x + server_lr * v. The norms come from the coordinate shards
-    (one all-reduce of per-client partial sums per iteration); v is kept sharded (saved per process)."""
+    (one all-reduce of per-client partial sums per iteration); v is kept sharded (saved per process).
+
+    In a config:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.CenteredClipping
+      init_args: {tau: 1.0, iterations: 1}
+    ```
+
+    Examples:
+        From the center 0, every delta is clipped to length 1 before the mean:
+
+        >>> import torch
+        >>> from lightfed.strategies import CenteredClipping, ServerContext, ShardedRound
+        >>> deltas = torch.tensor([[1.0], [1.2], [0.9], [1.1], [40.0]])  # one client far off
+        >>> ones = torch.ones(5, dtype=torch.float64)
+        >>> updates = ShardedRound(0, [0, 1, 2, 3, 4], deltas, ones, ones, ones, 0 * ones, {}, lambda t, op: t)
+        >>> strategy = CenteredClipping(tau=1.0)
+        >>> strategy.setup(ServerContext(torch.zeros(1), num_clients=5))
+        >>> strategy.aggregate_shard(torch.zeros(1), updates)  # (1 + 1 + 0.9 + 1 + 1) / 5
+        tensor([0.9800])
+    """
 
     def __init__(self, tau: float = 1.0, iterations: int = 1, server_lr: float = 1.0) -> None:
         """

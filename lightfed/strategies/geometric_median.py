@@ -21,7 +21,29 @@ class GeometricMedian(ShardedStrategy):
     examples, or 1 each). From the weighted mean, each smoothed Weiszfeld iteration sets
     z <- sum_i beta_i delta_i / sum_i beta_i with beta_i = alpha_i / max(nu, ||z - delta_i||), until the objective
     changes by less than ``ftol`` times itself or after ``max_iterations``. The norms ||z - delta_i|| come from the
-    coordinate shards: one all-reduce of per-client partial sums per iteration. Logs the iterations taken."""
+    coordinate shards: one all-reduce of per-client partial sums per iteration. Logs the iterations taken.
+
+    In a config:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.GeometricMedian
+      init_args: {max_iterations: 4, weighted: true}
+    ```
+
+    Examples:
+        >>> import torch
+        >>> from lightfed.strategies import GeometricMedian, ServerContext, ShardedRound
+        >>> deltas = torch.tensor([[1.0], [1.2], [0.9], [1.1], [40.0]])  # one client far off
+        >>> ones = torch.ones(5, dtype=torch.float64)
+        >>> updates = ShardedRound(0, [0, 1, 2, 3, 4], deltas, ones, ones, ones, 0 * ones, {}, lambda t, op: t)
+        >>> strategy = GeometricMedian(max_iterations=30)
+        >>> strategy.setup(ServerContext(torch.zeros(1), num_clients=5))
+        >>> strategy.aggregate_shard(torch.zeros(1), updates)  # in one dimension, the median
+        tensor([1.1000])
+        >>> strategy.metrics()
+        {'weiszfeld_iterations': 11.0}
+    """
 
     def __init__(
         self,

@@ -28,7 +28,33 @@ def krum_order(distances: Tensor, num_byzantine: int) -> Tensor:
 
 class Krum(ShardedStrategy):
     """x <- x + server_lr * the delta with the lowest Krum score, assuming at most ``num_byzantine`` Byzantine clients
-    a round. The pairwise distances come from the coordinate shards (one all-reduce of per-pair partial sums)."""
+    a round. The pairwise distances come from the coordinate shards (one all-reduce of per-pair partial sums).
+
+    In a config:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.Krum
+      init_args: {num_byzantine: 6}
+    ```
+
+    Examples:
+        >>> import torch
+        >>> from lightfed.strategies import Krum, ServerContext, ShardedRound
+        >>> deltas = torch.tensor([[1.0], [1.2], [0.9], [1.1], [40.0]])  # one client far off
+        >>> ones = torch.ones(5, dtype=torch.float64)
+        >>> updates = ShardedRound(0, [0, 1, 2, 3, 4], deltas, ones, ones, ones, 0 * ones, {}, lambda t, op: t)
+        >>> strategy = Krum(num_byzantine=1)
+        >>> strategy.setup(ServerContext(torch.zeros(1), num_clients=5))
+        >>> strategy.aggregate_shard(torch.zeros(1), updates)  # the first of the two closest to their neighbours
+        tensor([1.])
+        >>> strict = Krum(num_byzantine=2)
+        >>> strict.setup(ServerContext(torch.zeros(1), num_clients=5))
+        >>> strict.aggregate_shard(torch.zeros(1), updates)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: Krum needs more than 2f + 2 = 6 clients in a round ...
+    """
 
     def __init__(self, num_byzantine: int = 1, server_lr: float = 1.0) -> None:
         """
@@ -52,7 +78,27 @@ class Krum(ShardedStrategy):
 
 class MultiKrum(Krum):
     """x <- x + server_lr * the mean of the ``m`` deltas with the lowest Krum scores (Blanchard et al.'s Multi-Krum;
-    m = 1 is Krum, m = n averages every delta)."""
+    m = 1 is Krum, m = n averages every delta).
+
+    In a config:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.MultiKrum
+      init_args: {num_byzantine: 6, m: null}
+    ```
+
+    Examples:
+        How many of a round's 10 clients are averaged:
+
+        >>> from lightfed.strategies import MultiKrum
+        >>> MultiKrum(num_byzantine=2).kept(10), MultiKrum(num_byzantine=2, m=3).kept(10)
+        (8, 3)
+        >>> MultiKrum(m=0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: strategy.m must be >= 1 or null, got 0
+    """
 
     def __init__(self, num_byzantine: int = 1, m: int | None = None, server_lr: float = 1.0) -> None:
         """

@@ -19,7 +19,35 @@ def trimmed_mean(deltas: Tensor, trim: int) -> Tensor:
 class TrimmedMean(ShardedStrategy):
     """x <- x + server_lr * trimmed mean of the round's deltas, ``trim`` of the clients cut at each end of every
     coordinate (unweighted: a robust aggregate does not let one client's data size decide). Runs on the sharded
-    server path."""
+    server path.
+
+    In a config:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.TrimmedMean
+      init_args: {trim: 0.3}
+    ```
+
+    Examples:
+        Five clients, one cut at each end:
+
+        >>> import torch
+        >>> from lightfed.strategies import TrimmedMean, ServerContext, ShardedRound
+        >>> deltas = torch.tensor([[1.0], [1.2], [0.9], [1.1], [40.0]])  # one client far off
+        >>> ones = torch.ones(5, dtype=torch.float64)
+        >>> updates = ShardedRound(0, [0, 1, 2, 3, 4], deltas, ones, ones, ones, 0 * ones, {}, lambda t, op: t)
+        >>> strategy = TrimmedMean(trim=0.2)
+        >>> strategy.setup(ServerContext(torch.zeros(1), num_clients=5))
+        >>> strategy.trimmed(5)
+        1
+        >>> strategy.aggregate_shard(torch.zeros(1), updates)  # the mean of 1.0, 1.1 and 1.2
+        tensor([1.1000])
+        >>> TrimmedMean(trim=0.5)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: strategy.trim must be in [0, 0.5), got 0.5
+    """
 
     def __init__(self, trim: float = 0.1, server_lr: float = 1.0) -> None:
         """
@@ -41,7 +69,22 @@ class TrimmedMean(ShardedStrategy):
 
 class CoordinateMedian(TrimmedMean):
     """x <- x + server_lr * coordinate-wise median of the round's deltas (the mean of the middle two for an even
-    number of clients)."""
+    number of clients).
+
+    In a config:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.CoordinateMedian
+    ```
+
+    Examples:
+        The median trims all but the middle one or two clients:
+
+        >>> from lightfed.strategies import CoordinateMedian
+        >>> CoordinateMedian().trimmed(5), CoordinateMedian().trimmed(6)
+        (2, 2)
+    """
 
     def __init__(self, server_lr: float = 1.0) -> None:
         super().__init__(0.0, server_lr)

@@ -141,7 +141,7 @@ class DPSGD(ClientPrivacy):
             convert_batchnorm: Replace BatchNorm by GroupNorm (Opacus' ModuleValidator fixers) instead of refusing.
             secure_mode: Opacus' cryptographically safe noise (slower).
             grad_sample_mode: How Opacus computes per-example gradients: "hooks" (its per-layer formulas) or
-                "functorch" (vmap of every layer's gradient); see docs/guides/performance.md.
+                "functorch" (vmap of every layer's gradient); see docs/results/performance-dp.md.
         """
         if noise_multiplier is None and target_epsilon is None:
             raise ConfigError("trainer.privacy needs noise_multiplier or target_epsilon (or both)")

@@ -65,8 +65,8 @@ class ClientWorkers:
         """The workers of this process: ``clients_in_parallel`` ("auto": on a CPU one per core of the process, cores /
         processes per node; one on another device, with ``client["privacy"]``, with ``data.num_workers`` > 0, or for
         a model whose steps are too short for threads that share Python's lock: no ``HEAVY_LAYERS`` and under
-        ``THREADS_FROM`` weights, docs/guides/performance.md), at most this process's share of a round; worker 0
-        trains ``model`` itself, the others a copy each. More than one only on a CPU. ``client``: the
+        ``THREADS_FROM`` weights, docs/results/performance-tiny-clients.md), at most this process's share of a round;
+        worker 0 trains ``model`` itself, the others a copy each. More than one only on a CPU. ``client``: the
         ``ClientTrainer``'s other settings."""
         cores = max(1, available_cores() // getattr(fabric.strategy, "num_processes", 1))  # processes per node
         workers = clients_in_parallel
@@ -168,7 +168,8 @@ class ClientWorkers:
     def between_runs(self) -> Iterator[None]:
         """The calling thread's work between the workers' runs (a round's planning, reduction and server step), on
         one intra-op thread when several workers train a model under ``SERIAL_BETWEEN_BELOW`` weights (its count is
-        restored after): OpenMP's idle threads would spin on the workers' cores (measured: docs/guides/performance.md)."""
+        restored after): OpenMP's idle threads would spin on the workers' cores (measured:
+        docs/results/performance-loops.md)."""
         small = self.clients[0].flat.params.numel() < SERIAL_BETWEEN_BELOW
         with torch_threads(1) if self.lanes > 1 and small else nullcontext():
             yield

@@ -338,7 +338,7 @@ def trainer_settings(
             one per core of the process (cores / processes per node), else 1. Not with privacy, with
             data.num_workers > 0, with a model that draws from torch's global random generator while training
             (dropout), nor with a model whose steps are too short for threads (no convolution, recurrence or
-            attention, and under 2**20 weights; docs/guides/performance.md): "auto" then trains one client at a time,
+            attention, and under 2**20 weights; docs/results/performance.md): "auto" then trains one client at a time,
             or, from 2 clients a round (a model on batched matmuls, e.g. lightfed's MLP; 8 under vmap) without
             per-client state on fixed processes, vectorized in blocks of 64 consecutive clients the processes take
             whole (the same weights on any number of processes), and so on a GPU a model without convolution,

@@ -55,7 +55,7 @@ def auto_vectorizes(fabric: Fabric, model: LightningModule, data: FederatedDataM
     (``short_cpu_steps``); on a GPU where it has no convolution, recurrence or attention (``has_heavy_layers``), no
     dropout (a GPU draws a stacked model's masks otherwise than one client at a time) and no DataLoader workers: a
     small MLP's clients trained vectorized took a twelfth of one at a time's round on an H200, and convolutions are
-    not yet measured with ``exact_convolutions``' settings (docs/guides/performance.md)."""
+    not yet measured with ``exact_convolutions``' settings (docs/results/performance-gpu.md)."""
     if fabric.device.type == "cpu":
         return short_cpu_steps(fabric, model, data)
     draws = any(isinstance(layer, nn.Dropout) and layer.p > 0 for layer in model.modules())

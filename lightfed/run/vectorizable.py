@@ -53,7 +53,7 @@ def exact_convolutions(device: torch.device) -> Iterator[None]:
     settings restored after. With PyTorch's defaults (TF32 allowed, any algorithm) the clients' convolutions, batched
     under ``vmap``, computed otherwise than each client's alone: the quickstart trained vectorized for 2 rounds on an
     H200 ended 9.4e-3 from one client at a time, and 8.2e-8 with torch's deterministic algorithms and no TF32 at all,
-    which these settings narrow to cuDNN's convolutions (docs/guides/performance.md)."""
+    which these settings narrow to cuDNN's convolutions (docs/results/performance-gpu.md)."""
     cudnn = torch.backends.cudnn
     saved = cudnn.deterministic, cudnn.benchmark, cudnn.allow_tf32
     if device.type == "cuda":

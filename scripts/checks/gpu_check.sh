@@ -77,7 +77,7 @@ check "clients vectorized, again" lightfed fit -c configs/quickstart.yaml "${SHO
 check "  = the first vectorized run" compare_weights vectorized-again vectorized 0
 # vectorized paths the quickstart does not take: a personal model and BatchNorm statistics kept per client (Ditto, from
 # round 2 a chunk mixes returning and new clients), and every example's gradient (DP-SGD); 1e-4, as max-pooling can
-# turn a convolution's rounding into a jump (docs/guides/performance.md)
+# turn a convolution's rounding into a jump (docs/results/performance-vectorized.md)
 PERSONAL=("${DIGITS[@]}" -c configs/personalization/base.yaml -c configs/personalization/ditto.yaml)
 check "ditto vectorized" lightfed fit "${PERSONAL[@]}" "${SHORT[@]}" --trainer.clients_in_parallel vectorized \
     --trainer.name ditto-vectorized "${EXTRA[@]}"

@@ -13,6 +13,7 @@ import argparse
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: the shared harness
@@ -32,7 +33,8 @@ def run(out: Path, name: str, transforms: list, rounds: int) -> dict:
     """The run's final record and its summed communication/sent_bytes (runs it unless its folder has them)."""
     folder = out / name.replace(" ", "_").replace("%", "pc")
     metrics = folder / "run" / "version_0" / "metrics.jsonl"
-    if not metrics.is_file():
+    reused = metrics.is_file()
+    if not reused:
         command = [sys.executable, "-m", "lightfed", "fit", "-c", "configs/digits/base.yaml"]
         command += ["--transforms", json.dumps(transforms), "--trainer.rounds", str(rounds)]
         command += ["--trainer.root_dir", str(folder), "--trainer.name", "run", "--trainer.progress_bar", "false"]
@@ -40,6 +42,7 @@ def run(out: Path, name: str, transforms: list, rounds: int) -> dict:
     lines = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
     final = next(line for line in reversed(lines) if line.get("final"))
     sent = sum(line.get("communication/sent_bytes", 0.0) for line in lines if not line.get("final"))
+    print(f"{name}: test_acc={final['test_acc']:.4f}{' (reused)' if reused else ''}", flush=True)
     return {**final, "sent_mb": sent / 1e6}
 
 
@@ -47,8 +50,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--workers", type=int, default=1, help="runs at a time")
+    harness.add_json_option(parser)
     args = parser.parse_args()
-    results = {name: run(args.out, name, transforms, args.rounds) for name, transforms in SETTINGS.items()}
+    with ThreadPoolExecutor(args.workers) as pool:
+        done = pool.map(lambda setting: run(args.out, *setting, args.rounds), SETTINGS.items())
+    results = dict(zip(SETTINGS, done, strict=True))
     plain = results["none"]["sent_mb"]
     harness.print_table(
         ["compressor", "test_acc, final model", "test_acc, best val round", "MB sent", "x none"],
@@ -64,6 +71,11 @@ def main() -> None:
         ],
     )
     print(harness.command_line("scripts/studies/compression_study.py", sys.argv[1:]))
+    figures = [
+        {"compressor": name, **{key: r[key] for key in ("test_acc", "best_test_acc", "sent_mb")}}
+        for name, r in results.items()
+    ]
+    harness.write_json(args.json, figures)
 
 
 if __name__ == "__main__":

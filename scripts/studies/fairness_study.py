@@ -42,14 +42,17 @@ def run(out: Path, method: str, seed: int, rounds: int) -> dict:
     overlay, extra = METHODS[method]
     folder = out / f"{re.sub(r'[^A-Za-z0-9.=]+', '_', method).strip('_')}_seed{seed}"
     metrics = folder / "run" / "version_0" / "metrics.jsonl"
-    if not metrics.is_file():
+    reused = metrics.is_file()
+    if not reused:
         command = [sys.executable, "-m", "lightfed", "fit", "-c", "configs/digits/base.yaml"]
         command += ["-c", f"configs/digits/{overlay}.yaml", *SPLIT, *extra, "--seed_everything", str(seed)]
         command += ["--trainer.rounds", str(rounds), "--trainer.root_dir", str(folder), "--trainer.name", "run"]
         environment = {**os.environ, "OMP_NUM_THREADS": "1"}
         subprocess.run([*command, "--trainer.progress_bar", "false"], check=True, capture_output=True, env=environment)
     lines = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    return next(line for line in reversed(lines) if line.get("final"))
+    final = next(line for line in reversed(lines) if line.get("final"))
+    print(f"{method} seed={seed}: test_acc={final['test_acc']:.4f}{' (reused)' if reused else ''}", flush=True)
+    return final
 
 
 def cell(values: list[float]) -> str:
@@ -58,9 +61,25 @@ def cell(values: list[float]) -> str:
     return f"{statistics.fmean(values):.3f} ± {std:.3f}"
 
 
+def clients_prefix(record: dict) -> str:
+    """The metrics' prefix of the clients' accuracies: their personal models' where the run keeps them."""
+    return "clients/personal/val_acc" if "clients/personal/val_acc_mean" in record else "clients/val_acc"
+
+
+def figures(method: str, records: list[dict]) -> dict:
+    """The method's figures: each statistic's mean over the seeds, and every client's accuracy of every seed."""
+    prefix = clients_prefix(records[0])
+    return {
+        "method": method,
+        "test_acc": statistics.fmean(r["test_acc"] for r in records),
+        **{stat: statistics.fmean(r[f"{prefix}_{stat}"] for r in records) for stat in STATS},
+        "per_client": [accuracy for r in records for accuracy in r["per_client"][prefix]],
+    }
+
+
 def row(method: str, records: list[dict]) -> list[str]:
     """The method's table row: test accuracy, then the clients' distribution (the personal models' where kept)."""
-    prefix = "clients/personal/val_acc" if "clients/personal/val_acc_mean" in records[0] else "clients/val_acc"
+    prefix = clients_prefix(records[0])
     return [
         method,
         cell([r["test_acc"] for r in records]),
@@ -74,6 +93,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--workers", type=int, default=2, help="runs at a time")
+    harness.add_json_option(parser)
     args = parser.parse_args()
     jobs = [(method, seed) for method in METHODS for seed in args.seeds]
     with ThreadPoolExecutor(args.workers) as pool:
@@ -84,6 +104,7 @@ def main() -> None:
         [row(method, rs) for method, rs in records.items()],
     )
     print(harness.command_line("scripts/studies/fairness_study.py", sys.argv[1:]))
+    harness.write_json(args.json, [figures(method, rs) for method, rs in records.items()])
 
 
 if __name__ == "__main__":

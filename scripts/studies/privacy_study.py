@@ -8,6 +8,7 @@ of the test accuracy and the epsilon each run logged in its last round.
 
     python scripts/studies/privacy_study.py --out runs/privacy_study            # runs, then the table
     python scripts/studies/privacy_study.py --out runs/privacy_study --table    # the table of finished runs
+    python scripts/studies/privacy_study.py --out runs/user_level --mechanisms user-level-fixed user-level-adaptive
 """
 
 import argparse
@@ -21,6 +22,7 @@ import harness  # noqa: E402
 
 EPSILONS, DELTA, RATE, ROUNDS = (2, 4, 8), 1e-5, 50 / 100, 30
 CONFIGS = "configs/privacy"
+MECHANISMS = ("dp-sgd", "user-level-fixed", "user-level-adaptive")
 
 
 def noise_multipliers() -> list[float]:
@@ -32,18 +34,26 @@ def noise_multipliers() -> list[float]:
     ]
 
 
-def compare_args(out: str, workers: int) -> list[str]:
+def compare_args(out: str, workers: int, mechanisms: tuple[str, ...] = MECHANISMS) -> list[str]:
     z = ",".join(repr(value) for value in noise_multipliers())
+    settings = {
+        "dp-sgd": [
+            "--grid", f"dp-sgd:trainer.privacy.init_args.target_epsilon={','.join(map(str, EPSILONS))}",
+            "--set", "dp-sgd:trainer.privacy.init_args.noise_multiplier=null",
+        ],
+        "user-level-fixed": [
+            "--grid", f"user-level-fixed:transforms.init_args.noise_multiplier={z}",
+            "--set", "user-level-fixed:transforms.init_args.clip=0.5",
+        ],
+        "user-level-adaptive": [
+            "--grid", f"user-level-adaptive:transforms.init_args.noise_multiplier={z}",
+            "--set", "user-level-adaptive:transforms.init_args.count_stddev=5",
+        ],
+    }  # fmt: skip
+    configs = ["configs/digits/fedavg.yaml", *(f"{CONFIGS}/{mechanism}.yaml" for mechanism in mechanisms)]
+    grids = [word for mechanism in mechanisms for word in settings[mechanism]]
     return [
-        "--base", f"{CONFIGS}/digits-study.yaml",
-        "--configs", "configs/digits/fedavg.yaml", f"{CONFIGS}/dp-sgd.yaml", f"{CONFIGS}/user-level-fixed.yaml",
-        f"{CONFIGS}/user-level-adaptive.yaml",
-        "--grid", f"dp-sgd:trainer.privacy.init_args.target_epsilon={','.join(map(str, EPSILONS))}",
-        "--set", "dp-sgd:trainer.privacy.init_args.noise_multiplier=null",
-        "--grid", f"user-level-fixed:transforms.init_args.noise_multiplier={z}",
-        "--set", "user-level-fixed:transforms.init_args.clip=0.5",
-        "--grid", f"user-level-adaptive:transforms.init_args.noise_multiplier={z}",
-        "--set", "user-level-adaptive:transforms.init_args.count_stddev=5",
+        "--base", f"{CONFIGS}/digits-study.yaml", "--configs", *configs, *grids,
         "--metric", "val_acc", "--workers", str(workers), "--out", out,
     ]  # fmt: skip
 
@@ -68,10 +78,14 @@ def main() -> None:
     parser.add_argument("--out", default="runs/privacy_study")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--table", action="store_true", help="only tabulate the finished runs in --out")
+    parser.add_argument(
+        "--mechanisms", nargs="+", choices=MECHANISMS, default=list(MECHANISMS), help="run these beside FedAvg"
+    )
     harness.add_json_option(parser)
     args = parser.parse_args()
     if not args.table:
-        subprocess.run([sys.executable, "-m", "lightfed", "compare", *compare_args(args.out, args.workers)], check=True)
+        compare = compare_args(args.out, args.workers, tuple(args.mechanisms))
+        subprocess.run([sys.executable, "-m", "lightfed", "compare", *compare], check=True)
     rows = results(Path(args.out))
     columns = {"method": "", "setting": "", "epsilon (last round)": ".3g", "val_acc": ".4f", "test_acc": ".4f"}
     harness.print_table(

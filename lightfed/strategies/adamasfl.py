@@ -21,6 +21,23 @@ class AdaMasFL(MasFL):
 
     gamma = (S K)^(1/4) / T^(3/4), eta = 1 / (K sqrt(T)), beta = min(1, sqrt(S K / T)), each times a multiplier
     (1 by default: the theory's values, no tuning).
+
+    In a config, with an ``asynchronous:`` section and a fixed ``trainer.local_steps``:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.AdaMasFL
+      init_args: {gamma_mult: 1.0, eta_mult: 1.0}
+    ```
+
+    Examples:
+        The step sizes for S = 5 updates a buffer, K = 10 local steps and T = 100 aggregations:
+
+        >>> from lightfed.strategies import AdaMasFL, AsyncSetting
+        >>> strategy = AdaMasFL()
+        >>> strategy.configure_async(AsyncSetting(buffer_size=5, local_steps=10, rounds=100))
+        >>> round(strategy.server_lr, 4), strategy.local_lr, round(strategy.beta, 4)  # gamma, eta, beta
+        (0.0841, 0.01, 0.7071)
     """
 
     normalise = True

@@ -28,6 +28,30 @@ class CA2FL(AsyncStrategy):
     clients of h_i (caches start at 0).
 
     Memory: one cached delta h_i (d floats) per client that has trained, on the CPU.
+
+    In a config, with an ``asynchronous:`` section:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.CA2FL
+      init_args: {server_lr: 2.0}
+    ```
+
+    Examples:
+        One of two clients arrives; its delta is cached and counts for half of the mean h:
+
+        >>> import torch
+        >>> from lightfed import ClientUpdate, Sums
+        >>> from lightfed.strategies import CA2FL, ServerContext
+        >>> strategy = CA2FL()
+        >>> strategy.setup(ServerContext(torch.zeros(1), num_clients=2))
+        >>> sums = Sums(strategy.sum_sizes(), torch.device("cpu"))
+        >>> update = ClientUpdate(0, torch.tensor([2.0]), torch.zeros(0), 10, 1, 1.0, torch.tensor(0.0))
+        >>> strategy.accumulate(sums, update, staleness=0)
+        >>> strategy.aggregate(torch.zeros(1), sums, round=0, staleness=[0])
+        tensor([2.])
+        >>> strategy.h, strategy.client_states.get(0, "h")
+        (tensor([1.]), tensor([2.]))
     """
 
     requirements = Requirements(client_state=True)

@@ -56,6 +56,26 @@ class FADAS(FedBuff):
     """D = mean of the S buffered deltas; m <- b1 m + (1 - b1) D; v <- b2 v + (1 - b2) D^2; v_hat <- max(v_hat, v);
     x <- x + server_lr * lam / (1 - b1^t) * m / (sqrt(v_hat / (1 - b2^t)) + eps), t the aggregation count.
     lam = 1 / tau_max when the buffer's largest staleness tau_max exceeds ``delay_threshold``, else 1.
+
+    In a config, with an ``asynchronous:`` section:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.FADAS
+      init_args: {server_lr: 0.01, delay_threshold: 1}
+    ```
+
+    Examples:
+        A buffer whose oldest update is four versions old: the step is divided by 4.
+
+        >>> import torch
+        >>> from lightfed.strategies import FADAS, ServerContext
+        >>> strategy = FADAS()
+        >>> strategy.setup(ServerContext(torch.zeros(1), num_clients=2))
+        >>> sums = {"delta": torch.tensor([2.0]), "count": torch.tensor(2.0)}  # a buffer's sums (sum_sizes)
+        >>> params = strategy.aggregate(torch.zeros(1), sums, round=0, staleness=[0, 4])
+        >>> strategy.metrics()
+        {'delay_scale': 0.25}
     """
 
     def __init__(

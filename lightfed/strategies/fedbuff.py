@@ -12,7 +12,31 @@ from lightfed.strategies.async_base import AsyncStrategy
 
 
 class FedBuff(AsyncStrategy):
-    """x <- x + server_lr * (1/S) sum_i w_i delta_i over the S buffered deltas, w_i = 1 or 1/sqrt(1 + staleness_i)."""
+    """x <- x + server_lr * (1/S) sum_i w_i delta_i over the S buffered deltas, w_i = 1 or 1/sqrt(1 + staleness_i).
+
+    In a config, with an ``asynchronous:`` section:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.FedBuff
+      init_args: {server_lr: 2.0, staleness_weighting: true}
+    ```
+
+    Examples:
+        A fresh delta and one three versions old, which counts 1 / sqrt(4):
+
+        >>> import torch
+        >>> from lightfed import ClientUpdate, Sums
+        >>> from lightfed.strategies import FedBuff, ServerContext
+        >>> strategy = FedBuff(staleness_weighting=True)
+        >>> strategy.setup(ServerContext(torch.zeros(1), num_clients=2))
+        >>> sums = Sums(strategy.sum_sizes(), torch.device("cpu"))
+        >>> for client, staleness in [(0, 0), (1, 3)]:
+        ...     update = ClientUpdate(client, torch.ones(1), torch.zeros(0), 10, 1, 1.0, torch.tensor(0.0))
+        ...     strategy.accumulate(sums, update, staleness)
+        >>> strategy.aggregate(torch.zeros(1), sums, round=0, staleness=[0, 3])
+        tensor([0.7500])
+    """
 
     def __init__(self, server_lr: float = 1.0, staleness_weighting: bool = False) -> None:
         """

@@ -73,6 +73,27 @@ class MasFL(AsyncStrategy):
     beta = min(1, sqrt(S K / T)) (Theorem 1). The local step size is the optimizer's learning rate (plain SGD).
 
     Memory: one control variate c_i (d floats) per client, on the CPU.
+
+    In a config, with an ``asynchronous:`` section and a fixed ``trainer.local_steps``:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.MasFL
+      init_args: {server_lr: 1.0, beta: null}
+    ```
+
+    Examples:
+        The default beta from S = 5 updates a buffer, K = 10 local steps and T = 100 aggregations:
+
+        >>> from lightfed.strategies import AsyncSetting, MasFL
+        >>> strategy = MasFL()
+        >>> strategy.configure_async(AsyncSetting(buffer_size=5, local_steps=10, rounds=100))
+        >>> round(strategy.beta, 4)
+        0.7071
+        >>> MasFL().configure_async(AsyncSetting(buffer_size=5, local_steps=None, rounds=100))
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: MasFL's default beta = sqrt(S K / T) needs a fixed trainer.local_steps (K); ...
     """
 
     requirements = Requirements(client_state=True) | MomentumCorrection.requirements

@@ -22,7 +22,33 @@ class APFL(Personalized):
 
     ``alpha_lr`` null keeps each client's alpha fixed at ``alpha`` (the paper's fixed-alpha runs); a number updates it
     by gradient descent each step (its Algorithm 1). The local model's steps are plain: a strategy with a rule of its
-    own (a proximal term, a correction) is refused."""
+    own (a proximal term, a correction) is refused.
+
+    In a config:
+
+    ```yaml
+    transforms:
+      - class_path: lightfed.personalization.APFL
+        init_args: {alpha: 0.25, alpha_lr: null}
+    ```
+
+    Examples:
+        A client with personal model v = [4, 8] and alpha 0.25 is evaluated, at global model w = 0, with 0.25 v:
+
+        >>> import torch
+        >>> from lightfed import ClientUpdate
+        >>> from lightfed.core.transforms import TransformContext
+        >>> from lightfed.personalization import APFL
+        >>> from lightfed.strategies import ServerContext
+        >>> apfl = APFL(alpha=0.25)
+        >>> apfl.setup(TransformContext(ServerContext(torch.zeros(2), num_clients=2), {}))
+        >>> personal = torch.tensor([4.0, 8.0])
+        >>> report = {"personal": personal, "personal_buffers": torch.zeros(0), "alpha": torch.tensor(0.25)}
+        >>> update = ClientUpdate(0, torch.zeros(2), torch.zeros(0), 10, 1, 1.0, torch.tensor(0.0), report)
+        >>> _ = apfl.contribution(update, 0, None)
+        >>> apfl.client_model(0, params=torch.zeros(2), buffers=torch.zeros(0))
+        (tensor([1., 2.]), tensor([]))
+    """
 
     own_requirements = Personalized.own_requirements | Requirements(sends=frozenset({Sent(ALPHA, "kept")}))
 

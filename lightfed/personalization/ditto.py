@@ -13,7 +13,34 @@ from lightfed.streams import Stream
 class Ditto(Personalized):
     """The strategy trains the global model w as usual; each sampled client also updates its personal model v from
     the global model it received, v <- v - lr (grad F(v) + lam (v - w)), for the same local work (or
-    ``personal_epochs``/``personal_steps``), and is evaluated with v."""
+    ``personal_epochs``/``personal_steps``), and is evaluated with v.
+
+    In a config:
+
+    ```yaml
+    transforms:
+      - class_path: lightfed.personalization.Ditto
+        init_args: {lam: 0.1}
+    ```
+
+    Examples:
+        A client's plan gets Ditto's personal steps, by default for the client's own local work:
+
+        >>> import torch
+        >>> from lightfed import ClientPlan
+        >>> from lightfed.core.transforms import TransformContext
+        >>> from lightfed.personalization import Ditto
+        >>> from lightfed.strategies import ServerContext
+        >>> ditto = Ditto(lam=0.1)
+        >>> ditto.setup(TransformContext(ServerContext(torch.zeros(2), num_clients=2), {}))
+        >>> rule = ditto.plan(ClientPlan(client_id=0, round=0, seed=0, epochs=2)).rule
+        >>> type(rule).__name__, rule.lam, rule.epochs
+        ('DittoSteps', 0.1, 2)
+        >>> Ditto(personal_epochs=1, personal_steps=10)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: transforms: set one of Ditto's personal_epochs and personal_steps, not both
+    """
 
     def __init__(
         self,

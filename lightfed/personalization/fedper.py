@@ -22,6 +22,39 @@ class FedPer(Personalized):
 
     The personal layers are the parameters (and buffers) whose names match ``personal`` (``fnmatch`` patterns over
     ``named_parameters()`` of the model, e.g. ``["net.7.*"]``), or else the model's ``personal_parameters`` attribute.
+
+    In a config:
+
+    ```yaml
+    transforms:
+      - class_path: lightfed.personalization.FedPer
+        init_args: {personal: ["net.9.*"]}
+    ```
+
+    Examples:
+        The head ``net.3`` of an MLP holds 10 of its 26 weights; they are zeroed in what the strategy gets:
+
+        >>> import torch
+        >>> from lightfed import ClientUpdate
+        >>> from lightfed.core.transforms import TransformContext
+        >>> from lightfed.models import MLP
+        >>> from lightfed.personalization import FedPer
+        >>> from lightfed.strategies import ServerContext
+        >>> model = MLP(in_features=3, num_classes=2, hidden=(4,))
+        >>> params = torch.nn.utils.parameters_to_vector(model.parameters())
+        >>> fedper = FedPer(personal=["net.3.*"])
+        >>> context = TransformContext(ServerContext(params, num_clients=2), {}, module=model)
+        >>> fedper.setup(context)
+        >>> int(fedper.coordinates.params.sum()), fedper.coordinates.params.numel()
+        (10, 26)
+        >>> report = {"personal": torch.ones(10), "personal_buffers": torch.zeros(0)}
+        >>> update = ClientUpdate(0, torch.ones(26), torch.zeros(0), 10, 1, 1.0, torch.tensor(0.0), report)
+        >>> fedper.contribution(update, 0, None).delta.sum()
+        tensor(16.)
+        >>> FedPer(personal=["head.*"]).setup(context)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: transforms: FedPer's personal patterns ['head.*'] match 0 of 26 ...
     """
 
     method = "FedPer"

@@ -18,7 +18,26 @@ class FedRep(FedPer):
     ``head_epochs`` passes over its data with the body frozen, then the body for the trainer's local work
     (``trainer.local_epochs`` or ``local_steps``) with the head frozen. Only the body is aggregated.
 
-    Frozen means a zero gradient, so the model's optimizer must be plain SGD (momentum 0, weight decay 0)."""
+    Frozen means a zero gradient, so the model's optimizer must be plain SGD (momentum 0, weight decay 0).
+
+    In a config:
+
+    ```yaml
+    transforms:
+      - class_path: lightfed.personalization.FedRep
+        init_args: {personal: ["net.9.*"], head_epochs: 10}
+    ```
+
+    Examples:
+        >>> from lightfed.personalization import FedRep
+        >>> fedrep = FedRep(personal=["net.9.*"], head_epochs=10)
+        >>> fedrep.requirements.plain_sgd, fedrep.requirements.no_weight_decay
+        (True, True)
+        >>> FedRep(personal=["net.9.*"], head_epochs=0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: transforms: FedRep's head_epochs must be >= 1, got 0
+    """
 
     method = "FedRep"
     own_requirements = FedPer.own_requirements | Requirements(plain_sgd=True, no_weight_decay=True)

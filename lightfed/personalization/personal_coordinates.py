@@ -17,7 +17,18 @@ ATTRIBUTE = "personal_parameters"  # a module's own list of name patterns of its
 @dataclass(frozen=True)
 class PersonalCoordinates:
     """Boolean masks over the flat parameters and the flat floating-point buffers (``lightfed.core.flat``): True where
-    the coordinate belongs to a personal parameter or buffer."""
+    the coordinate belongs to a personal parameter or buffer.
+
+    ``FedPer`` and its subclasses compute them from ``personal`` patterns (``matching``).
+
+    Examples:
+        >>> from lightfed.models import MLP
+        >>> from lightfed.personalization.personal_coordinates import matching
+        >>> model = MLP(in_features=3, num_classes=2, hidden=(4,))
+        >>> coordinates = matching(model, ["net.3.*"], "FedPer")
+        >>> coordinates.params.int().tolist()
+        [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]
+    """
 
     params: Tensor
     buffers: Tensor

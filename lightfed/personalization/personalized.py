@@ -25,7 +25,36 @@ class Personalized(Transform):
     (client i on process i % world size), are saved in that process's checkpoint file and restored for any number of
     processes.
 
-    ``client_model`` gives the weights a client is evaluated with (a client has none before it trains)."""
+    ``client_model`` gives the weights a client is evaluated with (a client has none before it trains).
+
+    In a config, a method of this family is listed under ``transforms:``, in front of the strategy:
+
+    ```yaml
+    strategy: {class_path: lightfed.strategies.FedAvg}
+    transforms:
+      - class_path: lightfed.personalization.FedPer
+        init_args: {personal: ["net.9.*"]}
+    ```
+
+    Examples:
+        A client's reported personal weights are kept, and it is evaluated with them:
+
+        >>> import torch
+        >>> from lightfed import ClientUpdate
+        >>> from lightfed.core.transforms import TransformContext
+        >>> from lightfed.personalization import Personalized
+        >>> from lightfed.strategies import ServerContext
+        >>> personalized = Personalized()
+        >>> personalized.setup(TransformContext(ServerContext(torch.zeros(2), num_clients=2), {}))
+        >>> report = {"personal": torch.tensor([1.0, 2.0]), "personal_buffers": torch.zeros(0)}
+        >>> update = ClientUpdate(0, torch.zeros(2), torch.zeros(0), 10, 1, 1.0, torch.tensor(0.0), report)
+        >>> personalized.contribution(update, 0, None).report
+        {}
+        >>> personalized.client_model(0, params=torch.zeros(2), buffers=torch.zeros(0))
+        (tensor([1., 2.]), tensor([]))
+        >>> personalized.client_model(1, params=torch.zeros(2), buffers=torch.zeros(0)) is None
+        True
+    """
 
     keeps_client_models = True
     keeps_norm_bounds = True  # it takes the personal weights out of a client's report and at most zeroes coordinates

@@ -21,6 +21,31 @@ class CausalLM(ClassificationModule):
     ``NextTokenDataset`` (``MarkovText``) and ``lightfed.data.hf_transforms.Tokenize`` give them; a target of -100 is
     padding, neither trained on nor scored. Every position is one classification over the vocabulary, as in
     ``NextTokenLSTM``. With ``lora``, only the adapters train and are federated (docs/guides/foundation-models.md).
+
+    In a config (a local model with LoRA adapters):
+
+    ```yaml
+    model:
+      class_path: lightfed.models.CausalLM
+      init_args:
+        pretrained: path/to/model
+        lora: {class_path: lightfed.models.LoRA, init_args: {r: 8, alpha: 16}}
+    ```
+
+    Examples:
+        >>> import torch
+        >>> from lightfed.models import CausalLM
+        >>> config = {"model_type": "llama", "vocab_size": 16, "hidden_size": 16, "intermediate_size": 32,
+        ...           "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1}
+        >>> model = CausalLM(config=config)
+        >>> batch = {"tokens": torch.tensor([[1, 2, 3]]), "targets": torch.tensor([[2, 3, -100]])}  # -100: padding
+        >>> logits, targets, batch_size = model.logits_and_targets(batch)
+        >>> logits.shape, batch_size
+        (torch.Size([3, 16]), 1)
+        >>> CausalLM()
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: a transformer model needs exactly one of pretrained (a local folder) and config
     """
 
     def __init__(

@@ -18,6 +18,32 @@ class ClassificationModule(LightningModule):
     mapping inputs to logits. `save_hyperparameters()` here also records the subclass's
     constructor arguments, all but the optimizer (a callable; a config records it as
     `optimizer: {class_path, init_args}`).
+
+    A model of your own subclasses it, and a config names it under ``model``:
+
+    ```yaml
+    model:
+      class_path: my_project.models.Linear
+      init_args: {in_features: 4, num_classes: 3, optimizer: {class_path: torch.optim.SGD, init_args: {lr: 0.1}}}
+    ```
+
+    Examples:
+        >>> import torch
+        >>> from torch import nn
+        >>> from lightfed.models import ClassificationModule
+        >>> class Linear(ClassificationModule):
+        ...     def __init__(self, in_features=4, num_classes=3, **kwargs):
+        ...         super().__init__(num_classes=num_classes, **kwargs)
+        ...         self.net = nn.Linear(in_features, num_classes)
+        >>> model = Linear()
+        >>> dict(model.hparams)  # the subclass's arguments, recorded by the base
+        {'num_classes': 3, 'in_features': 4}
+        >>> logits, targets, batch_size = model.logits_and_targets((torch.zeros(2, 4), torch.tensor([0, 2])))
+        >>> logits.shape, batch_size
+        (torch.Size([2, 3]), 2)
+        >>> optimizer = model.configure_optimizers()
+        >>> type(optimizer).__name__, optimizer.defaults["lr"]
+        ('SGD', 0.05)
     """
 
     net: nn.Module

@@ -12,6 +12,21 @@ class SmallCNN(ClassificationModule):
 
     The adaptive pool fixes the classifier's input size, so one model fits 8x8 digits,
     28x28 MNIST and 32x32 CIFAR. On 8x8 inputs it keeps the whole 4x4 max-pooled map.
+
+    In a config:
+
+    ```yaml
+    model:
+      class_path: lightfed.models.SmallCNN
+      init_args: {num_classes: 10, in_channels: 1, optimizer: {class_path: torch.optim.SGD, init_args: {lr: 0.05}}}
+    ```
+
+    Examples:
+        >>> import torch
+        >>> from lightfed.models import SmallCNN
+        >>> model = SmallCNN(num_classes=10, in_channels=1, width=4)
+        >>> model(torch.zeros(2, 1, 8, 8)).shape, model(torch.zeros(2, 1, 28, 28)).shape  # digits and MNIST alike
+        (torch.Size([2, 10]), torch.Size([2, 10]))
     """
 
     def __init__(

@@ -15,6 +15,26 @@ class LoRA:
     ``train_a: false`` is FFA-LoRA (Sun et al. 2024, "Improving LoRA in privacy-preserving federated learning"): A
     stays at its initialisation, the same on every client (drawn from the run's seed), and only B trains, so
     mean(B_i) A = mean(B_i A) and FedAvg over B is the exact average of the clients' adapters.
+
+    In a config, as a transformer model's ``lora`` (FFA-LoRA here):
+
+    ```yaml
+    model:
+      class_path: lightfed.models.SequenceClassifier
+      init_args:
+        num_classes: 8
+        pretrained: path/to/model
+        lora: {class_path: lightfed.models.LoRA, init_args: {r: 4, alpha: 8, target_modules: [q_proj, v_proj], train_a: false}}
+    ```
+
+    Examples:
+        >>> from lightfed.models import LoRA
+        >>> LoRA(r=4, alpha=8, target_modules=["q_proj", "v_proj"], train_a=False)
+        LoRA(r=4, alpha=8, target_modules=['q_proj', 'v_proj'], dropout=0.0, train_a=False)
+        >>> LoRA(r=0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: LoRA needs r >= 1, alpha > 0 and dropout in [0, 1), got 0, 16, 0.0
     """
 
     def __init__(

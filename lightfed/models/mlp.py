@@ -13,6 +13,23 @@ class MLP(ClassificationModule):
     """Flatten, then Linear+ReLU per hidden size, then a linear layer to the logits.
 
     With no `hidden` layers it is multinomial logistic regression, the model of FedProx's Synthetic data.
+
+    In a config (logistic regression on FedProx's Synthetic data):
+
+    ```yaml
+    model:
+      class_path: lightfed.models.MLP
+      init_args: {in_features: 60, num_classes: 10, optimizer: {class_path: torch.optim.SGD, init_args: {lr: 0.01}}}
+    ```
+
+    Examples:
+        >>> import torch
+        >>> from lightfed.models import MLP
+        >>> model = MLP(in_features=4, num_classes=3, hidden=[8])
+        >>> [type(layer).__name__ for layer in model.net]
+        ['Flatten', 'Linear', 'ReLU', 'Linear']
+        >>> model(torch.zeros(2, 4)).shape
+        torch.Size([2, 3])
     """
 
     def __init__(

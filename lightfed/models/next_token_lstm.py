@@ -13,6 +13,23 @@ class NextTokenLSTM(ClassificationModule):
     Batches are dicts ``{"tokens": (batch, seq_len), "targets": (batch, seq_len)}`` of int64 token ids (as
     ``NextTokenDataset`` gives them). Every position is one classification: the loss is the cross-entropy over all
     positions and accuracy counts the positions whose most likely next token is the target.
+
+    In a config (with ``MarkovText`` of as many tokens):
+
+    ```yaml
+    model:
+      class_path: lightfed.models.NextTokenLSTM
+      init_args: {vocab_size: 16, embedding_dim: 8, hidden_size: 32}
+    ```
+
+    Examples:
+        >>> import torch
+        >>> from lightfed.models import NextTokenLSTM
+        >>> model = NextTokenLSTM(vocab_size=16)
+        >>> batch = {"tokens": torch.zeros(2, 5, dtype=torch.long), "targets": torch.ones(2, 5, dtype=torch.long)}
+        >>> logits, targets, batch_size = model.logits_and_targets(batch)
+        >>> logits.shape, targets.shape, batch_size  # every position of both sequences
+        (torch.Size([10, 16]), torch.Size([10]), 2)
     """
 
     def __init__(

@@ -15,6 +15,22 @@ class ResNet18GN(ClassificationModule):
     GroupNorm keeps no running statistics, so averaging client models stays meaningful
     under non-IID data. The CIFAR stem replaces the 7x7 stride-2 conv with a 3x3
     stride-1 conv and drops the max-pool.
+
+    In a config:
+
+    ```yaml
+    model:
+      class_path: lightfed.models.ResNet18GN
+      init_args: {num_classes: 10, optimizer: {class_path: torch.optim.SGD, init_args: {lr: 0.01}}}
+    ```
+
+    Examples:
+        >>> import torch
+        >>> from lightfed.models import ResNet18GN
+        >>> with torch.device("meta"):  # shapes only, no weights drawn
+        ...     model = ResNet18GN(num_classes=10)
+        >>> model.net.conv1.stride, model.net.maxpool, model.net.bn1  # the CIFAR stem, GroupNorm
+        ((1, 1), Identity(), GroupNorm(2, 64, eps=1e-05, affine=True, bias=True))
     """
 
     constructor = staticmethod(resnet18)
@@ -41,12 +57,46 @@ class ResNet18GN(ClassificationModule):
 
 
 class ResNet34GN(ResNet18GN):
-    """torchvision ResNet-34 with GroupNorm and the CIFAR stem (arguments as ``ResNet18GN``)."""
+    """torchvision ResNet-34 with GroupNorm and the CIFAR stem (arguments as ``ResNet18GN``).
+
+    In a config:
+
+    ```yaml
+    model:
+      class_path: lightfed.models.ResNet34GN
+      init_args: {num_classes: 100, groups: 2}
+    ```
+
+    Examples:
+        >>> import torch
+        >>> from lightfed.models import ResNet34GN
+        >>> with torch.device("meta"):  # shapes only, no weights drawn
+        ...     model = ResNet34GN(num_classes=100)
+        >>> f"{sum(parameter.numel() for parameter in model.parameters()):,}"
+        '21,328,292'
+    """
 
     constructor = staticmethod(resnet34)
 
 
 class ResNet50GN(ResNet18GN):
-    """torchvision ResNet-50 (bottleneck blocks) with GroupNorm and the CIFAR stem (arguments as ``ResNet18GN``)."""
+    """torchvision ResNet-50 (bottleneck blocks) with GroupNorm and the CIFAR stem (arguments as ``ResNet18GN``).
+
+    In a config:
+
+    ```yaml
+    model:
+      class_path: lightfed.models.ResNet50GN
+      init_args: {num_classes: 100, groups: 2}
+    ```
+
+    Examples:
+        >>> import torch
+        >>> from lightfed.models import ResNet50GN
+        >>> with torch.device("meta"):  # shapes only, no weights drawn
+        ...     model = ResNet50GN(num_classes=100)
+        >>> model.net.fc
+        Linear(in_features=2048, out_features=100, bias=True)
+    """
 
     constructor = staticmethod(resnet50)

@@ -16,6 +16,26 @@ class SequenceClassifier(ClassificationModule):
     batches (``(batch, seq_len)`` int64 ids, padded with the config's ``pad_token_id``, which attention skips).
 
     With ``lora``, the adapters and the new classification head train and are federated; the base stays frozen.
+
+    In a config (a local model with FFA-LoRA adapters):
+
+    ```yaml
+    model:
+      class_path: lightfed.models.SequenceClassifier
+      init_args:
+        num_classes: 8
+        pretrained: path/to/model
+        lora: {class_path: lightfed.models.LoRA, init_args: {r: 4, alpha: 8, train_a: false}}
+    ```
+
+    Examples:
+        >>> import torch
+        >>> from lightfed.models import SequenceClassifier
+        >>> config = {"model_type": "llama", "vocab_size": 16, "hidden_size": 16, "intermediate_size": 32,
+        ...           "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "pad_token_id": 0}
+        >>> model = SequenceClassifier(num_classes=3, config=config)
+        >>> model(torch.tensor([[5, 6, 0, 0]])).shape, model.pad_token_id  # the padding 0s are not attended to
+        (torch.Size([1, 3]), 0)
     """
 
     def __init__(

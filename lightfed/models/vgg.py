@@ -9,7 +9,25 @@ from lightfed.models.classifier import ClassificationModule
 
 
 class VGG11(ClassificationModule):
-    """torchvision's VGG-11 features (config "A") and a 512-512-classes classifier for 32x32 images."""
+    """torchvision's VGG-11 features (config "A") and a 512-512-classes classifier for 32x32 images.
+
+    In a config:
+
+    ```yaml
+    model:
+      class_path: lightfed.models.VGG11
+      init_args: {num_classes: 10, batch_norm: false}
+    ```
+
+    Examples:
+        >>> import torch
+        >>> from lightfed.models import VGG11
+        >>> with torch.device("meta"):  # shapes only, no weights drawn
+        ...     model = VGG11(num_classes=10, in_channels=1)
+        ...     logits = model(torch.zeros(2, 1, 32, 32))
+        >>> logits.shape, model.net[0][0].in_channels
+        (torch.Size([2, 10]), 1)
+    """
 
     def __init__(
         self,

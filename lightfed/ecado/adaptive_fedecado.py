@@ -42,6 +42,26 @@ class AdaptiveFedECADO(FedECADO):
     Memory per process, per client that has trained: d / N floats of I_i, and d / N of diag(H_i) with
     ``curvature="diagonal"`` (N processes; where they live: ``FedECADO``). Departures from the paper and the
     measurements behind the defaults: docs/corrections/adaptive-fedecado.md.
+
+    In a config:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.AdaptiveFedECADO
+      init_args: {tolerance: 0.01, step_control: first_round}
+    ```
+
+    Examples:
+        Its clients choose their own steps, in place of the model's optimizer:
+
+        >>> from lightfed.strategies import AdaptiveFedECADO
+        >>> strategy = AdaptiveFedECADO(tolerance=0.01)
+        >>> strategy.requirements.chooses_client_steps, strategy.learned_lr
+        (True, None)
+        >>> AdaptiveFedECADO(curvature="trace")
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: strategy.curvature must be 'diagonal' or 'none', got 'trace'
     """
 
     learned_lr: float | None = None  # with step_control="first_round", from the first round on

@@ -111,6 +111,27 @@ class FedECADO(ShardedStrategy):
     clients x d / N floats for the round. Clients receive their whole I_i^k, a second model-sized download.
 
     Departures from the paper and the measurements behind the defaults: docs/corrections/fedecado.md.
+
+    In a config:
+
+    ```yaml
+    strategy:
+      class_path: lightfed.strategies.FedECADO
+      init_args: {tolerance: 0.01, curvature: trace}
+    ```
+
+    Examples:
+        What clients send besides their update, with and without a curvature estimate:
+
+        >>> from lightfed.strategies import FedECADO
+        >>> sorted(sent.name for sent in FedECADO().requirements.sends)
+        ['curvature', 'time_scale']
+        >>> sorted(sent.name for sent in FedECADO(curvature="none").requirements.sends)
+        ['time_scale']
+        >>> FedECADO(inductance=0.0)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: strategy.inductance must be > 0, got 0.0
     """
 
     report_scalars: tuple[str, ...] = ("time_scale", "curvature_mean")

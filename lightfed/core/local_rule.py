@@ -13,14 +13,14 @@ from lightfed.core.requirements import Requirements
 @dataclass(frozen=True)
 class PriorSteps:
     """Plain SGD steps a rule takes on another model of the client before its own training (Ditto's personal model):
-    ``params <- params - lr (grad F(params) + pull (params - anchor))`` over the client's batches (``epochs`` passes
-    or ``steps`` batches, shuffled with ``seed``, which also seeds torch's generator), unclipped, nothing logged;
-    ``buffers`` None: the client's; ``lr`` None: the client's step size."""
+    ``params <- params - lr g`` over the client's batches (``epochs`` passes or ``steps`` batches, shuffled with
+    ``seed``, which also seeds torch's generator), g the gradient of ``training_step`` as ``rule`` adjusts it (Ditto:
+    ``lightfed.local.proximal.ProximalTerm``), unclipped, nothing logged; ``buffers`` None: the client's; ``lr``
+    None: the client's step size."""
 
     params: Tensor
     buffers: Tensor | None
-    anchor: Tensor
-    pull: float
+    rule: "LocalRule"
     seed: int
     epochs: int | None
     steps: int | None

@@ -1,6 +1,6 @@
-"""Client-side update rules that several algorithms share; a rule of one algorithm only lives in its strategy's
-module (``ProximalTerm`` in ``lightfed.strategies.fedprox``, ``RelativeProgressRule`` in
-``lightfed.strategies.adaptfed``, ``MomentumCorrection`` in ``lightfed.strategies.masfl``)."""
+"""Client-side update rules that several algorithms share (``ProximalTerm``: FedProx and Ditto); a rule of one
+algorithm only lives in its strategy's module (``RelativeProgressRule`` in ``lightfed.strategies.adaptfed``,
+``MomentumCorrection`` in ``lightfed.strategies.masfl``)."""
 
 from lightfed.core.local_rule import LocalRule
 from lightfed.local.correction import GradientCorrection

@@ -11,6 +11,7 @@ from lightfed.core.logged_values import LoggedValues
 from lightfed.core.training_loss import training_loss
 from lightfed.errors import ConfigError
 from lightfed.local.around_inner import AroundInner
+from lightfed.local.proximal import ProximalTerm
 
 
 class DittoSteps(AroundInner):
@@ -44,20 +45,21 @@ class DittoSteps(AroundInner):
     def prior_steps(self, params: Tensor) -> PriorSteps:
         personal = params if self.personal is None else self.personal.to(params.device)
         buffers = None if self.personal_buffers is None else self.personal_buffers.to(params.device)
-        return PriorSteps(personal, buffers, params, self.lam, self.seed, self.epochs, self.steps, self.lr)
+        pull = ProximalTerm(self.lam, anchor=params)
+        return PriorSteps(personal, buffers, pull, self.seed, self.epochs, self.steps, self.lr)
 
     def prior_stepped(self, params: Tensor, buffers: Tensor) -> None:
         self.report_values = {"personal": params, "personal_buffers": buffers}
 
     def start(self, params: Tensor, context: LocalContext) -> None:
         if self.report_values is None:
-            self.report_values = self._personal_steps(self.prior_steps(params), context)
+            self.report_values = self._personal_steps(self.prior_steps(params), params, context)
         if self.inner is not None:
             self.inner.start(params, context)
 
-    def _personal_steps(self, prior: PriorSteps, context: LocalContext) -> dict[str, Tensor]:
-        """The personal model and buffers after ``prior``'s steps on the client's live module, which it leaves as it
-        found it."""
+    def _personal_steps(self, prior: PriorSteps, params: Tensor, context: LocalContext) -> dict[str, Tensor]:
+        """The personal model and buffers after ``prior``'s steps on the client's live module, which it leaves with
+        ``params`` and the buffers it found."""
         if context.scales_gradients:
             raise ConfigError(
                 "Ditto's personal steps need unscaled gradients: use trainer.precision 32-true or bf16-mixed"
@@ -69,6 +71,7 @@ class DittoSteps(AroundInner):
             flat.params.copy_(prior.params)
             if prior.buffers is not None and prior.buffers.numel() == flat.buffers.numel():
                 flat.buffers.copy_(prior.buffers.to(flat.buffers.device))
+        prior.rule.start(prior.params, context)
         module.train()  # an evaluation may have left it in eval mode
         torch.default_generator.manual_seed(prior.seed)  # the client's own training re-seeds it afterwards
         if flat.params.is_cuda:  # dropout on the GPU draws from CUDA's generator
@@ -83,11 +86,11 @@ class DittoSteps(AroundInner):
                 flat.zero_grad()
                 context.backward(loss)
                 with torch.no_grad():
-                    step = flat.grads.add(flat.params - prior.anchor, alpha=prior.pull)
-                    flat.params.sub_(step, alpha=lr)
+                    prior.rule.adjust(flat.grads, flat.params)
+                    flat.params.sub_(flat.grads, alpha=lr)
         personal = {"personal": flat.params.clone(), "personal_buffers": flat.buffers.clone()}
         with torch.no_grad():
-            flat.params.copy_(prior.anchor)
+            flat.params.copy_(params)
             flat.buffers.copy_(start_buffers)
         flat.zero_grad()
         return personal

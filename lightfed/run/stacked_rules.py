@@ -11,7 +11,6 @@ from lightfed.core.local_rule import LocalRule, PriorSteps
 from lightfed.core.messages import ClientPlan
 from lightfed.run.client_training import TrainingJob
 from lightfed.run.stacked_batches import device_index
-from lightfed.strategies.fedprox import ProximalTerm
 
 
 @dataclass(frozen=True)
@@ -64,9 +63,8 @@ def why_not_stacked(rule: LocalRule, groups: int, private: bool) -> str | None:
 
 def prior_job(job: TrainingJob, prior: PriorSteps) -> TrainingJob:
     """The job of the steps ``prior`` that ``job``'s rule takes before its own (Ditto's personal model): plain SGD
-    steps pulled towards the rule's anchor."""
+    steps under the prior steps' own rule."""
     plan = job.plan
     given = prior.buffers is not None and prior.buffers.numel() == job.buffers.numel()
-    rule = ProximalTerm(prior.pull, anchor=prior.anchor)
-    prior_plan = ClientPlan(plan.client_id, plan.round, prior.seed, prior.epochs, prior.steps, rule=rule)
+    prior_plan = ClientPlan(plan.client_id, plan.round, prior.seed, prior.epochs, prior.steps, rule=prior.rule)
     return TrainingJob(prior_plan, prior.params, prior.buffers if given else job.buffers)  # type: ignore[arg-type]

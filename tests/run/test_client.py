@@ -91,7 +91,7 @@ class Center(L.LightningModule):
 
 
 def test_a_local_rule_changes_every_step_between_backward_and_optimizer_step():
-    from lightfed.strategies.fedprox import ProximalTerm
+    from lightfed.local.proximal import ProximalTerm
 
     client = _client(Center())
     x = torch.tensor([1.0, 1.0, 1.0])

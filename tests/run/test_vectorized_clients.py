@@ -23,6 +23,7 @@ from lightfed.local.correction import GradientCorrection
 from lightfed.local.ditto_steps import DittoSteps
 from lightfed.local.head_then_body import HeadThenBody
 from lightfed.local.personal_layers import PersonalLayers
+from lightfed.local.proximal import ProximalTerm
 from lightfed.local.sharpness import SharpnessAware
 from lightfed.models import MLP
 from lightfed.models.batchnorm_cnn import SmallBNCNN
@@ -34,7 +35,6 @@ from lightfed.run.settings import LocalTraining
 from lightfed.run.stacked_classifier import stacked_classifier
 from lightfed.run.vectorized_clients import VectorizedClients
 from lightfed.strategies import AdaptFed, FedAvg
-from lightfed.strategies.fedprox import ProximalTerm
 from lightfed.strategies.masfl import MomentumCorrection
 from tests.conftest import QUICKSTART, fit_in_subprocess, small_data, small_model, small_trainer, trainer_options
 

@@ -19,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -34,22 +35,23 @@ WORKERS = 2
 ALPHAS = (0.1, 0.5, 10)
 STRATEGIES = ("fedavg", "fedprox", "scaffold", "fedecado")
 AGGREGATORS = ("fedavg", "median", "trimmed_mean")
-FRACTIONS = (0, 0.1, 0.2, 0.3)
+FRACTIONS = (0, 0.15, 0.3)
 PRIVACY_MECHANISMS = ("user-level-fixed", "user-level-adaptive")
 PRIVACY_RUNS = 1 + 3 * len(PRIVACY_MECHANISMS)  # FedAvg, then each mechanism at the study's three epsilons
 PROGRESS = re.compile(r"^(\[\d+/\d+\]|compare: \d+ runs|[^|\s].*: test_acc=)")
 
 Rows = list[dict]
+MARKERS, STYLES = "osD^v<>p", ("-", "--", "-.", ":") * 2  # lines that lie on each other stay apart
 
 
 @dataclass(frozen=True)
 class Part:
-    """One part of the gallery: how its runs are made and read (``rows``), its figure (``plot``: None for a table
-    alone), its table, and the command line of the caption."""
+    """One part of the gallery: how its runs are made and read (``rows``), its table, the first line of its caption
+    (the second is the command), and its figure (``plot``: None for a table alone)."""
 
     rows: Callable[[Path], Rows]
     table: Callable[[Rows], str]
-    command: str
+    caption: str
     plot: Callable[[Rows, Path], None] | None = None
 
 
@@ -260,9 +262,9 @@ def save(figure, path: Path) -> None:
 def lines(rows: Rows, path: Path, xlabel: str, log_x: bool = False) -> None:
     """Test accuracy against the swept value, one line a config."""
     figure, ax = axes(xlabel)
-    for config in dict.fromkeys(row["config"] for row in rows):
+    for config, marker, style in zip(dict.fromkeys(row["config"] for row in rows), MARKERS, STYLES, strict=False):
         points = sorted((float(row["value"]), row["test_acc"]) for row in rows if row["config"] == config)
-        ax.plot(*zip(*points, strict=True), marker="o", label=config)
+        ax.plot(*zip(*points, strict=True), marker=marker, linestyle=style, label=config)
     if log_x:
         ax.set_xscale("log")
     ax.legend(fontsize="small")
@@ -304,7 +306,9 @@ def compression_plot(rows: Rows, path: Path) -> None:
 
 def fairness_plot(rows: Rows, path: Path) -> None:
     figure, ax = axes("accuracy on a client's own held-out data", "")
-    ax.boxplot([row["per_client"] for row in rows], orientation="horizontal", tick_labels=[row["method"] for row in rows])
+    ax.boxplot(
+        [row["per_client"] for row in rows], orientation="horizontal", tick_labels=[row["method"] for row in rows]
+    )
     ax.scatter([row["mean"] for row in rows], range(1, len(rows) + 1), marker="D", color="black", label="mean")
     ax.scatter([row["worst10"] for row in rows], range(1, len(rows) + 1), marker="v", color="red", label="worst 10 %")
     ax.tick_params(axis="y", labelsize="small")
@@ -316,13 +320,47 @@ def fairness_plot(rows: Rows, path: Path) -> None:
 
 COMMAND = "python scripts/gallery.py --out runs/gallery"
 PARTS = {
-    "strategies": Part(strategies_rows, strategies_table, f"{COMMAND} --only strategies", strategies_plot),
-    "privacy": Part(privacy_rows, privacy_table, f"{COMMAND} --only privacy", privacy_plot),
-    "robustness": Part(robustness_rows, robustness_table, f"{COMMAND} --only robustness", robustness_plot),
-    "compression": Part(compression_rows, compression_table, f"{COMMAND} --only compression", compression_plot),
-    "fairness": Part(fairness_rows, fairness_table, f"{COMMAND} --only fairness", fairness_plot),
-    "expected": Part(expected_rows, expected_table, f"{COMMAND} --only expected"),
+    "strategies": Part(
+        strategies_rows,
+        strategies_table,
+        f"FedAvg, FedProx, SCAFFOLD and FedECADO as the label skew changes: {ROUNDS} rounds, one seed.",
+        strategies_plot,
+    ),
+    "privacy": Part(
+        privacy_rows,
+        privacy_table,
+        "User-level DP-FedAvg, fixed and adaptive clipping, at the privacy study's three noise levels: 30 rounds.",
+        privacy_plot,
+    ),
+    "robustness": Part(
+        robustness_rows,
+        robustness_table,
+        f"Three aggregators as more clients flip the sign of their update: {ROUNDS} rounds, one seed.",
+        robustness_plot,
+    ),
+    "compression": Part(
+        compression_rows,
+        compression_table,
+        f"FedAvg with each compressor of the compression study: {ROUNDS} rounds, one seed.",
+        compression_plot,
+    ),
+    "fairness": Part(
+        fairness_rows,
+        fairness_table,
+        f"Each client's accuracy on its own held-out data, Dirichlet(0.1) split: {ROUNDS} rounds, one seed.",
+        fairness_plot,
+    ),
+    "expected": Part(
+        expected_rows,
+        expected_table,
+        f"Every overlay of configs/digits/ over configs/digits/base.yaml: {ROUNDS} rounds, one seed.",
+    ),
 }
+
+
+def command(name: str) -> str:
+    """The command that makes the part again."""
+    return f"{COMMAND} --only {name}"
 
 
 def figures() -> list[str]:
@@ -330,14 +368,21 @@ def figures() -> list[str]:
     return [f"{name}.png" for name, part in PARTS.items() if part.plot is not None]
 
 
-def fill(page: str, name: str, table: str) -> str:
-    """The page with the part's table between its markers (which must be there)."""
+def block(name: str, rows: Rows) -> str:
+    """The part's figure (if it has one), its caption of two lines, then its table."""
+    part = PARTS[name]
+    figure = [f"![{part.caption}](../images/gallery/{name}.png)", ""] if part.plot is not None else []
+    return "\n".join([*figure, f"{part.caption}<br>", f"Made by `{command(name)}`.", "", part.table(rows)])
+
+
+def fill(page: str, name: str, text: str) -> str:
+    """The page with ``text`` between the part's markers (which must be there)."""
     begin, end = f"<!-- gallery:{name} -->", f"<!-- /gallery:{name} -->"
     if page.count(begin) != 1 or page.count(end) != 1:
         raise ValueError(f"the page needs one {begin} and one {end}")
     head, rest = page.split(begin)
     _, tail = rest.split(end)
-    return f"{head}{begin}\n{table}\n\nMade by `{PARTS[name].command}`.\n{end}{tail}"
+    return f"{head}{begin}\n{text}\n{end}{tail}"
 
 
 def main() -> None:
@@ -347,17 +392,16 @@ def main() -> None:
     args = parser.parse_args()
     numbers = IMAGES / "gallery.json"
     gallery = json.loads(numbers.read_text()) if numbers.is_file() else {}
-    page = PAGE.read_text()
     for name in args.only:
-        part = PARTS[name]
+        part, began = PARTS[name], time.perf_counter()
         print(f"{name}: runs in {args.out / name}", flush=True)
         rows = part.rows((args.out / name).resolve())
         if part.plot is not None:
             part.plot(rows, IMAGES / f"{name}.png")
-        page = fill(page, name, part.table(rows))
-        gallery[name] = {"command": part.command, "rows": rows}
-        PAGE.write_text(page)
+        PAGE.write_text(fill(PAGE.read_text(), name, block(name, rows)))
+        gallery[name] = {"command": command(name), "rows": rows}
         harness.write_json(numbers, gallery)
+        print(f"{name}: done in {time.perf_counter() - began:.0f} s", flush=True)
     print(f"figures in {IMAGES.relative_to(ROOT)}, tables in {PAGE.relative_to(ROOT)}", flush=True)
 
 

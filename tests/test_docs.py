@@ -118,16 +118,6 @@ MAX_WORDS_PER_SENTENCE = 20.0  # a page's average
 MAX_WORDS_PER_PARAGRAPH = 60.0  # a page's average
 MAX_PARAGRAPH_WORDS = 150  # any one paragraph
 
-# Pages still to convert, each with why it is not converted yet. A page leaves this list once it meets the limits
-# (the test below fails when a listed page already does); every page not listed must meet them.
-STILL_TO_CONVERT = {
-    # pages other work is changing now; their measurement logs and internals move to Results and Explanations pages
-    "guides/performance.md": "a measurement log; moves to Results and measurements",
-    "guides/architecture.md": "internals, long sentences",
-    # results and measurements: a long study log, to become tables (not converted yet)
-    "corrections/adaptive-fedecado.md": "a 10,000-word study log in long paragraphs",
-}
-
 
 def prose_paragraphs(markdown: str) -> list[str]:
     """The prose of a Markdown page, a paragraph (or list item) each: code blocks, tables, headings, admonition and
@@ -232,28 +222,19 @@ def test_the_prose_metrics_measure_prose_only():
 def test_every_page_reads_as_short_sentences_and_paragraphs():
     pages = site_pages()
     assert "index.md" in pages and len(pages) >= 30
-    assert sorted(set(STILL_TO_CONVERT) - set(pages)) == [], "a page still to convert that no longer exists"
     failing = {
         page: failures
         for page in pages
-        if page not in STILL_TO_CONVERT
-        and (failures := prose_failures(prose_metrics((ROOT / "docs" / page).read_text())))
+        if (failures := prose_failures(prose_metrics((ROOT / "docs" / page).read_text())))
     }
     assert failing == {}
-
-
-def test_a_page_still_to_convert_leaves_the_list_once_it_reads_well():
-    converted = [
-        page for page in STILL_TO_CONVERT if not prose_failures(prose_metrics((ROOT / "docs" / page).read_text()))
-    ]
-    assert converted == [], "these pages meet the limits now: take them off STILL_TO_CONVERT"
 
 
 if __name__ == "__main__":  # the metrics of every page: python -m tests.test_docs
     print(f"{'page':42} {'words/sentence':>15} {'words/paragraph':>16} {'longest paragraph':>18}")
     for page in site_pages():
         metrics = prose_metrics((ROOT / "docs" / page).read_text())
-        mark = "  (still to convert)" if page in STILL_TO_CONVERT else ("  FAILS" if prose_failures(metrics) else "")
+        mark = "  FAILS" if prose_failures(metrics) else ""
         print(
             f"{page:42} {metrics['words_per_sentence']:15.1f} {metrics['words_per_paragraph']:16.1f}"
             f" {metrics['longest_paragraph']:18d}{mark}"

@@ -202,11 +202,20 @@ def expected_table(rows: Rows) -> str:
     return harness.markdown_table(["overlay", "val_acc, last round", "test_acc, final model"], body, "lrr")
 
 
+def setting(text: str) -> str:
+    """``a.b.name=1.2345`` as ``name 1.23``; any other setting as it is."""
+    key, _, value = text.partition("=")
+    try:
+        return f"{key.rsplit('.', 1)[-1]} {float(value):.3g}"
+    except ValueError:
+        return text
+
+
 def privacy_table(rows: Rows) -> str:
     body = [
         [
             row["method"],
-            row["setting"],
+            setting(row["setting"]),
             harness.cell(row["epsilon (last round)"], ".3g", "∞"),
             accuracy(row["test_acc"]),
         ]

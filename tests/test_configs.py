@@ -79,6 +79,16 @@ def _resolved(capsys, files: tuple[str, ...]) -> dict[str, Any]:
     return _written(yaml.safe_load(printed.out))
 
 
+def test_every_config_line_fits_in_100_columns():
+    long = [
+        f"{p.relative_to(CONFIGS)}:{i}"
+        for p in CONFIGS.rglob("*.yaml")
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if len(line) > 100
+    ]
+    assert long == []
+
+
 def test_every_config_is_layered_and_the_folders_of_overlays_have_a_base():
     covered = {file for files in LAYERS for file in files}
     assert covered == {str(p.relative_to(CONFIGS)) for p in CONFIGS.rglob("*.yaml")}

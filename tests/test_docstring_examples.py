@@ -26,15 +26,8 @@ PUBLIC_PACKAGES = (
 STILL_WITHOUT_EXAMPLES = {
     "lightfed",
     "lightfed.local",
-    "lightfed.personalization",
-    "lightfed.transforms",
     "lightfed.callbacks",
-    "lightfed.privacy",
-    "lightfed.audit",
-    "lightfed.attacks",
     "lightfed.optim",
-    "lightfed.data",
-    "lightfed.models",
 }
 
 

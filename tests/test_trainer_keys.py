@@ -4,6 +4,7 @@ default and the first sentence of its help, grouped by the settings each key fil
 The page is written by this file: ``python -m tests.test_trainer_keys`` rewrites ``docs/reference/trainer-keys.md``."""
 
 import ast
+import functools
 import inspect
 import re
 import types
@@ -72,7 +73,8 @@ def settings_groups() -> dict[str, str]:
     return groups
 
 
-def trainer_keys() -> list[tuple[str, str, str, str, str]]:
+@functools.cache
+def trainer_keys() -> tuple[tuple[str, str, str, str, str], ...]:
     """(group, key, type, default, help) of every ``trainer:`` key, in the parser's order."""
     _, parsers = build_parser()
     groups = settings_groups()
@@ -84,7 +86,7 @@ def trainer_keys() -> list[tuple[str, str, str, str, str]]:
         hint = action._typehint  # the annotation jsonargparse parses the value as
         group = groups.get(key, RUN_KEYS)
         keys.append((group, key, type_name(hint), default_value(action.default), first_sentence(action.help or "")))
-    return keys
+    return tuple(keys)
 
 
 def group_title(group: str) -> str:

@@ -20,7 +20,7 @@ from lightfed.core.no_follow import open_no_follow
 from lightfed.errors import ConfigError, LightfedError
 from lightfed.run.final_report import PER_CLIENT, logged_part, summary
 from lightfed.run.hparams import flat_hparams, summary_hparams
-from lightfed.run.round_tensorboard import RoundTensorBoardLogger
+from lightfed.run.round_tensorboard import RoundTensorBoardLogger, tensorboard_tag
 from lightfed.run.run_folder import CONFIG, claim_run_folder, write_run_config
 
 METRICS_FILE = "metrics.jsonl"
@@ -259,8 +259,7 @@ class RunOutput:
         """The final report: its line in ``metrics.jsonl``, its test metrics and distributions over clients to the
         loggers, its per-client values as TensorBoard histograms (``~final/clients/<monitor>``), and one printed line.
 
-        TensorBoard gets them as ``~final/<name>``: its Time Series sorts its groups of cards by the name's first part
-        and opens the first two, and ``~`` sorts after letters, so these one-off values come after the round curves."""
+        TensorBoard gets them as ``~final/<name>``, after the round curves (``tensorboard_tag``)."""
         self.append(report)
         self.flush_metrics()
         logged = logged_part(report)
@@ -273,10 +272,11 @@ class RunOutput:
         self.fabric.print(summary(report))
 
     def log_histogram(self, name: str, values: np.ndarray, step: int) -> None:
-        """``values`` as a TensorBoard histogram (process 0; other loggers take none)."""
+        """``values`` as a TensorBoard histogram under ``name``'s ``tensorboard_tag`` (process 0; other loggers take
+        none)."""
         for logger in self.loggers:
             if isinstance(logger, TensorBoardLogger) and self.fabric.is_global_zero:
-                logger.experiment.add_histogram(name, values, global_step=step)
+                logger.experiment.add_histogram(tensorboard_tag(name), values, global_step=step)
 
     def finish(self, metrics: dict[str, float]) -> None:
         """TensorBoard loggers record the run's settings for the HPARAMS tab (``lightfed.run.hparams``: the settings

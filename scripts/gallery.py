@@ -310,6 +310,7 @@ def compression_plot(rows: Rows, path: Path) -> None:
         ax.annotate(row["compressor"], (row["sent_mb"], row["test_acc"]), fontsize="small", xytext=(4, 4),
                     textcoords="offset points")  # fmt: skip
     ax.set_xscale("log")
+    ax.margins(x=0.15, y=0.1)  # room for the labels of the outermost points
     save(figure, path)
 
 

@@ -49,8 +49,8 @@ def test_tensorboard_holds_the_per_round_scalars(tmp_path):
     _fit_quickstart(tmp_path, "--trainer.rounds", "2", "--trainer.client_eval_interval", "0")
     events = EventAccumulator(str(tmp_path / "quickstart" / "version_0")).Reload()
     tags = set(events.Tags()["scalars"])
-    assert {"val_acc", "val_loss", "round/client_train_loss", "round/clients", "round/time_s"} <= tags
-    assert [e.step for e in events.Scalars("val_acc")] == [1, 2]
+    assert {"curves/val_acc", "curves/val_loss", "~round/client_train_loss", "~round/clients", "~round/time_s"} <= tags
+    assert [e.step for e in events.Scalars("curves/val_acc")] == [1, 2]
 
 
 def test_dotted_overrides_and_print_config(capsys):

@@ -46,7 +46,7 @@ def test_two_strategies_compared_show_what_differs_first_with_the_test_metrics(t
     columns, metrics = _hparams_tab(str(tmp_path / "runs"))
     assert columns[:2] == ["Run", "Strategy"]  # the settings that differ, capitalized summary first
     assert {"Seed", "LR", "Clients"} <= set(columns[:10]) and "Strategy/mu" in columns
-    assert {"~final/test_acc", "~final/best_test_acc", "val_acc"} <= set(metrics)
+    assert {"~final/test_acc", "~final/best_test_acc", "curves/val_acc"} <= set(metrics)
     multiplexer = EventMultiplexer()
     multiplexer.AddRunsFromDirectory(str(tmp_path / "runs" / "FedAvg"))
     multiplexer.Reload()

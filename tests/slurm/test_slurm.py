@@ -345,7 +345,7 @@ def _checkpoint(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
-def _events(path: Path, tag: str = "val_acc") -> list[int]:
+def _events(path: Path, tag: str = "curves/val_acc") -> list[int]:
     """Steps at which an events file (or run folder) logged ``tag``."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

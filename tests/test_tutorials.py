@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from lightfed.cli import main, run
@@ -108,16 +109,28 @@ def _compare(argv: list[str]) -> None:
     assert exit.value.code == 0
 
 
+def _configs(command: list[str]) -> list[str]:
+    """The files a compare command's ``--configs`` names."""
+    after = command[command.index("--configs") + 1 :]
+    return after[: next((i for i, arg in enumerate(after) if arg.startswith("--")), len(after))]
+
+
 def test_comparing_strategies_on_your_own_data_makes_the_table_and_plot_shown(lightfed_folder, capfd):
+    (lightfed_folder / "configs").unlink()  # the page's own files, in a folder of the reader's
     page = (TUTORIALS / "compare.md").read_text()
     for path, text in files(page).items():
         (lightfed_folder / path).parent.mkdir(parents=True, exist_ok=True)
         (lightfed_folder / path).write_text(text)
-    assert sorted(files(page)) == ["mine/base.yaml", "mine/mydata.py"]
-    compare, *sweeps = commands(page)
-    strategies = [arg for arg in compare if arg.startswith("configs/")]
-    assert [Path(arg).stem for arg in strategies] == ["fedavg", "fedprox", "scaffold", "fedecado"]
-    assert all((ROOT / arg).is_file() for arg in strategies)
+    strategies = ["fedavg", "fedprox", "scaffold", "fedecado"]
+    overlays = [f"mine/{name}.yaml" for name in strategies]
+    assert sorted(files(page)) == sorted(
+        ["mine/base.yaml", "mine/mydata.py", "mine/mymodel.py", "mine/mymodel.yaml", *overlays]
+    )
+    for name in strategies:  # the repository's overlays, as the page says
+        shipped = yaml.safe_load((ROOT / "configs" / "strategies" / f"{name}.yaml").read_text())["strategy"]
+        assert yaml.safe_load((lightfed_folder / "mine" / f"{name}.yaml").read_text()) == {"strategy": shipped}
+    compare, own_model, *sweeps = commands(page)
+    assert _configs(compare) == _configs(own_model) == overlays
 
     capfd.readouterr()
     _compare([*compare[1:], "--rounds", "2", "--seeds", "0", "1", "--workers", "2"])  # two seeds: mean ± std
@@ -130,13 +143,24 @@ def test_comparing_strategies_on_your_own_data_makes_the_table_and_plot_shown(li
     assert all((out / name).is_file() for name in ("accuracy.png", "table.tex", "table.csv", "results.json"))
     assert (ROOT / "docs" / "images" / "compare-accuracy.png").is_file()
 
+    bases = own_model[own_model.index("--base") + 1 : own_model.index("--configs")]
+    assert bases == ["mine/base.yaml", "mine/mymodel.yaml"]
+    _compare([*own_model[1:], "--rounds", "1", "--seeds", "0", "--workers", "2"])
+    folder = lightfed_folder / own_model[own_model.index("--out") + 1]
+    assert "mymodel.Classifier" in next((folder / "runs").glob("scaffold*/version_0/config.yaml")).read_text()
+    assert len([line for line in (folder / "table.md").read_text().splitlines() if line.startswith("| ")]) == 5
+
     for sweep in sweeps:  # the tuning and heterogeneity sweeps, one round each
         assert sweep[:2] == ["lightfed", "compare"] and "--grid" in sweep
         _compare([*sweep[1:], "--rounds", "1", "--workers", "2"])
         folder = lightfed_folder / sweep[sweep.index("--out") + 1]
         rows = [line for line in (folder / "table.md").read_text().splitlines() if line.startswith("| ")][1:]
         values = sweep[sweep.index("--grid") + 1].split("=")[1].split(",")
-        assert len(rows) == len(values) * len([arg for arg in sweep if arg.startswith("configs/")])
+        assert len(rows) == len(values) * len(_configs(sweep))
+    own_lr = re.search(r"`--grid (model\.init_args\.lr=[\d.,]+)`", page).group(1)  # your own model's learning rate
+    _compare(["--base", *bases, "--configs", overlays[0], "--grid", own_lr, "--rounds", "1", "--out", "runs/own-lr"])
+    rows = (lightfed_folder / "runs" / "own-lr" / "table.md").read_text().splitlines()
+    assert len([line for line in rows if line.startswith("| ")]) == 1 + len(own_lr.split(","))
 
 
 def test_training_with_a_privacy_budget_prints_the_lines_shown(lightfed_folder, capsys):

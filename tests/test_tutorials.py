@@ -158,7 +158,8 @@ def test_comparing_strategies_on_your_own_data_makes_the_table_and_plot_shown(li
         values = sweep[sweep.index("--grid") + 1].split("=")[1].split(",")
         assert len(rows) == len(values) * len(_configs(sweep))
     own_lr = re.search(r"`--grid (model\.init_args\.lr=[\d.,]+)`", page).group(1)  # your own model's learning rate
-    _compare(["--base", *bases, "--configs", overlays[0], "--grid", own_lr, "--rounds", "1", "--out", "runs/own-lr"])
+    own_sweep = ["compare", "--base", *bases, "--configs", overlays[0], "--grid", own_lr, "--out", "runs/own-lr"]
+    _compare([*own_sweep, "--rounds", "1"])
     rows = (lightfed_folder / "runs" / "own-lr" / "table.md").read_text().splitlines()
     assert len([line for line in rows if line.startswith("| ")]) == 1 + len(own_lr.split(","))
 

@@ -42,7 +42,8 @@ def run(out: Path, name: str, transforms: list, rounds: int) -> dict:
     lines = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
     final = next(line for line in reversed(lines) if line.get("final"))
     sent = sum(line.get("communication/sent_bytes", 0.0) for line in lines if not line.get("final"))
-    print(f"{name}: test_acc={final['test_acc']:.4f}{' (reused)' if reused else ''}", flush=True)
+    progress = f"{name}: test_acc={final['test_acc']:.4f}{' (reused)' if reused else ''}"
+    print(progress + "\n", end="", flush=True)  # in one write: parallel runs' lines stay apart
     return {**final, "sent_mb": sent / 1e6}
 
 

@@ -51,7 +51,8 @@ def run(out: Path, method: str, seed: int, rounds: int) -> dict:
         subprocess.run([*command, "--trainer.progress_bar", "false"], check=True, capture_output=True, env=environment)
     lines = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
     final = next(line for line in reversed(lines) if line.get("final"))
-    print(f"{method} seed={seed}: test_acc={final['test_acc']:.4f}{' (reused)' if reused else ''}", flush=True)
+    progress = f"{method} seed={seed}: test_acc={final['test_acc']:.4f}{' (reused)' if reused else ''}"
+    print(progress + "\n", end="", flush=True)  # in one write: parallel runs' lines stay apart
     return final
 
 

@@ -19,7 +19,7 @@ from lightfed.run.vectorized_privacy import PrivateClients
 class StackedChunk:
     """A chunk's clients while they train together: their jobs, start rows, running statistics (``buffers``) and
     weights (one tensor per optimizer group) with its leaves and optimizer (``sgd``: plain SGD's settings, or None),
-    local rules and batches (``private``: DP-SGD's Poisson batches), each one's steps, each step's groups of clients
+    each one's step size (``lrs``; ``lr_rows``: one a row where they differ, which only plain SGD takes), local rules and batches (``private``: DP-SGD's Poisson batches), each one's steps, each step's groups of clients
     and the clients that end there (``ends``), the final rows (the weights where every client ends at once), summed
     losses and rules' reports."""
 
@@ -27,7 +27,8 @@ class StackedChunk:
     starts: Tensor
     buffers: Tensor
     weights: list[Tensor]
-    lr: float
+    lrs: list[float]
+    lr_rows: Tensor | None
     leaves: StackedLeaves
     optimizer: torch.optim.Optimizer
     sgd: dict[str, Any] | None
@@ -49,14 +50,14 @@ class StackedChunk:
 
     def rows(self) -> ClientRows:
         """The clients' updates, once each has taken its last step."""
-        local_times = {n: summed(self.lr, n) for n in set(self.steps)}
+        local_times = [summed(lr, n) for lr, n in zip(self.lrs, self.steps, strict=True)]
         return ClientRows(
             client_ids=[job.plan.client_id for job in self.jobs],
             deltas=self.final.sub_(self.starts),
             buffers=self.final_buffers,
             num_examples=self.num_examples,
             num_steps=self.steps,
-            local_times=[local_times[n] for n in self.steps],
+            local_times=local_times,
             train_losses=self.losses / torch.tensor(self.steps, device=self.losses.device).clamp(min=1),
             reports=[self.reports.get(k, {}) for k in range(len(self.steps))],
         )

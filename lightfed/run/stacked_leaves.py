@@ -100,15 +100,18 @@ class StackedLeaves:
                 leaf.grad = None
         self.zero_from = None
 
-    def step(self, optimizer: torch.optim.Optimizer, flat: bool, sgd: dict[str, Any] | None) -> None:
+    def step(
+        self, optimizer: torch.optim.Optimizer, flat: bool, sgd: dict[str, Any] | None, lrs: Tensor | None = None
+    ) -> None:
         """Steps the leaves with their gradients: the flat gradients where ``flat`` (collected, then read or written
         there), else the backward pass's own (zero where a leaf got none, as in the flat gradient one client at a time
         steps: a copy fewer a step); ``sgd``: the optimizer's settings where it is plain SGD (``plain_sgd``), which
-        steps only the first clients' rows where only theirs have gradients."""
+        steps only the first clients' rows where only theirs have gradients, each row at its own step size where
+        ``lrs`` has one a row."""
         if self.taken is not None:
             if sgd is not None:
                 active, taken = self.taken
-                functional_sgd([row[:active] for row in self.rows], taken, [None] * len(taken), **sgd)  # type: ignore[arg-type]
+                sgd_step([row[:active] for row in self.rows], taken, sgd, None if lrs is None else lrs[:active])
                 self.taken = None
                 return
             self.collect()
@@ -121,10 +124,23 @@ class StackedLeaves:
         if sgd is None:
             optimizer.step()
         else:
-            grads = [leaf.grad for leaf in self.params.values()]
-            functional_sgd(self.rows, grads, [None] * len(self.rows), **sgd)  # type: ignore[arg-type]
+            sgd_step(self.rows, [leaf.grad for leaf in self.params.values()], sgd, lrs)  # type: ignore[misc]
         for leaf in self.params.values():
             leaf.grad = None
+
+
+def sgd_step(rows: list[Tensor], grads: list[Tensor], sgd: dict[str, Any], lrs: Tensor | None) -> None:
+    """Plain SGD's step of ``rows`` (``sgd``: its settings, ``plain_sgd``): torch's functional step at one step size,
+    or with ``lrs`` each client's row at its own (``lrs[k]``), as torch's step of one client computes it: the
+    gradient negated where it maximizes, plus the weight decay, times minus the step size."""
+    if lrs is None:
+        functional_sgd(rows, grads, [None] * len(rows), **sgd)  # type: ignore[arg-type]
+        return
+    for row, grad in zip(rows, grads, strict=True):
+        step = grad.neg() if sgd["maximize"] else grad
+        if sgd["weight_decay"] != 0:
+            step = step.add(row, alpha=sgd["weight_decay"])
+        row.addcmul_(step, lrs.view(-1, *[1] * (row.dim() - 1)), value=-1)
 
 
 def plain_sgd(optimizer: torch.optim.Optimizer) -> dict[str, Any] | None:

@@ -27,7 +27,7 @@ def at_second_points(
     weights: Tensor,
     buffers: Tensor,
     backward: Callable[[set[int], Tensor], None],
-    lr: float,
+    lrs: list[float],
 ) -> None:
     """Hands each client's rule in ``points`` (by position) its batch's gradient at the point it asked for
     (``LocalRule.second_point``), taken for all of them at once; the weights are then as they were, and the
@@ -39,7 +39,7 @@ def at_second_points(
     weights.index_copy_(0, index, torch.stack(list(points.values())))
     backward(set(points), torch.zeros(len(saved), device=weights.device))  # their losses count once, at w
     for k in points:
-        replaced = rules[k].at_second_point(weights.grad[k].clone(), saved[k], lr)
+        replaced = rules[k].at_second_point(weights.grad[k].clone(), saved[k], lrs[k])
         if replaced is not None:
             saved_grads[k] = replaced
         if rules[k].keeps_second_statistics:

@@ -73,6 +73,7 @@ class VectorizedClients:
         self._alone = False  # every client trains alone: the model failed to vectorize (not strict)
         self._tried = False
         self.columns, self.layout, self.buffer_layout = stacked_layout(client.module, client.optimizer.optimizer)
+        self.lr_rows = plain_sgd_of(client.optimizer.optimizer) is not None  # clients of any step sizes stack
         self.loss = StackedLoss(client, self.layout, self.buffer_layout, composed)
         self.private = client.privacy if isinstance(client.privacy, DPSGD) else None
         if self.private is not None and len(self.columns) > 1:
@@ -128,7 +129,8 @@ class VectorizedClients:
             for index in members:
                 plan = jobs[index].plan
                 if self.strict or self._vectorizes(plan.rule):  # lr and round make the settings (group_settings)
-                    together.setdefault((tier, plan.lr, plan.round), []).append(index)
+                    lr = None if self.lr_rows else plan.lr  # plain SGD steps each row at its own
+                    together.setdefault((tier, lr, plan.round), []).append(index)
         trained: list[tuple[list[int], ClientRows]] = []
         for members in together.values():
             part = [members[i] for i in self._longest_first([jobs[index].plan for index in members])]
@@ -194,6 +196,7 @@ class VectorizedClients:
         single = len(self.columns) == 1  # one optimizer group: its tensor is the flat parameters
         weights = [starts.clone() if single else starts[:, columns.to(device)] for columns in self.columns]
         settings = client.group_settings(jobs[0].plan) if plain_sgd is None else [{"lr": plain_sgd}]
+        lrs = [client.group_settings(job.plan)[0]["lr"] if plain_sgd is None else plain_sgd for job in jobs]
         build: Callable[[list[dict[str, Any]]], torch.optim.Optimizer] = (
             type(client.optimizer.optimizer) if plain_sgd is None else torch.optim.SGD
         )
@@ -218,7 +221,8 @@ class VectorizedClients:
             starts=starts,
             buffers=buffers,
             weights=weights,
-            lr=settings[0]["lr"],
+            lrs=lrs,
+            lr_rows=None if len(set(lrs)) == 1 else torch.tensor(lrs, dtype=starts.dtype, device=device),
             leaves=leaves,
             optimizer=optimizer,
             sgd=plain_sgd_of(optimizer),
@@ -256,7 +260,7 @@ class VectorizedClients:
                 chunk.private, chunk.weights[0], chunk.buffers, active, batch, step, chunk.losses
             )
         self._apply_rules(chunk, step)
-        chunk.leaves.step(chunk.optimizer, chunk.flat, chunk.sgd)
+        chunk.leaves.step(chunk.optimizer, chunk.flat, chunk.sgd, chunk.lr_rows)
         ends = chunk.ends.get(step, [])
         if ends and not chunk.at_once:
             take_rows(chunk.final, chunk.final_buffers, chunk.weights, chunk.buffers, ends, self.columns)
@@ -275,7 +279,7 @@ class VectorizedClients:
         }
         if points:
             backward = functools.partial(self._backward_of, chunk, step)
-            at_second_points(points, chunk.rules, weights, chunk.buffers, backward, chunk.lr)
+            at_second_points(points, chunk.rules, weights, chunk.buffers, backward, chunk.lrs)
         for k, rule in live.items():
             if k not in points:
                 rule.adjust(grads[0][k], weights[k].detach())

@@ -148,6 +148,35 @@ def test_every_clients_update_is_its_one_at_a_time_update(optimizer, local, rule
     assert set(sequential_logged) == {"train_loss"}
 
 
+@pytest.mark.parametrize("folded", [False, True], ids=["vmap", "folded"])
+def test_clients_of_their_own_step_sizes_train_in_the_stacks_of_alike_ones(folded, monkeypatch):
+    """Plain SGD (with weight decay) steps each client's row at its own step size (``trainer.local_lr`` drawn per
+    client): the clients stack as if their step sizes were one, and each gets its one-at-a-time update and local
+    time."""
+    L.seed_everything(0, verbose=False)
+    model = _OwnStep(64, 10, hidden=[32]) if folded else small_model()
+    model.optimizer = partial(torch.optim.SGD, lr=0.1, weight_decay=0.01)
+    sequential, vectorized = _clients(model)
+    stacks = []
+    train_together = vectorized._train_together
+    monkeypatch.setattr(
+        vectorized, "_train_together", lambda jobs, **kw: stacks.append(len(jobs)) or train_together(jobs, **kw)
+    )
+    alike = _jobs(sequential, epochs=2)
+    _updates(vectorized, alike)
+    alike_stacks, stacks[:] = list(stacks), []
+    jobs = [TrainingJob(replace(job.plan, lr=0.05 + 0.01 * k), job.params, job.buffers) for k, job in enumerate(alike)]
+    expected = []
+    for job in jobs:
+        update = sequential.train(job.plan, job.params, job.buffers)
+        expected.append((update.delta.clone(), update.local_time))  # the delta's memory is the client's own
+    updates = _updates(vectorized, jobs)
+    assert stacks == alike_stacks and max(stacks) > 1
+    for (delta, local_time), update in zip(expected, updates, strict=True):
+        assert update.local_time == local_time
+        assert float((update.delta - delta).abs().max() / delta.abs().max()) <= 1e-5
+
+
 @pytest.mark.parametrize(
     ("plan", "dropout"),
     [({"epochs": 2}, 0.0), ({"steps": 11}, 0.0), ({"epochs": 2}, 0.3)],

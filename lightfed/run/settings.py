@@ -302,7 +302,7 @@ def trainer_settings(
         eval_interval: Evaluate the global model on the validation split every this many rounds (and at the end).
         client_eval_interval: Evaluate the global model on every client's own data every this many rounds
             (0: never); logs the distribution over clients of ``monitor`` (``clients/<monitor>_{mean,std,min,
-            p10}``; TensorBoard also gets the histogram ``clients/<monitor>``); with a personalization transform
+            p10}``; TensorBoard also gets the histogram ``~clients/<monitor>``); with a personalization transform
             also each client's personal model (``clients/personal/<monitor>_*``), and apart the clients never
             sampled for training (``clients/unseen/<monitor>_*``). See docs/guides/personalization.md.
         client_eval_clients: Evaluate only this many clients, a fixed subset drawn from the seed (null: all).

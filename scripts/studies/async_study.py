@@ -85,9 +85,13 @@ def argv(run: Run, out: Path, rounds: int | None, fixed: list[tuple[str, str]]) 
     return args + ([] if rounds is None else ["--trainer.rounds", str(rounds)])
 
 
-def read_history(log_dir: Path, tag: str) -> list[tuple[int, float]]:
+def read_history(log_dir: Path, metric: str) -> list[tuple[int, float]]:
+    """The (round, value) points of a run's ``metric`` in its TensorBoard events, under the tag TensorBoard gets."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    from lightfed.run.round_tensorboard import tensorboard_tag
+
+    tag = tensorboard_tag(metric)
     events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0}).Reload()
     return sorted({e.step: e.value for e in events.Scalars(tag)}.items()) if tag in events.Tags()["scalars"] else []
 

@@ -115,7 +115,7 @@ def _configs(command: list[str]) -> list[str]:
     return after[: next((i for i, arg in enumerate(after) if arg.startswith("--")), len(after))]
 
 
-def test_comparing_strategies_on_your_own_data_makes_the_table_and_plot_shown(lightfed_folder, capfd):
+def test_compare_strategies_on_your_own_data_makes_the_table_and_plot_shown(lightfed_folder, capfd):
     (lightfed_folder / "configs").unlink()  # the page's own files, in a folder of the reader's
     page = (TUTORIALS / "compare.md").read_text()
     for path, text in files(page).items():

@@ -264,7 +264,7 @@ def save(figure, path: Path) -> None:
 
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path)
+    figure.savefig(path, bbox_inches="tight")
     plt.close(figure)
 
 
@@ -322,7 +322,7 @@ def fairness_plot(rows: Rows, path: Path) -> None:
     ax.scatter([row["mean"] for row in rows], range(1, len(rows) + 1), marker="D", color="black", label="mean")
     ax.scatter([row["worst10"] for row in rows], range(1, len(rows) + 1), marker="v", color="red", label="worst 10 %")
     ax.tick_params(axis="y", labelsize="small")
-    ax.legend(fontsize="small", loc="lower left")
+    ax.legend(fontsize="small", loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False)
     save(figure, path)
 
 

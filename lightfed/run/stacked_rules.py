@@ -9,8 +9,10 @@ from torch import Tensor
 
 from lightfed.core.local_rule import LocalRule, PriorSteps
 from lightfed.core.messages import ClientPlan
+from lightfed.errors import ConfigError
 from lightfed.run.client_training import TrainingJob
 from lightfed.run.stacked_batches import device_index
+from lightfed.run.stacked_leaves import plain_sgd
 
 
 @dataclass(frozen=True)
@@ -68,3 +70,22 @@ def prior_job(job: TrainingJob, prior: PriorSteps) -> TrainingJob:
     given = prior.buffers is not None and prior.buffers.numel() == job.buffers.numel()
     prior_plan = ClientPlan(plan.client_id, plan.round, prior.seed, prior.epochs, prior.steps, rule=prior.rule)
     return TrainingJob(prior_plan, prior.params, prior.buffers if given else job.buffers)  # type: ignore[arg-type]
+
+
+def started_step_sizes(
+    rules: dict[int, LocalRule], started: list[float], lrs: list[float], optimizer: torch.optim.Optimizer
+) -> list[float]:
+    """The clients' step sizes once their rules have started (``started``; ADAPT-FED's sets its own, as one client
+    at a time's optimizer has it then), ``optimizer`` at theirs where they are one; refuses step sizes of their own
+    where the optimizer is not plain SGD, which steps each row at its own."""
+    if started == lrs:
+        return lrs
+    if len(set(started)) == 1:
+        optimizer.param_groups[0]["lr"] = started[0]
+    elif plain_sgd(optimizer) is None:
+        name = type(next(iter(rules.values()))).__name__
+        raise ConfigError(
+            f"trainer.clients_in_parallel vectorized: the local rule {name} sets each client's step size, which "
+            "only plain SGD (no momentum, one parameter group) steps per client: use clients_in_parallel 1"
+        )
+    return started

@@ -37,7 +37,7 @@ from lightfed.run.stacked_chunk import StackedChunk
 from lightfed.run.stacked_leaves import StackedLeaves, clip_rows, stacked_layout, stacked_rows, take_rows
 from lightfed.run.stacked_leaves import plain_sgd as plain_sgd_of
 from lightfed.run.stacked_loss import StackedLoss
-from lightfed.run.stacked_rules import Row, at_second_points, prior_job, why_not_stacked
+from lightfed.run.stacked_rules import Row, at_second_points, prior_job, started_step_sizes, why_not_stacked
 from lightfed.run.stacked_schedule import finishing, groups_at, schedule, tiers
 from lightfed.run.vectorizable import exact_convolutions, training_step_refusal, why_not_vectorized
 from lightfed.run.vectorized_privacy import PrivateClients
@@ -203,7 +203,8 @@ class VectorizedClients:
         leaves = StackedLeaves.of(weights, self.layout)
         grouped = [[leaves.params[name] for name, g, *_ in self.layout if g == i] for i in range(len(weights))]
         optimizer = build([{**group, "params": params} for group, params in zip(settings, grouped, strict=True)])
-        rules = self._rules(jobs, weights, buffers)
+        rules, started = self._rules(jobs, weights, buffers)
+        lrs = started_step_sizes(rules, [started.get(k, lr) for k, lr in enumerate(lrs)], lrs, optimizer)
         private = None
         if self.private is not None:
             shapes = [shape for _, _, _, shape in self.layout]
@@ -333,11 +334,14 @@ class VectorizedClients:
         keys = [(-self._steps(plan, size), -(size % batch or batch)) for plan, size in zip(plans, sizes, strict=True)]
         return sorted(range(len(plans)), key=keys.__getitem__)
 
-    def _rules(self, jobs: list[TrainingJob], weights: list[Tensor], buffers: Tensor) -> dict[int, LocalRule]:
+    def _rules(
+        self, jobs: list[TrainingJob], weights: list[Tensor], buffers: Tensor
+    ) -> tuple[dict[int, LocalRule], dict[int, float]]:
         """The jobs' local rules, by position, each started on its client's row (its ``context.flat``: the row of
         ``weights`` and of ``buffers``) with the live module at the client's received weights, as one client at a time
-        starts it; refuses a rule that does not run on a row of stacked clients."""
+        starts it, and the step size each leaves; refuses a rule that does not run on a row of stacked clients."""
         rules = {k: job.plan.rule for k, job in enumerate(jobs) if job.plan.rule is not None}
+        started: dict[int, float] = {}
         for k, rule in rules.items():
             reason = why_not_stacked(rule, len(self.columns), self.private is not None)
             if reason is not None:
@@ -346,4 +350,5 @@ class VectorizedClients:
                 )
             self.client.prepare(jobs[k].plan, jobs[k].params, jobs[k].buffers)  # the live module, as one at a time
             rule.start(jobs[k].params, replace(self.client.context, flat=Row(weights[0][k], buffers[k])))  # type: ignore[arg-type]
-        return rules
+            started[k] = self.client.context.lr
+        return rules, started

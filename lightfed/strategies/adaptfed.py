@@ -127,7 +127,7 @@ class RelativeProgressRule(SharpnessAware):
         sends=frozenset({Sent(name, "data") for name in ("probe_loss", "lr", "rp", "history")})
         | {Sent("grad_sq", "gradients")}
     )
-    vectorizes = False  # its start probes the live module's loss and sets the client's own step size
+    vectorizes = True  # its start probes the live module at the received weights and sets the client's step size
 
     def __init__(
         self,
@@ -161,12 +161,9 @@ class RelativeProgressRule(SharpnessAware):
         self.steps = 0
         self.grad_sq_sum = torch.zeros((), device=params.device)  # sum of ||step gradient||^2 over the steps
 
-    def adjust(self, grad: Tensor, params: Tensor) -> None:
-        super().adjust(grad, params)
-        self.steps += 1
-
     def observe(self, grad: Tensor) -> None:
         self.grad_sq_sum += torch.linalg.vector_norm(grad).square()
+        self.steps += 1
 
     def report(self) -> dict[str, Any]:
         grad_sq = float(self.grad_sq_sum) / max(self.steps, 1)

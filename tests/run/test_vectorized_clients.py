@@ -615,9 +615,27 @@ def test_what_it_cannot_run_exactly_is_refused_in_one_line(tmp_path):
     jobs = _jobs(sequential, lambda client_id, size: _Rule(), steps=1)
     with pytest.raises(ConfigError, match="vectorized does not run the local rule _Rule yet"):
         vectorized.train(jobs, lambda *args: None)
-    trainer = small_trainer(tmp_path, clients_in_parallel="vectorized")
-    with pytest.raises(ConfigError, match="does not run the local rule RelativeProgressRule yet"):
+    trainer = small_trainer(tmp_path, clients_in_parallel="vectorized")  # ADAPT-FED's own step sizes, with momentum
+    with pytest.raises(ConfigError, match="RelativeProgressRule sets each client's step size, which only plain SGD"):
         trainer.fit(small_model(), small_data(), AdaptFed())
+
+
+def test_adapt_fed_vectorized_gives_the_one_at_a_time_model(tmp_path):
+    """Three rounds of ADAPT-FED (a probe of each client's loss, a step size from its relative progress, SAM steps)
+    on plain SGD, vectorized: each client's row steps at its own size, and the model and the logged progress are one
+    client at a time's within rounding."""
+    model, final = small_model(momentum=0.0), {}
+    start = torch.cat([p.detach().flatten() for p in model.parameters()])
+    for parallel in (1, "vectorized"):
+        trainer = small_trainer(tmp_path / str(parallel), rounds=3, clients_in_parallel=parallel)
+        metrics = trainer.fit(copy.deepcopy(model), small_data(), AdaptFed())
+        final[parallel] = trainer.params - start, metrics
+    (sequential, logged), (vectorized, vectorized_logged) = final[1], final["vectorized"]
+    assert logged["strategy/lr_std"] > 0  # the clients stepped at sizes of their own
+    assert float((vectorized - sequential).abs().max()) <= 1e-5 * float(sequential.abs().max())
+    assert {k: v for k, v in vectorized_logged.items() if k.startswith("strategy/")} == pytest.approx(
+        {k: v for k, v in logged.items() if k.startswith("strategy/")}, rel=1e-4
+    )
 
 
 def test_a_clients_update_is_the_same_whichever_blocks_its_process_trains(monkeypatch):

@@ -98,7 +98,7 @@ def lightfed_compare(out: Path, args: list[str]) -> dict:
 
 def compare_rows(results: dict) -> Rows:
     """One row a finished run: its config's stem, the value of its swept key (None when nothing is swept), its
-    final model's test accuracy and its clients' validation accuracies."""
+    final model's test accuracy and its last round's validation metric."""
     rows = []
     for run in results["runs"]:
         if run["status"] != "finished":
@@ -116,7 +116,7 @@ def compare_rows(results: dict) -> Rows:
 
 
 def study(script: str, out: Path, args: list[str]) -> Rows:
-    """The figures (``--json``) of ``python scripts/studies/<script> --out OUT ARGS``, which reuses finished runs."""
+    """The figures (``--json``) of ``python scripts/studies/<script> --out OUT ARGS``."""
     figures = out / "study.json"
     stream(
         [sys.executable, f"scripts/studies/{script}", "--out", str(out), *args, "--json", str(figures)],

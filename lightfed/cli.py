@@ -82,7 +82,7 @@ def _run_and_report(argv: list[str], command_line: bool) -> None:
             message = refused_write
         elif isinstance(error, ArgumentError):  # a config or command line jsonargparse could not parse
             command = f"lightfed {argv[0]}" if argv[:1] and argv[0] in SUBCOMMANDS else "lightfed"
-            message = _parse_error_line(error, command)
+            message = parse_error_line(error, command)
             if ".help " not in message:  # a line that names its own help command needs no other
                 message += f" ({command} --help lists every option)"
         else:
@@ -122,7 +122,7 @@ def _accepted_options(path: str) -> list[str]:
         return []
 
 
-def _parse_error_line(error: ArgumentError, command: str = "lightfed fit") -> str:
+def parse_error_line(error: ArgumentError, command: str = "lightfed fit") -> str:
     """jsonargparse's message in one line; for a class path that does not import, only the reason; for an option
     a class does not take, the option, the options it takes and the command that describes them."""
     message = " ".join(str(error).split())
@@ -150,7 +150,7 @@ def _parse_error_line(error: ArgumentError, command: str = "lightfed fit") -> st
         return f"{'.'.join(keys)}: expected {expected}, got {argument[2]!r}"
     not_accepted = re.search(
         r"Option '([^']+)' is not accepted(?:\. Got value: Namespace\(class_path='([^']+)')?", message
-    )
+    ) or re.search(r"unrecognized arguments: --(\w+)()", message)  # an option under one it does not take
     if unknown_class and not_accepted and keys:  # the class imports; it takes no option of that name
         option, inner = not_accepted[1], not_accepted[2]  # inner: a class given as a callable's class_path
         path = inner or unknown_class.group(2).strip("'")

@@ -40,6 +40,11 @@ PARSE_ERRORS = [  # (id, arguments, fragments of the line)
     ("missing_config", ["--config", "missing.yaml"], ["File does not exist", "missing.yaml", HELP]),
     ("yaml_syntax", ["--config", "BAD_YAML"], ["Problems parsing config", HELP]),
     ("binary_config", ["--config", "BINARY"], ["a --config file is not UTF-8 text (invalid start byte at byte 0)"]),
+    (  # an option under one the class does not take
+        "nested_unknown_option",
+        ["--model.init_args.scheduler.init_args.gamma", "0.9"],
+        ["model.scheduler: lightfed.models.SmallCNN has no option 'scheduler'; it takes num_classes, in_channels"],
+    ),
     (
         "lr_nan",
         ["--model.init_args.optimizer.init_args.lr", "nan"],

@@ -2,6 +2,7 @@
 
 import hashlib
 import re
+from argparse import ArgumentError
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,6 +131,7 @@ def resolve_rounds(runs: list[Run]) -> dict[tuple[str, str], int]:
     """Validates each (config, setting)'s arguments with lightfed's own parser (nothing is trained) and returns
     its trainer.rounds, the last round a finished run has logged. The user's modules are found as ``lightfed fit``
     finds them (``lightfed.user_modules``)."""
+    from lightfed.cli import parse_error_line
     from lightfed.subcommands import build_parser
 
     parser = build_parser()[0]  # exit_on_error=False: an error is raised, not printed
@@ -139,6 +141,8 @@ def resolve_rounds(runs: list[Run]) -> dict[tuple[str, str], int]:
             try:
                 with user_modules(run.argv):
                     rounds[run.group] = parser.parse_args(run.argv)["fit"].trainer.rounds
-            except Exception as error:  # jsonargparse's ArgumentError, or a config file it cannot read
+            except ArgumentError as error:  # jsonargparse's, in the one line lightfed fit prints
+                raise SpecError(f"run {run.name}: {parse_error_line(error)}") from None
+            except Exception as error:  # a config file it cannot read
                 raise SpecError(f"run {run.name}: {' '.join(str(error).split())}") from None
     return rounds

@@ -301,6 +301,11 @@ def test_cli_reports_missing_configs_and_unknown_lightfed_options(capsys, tmp_pa
     # lightfed's own parser checks every planned run before anything is trained
     line = _cli_error(["--configs", QUICKSTART, "--out", str(tmp_path), "--set", "trainer.roundz=3"], capsys)
     assert line.startswith("lightfed compare: error: run quickstart__seed0:") and "trainer.roundz" in line
+    line = _cli_error(["--configs", QUICKSTART, "--out", str(tmp_path), "--set", "model.init_args.lr=0.1"], capsys)
+    assert line.endswith(  # the one line lightfed fit prints, not the parser's message
+        "model.lr: lightfed.models.SmallCNN has no option 'lr'; it takes num_classes, in_channels, width, optimizer"
+        " (lightfed fit --model.help lightfed.models.SmallCNN describes them)"
+    )
     line = _cli_error(["--configs", QUICKSTART, "--out", str(tmp_path), "--task-index", "1"], capsys)
     assert "out of range: the plan has 1 runs" in line
 

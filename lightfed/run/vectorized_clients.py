@@ -47,18 +47,15 @@ AUTO_BLOCK = 64  # clients_in_parallel auto: consecutive jobs of a round trained
 
 class VectorizedClients:
     """``ClientTraining`` that trains each chunk of a process's jobs as one batched computation on the reference
-    client's module (one lane): as many as their memory allows (``client_memory``), or with ``auto`` blocks of
-    ``AUTO_BLOCK`` consecutive jobs of the round (fewer if memory says so), which the engine deals to processes whole,
-    so that a client's rounding does not depend on the number of processes. Refused, in one line, for a module,
-    optimizer or plan it cannot run exactly: ``why_not_vectorized``, and a local rule that does not declare
-    ``LocalRule.vectorizes``, and in any chunk a ``training_step`` that draws a random number under vmap or reads what
-    differs between the clients computed together (``DiffersByClient``). With ``auto`` (``clients_in_parallel:
-    auto``) such a job trains alone instead, a model whose first chunk fails to vectorize, or whose ``training_step``
-    does either in any chunk, trains one client at a time from then on, which one line says, and torch runs on one
-    intra-op thread, the same on any number of processes. ``composed``: a run whose client i trains on process i %
-    world (per-client state); each process then stacks its own clients, and a client's update must not depend on the
-    clients stacked with it: only a module computed in one padded call a step (folded or on batched matmuls), whose
-    rows are computed alike at any position of any stack, trains so, a client alone as a stack of one."""
+    client's module (one lane). A chunk holds as many jobs as memory allows (``client_memory``); under ``auto``, a
+    block of ``AUTO_BLOCK`` consecutive jobs of the round, which the engine deals to processes whole, so that a
+    client's rounding does not depend on the number of processes, on one torch thread.
+
+    What it cannot run exactly is refused in one line: ``why_not_vectorized``, a rule without
+    ``LocalRule.vectorizes``, a ``training_step`` that draws under vmap or reads what differs by client
+    (``DiffersByClient``). Under ``auto`` such a job trains alone, and a model that fails so trains one client at a
+    time from then on, which one line says. ``composed``: client i trains on process i % world (per-client state),
+    and only a module computed in one padded call a step (folded or batched matmuls) stacks."""
 
     lanes = 1
 
@@ -187,8 +184,7 @@ class VectorizedClients:
         return self._finish(chunk)
 
     def _start(self, jobs: list[TrainingJob], plain_sgd: float | None) -> StackedChunk:
-        """The jobs' clients on stacked weights, with their optimizer, local rules and batches, before their first
-        step."""
+        """The jobs' clients on stacked weights, with their optimizer, rules and batches, before their first step."""
         self.loss.logged_rows = LoggedRows()  # nothing left by a chunk that failed
         client, device = self.client, self.client.fabric.device
         starts = stacked_rows([job.params for job in jobs], device)  # a job's may be kept on the CPU (Ditto's)

@@ -333,18 +333,18 @@ class VectorizedClients:
     def _rules(
         self, jobs: list[TrainingJob], weights: list[Tensor], buffers: Tensor
     ) -> tuple[dict[int, LocalRule], dict[int, float]]:
-        """The jobs' local rules, by position, each started on its client's row (its ``context.flat``: the row of
-        ``weights`` and of ``buffers``) with the live module at the client's received weights, as one client at a time
-        starts it, and the step size each leaves; refuses a rule that does not run on a row of stacked clients."""
+        """The jobs' rules by position, each started on its client's row (``context.flat``) with the live module at
+        its received weights, as one client at a time starts it, and the step size of each that sets its own."""
         rules = {k: job.plan.rule for k, job in enumerate(jobs) if job.plan.rule is not None}
         started: dict[int, float] = {}
         for k, rule in rules.items():
             reason = why_not_stacked(rule, len(self.columns), self.private is not None)
             if reason is not None:
-                raise ConfigError(
-                    f"trainer.clients_in_parallel vectorized does not run the local rule {type(rule).__name__} {reason}"
-                )
+                name = type(rule).__name__
+                raise ConfigError(f"trainer.clients_in_parallel vectorized does not run the local rule {name} {reason}")
             self.client.prepare(jobs[k].plan, jobs[k].params, jobs[k].buffers)  # the live module, as one at a time
+            given = self.client.context.lr
             rule.start(jobs[k].params, replace(self.client.context, flat=Row(weights[0][k], buffers[k])))  # type: ignore[arg-type]
-            started[k] = self.client.context.lr
+            if self.client.context.lr != given:  # the rule set its client's step size (ADAPT-FED)
+                started[k] = self.client.context.lr
         return rules, started

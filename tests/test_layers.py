@@ -12,7 +12,7 @@ LAYERS = [
     ("core", {"core", "callbacks", "heterogeneity"}),
     ("algorithms", {"strategies", "local", "privacy", "attacks", "personalization", "ecado", "transforms"}),
     ("run", {"run", "asynchronous", "trainer", "launcher"}),
-    ("top", {"cli", "subcommands", "experiments", "audit", "__main__", ""}),
+    ("top", {"cli", "parse_errors", "subcommands", "experiments", "audit", "__main__", ""}),
 ]
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lightfed.experiments.sweep_specs import Setting, SpecError
+from lightfed.parse_errors import parse_error_line
 from lightfed.user_modules import user_modules
 
 
@@ -131,7 +132,6 @@ def resolve_rounds(runs: list[Run]) -> dict[tuple[str, str], int]:
     """Validates each (config, setting)'s arguments with lightfed's own parser (nothing is trained) and returns
     its trainer.rounds, the last round a finished run has logged. The user's modules are found as ``lightfed fit``
     finds them (``lightfed.user_modules``)."""
-    from lightfed.cli import parse_error_line
     from lightfed.subcommands import build_parser
 
     parser = build_parser()[0]  # exit_on_error=False: an error is raised, not printed

@@ -19,9 +19,10 @@ from lightfed.run.vectorized_privacy import PrivateClients
 class StackedChunk:
     """A chunk's clients while they train together: their jobs, start rows, running statistics (``buffers``) and
     weights (one tensor per optimizer group) with its leaves and optimizer (``sgd``: plain SGD's settings, or None),
-    each one's step size (``lrs``; ``lr_rows``: one a row where they differ, which only plain SGD takes), local rules and batches (``private``: DP-SGD's Poisson batches), each one's steps, each step's groups of clients
-    and the clients that end there (``ends``), the final rows (the weights where every client ends at once), summed
-    losses and rules' reports."""
+    each one's step size (``lrs``; ``lr_rows``: one a row where they differ, which only plain SGD takes), local rules
+    and batches (``private``: DP-SGD's Poisson batches), each one's steps, each step's groups of clients and the
+    clients that end there (``ends``), the final rows (the weights where every client ends at once), summed losses
+    and rules' reports."""
 
     jobs: list[TrainingJob]
     starts: Tensor

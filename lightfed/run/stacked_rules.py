@@ -73,19 +73,20 @@ def prior_job(job: TrainingJob, prior: PriorSteps) -> TrainingJob:
 
 
 def started_step_sizes(
-    rules: dict[int, LocalRule], started: list[float], lrs: list[float], optimizer: torch.optim.Optimizer
+    rules: dict[int, LocalRule], started: dict[int, float], lrs: list[float], optimizer: torch.optim.Optimizer
 ) -> list[float]:
-    """The clients' step sizes once their rules have started (``started``; ADAPT-FED's sets its own, as one client
-    at a time's optimizer has it then), ``optimizer`` at theirs where they are one; refuses step sizes of their own
-    where the optimizer is not plain SGD, which steps each row at its own."""
-    if started == lrs:
+    """The clients' step sizes ``lrs`` with those their rules set as they started (``started``, by position;
+    ADAPT-FED's, as one client at a time's optimizer has it then), ``optimizer`` at theirs where they are one; refuses
+    step sizes of their own where the optimizer is not plain SGD, which steps each row at its own."""
+    if not started:
         return lrs
-    if len(set(started)) == 1:
-        optimizer.param_groups[0]["lr"] = started[0]
+    sizes = [started.get(k, lr) for k, lr in enumerate(lrs)]
+    if len(set(sizes)) == 1:
+        optimizer.param_groups[0]["lr"] = sizes[0]
     elif plain_sgd(optimizer) is None:
-        name = type(next(iter(rules.values()))).__name__
+        name = type(rules[next(iter(started))]).__name__
         raise ConfigError(
             f"trainer.clients_in_parallel vectorized: the local rule {name} sets each client's step size, which "
             "only plain SGD (no momentum, one parameter group) steps per client: use clients_in_parallel 1"
         )
-    return started
+    return sizes

@@ -70,7 +70,7 @@ class VectorizedClients:
         self._alone = False  # every client trains alone: the model failed to vectorize (not strict)
         self._tried = False
         self.columns, self.layout, self.buffer_layout = stacked_layout(client.module, client.optimizer.optimizer)
-        self.lr_rows = plain_sgd_of(client.optimizer.optimizer) is not None  # clients of any step sizes stack
+        self.own_step_sizes = plain_sgd_of(client.optimizer.optimizer) is not None  # each row steps at its own
         self.loss = StackedLoss(client, self.layout, self.buffer_layout, composed)
         self.private = client.privacy if isinstance(client.privacy, DPSGD) else None
         if self.private is not None and len(self.columns) > 1:
@@ -126,7 +126,7 @@ class VectorizedClients:
             for index in members:
                 plan = jobs[index].plan
                 if self.strict or self._vectorizes(plan.rule):  # lr and round make the settings (group_settings)
-                    lr = None if self.lr_rows else plan.lr  # plain SGD steps each row at its own
+                    lr = None if self.own_step_sizes else plan.lr  # clients of any step sizes stack
                     together.setdefault((tier, lr, plan.round), []).append(index)
         trained: list[tuple[list[int], ClientRows]] = []
         for members in together.values():
@@ -200,7 +200,7 @@ class VectorizedClients:
         grouped = [[leaves.params[name] for name, g, *_ in self.layout if g == i] for i in range(len(weights))]
         optimizer = build([{**group, "params": params} for group, params in zip(settings, grouped, strict=True)])
         rules, started = self._rules(jobs, weights, buffers)
-        lrs = started_step_sizes(rules, [started.get(k, lr) for k, lr in enumerate(lrs)], lrs, optimizer)
+        lrs = started_step_sizes(rules, started, lrs, optimizer)
         private = None
         if self.private is not None:
             shapes = [shape for _, _, _, shape in self.layout]

@@ -2,7 +2,7 @@
 that rules ask for at a second point (APFL's mixture, SAM's ascent), taken for all of their clients at once."""
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -10,6 +10,7 @@ from torch import Tensor
 from lightfed.core.local_rule import LocalRule, PriorSteps
 from lightfed.core.messages import ClientPlan
 from lightfed.errors import ConfigError
+from lightfed.run.client import ClientTrainer
 from lightfed.run.client_training import TrainingJob
 from lightfed.run.stacked_batches import device_index
 from lightfed.run.stacked_leaves import plain_sgd
@@ -90,3 +91,24 @@ def started_step_sizes(
             "only plain SGD (no momentum, one parameter group) steps per client: use clients_in_parallel 1"
         )
     return sizes
+
+
+def started_rules(
+    client: ClientTrainer, jobs: list[TrainingJob], rows: Row, groups: int, private: bool
+) -> tuple[dict[int, LocalRule], dict[int, float]]:
+    """The jobs' rules by position, each started on its client's row of ``rows`` (``context.flat``) with ``client``'s
+    live module at its received weights, as one client at a time starts it, and the step size of each that sets its
+    own; a rule that does not stack (``why_not_stacked`` for ``groups`` optimizer groups, ``private``) is refused."""
+    rules = {k: job.plan.rule for k, job in enumerate(jobs) if job.plan.rule is not None}
+    started: dict[int, float] = {}
+    for k, rule in rules.items():
+        reason = why_not_stacked(rule, groups, private)
+        if reason is not None:
+            name = type(rule).__name__
+            raise ConfigError(f"trainer.clients_in_parallel vectorized does not run the local rule {name} {reason}")
+        client.prepare(jobs[k].plan, jobs[k].params, jobs[k].buffers)  # the live module, as one at a time
+        given = client.context.lr
+        rule.start(jobs[k].params, replace(client.context, flat=Row(rows.params[k], rows.buffers[k])))  # type: ignore[arg-type]
+        if client.context.lr != given:  # the rule set its client's step size (ADAPT-FED)
+            started[k] = client.context.lr
+    return rules, started

@@ -3,6 +3,9 @@ by batch size, the calls that compute a step on views of the stacked rows, and t
 
 import statistics
 
+from lightfed.core.messages import ClientPlan
+from lightfed.data.module import FederatedDataModule
+
 STRAGGLER = 4  # a client of this many times the median steps of the clients left or more trains in a later tier
 
 Groups = list[tuple[int, list[int]]]  # each batch size at a step with its clients (by position)
@@ -66,3 +69,18 @@ def summed(lr: float, steps: int) -> float:
     for _ in range(steps):
         total += lr
     return total
+
+
+def local_steps(plan: ClientPlan, size: int, data: FederatedDataModule) -> int:
+    """The local steps of ``plan`` of a client of ``size`` examples: its steps, or its epochs' batches of ``data``."""
+    if plan.steps is not None or plan.epochs is None:
+        return plan.steps or 0
+    return plan.epochs * data.batches_of(size)
+
+
+def longest_first(data: FederatedDataModule, plans: list[ClientPlan]) -> list[int]:
+    """The positions of ``plans``, the clients with the most steps first, those with as many by the size of their
+    last batch: the clients still training at a step, and those that end there, are then the first ones."""
+    sizes, batch = data.client_sizes([plan.client_id for plan in plans]), data.batch_size
+    keys = [(-local_steps(plan, size, data), -(size % batch or batch)) for plan, size in zip(plans, sizes, strict=True)]
+    return sorted(range(len(plans)), key=keys.__getitem__)

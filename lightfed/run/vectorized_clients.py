@@ -5,7 +5,7 @@ Each client's weights are one row of a stacked tensor per optimizer group (``sta
 where the clients still training are the first ones, else a call per batch size under ``torch.vmap``); the sum of the
 clients' losses is back-propagated once, which gives every client exactly its own gradient (its row), and the model's
 optimizer, built once over the stacked tensors, steps every row as one optimizer per client would (it is
-elementwise). Ragged clients stay exact: the clients with the most steps come first (``_longest_first``), and a
+elementwise). Ragged clients stay exact: the clients with the most steps come first (``longest_first``), and a
 client's weights are taken when it has taken its last step (``stacked_schedule``). Local rules run on their client's
 row; a rule's steps on another model (``LocalRule.prior_steps``: Ditto's) and its second gradient a step
 (``LocalRule.second_point``: APFL's mixture, SAM's ascent) are taken for all the clients at once. Under DP-SGD every
@@ -15,7 +15,6 @@ example of every client gets a row (``StackedLoss.private_gradients``, ``vectori
 import functools
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -23,7 +22,7 @@ from torch import Tensor
 
 from lightfed.core.local_rule import LocalRule
 from lightfed.core.logged_values import LoggedValues
-from lightfed.core.messages import ClientPlan, ClientRows, ClientUpdate
+from lightfed.core.messages import ClientRows, ClientUpdate
 from lightfed.errors import ConfigError
 from lightfed.privacy.dp_sgd import DPSGD
 from lightfed.run.client import ClientTrainer
@@ -37,8 +36,15 @@ from lightfed.run.stacked_chunk import StackedChunk
 from lightfed.run.stacked_leaves import StackedLeaves, clip_rows, stacked_layout, stacked_rows, take_rows
 from lightfed.run.stacked_leaves import plain_sgd as plain_sgd_of
 from lightfed.run.stacked_loss import StackedLoss
-from lightfed.run.stacked_rules import Row, at_second_points, prior_job, started_step_sizes, why_not_stacked
-from lightfed.run.stacked_schedule import finishing, groups_at, schedule, tiers
+from lightfed.run.stacked_rules import (
+    Row,
+    at_second_points,
+    prior_job,
+    started_rules,
+    started_step_sizes,
+    why_not_stacked,
+)
+from lightfed.run.stacked_schedule import finishing, groups_at, local_steps, longest_first, schedule, tiers
 from lightfed.run.vectorizable import exact_convolutions, training_step_refusal, why_not_vectorized
 from lightfed.run.vectorized_privacy import PrivateClients
 
@@ -100,8 +106,10 @@ class VectorizedClients:
         with nullcontext() if self.strict else torch_threads(1), exact_convolutions(self.client.fabric.device):
             trained: dict[int, ClientUpdate] = {}  # by position, delivered in job order
             as_rows: set[int] = set()  # the positions delivered as rows
-            for start in range(0, len(jobs), self.chunk):
+            start = 0
+            while start < len(jobs):  # (a chunk that did not fit in memory makes the chunks after it smaller)
                 chunk = list(range(start, min(start + self.chunk, len(jobs))))
+                start = chunk[-1] + 1
                 for part, rows in [] if self._alone else self._train_chunk(jobs, chunk):
                     if deliver_rows is None:
                         trained.update(zip(part, rows.updates(), strict=True))
@@ -118,7 +126,10 @@ class VectorizedClients:
         """The jobs at the positions ``chunk`` that train together: each part's positions and updates."""
         together: dict[tuple[int, float | None, int], list[int]] = {}  # a tier's clients with alike settings
         sizes = self.client.data.client_sizes([jobs[index].plan.client_id for index in chunk])
-        steps = {index: self._steps(jobs[index].plan, size) for index, size in zip(chunk, sizes, strict=True)}
+        steps = {
+            index: local_steps(jobs[index].plan, size, self.client.data)
+            for index, size in zip(chunk, sizes, strict=True)
+        }
         # tiers where a step costs as much for one client left as for all; one tier where it costs what they do
         for tier, members in enumerate([list(steps)] if self.loss.prefix else tiers(steps)):
             if len(members) == 1 and not self.composed:  # trains alone
@@ -130,15 +141,34 @@ class VectorizedClients:
                     together.setdefault((tier, lr, plan.round), []).append(index)
         trained: list[tuple[list[int], ClientRows]] = []
         for members in together.values():
-            part = [members[i] for i in self._longest_first([jobs[index].plan for index in members])]
+            part = [members[i] for i in longest_first(self.client.data, [jobs[index].plan for index in members])]
             try:
-                trained.append((part, self._train_together([jobs[i] for i in part])))
+                trained.extend(self._train_fitting(jobs, part))
             except Exception as error:
                 self._fall_back(error)
                 return trained
             finally:
                 self._tried = True
         return trained
+
+    def _train_fitting(self, jobs: Sequence[TrainingJob], part: list[int]) -> list[tuple[list[int], ClientRows]]:
+        """The jobs at the positions ``part`` trained together; where they do not fit in the device's memory, in
+        halves, and the chunks after them no larger (one line says so). A client that does not fit alone raises."""
+        try:
+            return [(part, self._train_together([jobs[i] for i in part]))]
+        except torch.OutOfMemoryError:
+            if len(part) == 1:
+                raise
+        # out of the handler: the failed attempt's tensors are freed before the halves train
+        if self.client.fabric.device.type == "cuda":
+            torch.cuda.empty_cache()
+        half = (len(part) + 1) // 2  # each half of the longest-first part is longest first
+        self.chunk = min(self.chunk, half)
+        self.client.fabric.print(
+            f"trainer.clients_in_parallel vectorized: {len(part)} clients do not fit in memory together; "
+            f"trains them {half} at a time"
+        )
+        return self._train_fitting(jobs, part[:half]) + self._train_fitting(jobs, part[half:])
 
     def _fall_back(self, error: Exception) -> None:
         """After a chunk failed with ``error``: from then on every client trains alone, which one line says, where
@@ -159,12 +189,6 @@ class VectorizedClients:
     def _vectorizes(self, rule: LocalRule | None) -> bool:
         """Whether a client with the local rule ``rule`` trains on a row of stacked clients."""
         return rule is None or why_not_stacked(rule, len(self.columns), self.private is not None) is None
-
-    def _steps(self, plan: ClientPlan, size: int) -> int:
-        """The local steps of ``plan`` of a client of ``size`` examples: its steps, or its epochs' batches."""
-        if plan.steps is not None or plan.epochs is None:
-            return plan.steps or 0
-        return plan.epochs * self.client.data.batches_of(size)
 
     def _train_together(self, jobs: list[TrainingJob], plain_sgd: float | None = None) -> ClientRows:
         """Every job's update, trained as one batched computation (``plain_sgd``: with plain SGD at that step size,
@@ -199,7 +223,9 @@ class VectorizedClients:
         leaves = StackedLeaves.of(weights, self.layout)
         grouped = [[leaves.params[name] for name, g, *_ in self.layout if g == i] for i in range(len(weights))]
         optimizer = build([{**group, "params": params} for group, params in zip(settings, grouped, strict=True)])
-        rules, started = self._rules(jobs, weights, buffers)
+        rules, started = started_rules(
+            client, jobs, Row(weights[0], buffers), len(self.columns), self.private is not None
+        )
         lrs = started_step_sizes(rules, started, lrs, optimizer)
         private = None
         if self.private is not None:
@@ -315,36 +341,9 @@ class VectorizedClients:
             prior_jobs = []
             for k in part:
                 prior_jobs.append(prior_job(jobs[k], priors[k]))
-            order = self._longest_first([job.plan for job in prior_jobs])
+            order = longest_first(self.client.data, [job.plan for job in prior_jobs])
             part, prior_jobs = [part[i] for i in order], [prior_jobs[i] for i in order]
             with self.client.unrecorded():
                 updates = self._train_together(prior_jobs, plain_sgd=lr).updates()
             for k, job, update in zip(part, prior_jobs, updates, strict=True):
                 rules[k].prior_stepped(job.params + update.delta.to(job.params.device), update.buffers.clone())
-
-    def _longest_first(self, plans: list[ClientPlan]) -> list[int]:
-        """The positions of ``plans``, the clients with the most steps first, those with as many by the size of their
-        last batch: the clients still training at a step, and those that end there, are then the first ones."""
-        data = self.client.data
-        sizes, batch = data.client_sizes([plan.client_id for plan in plans]), data.batch_size
-        keys = [(-self._steps(plan, size), -(size % batch or batch)) for plan, size in zip(plans, sizes, strict=True)]
-        return sorted(range(len(plans)), key=keys.__getitem__)
-
-    def _rules(
-        self, jobs: list[TrainingJob], weights: list[Tensor], buffers: Tensor
-    ) -> tuple[dict[int, LocalRule], dict[int, float]]:
-        """The jobs' rules by position, each started on its client's row (``context.flat``) with the live module at
-        its received weights, as one client at a time starts it, and the step size of each that sets its own."""
-        rules = {k: job.plan.rule for k, job in enumerate(jobs) if job.plan.rule is not None}
-        started: dict[int, float] = {}
-        for k, rule in rules.items():
-            reason = why_not_stacked(rule, len(self.columns), self.private is not None)
-            if reason is not None:
-                name = type(rule).__name__
-                raise ConfigError(f"trainer.clients_in_parallel vectorized does not run the local rule {name} {reason}")
-            self.client.prepare(jobs[k].plan, jobs[k].params, jobs[k].buffers)  # the live module, as one at a time
-            given = self.client.context.lr
-            rule.start(jobs[k].params, replace(self.client.context, flat=Row(weights[0][k], buffers[k])))  # type: ignore[arg-type]
-            if self.client.context.lr != given:  # the rule set its client's step size (ADAPT-FED)
-                started[k] = self.client.context.lr
-        return rules, started

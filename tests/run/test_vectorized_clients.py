@@ -733,3 +733,32 @@ def test_stragglers_train_together_in_a_later_tier_as_one_at_a_time(monkeypatch,
     for job, update in zip(jobs, updates, strict=True):
         expected = sequential.train(job.plan, job.params, job.buffers).delta
         assert float((update.delta - expected).abs().max() / expected.abs().max()) <= 1e-5
+
+
+def test_clients_that_do_not_fit_in_memory_together_train_in_smaller_stacks_to_the_same_updates(monkeypatch, capsys):
+    """A device that holds at most three clients' stacks (an out-of-memory error past them): the chunk is halved
+    until its parts fit, the chunks after it are no larger, one line says so, and every client's update is the one
+    it has in the stack of all eight, within rounding. A client that does not fit alone raises the error."""
+    torch.manual_seed(0)
+    sequential, vectorized = _clients(MLP(64, 10, hidden=[16], optimizer=SGD))
+    jobs = _jobs(sequential, epochs=1)
+    together = _updates(vectorized, jobs)
+    train_together = VectorizedClients._train_together
+    stacks = []
+
+    def capped(self, part, *rest):
+        if len(part) > 3:
+            raise torch.OutOfMemoryError("out of memory")
+        stacks.append(len(part))
+        return train_together(self, part, *rest)
+
+    monkeypatch.setattr(VectorizedClients, "_train_together", capped)
+    vectorized.chunk = 8
+    for update, expected in zip(_updates(vectorized, jobs), together, strict=True):
+        torch.testing.assert_close(update.delta, expected.delta, rtol=1e-5, atol=1e-7)
+    assert vectorized.chunk <= 3 and max(stacks) <= 3 and sum(stacks) <= 8
+    assert "8 clients do not fit in memory together; trains them 4 at a time" in capsys.readouterr().out
+    stacks.clear()
+    monkeypatch.setattr(VectorizedClients, "_train_together", lambda self, part, *rest: capped(self, part * 4))
+    with pytest.raises(torch.OutOfMemoryError):
+        VectorizedClients(vectorized.client)._train_fitting(jobs, [0])

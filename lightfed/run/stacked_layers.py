@@ -25,9 +25,14 @@ class _StackedLinear(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
         x, weight = ctx.saved_tensors
         stacked, grad = x.reshape(len(weight), -1, x.shape[-1]), grad.reshape(len(weight), -1, weight.shape[1])
-        grad_x = torch.bmm(grad, weight).reshape(x.shape) if ctx.needs_input_grad[0] else None
-        grad_weight = torch.bmm(grad.transpose(1, 2), stacked) if ctx.needs_input_grad[1] else None
-        grad_bias = grad.sum(1) if ctx.needs_input_grad[2] else None
+        # under autocast the forward computed in the output's dtype, as the backward does (each gradient then in its
+        # tensor's dtype); in float32 the casts are no-ops
+        computed = grad.dtype
+        grad_x = torch.bmm(grad, weight.to(computed)).reshape(x.shape).to(x.dtype) if ctx.needs_input_grad[0] else None
+        grad_weight = (
+            torch.bmm(grad.transpose(1, 2), stacked.to(computed)).to(weight.dtype) if ctx.needs_input_grad[1] else None
+        )
+        grad_bias = grad.sum(1).to(weight.dtype) if ctx.needs_input_grad[2] else None
         return grad_x, grad_weight, grad_bias
 
 

@@ -17,7 +17,7 @@ from lightfed.adapters import ParameterSlots, logging_to
 from lightfed.core.training_loss import training_loss
 from lightfed.data.module import Batch
 from lightfed.errors import ConfigError
-from lightfed.run.client import ClientTrainer
+from lightfed.run.client import ClientTrainer, plain_precision
 from lightfed.run.fold_check import check_fold
 from lightfed.run.folded_step import FoldedStep, NotFolded, folded, may_fold
 from lightfed.run.logged_rows import LoggedRows
@@ -69,6 +69,7 @@ class StackedLoss:
         self.prefix = self.stacked is not None or may_fold(client.module)
         self.fold_checked = self.stacked is not None
         self.draws = self.prefix if self.stacked is None else self.stacked.draws
+        self.autocast = nullcontext if plain_precision(client.fabric) else client.fabric.autocast
 
     def buffer_rows(self, rows: Tensor) -> dict[str, Tensor]:
         """Each floating buffer's rows of the flat buffer ``rows``, by name: copies, since under vmap an in-place
@@ -92,29 +93,30 @@ class StackedLoss:
         with its clients) into the leaves' gradients; ``generators``: each client's (dropout), or none. Where the
         clients are the first ones, in one call on their batches padded (``rows_loss``); else, where each group's
         clients are one after another, a call per group on views."""
-        if self.prefix and groups:
-            calls = row_calls(groups)
-            if self.composed and (calls is None or len(calls) > 1):
-                raise NotFolded("its clients still training are not the first ones")  # not under vmap: see composed
-            stack = len(buffers)
-            active = calls[0][0].stop if calls is not None and len(calls) == 1 else stack
-            params = leaves.params if active == stack else leaves.prefix(active)
-            with self.slots.holding(list(params.values())) if self.stacked is None else nullcontext():
-                loss = None if calls is None else self.calls_loss(calls, step, params, batches, generators, losses)
-            if loss is not None:
-                loss.backward()
-                if active < stack:
-                    leaves.absorb(params, active)
-                return
-        total: Tensor | None = None
-        for size, group in groups:
-            stacked = GroupBatch(
-                batches.stacked(step, group), size, [generators[k] for k in group] if generators else []
-            )
-            loss = self.groups_loss(group, leaves.params, buffers, stacked, step, losses)
-            total = loss if total is None else total + loss
-        if total is not None:
-            total.backward()  # each client's loss reaches only its own row
+        with self.autocast():  # the model's precision (bf16-mixed: autocast)
+            if self.prefix and groups:
+                calls = row_calls(groups)
+                if self.composed and (calls is None or len(calls) > 1):
+                    raise NotFolded("its clients still training are not the first ones")  # not under vmap: see composed
+                stack = len(buffers)
+                active = calls[0][0].stop if calls is not None and len(calls) == 1 else stack
+                params = leaves.params if active == stack else leaves.prefix(active)
+                with self.slots.holding(list(params.values())) if self.stacked is None else nullcontext():
+                    loss = None if calls is None else self.calls_loss(calls, step, params, batches, generators, losses)
+                if loss is not None:
+                    loss.backward()
+                    if active < stack:
+                        leaves.absorb(params, active)
+                    return
+            total: Tensor | None = None
+            for size, group in groups:
+                stacked = GroupBatch(
+                    batches.stacked(step, group), size, [generators[k] for k in group] if generators else []
+                )
+                loss = self.groups_loss(group, leaves.params, buffers, stacked, step, losses)
+                total = loss if total is None else total + loss
+            if total is not None:
+                total.backward()  # each client's loss reaches only its own row
 
     def groups_loss(
         self,
@@ -208,9 +210,9 @@ class StackedLoss:
             params = leaves if whole else {name: leaf[at] for name, leaf in leaves.items()}
             loss, logged = self.stacked.padded_loss(params, batch, mine, counts, sizes)
             return loss, logged, sizes
-        if not self.fold_checked:  # once, in eval mode (``probing``)
+        if not self.fold_checked:  # once, in eval mode (``probing``), in float32: what it checks is the structure
             self.fold_checked = True
-            with self.probing():
+            with self.probing(), torch.autocast(self.client.fabric.device.type, enabled=False):
                 check_fold(
                     lambda: self.folded_loss(leaves, at, batch, counts, [], step, sizes),
                     lambda rows, group_batch: self.vmapped(rows, group_batch, step)[:2],
@@ -290,24 +292,29 @@ class StackedLoss:
         back-propagated once), then ``PrivateClients.gradients``; adds each client's mean loss over its batch to its
         entry of ``losses`` (0 for an empty batch) and logs what the module logs per example, weighted by the
         examples."""
-        sizes = [size for _, size in batch]
-        owner = device_index([k for k, size in zip(active, sizes, strict=True) for _ in range(size)], weights.device)
-        per_example = weights.new_zeros(0, weights.shape[1])
-        if owner.numel():
-            self.show(active, step)
-            rows = weights.index_select(0, owner).requires_grad_()
-            params = {name: rows[:, s : s + math.prod(shape)].reshape(-1, *shape) for name, _, s, shape in self.layout}
-            statistics_rows = buffers.index_select(0, owner)
-            params.update(self.buffer_rows(statistics_rows))
-            examples = joined([b for b, size in batch if size], torch.cat)
-            loss, logged, _ = self.per_example(params, examples, step)
-            (per_example,) = torch.autograd.grad(loss.sum(), rows)
-            for k, size, client_losses in zip(active, sizes, loss.detach().split(sizes), strict=True):
-                if size:  # in a fixed order, as in ``PrivateClients.gradients``
-                    losses[k] += client_losses.sum() / size
-            for name, values in logged.items():
-                self.logged_rows.add(name, values, 1)
-        weights.grad.copy_(private.gradients(per_example, sizes, active))  # type: ignore[union-attr]
+        with self.autocast():  # the model's precision (bf16-mixed: autocast)
+            sizes = [size for _, size in batch]
+            owner = device_index(
+                [k for k, size in zip(active, sizes, strict=True) for _ in range(size)], weights.device
+            )
+            per_example = weights.new_zeros(0, weights.shape[1])
+            if owner.numel():
+                self.show(active, step)
+                rows = weights.index_select(0, owner).requires_grad_()
+                params = {
+                    name: rows[:, s : s + math.prod(shape)].reshape(-1, *shape) for name, _, s, shape in self.layout
+                }
+                statistics_rows = buffers.index_select(0, owner)
+                params.update(self.buffer_rows(statistics_rows))
+                examples = joined([b for b, size in batch if size], torch.cat)
+                loss, logged, _ = self.per_example(params, examples, step)
+                (per_example,) = torch.autograd.grad(loss.sum(), rows)
+                for k, size, client_losses in zip(active, sizes, loss.detach().split(sizes), strict=True):
+                    if size:  # in a fixed order, as in ``PrivateClients.gradients``
+                        losses[k] += client_losses.sum() / size
+                for name, values in logged.items():
+                    self.logged_rows.add(name, values, 1)
+            weights.grad.copy_(private.gradients(per_example, sizes, active))  # type: ignore[union-attr]
 
     def example_loss(
         self, params: dict[str, Tensor], example: Any, step: int

@@ -42,7 +42,9 @@ def why_not_vectorized(client: ClientTrainer) -> str | None:
         f"the model's optimizer {type(optimizer).__name__} is not one it steps per client (SGD, Adam, AdamW, Adagrad, "
         "RMSprop)": (type(optimizer) not in ELEMENTWISE),
         f"the model overrides the training hooks {overridden}": bool(overridden),
-        "trainer.precision must be 32-true": getattr(client.fabric.strategy.precision, "precision", "") != "32-true",
+        "trainer.precision must be 32-true or bf16-mixed": (
+            getattr(client.fabric.strategy.precision, "precision", "") not in ("32-true", "bf16-mixed")
+        ),
     }
     return next((reason for reason, holds in reasons.items() if holds), None)
 

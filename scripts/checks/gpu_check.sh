@@ -6,8 +6,8 @@
 #   precision, which distorts the gradient norms that clipping bounds);
 # - FedAvg twice with trainer.deterministic warn (torch's deterministic algorithms: the same weights bit for bit);
 # - clients trained vectorized (trainer.clients_in_parallel vectorized: one batched computation), twice, Ditto's
-#   personal models and DP-SGD vectorized, FedECADO's per-client state offloaded to pinned host memory
-#   (strategy.state_device cpu), and FedAvg on the CPU: each compared with the GPU run of the same config (the largest
+#   personal models, DP-SGD and bf16-mixed vectorized, a vectorized round of more clients than the GPU holds at
+#   once, FedECADO's per-client state offloaded to pinned host memory (strategy.state_device cpu), and FedAvg on the CPU: each compared with the GPU run of the same config (the largest
 #   difference of the final weights, against a tolerance; the second vectorized run with the first, bit for bit);
 # - the benchmarks with --device cuda (scripts/benchmarks/: benchmark.py, client_evaluation_benchmark.py,
 #   circuit_benchmark.py, circuit_step_benchmark.py, data_benchmark.py, tiny_clients_benchmark.py), on small
@@ -87,6 +87,15 @@ check "  = one at a time" compare_weights ditto-vectorized ditto-one 1e-4
 check "dp-sgd vectorized" lightfed fit "${DIGITS[@]}" -c configs/digits/fedavg.yaml -c configs/privacy/dp-sgd.yaml \
     "${SHORT[@]}" --trainer.clients_in_parallel vectorized --trainer.name dp-sgd-vectorized "${EXTRA[@]}"
 check "  = one at a time" compare_weights dp-sgd-vectorized dp-sgd-32-true 1e-4
+check "clients vectorized bf16-mixed" lightfed fit -c configs/quickstart.yaml "${SHORT[@]}" \
+    --trainer.clients_in_parallel vectorized --trainer.precision bf16-mixed --trainer.name vectorized-bf16 "${EXTRA[@]}"
+check "  = one at a time in bf16" compare_weights vectorized-bf16 fedavg-bf16-mixed 1e-2
+# 20 clients of a 1.2e9-parameter MLP (about 12 GB each in a chunk) do not fit on one GPU together: the chunks are
+# sized from the free memory, and a chunk that runs out of it trains in halves
+check "vectorized past the memory" lightfed fit -c configs/quickstart.yaml "${SHORT[@]}" \
+    --model lightfed.models.MLP --model.init_args.in_features 64 --model.init_args.hidden "[24576, 24576]" \
+    --trainer.clients_per_round 20 --trainer.rounds 1 --trainer.clients_in_parallel vectorized \
+    --trainer.name past-memory "${EXTRA[@]}"
 check "fedecado pinned offload" lightfed fit "${DIGITS[@]}" -c configs/digits/fedecado.yaml "${SHORT[@]}" \
     --strategy.init_args.state_device cpu --trainer.name pinned "${EXTRA[@]}"
 check "  = state on the GPU" compare_weights pinned fedecado-32-true 1e-6

@@ -762,3 +762,32 @@ def test_clients_that_do_not_fit_in_memory_together_train_in_smaller_stacks_to_t
     monkeypatch.setattr(VectorizedClients, "_train_together", lambda self, part, *rest: capped(self, part * 4))
     with pytest.raises(torch.OutOfMemoryError):
         VectorizedClients(vectorized.client)._train_fitting(jobs, [0])
+
+
+@pytest.mark.parametrize("model", ["cnn-vmap", "own-step-folded", "mlp-batched-matmuls"])
+def test_bf16_mixed_clients_vectorized_are_within_bf16_rounding_of_one_at_a_time_in_bf16(model):
+    """Under bf16-mixed every client's update vectorized is as far from its one-at-a-time update in bf16-mixed as
+    bf16 rounding takes that one from float32 (at most 3x), and is computed in bf16 (not float32's update)."""
+    L.seed_everything(0, verbose=False)
+    built = {
+        "cnn-vmap": small_model,
+        "own-step-folded": lambda: _OwnStep(64, 10, hidden=[32], optimizer=SGD),
+        "mlp-batched-matmuls": lambda: MLP(64, 10, hidden=[32], optimizer=SGD),
+    }[model]()
+    data = small_data()
+    data.setup(seed=0, device=CPU)
+    deltas = {}
+    for precision in ("32-true", "bf16-mixed"):
+        fabric = Fabric(accelerator="cpu", devices=1, precision=precision)
+        sequential = ClientTrainer(fabric, copy.deepcopy(built), data)
+        vectorized = VectorizedClients(ClientTrainer(fabric, copy.deepcopy(built), data))
+        assert vectorized.loss.prefix == (model != "cnn-vmap")
+        jobs = _jobs(sequential, epochs=1)  # (before training, which leaves the module at the last client's weights)
+        one = [sequential.train(job.plan, job.params, job.buffers).delta.clone() for job in _jobs(sequential, epochs=1)]
+        deltas[precision] = one, [update.delta for update in _updates(vectorized, jobs)]
+    (one32, vectorized32), (one16, vectorized16) = deltas["32-true"], deltas["bf16-mixed"]
+    for k in range(len(one16)):
+        bf16_rounding = float((one16[k] - one32[k]).abs().max())
+        assert bf16_rounding > 0
+        assert float((vectorized16[k] - one16[k]).abs().max()) <= 3 * bf16_rounding
+        assert float((vectorized16[k] - vectorized32[k]).abs().max()) >= 0.1 * bf16_rounding

@@ -22,8 +22,8 @@ BENCHMARKS = [  # in the order they run: the vectorized figures first
     "circuit_step_benchmark.py",
     "data_benchmark.py",
 ]
-RUNS = 3 * len(FAMILIES) - 2 + 9  # DP-SGD in 32-true alone; deterministic twice, vectorized twice, Ditto twice, DP
-# vectorized, pinned, CPU
+RUNS = 3 * len(FAMILIES) - 2 + 11  # DP-SGD in 32-true alone; deterministic twice, vectorized twice, Ditto twice, DP
+# vectorized, bf16 vectorized, past the memory, pinned, CPU
 CHECKS = RUNS + len(BENCHMARKS)  # command lines; the comparisons of runs have none
 
 
@@ -58,6 +58,7 @@ def test_the_dry_run_lists_every_check_and_every_command_line_parses():
         "compare_weights ditto-vectorized ditto-one",
         "compare_weights dp-sgd-vectorized dp-sgd-32-true",
         "compare_weights pinned fedecado-32-true",
+        "compare_weights vectorized-bf16 fedavg-bf16-mixed",
         "compare_weights cpu fedavg-32-true",
     ):
         assert any(compared in line for line in lines)
@@ -135,7 +136,7 @@ def test_the_runs_go_a_few_at_a_time_then_the_rest_in_order_and_one_table_names_
     table = result.stdout.splitlines()
     assert table[1] == "Stand-in GPU" and table[2] == "| check | result | seconds | detail |"
     rows = [row.split(" | ") for row in table[4:-1]]
-    assert len(rows) == CHECKS + 7  # and the seven comparisons
+    assert len(rows) == CHECKS + 8  # and the eight comparisons
     assert [row[0] for row in rows[:3]] == ["| fedavg 32-true", "| fedavg 16-mixed", "| fedavg bf16-mixed"]
     failed = [row[0] for row in rows if row[1] != "ok"]
     assert failed == ["| fedadam 16-mixed"] and rows[4][1] == "FAIL (3)"

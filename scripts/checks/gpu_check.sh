@@ -10,7 +10,8 @@
 #   once, FedECADO's per-client state offloaded to pinned host memory (strategy.state_device cpu), and FedAvg on the CPU: each compared with the GPU run of the same config (the largest
 #   difference of the final weights, against a tolerance; the second vectorized run with the first, bit for bit);
 # - the benchmarks with --device cuda (scripts/benchmarks/: benchmark.py, client_evaluation_benchmark.py,
-#   circuit_benchmark.py, circuit_step_benchmark.py, data_benchmark.py, tiny_clients_benchmark.py), on small
+#   circuit_benchmark.py, circuit_step_benchmark.py, compiled_step_benchmark.py, data_benchmark.py,
+#   tiny_clients_benchmark.py), on small
 #   workloads: the CIFAR-size CNN vectorized and one client at a time beside the hand-written loop, per-client
 #   evaluation batched and one at a time, the MLP on batched matmuls and under vmap.
 #
@@ -108,6 +109,7 @@ check "tiny_clients_benchmark.py" "$PYTHON" scripts/benchmarks/tiny_clients_benc
     --clients 1000 --clients-per-round 50 --client-size 100 --rounds 3
 check "tiny clients under vmap" "$PYTHON" scripts/benchmarks/tiny_clients_benchmark.py --device cuda \
     --clients 1000 --clients-per-round 200 --client-size 100 --rounds 3 --vmap
+check "compiled_step_benchmark.py" "$PYTHON" scripts/benchmarks/compiled_step_benchmark.py --device cuda
 check "client_evaluation_benchmark.py" "$PYTHON" scripts/benchmarks/client_evaluation_benchmark.py --device cuda \
     --finetune-steps 5
 check "circuit_benchmark.py" "$PYTHON" scripts/benchmarks/circuit_benchmark.py --accelerator gpu \

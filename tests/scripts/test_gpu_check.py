@@ -17,6 +17,7 @@ BENCHMARKS = [  # in the order they run: the vectorized figures first
     "benchmark.py",
     "tiny_clients_benchmark.py",
     "tiny clients under vmap",
+    "compiled_step_benchmark.py",
     "client_evaluation_benchmark.py",
     "circuit_benchmark.py",
     "circuit_step_benchmark.py",

@@ -4,6 +4,7 @@ import time
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from lightning import LightningModule
 
@@ -12,16 +13,20 @@ from lightfed.core.process_states import FOLDER as PROCESS_STATES
 from lightfed.core.process_states import load_process_states, prune, save_process_states
 from lightfed.core.transforms import Pipeline, Transform, TransformContext
 from lightfed.data.module import FederatedDataModule
-from lightfed.errors import DivergenceError
+from lightfed.errors import ConfigError, DivergenceError
 from lightfed.privacy.base import BudgetReached
+from lightfed.run.availability import AlwaysOnline, ClientAvailability, DiurnalAvailability, read_trace
+from lightfed.run.available_rounds import AvailableRounds
 from lightfed.run.checkpoint import kept_checkpoint, restore_rng_states
 from lightfed.run.determinism import deterministic_algorithms
 from lightfed.run.engine import RoundEngine
 from lightfed.run.final_report import final_report
 from lightfed.run.resume import check_resume, resume_line
+from lightfed.run.rounds import SampledRounds
 from lightfed.run.run_output import run_folder_of
 from lightfed.run.run_parts import RunParts
 from lightfed.run.run_state import RunState
+from lightfed.run.settings import AvailabilitySettings
 from lightfed.run.trainer_base import TrainerBase
 from lightfed.run.training_choice import client_training
 from lightfed.strategies.base import Strategy, SumsStrategy
@@ -55,6 +60,18 @@ class FederatedTrainer(TrainerBase):
         ...
         lightfed.errors.ConfigError: trainer.rounds must be >= 1, got 0
     """
+
+    def __init__(self, *args: Any, availability: AvailabilitySettings | None = None, **settings: Any) -> None:
+        """``TrainerBase``'s settings, and ``availability``: which clients are online, selected and aggregated in a
+        synchronous round (``lightfed.run.available_rounds``; None: every client online, each selected one
+        aggregated)."""
+        super().__init__(*args, **settings)
+        self.availability = availability or AvailabilitySettings()
+        if self.availability.active and self.asynchronous:
+            raise ConfigError(
+                "trainer.availability_trace, online_fraction, over_selection, round_deadline, client_dropout and "
+                "round_delays are for synchronous rounds: leave them at their defaults with `asynchronous:`"
+            )
 
     def fit(
         self,
@@ -168,7 +185,7 @@ class FederatedTrainer(TrainerBase):
         check_requirements(strategy, optimizer, self.privacy, self.local.lr_schedule, self.asynchronous, transforms)
         self.params = self.fabric.broadcast(workers.reference.flat.params.clone())
         self.buffers = self.fabric.broadcast(workers.reference.flat.buffers.clone())
-        source = self._rounds(data, strategy)
+        source = self._available(self._rounds(data, strategy))
         self.strategy, self.source, context = strategy, source, self._server_context(data)
         strategy.setup(context)
         sums, cohort = strategy.sum_sizes() if isinstance(strategy, SumsStrategy) else {}, source.cohort
@@ -191,6 +208,19 @@ class FederatedTrainer(TrainerBase):
         self.started_for = self.rounds
         evaluation = self._evaluation(transforms, data, workers.reference)
         return RunParts(workers, strategy, transforms, source, engine, evaluation, fixed)
+
+    def _available(self, source: SampledRounds) -> SampledRounds:
+        """``source``, or its rounds of the clients online, over-selected and cut at a deadline."""
+        settings = self.availability
+        if not settings.active:
+            return source
+        population = source.num_clients
+        availability: ClientAvailability = AlwaysOnline(population)
+        if settings.trace is not None:
+            availability = read_trace(settings.trace, population)
+        elif settings.online_fraction < 1:
+            availability = DiurnalAvailability(self.seed, population, settings.online_fraction, settings.day_rounds)
+        return AvailableRounds(self.seed, population, self.clients_per_round, self.local_work, availability, settings)
 
     def _checkpoint(self, parts: RunParts) -> None:
         """Writes what each process alone holds (its clients' states, its slices) in its own file, then ``last.ckpt``

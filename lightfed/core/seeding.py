@@ -72,3 +72,11 @@ def sample_clients(seed: int, round: int, num_clients: int, clients_per_round: i
     """The sorted ids of the clients that take part in ``round``."""
     chosen = derived_rng(seed, Stream.SAMPLING, round).choice(num_clients, size=clients_per_round, replace=False)
     return sorted(int(c) for c in chosen)
+
+
+def sample_available_clients(seed: int, round: int, available: Sequence[int], count: int) -> list[int]:
+    """The sorted ids of ``min(count, len(available))`` clients drawn without replacement from ``available`` (given
+    in increasing id order) for ``round``, from the same stream as ``sample_clients``."""
+    size = min(count, len(available))
+    chosen = derived_rng(seed, Stream.SAMPLING, round).choice(len(available), size=size, replace=False)
+    return sorted(int(available[c]) for c in chosen)

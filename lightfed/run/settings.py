@@ -6,6 +6,7 @@ from typing import Any
 
 from lightning.fabric.loggers import Logger
 
+from lightfed.asynchronous.delays import DelayModel
 from lightfed.attacks.base import Attack
 from lightfed.callbacks import Callback
 from lightfed.distributions import Distribution
@@ -234,6 +235,60 @@ class ClientStateSettings:
             raise ConfigError(f'trainer.client_states must be "memory" or "disk", got {self.where!r}')
 
 
+@dataclass(frozen=True)
+class AvailabilitySettings:
+    """Which clients are online in a round, how many the server selects and which it aggregates; see
+    ``trainer_settings`` and docs/guides/availability.md.
+
+    In a config:
+
+    ```yaml
+    trainer:
+      online_fraction: 0.5
+      over_selection: 1.3
+      round_deadline: 12.0
+      client_dropout: 0.1
+    ```
+
+    Examples:
+        >>> from lightfed.run.settings import AvailabilitySettings, trainer_settings
+        >>> trainer_settings(over_selection=1.3, round_deadline=12.0)["availability"].active
+        True
+        >>> AvailabilitySettings(over_selection=0.5)
+        Traceback (most recent call last):
+        ...
+        lightfed.errors.ConfigError: trainer.over_selection must be >= 1 (it selects clients_per_round times it), got 0.5
+    """
+
+    trace: str | None = None
+    online_fraction: float = 1.0
+    day_rounds: int = 24
+    over_selection: float = 1.0
+    deadline: float | None = None
+    dropout: float = 0.0
+    delays: DelayModel | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 < self.online_fraction <= 1:
+            raise ConfigError(f"trainer.online_fraction must be in (0, 1], got {self.online_fraction}")
+        if self.trace is not None and self.online_fraction < 1:
+            raise ConfigError("trainer.availability_trace and trainer.online_fraction < 1 exclude each other: set one")
+        at_least(day_rounds=(self.day_rounds, 1))
+        if not self.over_selection >= 1:
+            raise ConfigError(
+                f"trainer.over_selection must be >= 1 (it selects clients_per_round times it), got {self.over_selection}"
+            )
+        if self.deadline is not None and not self.deadline > 0:
+            raise ConfigError(f"trainer.round_deadline must be > 0 or null, got {self.deadline}")
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"trainer.client_dropout must be in [0, 1), got {self.dropout}")
+
+    @property
+    def active(self) -> bool:
+        """Whether any setting differs from plain sampling of every client, each of them aggregated."""
+        return self != AvailabilitySettings()
+
+
 def trainer_settings(
     accelerator: str = "auto",
     devices: int | str = 1,
@@ -267,6 +322,13 @@ def trainer_settings(
     clients_in_parallel: int | str = "auto",
     client_states: str = "memory",
     client_states_folder: str | None = None,
+    availability_trace: str | None = None,
+    online_fraction: float = 1.0,
+    day_rounds: int = 24,
+    over_selection: float = 1.0,
+    round_deadline: float | None = None,
+    client_dropout: float = 0.0,
+    round_delays: DelayModel | None = None,
     privacy: ClientPrivacy | None = None,
     attack: Attack | None = None,
     callbacks: list[Callback] | None = None,
@@ -356,6 +418,19 @@ def trainer_settings(
             sharded path (FedECADO, robust aggregators), whose per-client state is sharded by coordinate.
         client_states_folder: With "disk", where each process keeps its files (null: a new temporary folder); on
             the file system of the run folder, a checkpoint links them instead of copying them.
+        availability_trace: A JSON file ``{"<client id>": [[start, end], ...]}``: client i is online in round r
+            when start <= r < end for one of its intervals; a client it does not name is never online. null: every
+            client is online (or per online_fraction).
+        online_fraction: The fraction of a day each client is online (diurnal availability, each client's phase
+            drawn from the seed); 1: always online.
+        day_rounds: The rounds of a day of diurnal availability.
+        over_selection: The server selects ceil(clients_per_round x this) online clients and aggregates the first
+            clients_per_round that finish by round_deadline (Bonawitz et al., 2019); 1: as many as it aggregates.
+        round_deadline: The virtual time a round waits for its clients: a client finishes after its duration (from
+            round_delays) times its local steps (or epochs); null: no deadline.
+        client_dropout: The probability that a selected client drops out of a round, drawn per round and client.
+        round_delays: The duration of one local step (or epoch) of a client, e.g.
+            ``lightfed.asynchronous.delays.SpeedTiers``; null: ``lightfed.asynchronous.delays.LogNormal``.
         privacy: Differential privacy of the clients' local training, e.g. ``lightfed.privacy.DPSGD`` (Opacus
             DP-SGD with one accountant per client); logs ``privacy/epsilon_max`` and ``privacy/epsilon_mean``.
         attack: A simulated attack by a fraction of the clients, e.g. ``lightfed.attacks.SignFlipping``
@@ -401,6 +476,15 @@ def trainer_settings(
         ),
         "output": OutputSettings(root_dir, name, version, progress_bar, checkpoint_interval, logger),
         "client_states": ClientStateSettings(client_states, client_states_folder),
+        "availability": AvailabilitySettings(
+            availability_trace,
+            online_fraction,
+            day_rounds,
+            over_selection,
+            round_deadline,
+            client_dropout,
+            round_delays,
+        ),
         "privacy": privacy,
         "attack": attack,
         "callbacks": callbacks,

@@ -292,29 +292,24 @@ class StackedLoss:
         back-propagated once), then ``PrivateClients.gradients``; adds each client's mean loss over its batch to its
         entry of ``losses`` (0 for an empty batch) and logs what the module logs per example, weighted by the
         examples."""
-        with self.autocast():  # the model's precision (bf16-mixed: autocast)
-            sizes = [size for _, size in batch]
-            owner = device_index(
-                [k for k, size in zip(active, sizes, strict=True) for _ in range(size)], weights.device
-            )
-            per_example = weights.new_zeros(0, weights.shape[1])
-            if owner.numel():
-                self.show(active, step)
-                rows = weights.index_select(0, owner).requires_grad_()
-                params = {
-                    name: rows[:, s : s + math.prod(shape)].reshape(-1, *shape) for name, _, s, shape in self.layout
-                }
-                statistics_rows = buffers.index_select(0, owner)
-                params.update(self.buffer_rows(statistics_rows))
-                examples = joined([b for b, size in batch if size], torch.cat)
-                loss, logged, _ = self.per_example(params, examples, step)
-                (per_example,) = torch.autograd.grad(loss.sum(), rows)
-                for k, size, client_losses in zip(active, sizes, loss.detach().split(sizes), strict=True):
-                    if size:  # in a fixed order, as in ``PrivateClients.gradients``
-                        losses[k] += client_losses.sum() / size
-                for name, values in logged.items():
-                    self.logged_rows.add(name, values, 1)
-            weights.grad.copy_(private.gradients(per_example, sizes, active))  # type: ignore[union-attr]
+        sizes = [size for _, size in batch]
+        owner = device_index([k for k, size in zip(active, sizes, strict=True) for _ in range(size)], weights.device)
+        per_example = weights.new_zeros(0, weights.shape[1])
+        if owner.numel():
+            self.show(active, step)
+            rows = weights.index_select(0, owner).requires_grad_()
+            params = {name: rows[:, s : s + math.prod(shape)].reshape(-1, *shape) for name, _, s, shape in self.layout}
+            statistics_rows = buffers.index_select(0, owner)
+            params.update(self.buffer_rows(statistics_rows))
+            examples = joined([b for b, size in batch if size], torch.cat)
+            loss, logged, _ = self.per_example(params, examples, step)
+            (per_example,) = torch.autograd.grad(loss.sum(), rows)
+            for k, size, client_losses in zip(active, sizes, loss.detach().split(sizes), strict=True):
+                if size:  # in a fixed order, as in ``PrivateClients.gradients``
+                    losses[k] += client_losses.sum() / size
+            for name, values in logged.items():
+                self.logged_rows.add(name, values, 1)
+        weights.grad.copy_(private.gradients(per_example, sizes, active))  # type: ignore[union-attr]
 
     def example_loss(
         self, params: dict[str, Tensor], example: Any, step: int
